@@ -1,0 +1,146 @@
+"""Settings, all from the environment (django-environ). A mistyped value fails at start-up."""
+
+from pathlib import Path
+
+import environ
+
+BASE_DIR = Path(__file__).resolve().parent.parent
+VAR_DIR = BASE_DIR / "var"
+
+env = environ.Env()
+environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
+
+DEBUG = env.bool("DEBUG", default=False)
+SECRET_KEY = env.str("SECRET_KEY", default="" if not DEBUG else "dev-only-insecure-key")
+if not SECRET_KEY:
+    raise environ.ImproperlyConfigured("SECRET_KEY is required when DEBUG is off (see .env.example)")
+ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
+CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+
+INSTALLED_APPS = [
+    "django.contrib.admin",
+    "django.contrib.auth",
+    "django.contrib.contenttypes",
+    "django.contrib.sessions",
+    "django.contrib.messages",
+    "django.contrib.staticfiles",
+    "django_celery_beat",
+    "tasks",
+    "runs",
+    "deadletters",
+]
+
+MIDDLEWARE = [
+    "django.middleware.security.SecurityMiddleware",
+    "django.contrib.sessions.middleware.SessionMiddleware",
+    "django.middleware.common.CommonMiddleware",
+    "django.middleware.csrf.CsrfViewMiddleware",
+    "django.contrib.auth.middleware.AuthenticationMiddleware",
+    "django.contrib.messages.middleware.MessageMiddleware",
+    "django.middleware.clickjacking.XFrameOptionsMiddleware",
+]
+
+ROOT_URLCONF = "harness_site.urls"
+WSGI_APPLICATION = "harness_site.wsgi.application"
+
+TEMPLATES = [
+    {
+        "BACKEND": "django.template.backends.django.DjangoTemplates",
+        "DIRS": [BASE_DIR / "templates"],
+        "APP_DIRS": True,
+        "OPTIONS": {
+            "context_processors": [
+                "django.template.context_processors.request",
+                "django.contrib.auth.context_processors.auth",
+                "django.contrib.messages.context_processors.messages",
+            ],
+        },
+    },
+]
+
+# The embedded default is a SQLite file in WAL mode; IMMEDIATE transactions take the write
+# lock up front so two workers never deadlock upgrading a read lock (SQLite has no row locks).
+DATABASE_URL = env.str("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'harness.sqlite3'}")
+DATABASES = {"default": env.db_url_config(DATABASE_URL)}
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
+    DATABASES["default"].setdefault("OPTIONS", {}).update(
+        {
+            "init_command": "PRAGMA journal_mode=WAL; PRAGMA synchronous=NORMAL; PRAGMA busy_timeout=30000;",
+            "transaction_mode": "IMMEDIATE",
+            "timeout": 30,
+        }
+    )
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-harness.sqlite3")}
+else:
+    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
+    DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
+
+DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
+
+AUTH_PASSWORD_VALIDATORS = [
+    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+]
+
+LANGUAGE_CODE = "en-us"
+# Stored instants are UTC; a rule's own IANA zone is a field on the rule, the host zone never matters.
+TIME_ZONE = "UTC"
+USE_I18N = True
+USE_TZ = True
+
+STATIC_URL = "static/"
+STATIC_ROOT = VAR_DIR / "static"
+
+ADMINS = [tuple(a.split(":", 1)) for a in env.list("ADMINS", default=[])]
+SERVER_EMAIL = env.str("SERVER_EMAIL", default="harness@localhost")
+EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+if env.str("EMAIL_URL", default=""):
+    vars().update(env.email_url("EMAIL_URL"))
+
+# --- Celery -----------------------------------------------------------------------------
+# The embedded broker is Celery's file-system transport: nothing to install, one machine only.
+BROKER_DIR = VAR_DIR / "broker"
+CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+if CELERY_BROKER_URL.startswith("filesystem://"):
+    for sub in ("queue", "processed"):
+        (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
+    CELERY_BROKER_TRANSPORT_OPTIONS = {
+        "data_folder_in": str(BROKER_DIR / "queue"),
+        "data_folder_out": str(BROKER_DIR / "queue"),
+        "processed_folder": str(BROKER_DIR / "processed"),
+        "store_processed": False,
+    }
+CELERY_TIMEZONE = "UTC"
+CELERY_ENABLE_UTC = True
+CELERY_TASK_IGNORE_RESULT = True
+CELERY_TASK_SERIALIZER = "json"
+CELERY_ACCEPT_CONTENT = ["json"]
+# Messages are hints (the database row is the truth), but ack late so a crash redelivers them.
+CELERY_TASK_ACKS_LATE = True
+CELERY_TASK_REJECT_ON_WORKER_LOST = True
+CELERY_WORKER_PREFETCH_MULTIPLIER = 1
+CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
+# How often beat re-reads the periodic-task table (edits in the admin take effect within this).
+CELERY_BEAT_MAX_LOOP_INTERVAL = env.int("HARNESS_BEAT_MAX_LOOP_INTERVAL", default=5)
+DJANGO_CELERY_BEAT_TZ_AWARE = True
+
+REDIS_URL = env.str("REDIS_URL", default="")
+
+# --- Harness ----------------------------------------------------------------------------
+HARNESS = {
+    # Seconds between scheduler ticks; the data migration installs the beat entry with it.
+    "TICK_SECONDS": env.int("HARNESS_TICK_SECONDS", default=1),
+    "SWEEP_SECONDS": env.int("HARNESS_SWEEP_SECONDS", default=1),
+    # Upper bound on slots one rule may materialise per tick (bounded catch-up work).
+    "MAX_SLOTS_PER_TICK": env.int("HARNESS_MAX_SLOTS_PER_TICK", default=1000),
+    "ADMIN_BASE_URL": env.str("HARNESS_ADMIN_BASE_URL", default="http://127.0.0.1:8000"),
+}
+
+LOGGING = {
+    "version": 1,
+    "disable_existing_loggers": False,
+    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
+    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
+    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
+    "loggers": {"django.db.backends": {"level": "WARNING"}},
+}

@@ -1,0 +1,63 @@
+from django.contrib import admin
+
+from .models import Attempt, Decision, Lease, SchedulerTick, TaskRun
+
+
+class ReadOnlyAdmin(admin.ModelAdmin):
+    """Records are written by services only; the admin shows them."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+
+class AttemptInline(admin.TabularInline):
+    model = Attempt
+    extra = 0
+    can_delete = False
+    fields = ("number", "worker", "fence", "started_at", "finished_at", "outcome", "error_kind", "error_digest", "error")
+    readonly_fields = fields
+
+    def has_add_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(TaskRun)
+class TaskRunAdmin(ReadOnlyAdmin):
+    list_display = ("id", "biz_key", "rule_name", "source", "state", "attempts", "slot", "trigger_at",
+                    "start_at", "finish_at", "dedupe_hits", "last_error_kind")
+    list_filter = ("state", "source", "rule_name", "last_error_kind")
+    search_fields = ("=id", "biz_key")
+    date_hierarchy = "trigger_at"
+    inlines = [AttemptInline]
+    fieldsets = (
+        (None, {"fields": ("biz_key", "rule", "rule_name", "rule_version", "skill", "state", "source",
+                           "triggered_by", "executed_by")}),
+        ("Timeline", {"fields": ("slot", "trigger_at", "start_at", "finish_at", "run_after", "dispatched_at",
+                                 "attempts", "first_failure_at", "dedupe_hits")}),
+        ("Lease", {"fields": ("lease_owner", "lease_expires_at", "fence")}),
+        ("Data", {"fields": ("payload", "result", "last_error_kind", "last_error")}),
+    )
+
+
+@admin.register(Decision)
+class DecisionAdmin(ReadOnlyAdmin):
+    list_display = ("rule", "slot", "reason", "created_at")
+    list_filter = ("reason", "rule")
+    date_hierarchy = "slot"
+
+
+@admin.register(Lease)
+class LeaseAdmin(ReadOnlyAdmin):
+    list_display = ("key", "owner", "token", "acquired_at", "expires_at")
+    search_fields = ("key", "owner")
+
+
+@admin.register(SchedulerTick)
+class SchedulerTickAdmin(ReadOnlyAdmin):
+    list_display = ("name", "last_tick_at", "last_claimed", "last_dedupe_hits")

@@ -1,0 +1,33 @@
+"""Celery tasks: thin. Ids in, one service call; the clock is read here, at the edge."""
+
+import os
+import socket
+
+from celery import shared_task
+from django.utils import timezone
+
+from tasks.scheduler import scheduler_tick
+
+from . import executor, sweeper
+
+
+def _worker_identity(task) -> str:
+    host = getattr(task.request, "hostname", None) or socket.gethostname()
+    return f"{host}:{os.getpid()}"
+
+
+@shared_task(bind=True, name="runs.execute", acks_late=True, ignore_result=True)
+def run_execute_task(self, run_id: int) -> str:
+    return executor.run_execute(run_id=run_id, worker=_worker_identity(self), clock=timezone.now).status
+
+
+# Ticks and sweeps are idempotent and frequent: a lost or expired one is replaced by the next.
+@shared_task(name="runs.scheduler_tick", acks_late=False, ignore_result=True, expires=30)
+def scheduler_tick_task() -> dict:
+    result = scheduler_tick(now=timezone.now())
+    return vars(result)
+
+
+@shared_task(name="runs.sweep", acks_late=False, ignore_result=True, expires=30)
+def sweep_task() -> dict:
+    return vars(sweeper.sweep(now=timezone.now()))

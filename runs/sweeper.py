@@ -1,0 +1,111 @@
+"""The sweeper: takes back expired leases and re-dispatches due runs whose message may be lost."""
+
+import logging
+import random
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.db import transaction
+from django.db.models import F, Q
+
+from tasks.skills import ErrorKind
+
+from .backoff import RetryPolicy, decide_retry
+from .dispatch import run_dispatch_on_commit
+from .errors import ClassifiedError
+from .models import Attempt, TaskRun
+
+log = logging.getLogger("harness.sweeper")
+
+# A queued message normally reaches a worker within seconds; re-send only after this long.
+REDISPATCH_AFTER = timedelta(seconds=30)
+SWEEP_BATCH = 500
+
+
+@dataclass(frozen=True)
+class SweepResult:
+    expired: int
+    dispatched: int
+
+
+def sweep(*, now: datetime, rand: Callable[[], float] = random.random) -> SweepResult:
+    """One pass: expire stale leases first (their runs may become due), then dispatch due runs."""
+    expired = sum(_expire_one(run_id, fence, now=now, draw=rand()) for run_id, fence in _expired_leases(now))
+    return SweepResult(expired=expired, dispatched=_dispatch_due(now=now))
+
+
+def _expired_leases(now: datetime) -> list[tuple[int, int]]:
+    # run_list_expired_leases: served by run_lease_idx.
+    return list(
+        TaskRun.objects.filter(state=TaskRun.State.RUNNING, lease_expires_at__lt=now)
+        .order_by("lease_expires_at")
+        .values_list("id", "fence")[:SWEEP_BATCH]
+    )
+
+
+def _expire_one(run_id: int, fence: int, *, now: datetime, draw: float) -> bool:
+    """Take the lease back from a lost worker: bump the fence so it can never commit, count the
+    attempt, then retry or dead-letter by the run's policy."""
+    from deadletters.services import deadletter_open
+
+    with transaction.atomic():
+        run = (
+            TaskRun.objects.select_for_update(skip_locked=True)
+            .filter(id=run_id, fence=fence, state=TaskRun.State.RUNNING, lease_expires_at__lt=now)
+            .first()
+        )
+        if run is None:  # renewed, finished or taken by another sweeper meanwhile
+            return False
+        error = ClassifiedError(
+            kind=ErrorKind.LEASE_LOST,
+            message=f"lease held by {run.lease_owner or '?'} expired at {run.lease_expires_at:%Y-%m-%dT%H:%M:%SZ}",
+            digest="lease-expired",
+        )
+        first_failure_at = run.first_failure_at or now
+        decision = decide_retry(
+            RetryPolicy.from_dict(run.policy),
+            attempt=run.attempts,
+            error_kind=error.kind,
+            first_failure_at=first_failure_at,
+            now=now,
+            draw=draw,
+        )
+        fields = {
+            "fence": F("fence") + 1,
+            "lease_owner": "",
+            "lease_expires_at": None,
+            "first_failure_at": first_failure_at,
+            "last_error": error.message,
+            "last_error_kind": error.kind,
+        }
+        if decision.retry:
+            fields.update(state=TaskRun.State.WAITING_RETRY, run_after=decision.run_after)
+        else:
+            fields.update(state=TaskRun.State.FAILED, finish_at=now)
+        TaskRun.objects.filter(id=run.id).update(**fields)
+        Attempt.objects.filter(run=run, number=run.attempts, outcome=Attempt.Outcome.RUNNING).update(
+            outcome=Attempt.Outcome.LEASE_EXPIRED,
+            finished_at=now,
+            error_kind=error.kind,
+            error_digest=error.digest,
+            error=error.message,
+        )
+        if not decision.retry:
+            run.refresh_from_db()
+            deadletter_open(run=run, error=error, reason=decision.reason, now=now)
+    log.warning("run %s: lease expired, %s", run_id, decision.reason)
+    return True
+
+
+def _dispatch_due(*, now: datetime) -> int:
+    with transaction.atomic():
+        # run_list_due: served by run_due_idx. Never-dispatched or long-unanswered runs only.
+        ids = list(
+            TaskRun.objects.filter(state__in=TaskRun.CLAIMABLE, run_after__lte=now)
+            .filter(Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=now - REDISPATCH_AFTER) | Q(state=TaskRun.State.WAITING_RETRY, dispatched_at__lt=F("run_after")))
+            .order_by("run_after")
+            .values_list("id", flat=True)[:SWEEP_BATCH]
+        )
+        run_dispatch_on_commit(run_ids=ids, now=now)
+    return len(ids)

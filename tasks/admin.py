@@ -1,0 +1,43 @@
+from django.contrib import admin
+
+from .models import DiagnosticRecord, TriggerRule
+
+
+@admin.register(TriggerRule)
+class TriggerRuleAdmin(admin.ModelAdmin):
+    list_display = ("name", "enabled", "kind", "schedule_text", "timezone", "skill", "next_fire_at", "version")
+    list_filter = ("enabled", "kind", "catchup", "timezone")
+    search_fields = ("name", "skill", "reason")
+    readonly_fields = ("next_fire_at", "last_slot_at", "version", "created_at", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("name", "enabled", "reason")}),
+        ("Schedule", {"fields": ("kind", "cron", "interval_seconds", "run_at", "timezone", "dst_gap", "dst_repeat")}),
+        ("Dedupe", {"fields": ("dedupe_key_template",)}),
+        ("Skill", {"fields": ("skill", "params")}),
+        ("Retry", {"fields": ("max_attempts", "backoff_base_seconds", "max_delay_seconds",
+                              "max_retry_window_seconds", "jitter_min", "jitter_max")}),
+        ("Lease", {"fields": ("lease_ttl_seconds",)}),
+        ("Catch-up", {"fields": ("catchup", "catchup_max_delay_seconds")}),
+        ("State", {"fields": ("next_fire_at", "last_slot_at", "version", "created_at", "updated_at")}),
+    )
+
+    @admin.display(description="schedule")
+    def schedule_text(self, rule: TriggerRule) -> str:
+        if rule.kind == TriggerRule.Kind.CRON:
+            return rule.cron
+        if rule.kind == TriggerRule.Kind.INTERVAL:
+            return f"every {rule.interval_seconds}s"
+        return f"once at {rule.run_at:%Y-%m-%d %H:%M:%S %Z}" if rule.run_at else "once"
+
+
+@admin.register(DiagnosticRecord)
+class DiagnosticRecordAdmin(admin.ModelAdmin):
+    list_display = ("id", "biz_key", "rule_name", "slot", "attempt", "fence", "worker", "created_at")
+    list_filter = ("rule_name",)
+    search_fields = ("biz_key",)
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False

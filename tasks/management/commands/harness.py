@@ -1,0 +1,128 @@
+"""Operator commands: `manage.py harness rules import|export`, `runs`, `records`, `fire`, `demo`."""
+
+import json
+import sys
+from pathlib import Path
+
+from django.core.management.base import BaseCommand, CommandError
+from django.core.serializers.json import DjangoJSONEncoder
+from django.utils import timezone
+from django.utils.dateparse import parse_datetime
+
+from runs.selectors import run_list_recent
+from tasks import services
+from tasks.models import DiagnosticRecord, TriggerRule
+
+DEMO_RULES = Path(__file__).resolve().parents[3] / "demo" / "rules.json"
+
+
+class Command(BaseCommand):
+    help = "Agent Harness operator commands."
+
+    def add_arguments(self, parser):
+        sub = parser.add_subparsers(dest="command", required=True)
+        rules = sub.add_parser("rules", help="import or export trigger rules as JSON")
+        rules_sub = rules.add_subparsers(dest="rules_command", required=True)
+        imp = rules_sub.add_parser("import", help="upsert rules by name from FILE ('-' for stdin); all or nothing")
+        imp.add_argument("file")
+        exp = rules_sub.add_parser("export", help="write all rules as JSON")
+        exp.add_argument("--output", "-o", default="-")
+
+        runs = sub.add_parser("runs", help="recent runs")
+        runs.add_argument("--json", action="store_true", dest="as_json")
+        runs.add_argument("--limit", type=int, default=50)
+        runs.add_argument("--rule")
+
+        records = sub.add_parser("records", help="rows written by the harness.record skill")
+        records.add_argument("--json", action="store_true", dest="as_json")
+        records.add_argument("--rule")
+
+        fire = sub.add_parser("fire", help="trigger RULE now (manual, deduped like any other trigger)")
+        fire.add_argument("rule")
+        fire.add_argument("--slot", help="ISO 8601 instant with offset; default: now cut to the minute")
+        fire.add_argument("--actor", default="cli")
+
+        sub.add_parser("demo", help="install the demo rules (idempotent)")
+
+    def handle(self, *args, command, **opts):
+        getattr(self, f"_{command}")(**opts)
+
+    def _rules(self, *, rules_command, **opts):
+        if rules_command == "import":
+            text = sys.stdin.read() if opts["file"] == "-" else _read(opts["file"])
+            self._import(text)
+        else:
+            out = json.dumps(services.rule_export(), indent=2, cls=DjangoJSONEncoder)
+            if opts["output"] == "-":
+                self.stdout.write(out)
+            else:
+                Path(opts["output"]).write_text(out + "\n")
+
+    def _import(self, text: str) -> None:
+        try:
+            result = services.rule_import(text)
+        except services.RuleImportError as exc:
+            raise CommandError("rules rejected, nothing was saved:\n  " + "\n  ".join(exc.errors)) from None
+        self.stdout.write(
+            f"created {len(result.created)}, updated {len(result.updated)}, unchanged {len(result.unchanged)}"
+        )
+
+    def _demo(self, **opts):
+        self._import(DEMO_RULES.read_text())
+
+    def _runs(self, *, as_json, limit, rule, **opts):
+        rows = [
+            {
+                "id": r.id,
+                "biz_key": r.biz_key,
+                "rule": r.rule_name,
+                "state": r.state,
+                "source": r.source,
+                "triggered_by": r.triggered_by,
+                "slot": r.slot,
+                "trigger_at": r.trigger_at,
+                "start_at": r.start_at,
+                "finish_at": r.finish_at,
+                "attempts": r.attempts,
+                "dedupe_hits": r.dedupe_hits,
+                "last_error_kind": r.last_error_kind,
+            }
+            for r in run_list_recent(limit=limit, rule_name=rule)
+        ]
+        if as_json:
+            self.stdout.write(json.dumps(rows, indent=2, cls=DjangoJSONEncoder))
+            return
+        for r in rows:
+            self.stdout.write(f"{r['id']:>7} {r['state']:<13} {r['attempts']:>2} {r['source']:<9} {r['biz_key']}")
+
+    def _records(self, *, as_json, rule, **opts):
+        qs = DiagnosticRecord.objects.order_by("id")
+        if rule:
+            qs = qs.filter(rule_name=rule)
+        rows = list(qs.values("id", "run_id", "biz_key", "rule_name", "slot", "fence", "attempt", "worker", "created_at"))
+        if as_json:
+            self.stdout.write(json.dumps(rows, indent=2, cls=DjangoJSONEncoder))
+            return
+        for r in rows:
+            self.stdout.write(f"{r['id']:>7} run {r['run_id']:>7} fence {r['fence']:>3} {r['biz_key']}")
+
+    def _fire(self, *, rule, slot, actor, **opts):
+        try:
+            obj = TriggerRule.objects.get(name=rule)
+        except TriggerRule.DoesNotExist:
+            raise CommandError(f"no rule named {rule!r}") from None
+        at = None
+        if slot:
+            at = parse_datetime(slot)
+            if at is None or at.tzinfo is None:
+                raise CommandError(f"--slot {slot!r}: give an ISO 8601 instant with offset, e.g. 2026-12-01T09:00:00+08:00")
+        claim = services.rule_fire(rule=obj, actor=actor, now=timezone.now(), slot=at)
+        verb = "created" if claim.created else "already exists (dedupe hit counted)"
+        self.stdout.write(f"run {claim.run.id} {verb}: {claim.run.biz_key}")
+
+
+def _read(path: str) -> str:
+    try:
+        return Path(path).read_text()
+    except OSError as exc:
+        raise CommandError(f"cannot read {path}: {exc.strerror}") from None
