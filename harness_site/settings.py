@@ -70,7 +70,8 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "timeout": 30,
         }
     )
-    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test-harness.sqlite3")}
+    # A file, not :memory:, so that worker processes started by the tests share it.
+    DATABASES["default"]["TEST"] = {"NAME": env.str("HARNESS_TEST_SQLITE", default=str(VAR_DIR / "test.sqlite3"))}
 else:
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
@@ -98,7 +99,7 @@ if env.str("EMAIL_URL", default=""):
 
 # --- Celery -----------------------------------------------------------------------------
 # The embedded broker is Celery's file-system transport: nothing to install, one machine only.
-BROKER_DIR = VAR_DIR / "broker"
+BROKER_DIR = Path(env.str("HARNESS_BROKER_DIR", default=str(VAR_DIR / "broker")))
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
     for sub in ("queue", "processed"):

@@ -96,7 +96,7 @@ def validate_timezone(name: str) -> ZoneInfo:
 
 
 def validate_cron(expr: str) -> None:
-    """Check a 5-field cron expression; ScheduleError("cron", ...) names the bad field."""
+    """Check a 5-field cron; the ScheduleError("cron", ...) names the bad field."""
     if not isinstance(expr, str) or not expr.strip():
         raise ScheduleError("cron", 'is required, e.g. "0 9 * * *"')
     parts = expr.split()
@@ -184,13 +184,13 @@ def slots_between(
 
 
 def local_slot(spec: ScheduleSpec, slot: datetime) -> datetime:
-    """The slot on the rule zone's wall clock (aware; fold tells repeated hours apart)."""
+    """The slot on the rule zone's wall clock, aware; fold marks a repeated hour."""
     _require_aware(slot=slot)
     return slot.astimezone(validate_timezone(spec.timezone))
 
 
 def slot_label(spec: ScheduleSpec, slot: datetime) -> str:
-    """ISO 8601 local time with offset; the two occurrences of a repeated hour differ."""
+    """ISO 8601 local time with offset; a repeated hour's two slots differ."""
     return local_slot(spec, slot).isoformat()
 
 
@@ -200,7 +200,7 @@ def business_date(spec: ScheduleSpec, slot: datetime) -> date:
 
 
 def preview(spec: ScheduleSpec, after: datetime, count: int) -> list[dict]:
-    """The next `count` slots as {"utc", "local", "note"}; note explains DST handling."""
+    """The next `count` slots as {"utc", "local", "note"}; note explains DST."""
     _require_aware(after=after)
     zone = validate_timezone(spec.timezone)
     items = islice(_slots(spec, after, _far(after)), max(count, 0))
@@ -225,7 +225,7 @@ def _far(after: datetime) -> datetime:
 
 
 def _slots(spec: ScheduleSpec, after: datetime, stop: datetime) -> Iterator[Slot]:
-    """(slot, note) with after < slot <= stop, strictly ascending, UTC; validates first."""
+    """(slot, note) with after < slot <= stop, strictly ascending, UTC."""
     validate_spec(spec)  # eagerly, not on the generator's first step
     return _generate(spec, after.astimezone(UTC), stop.astimezone(UTC))
 
@@ -259,9 +259,8 @@ def _cron_slots(spec: ScheduleSpec, after: datetime, stop: datetime) -> Iterator
     # Hour "*" (every hour) means elapsed time: run in both occurrences of a
     # repeated hour, and nothing for wall times that never happened.
     hourly = walls.hours == set(range(24))
-    pending: list[
-        datetime
-    ] = []  # heap: with "both"/"last" candidates come out of order
+    # A heap: under "both"/"last" a repeated hour's instants come out of order.
+    pending: list[datetime] = []
     why: dict[datetime, list[tuple[str, datetime]]] = {}  # instant -> [(tag, wall)]
     while True:
         try:
@@ -323,7 +322,7 @@ def _note(reasons: list[tuple[str, datetime]], local: datetime) -> str:
 
 
 def _gap_end(zone: ZoneInfo, lo: datetime, hi: datetime) -> datetime:
-    """The first instant after a gap: bisect between a before-gap and an after-gap instant."""
+    """The first instant after a gap, bisected from `lo` (before) and `hi` (after)."""
     after_offset = _offset(zone, hi)
     lo_s, hi_s = int(lo.timestamp()), int(hi.timestamp())
     while hi_s - lo_s > 1:

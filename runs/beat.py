@@ -1,0 +1,32 @@
+"""The django-celery-beat entries that wake the harness: the scheduler tick and the sweeper.
+
+They are ordinary PeriodicTasks, so an operator can retune or pause them in the admin;
+installing again leaves an edited entry alone.
+"""
+
+from django.conf import settings
+
+BEAT_ENTRIES = (
+    ("harness: scheduler tick", "runs.scheduler_tick", "TICK_SECONDS"),
+    ("harness: sweeper", "runs.sweep", "SWEEP_SECONDS"),
+)
+DESCRIPTION = "Installed by Agent Harness. Wakes the harness; the schedules themselves live in Trigger rules."
+
+
+def beat_entries_install(apps) -> None:
+    """Create the entries if missing. `apps` is a migration's app registry or django.apps.apps."""
+    IntervalSchedule = apps.get_model("django_celery_beat", "IntervalSchedule")
+    PeriodicTask = apps.get_model("django_celery_beat", "PeriodicTask")
+    for name, task, setting in BEAT_ENTRIES:
+        every = max(1, int(settings.HARNESS[setting]))
+        interval, _ = IntervalSchedule.objects.get_or_create(every=every, period="seconds")
+        PeriodicTask.objects.get_or_create(
+            name=name,
+            defaults={"task": task, "interval": interval, "enabled": True, "expire_seconds": 30,
+                      "description": DESCRIPTION},
+        )
+
+
+def beat_entries_remove(apps) -> None:
+    PeriodicTask = apps.get_model("django_celery_beat", "PeriodicTask")
+    PeriodicTask.objects.filter(name__in=[n for n, _, _ in BEAT_ENTRIES]).delete()

@@ -1,0 +1,56 @@
+import shutil
+
+import pytest
+from django.conf import settings
+
+from tests.support.processes import Harness
+
+
+def pytest_report_header(config):
+    return [
+        f"harness database: {settings.DATABASES['default']['ENGINE']}",
+        f"harness broker: {settings.CELERY_BROKER_URL}",
+    ]
+
+
+@pytest.fixture
+def purged_broker():
+    """An empty broker, so no message from an earlier test reaches this test's workers."""
+    from harness_site.celery import app
+
+    if settings.CELERY_BROKER_URL.startswith("filesystem://"):
+        for sub in ("queue", "processed"):
+            folder = settings.BROKER_DIR / sub
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir(parents=True, exist_ok=True)
+    else:
+        with app.connection_for_write() as conn:
+            conn.default_channel.client.flushdb()
+    yield
+
+
+@pytest.fixture
+def beat_entries(transactional_db):
+    """The beat entries the data migration installs; transactional tests flush them, so re-create."""
+    from django.apps import apps as django_apps
+
+    from runs.beat import beat_entries_install
+
+    beat_entries_install(django_apps)
+
+
+@pytest.fixture
+def harness(transactional_db, purged_broker, beat_entries, tmp_path):
+    """Start real worker/beat processes with harness.worker(...)/harness.beat(...); all stopped after."""
+    h = Harness(tmp_path)
+    yield h
+    h.stop_all()
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_makereport(item, call):
+    outcome = yield
+    report = outcome.get_result()
+    h = item.funcargs.get("harness") if hasattr(item, "funcargs") else None
+    if report.failed and isinstance(h, Harness):
+        report.sections.append(("harness process logs", h.logs()))

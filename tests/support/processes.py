@@ -1,0 +1,116 @@
+"""Start and stop real harness processes (Celery workers and beats) for end-to-end tests."""
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable
+from pathlib import Path
+
+from django.conf import settings
+from django.db import connection
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def child_env(**extra: str) -> dict[str, str]:
+    """The environment of a child process: the same broker, and the *test* database."""
+    env = dict(os.environ)
+    db = settings.DATABASES["default"]
+    if db["ENGINE"].endswith("sqlite3"):
+        env["DATABASE_URL"] = f"sqlite:///{db['NAME']}"
+    else:
+        user = db.get("USER") or ""
+        env["DATABASE_URL"] = f"postgres://{user}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
+    env.setdefault("SECRET_KEY", "test-only")
+    env["PYTHONUNBUFFERED"] = "1"
+    env.update(extra)
+    return env
+
+
+class Proc:
+    def __init__(self, name: str, args: list[str], env: dict[str, str], log_dir: Path):
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self._log = self.log_path.open("wb")
+        # A process group of its own, so that stop() also ends prefork children.
+        self.popen = subprocess.Popen(
+            args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+        )
+
+    @property
+    def pid(self) -> int:
+        return self.popen.pid
+
+    def kill9(self) -> None:
+        """SIGKILL the whole group: the worker and its pool children die without cleanup."""
+        try:
+            os.killpg(self.popen.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        self.popen.wait(timeout=10)
+
+    def stop(self, timeout: float = 10) -> None:
+        if self.popen.poll() is None:
+            try:
+                os.killpg(self.popen.pid, signal.SIGTERM)
+                self.popen.wait(timeout=timeout)
+            except subprocess.TimeoutExpired:
+                self.kill9()
+            except ProcessLookupError:
+                pass
+        self._log.close()
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+
+class Harness:
+    """Owns every process a test starts and stops them all at teardown."""
+
+    def __init__(self, log_dir: Path):
+        self.log_dir = log_dir
+        self.procs: list[Proc] = []
+
+    def worker(self, name: str = "w1", *, concurrency: int = 2, extra_env: dict | None = None) -> Proc:
+        args = [sys.executable, "-m", "celery", "-A", "harness_site", "worker", "--loglevel=INFO",
+                f"--concurrency={concurrency}", f"--hostname={name}@%h", "--without-gossip", "--without-mingle",
+                "--without-heartbeat"]
+        return self._start(name, args, extra_env)
+
+    def beat(self, name: str = "beat1", *, extra_env: dict | None = None) -> Proc:
+        args = [sys.executable, "-m", "celery", "-A", "harness_site", "beat", "--loglevel=INFO", "--pidfile=",
+                f"--schedule={self.log_dir / (name + '-schedule')}"]
+        return self._start(name, args, extra_env)
+
+    def manage(self, *argv: str, extra_env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
+        return subprocess.run([sys.executable, "manage.py", *argv], cwd=ROOT, env=child_env(**(extra_env or {})),
+                              capture_output=True, text=True, timeout=timeout)
+
+    def _start(self, name: str, args: list[str], extra_env: dict | None) -> Proc:
+        # Children must see every row this process wrote: no open transaction may hide them.
+        connection.close()
+        proc = Proc(name, args, child_env(**(extra_env or {})), self.log_dir)
+        self.procs.append(proc)
+        return proc
+
+    def stop_all(self) -> None:
+        for proc in reversed(self.procs):
+            proc.stop()
+        self.procs.clear()
+
+    def logs(self) -> str:
+        return "\n".join(f"===== {p.name}\n{p.log()[-6000:]}" for p in self.procs)
+
+
+def wait_for(predicate: Callable[[], object], *, timeout: float, interval: float = 0.2, what: str = "condition"):
+    """Poll until predicate() is truthy; return its value, or fail after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        value = predicate()
+        if value:
+            return value
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(interval)
