@@ -1,6 +1,7 @@
 """Operator commands: `manage.py harness rules import|export`, `runs`, `records`, `fire`, `demo`."""
 
 import json
+import secrets
 import sys
 from pathlib import Path
 
@@ -43,6 +44,7 @@ class Command(BaseCommand):
         fire.add_argument("--actor", default="cli")
 
         sub.add_parser("demo", help="install the demo rules (idempotent)")
+        sub.add_parser("admin-login", help="create the admin user on first use and print its login")
 
     def handle(self, *args, command, **opts):
         getattr(self, f"_{command}")(**opts)
@@ -69,6 +71,23 @@ class Command(BaseCommand):
 
     def _demo(self, **opts):
         self._import(DEMO_RULES.read_text())
+
+    def _admin_login(self, **opts):
+        from django.conf import settings
+        from django.contrib.auth import get_user_model
+
+        secret = Path(settings.VAR_DIR) / "admin-password.txt"
+        users = get_user_model().objects
+        if not users.filter(username="admin").exists():
+            password = secrets.token_urlsafe(12)
+            users.create_superuser("admin", "admin@localhost", password)
+            secret.parent.mkdir(parents=True, exist_ok=True)
+            secret.write_text(password + "\n")
+            secret.chmod(0o600)
+        if secret.exists():
+            self.stdout.write(f"admin login: admin / {secret.read_text().strip()}  (stored in {secret})")
+        else:
+            self.stdout.write("admin user exists; set its password with: python manage.py changepassword admin")
 
     def _runs(self, *, as_json, limit, rule, **opts):
         rows = [
