@@ -1,5 +1,6 @@
 """Settings, all from the environment (django-environ). A mistyped value fails at start-up."""
 
+import os
 from pathlib import Path
 
 import environ
@@ -91,11 +92,12 @@ USE_TZ = True
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
 
-ADMINS = [tuple(a.split(":", 1)) for a in env.list("ADMINS", default=[])]
+# "Name:email" or a bare address.
+ADMINS = [tuple(a.split(":", 1)) if ":" in a else ("", a) for a in env.list("ADMINS", default=[])]
 SERVER_EMAIL = env.str("SERVER_EMAIL", default="harness@localhost")
 EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
 if env.str("EMAIL_URL", default=""):
-    vars().update(env.email_url("EMAIL_URL"))
+    globals().update(env.email_url("EMAIL_URL"))
 
 # --- Celery -----------------------------------------------------------------------------
 # The embedded broker is Celery's file-system transport: nothing to install, one machine only.
@@ -120,6 +122,12 @@ CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
+# Ticks and sweeps get a queue of their own, served by a small dedicated worker (see Procfile),
+# so long agent runs that occupy every pool process cannot stall the scheduler.
+CELERY_TASK_DEFAULT_QUEUE = "celery"
+CONTROL_QUEUE = "harness_control"
+CELERY_TASK_QUEUES = {"celery": {}, CONTROL_QUEUE: {}}
+CELERY_TASK_ROUTES = {"runs.scheduler_tick": {"queue": CONTROL_QUEUE}, "runs.sweep": {"queue": CONTROL_QUEUE}}
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 # How often beat re-reads the periodic-task table (edits in the admin take effect within this).
 CELERY_BEAT_MAX_LOOP_INTERVAL = env.int("HARNESS_BEAT_MAX_LOOP_INTERVAL", default=5)
@@ -136,6 +144,15 @@ HARNESS = {
     "MAX_SLOTS_PER_TICK": env.int("HARNESS_MAX_SLOTS_PER_TICK", default=1000),
     "ADMIN_BASE_URL": env.str("HARNESS_ADMIN_BASE_URL", default="http://127.0.0.1:8000"),
 }
+
+# A mistyped HARNESS_* variable would otherwise be ignored silently.
+_KNOWN_HARNESS_VARS = {
+    "HARNESS_TICK_SECONDS", "HARNESS_SWEEP_SECONDS", "HARNESS_MAX_SLOTS_PER_TICK", "HARNESS_ADMIN_BASE_URL",
+    "HARNESS_BEAT_MAX_LOOP_INTERVAL", "HARNESS_BROKER_DIR", "HARNESS_TEST_SQLITE", "HARNESS_PORT",
+}
+_unknown = sorted(k for k in os.environ if k.startswith("HARNESS_") and k not in _KNOWN_HARNESS_VARS)
+if _unknown:
+    raise environ.ImproperlyConfigured(f"unknown setting(s) {', '.join(_unknown)}; see .env.example")
 
 LOGGING = {
     "version": 1,

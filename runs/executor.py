@@ -105,7 +105,9 @@ def _call_skill(run: TaskRun, attempt: Attempt, worker: str, clock: Clock) -> tu
     try:
         return registry.get(run.skill).fn(ctx), None
     except Exception as exc:  # any skill failure becomes a classified attempt outcome
-        logger.warning("run %s attempt %s failed: %s", run.id, attempt.number, exc, exc_info=True)
+        # A known error kind is expected operation; only an unclassified one needs its traceback.
+        logger.warning("run %s attempt %s failed: %s", run.id, attempt.number, exc,
+                       exc_info=not isinstance(exc, SkillError))
         return None, exc
 
 

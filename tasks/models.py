@@ -138,7 +138,7 @@ class TriggerRule(models.Model):
             try:
                 schedule.validate_spec(self.schedule_spec())
             except schedule.ScheduleError as exc:
-                field = exc.field if exc.field in {"cron", "timezone", "interval_seconds", "run_at"} else "kind"
+                field = exc.field if exc.field in {"cron", "timezone", "interval_seconds", "run_at", "dst_gap", "dst_repeat"} else "kind"
                 errors.setdefault(field, []).append(exc.message)
         try:
             keys.validate_template(self.dedupe_key_template, params=self.params if isinstance(self.params, dict) else {})

@@ -86,9 +86,7 @@ def validate_timezone(name: str) -> ZoneInfo:
     if bad or name not in _iana_names():
         hint = next((n for n in _iana_names() if n.lower() == name.lower()), None)
         extra = f'; did you mean "{hint}"?' if hint and not bad else ""
-        raise ScheduleError(
-            "timezone", f'"{name}" is not a known zone: use {TZ_EXAMPLE}{extra}'
-        )
+        raise ScheduleError("timezone", f'"{name}" is not a known zone: use {TZ_EXAMPLE}{extra}')
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as exc:
@@ -148,32 +146,30 @@ def validate_spec(spec: ScheduleSpec) -> None:
         raise ScheduleError("dst_gap", f'"{spec.dst_gap}" is not one of {allowed}')
     if spec.dst_repeat not in DST_REPEAT_POLICIES:
         allowed = ", ".join(DST_REPEAT_POLICIES)
-        raise ScheduleError(
-            "dst_repeat", f'"{spec.dst_repeat}" is not one of {allowed}'
-        )
+        raise ScheduleError("dst_repeat", f'"{spec.dst_repeat}" is not one of {allowed}')
     if spec.kind == "cron":
         validate_cron(spec.cron)
     elif spec.kind == "interval":
         n = spec.interval_seconds
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ScheduleError(
-                "interval_seconds", f"must be a whole number >= 1, not {n!r}"
-            )
+            raise ScheduleError("interval_seconds", f"must be a whole number >= 1, not {n!r}")
     elif not isinstance(spec.run_at, datetime) or _is_naive(spec.run_at):
         raise ScheduleError("run_at", "must be an aware datetime (with a timezone)")
 
 
 def next_slot(spec: ScheduleSpec, after: datetime) -> datetime | None:
-    """First slot strictly after `after`, in UTC; None when there is none."""
+    """First slot strictly after `after`, in UTC.
+
+    None means there is none: a one-time rule already past, or a cron with no
+    slot within LOOKAHEAD (e.g. only non-existent wall times under "skip").
+    """
     _require_aware(after=after)
     for slot, _note in _slots(spec, after, _far(after)):
         return slot
     return None
 
 
-def slots_between(
-    spec: ScheduleSpec, after: datetime, until: datetime, limit: int | None = None
-) -> list[datetime]:
+def slots_between(spec: ScheduleSpec, after: datetime, until: datetime, limit: int | None = None) -> list[datetime]:
     """Slots with after < slot <= until, ascending, UTC, at most the first `limit`."""
     _require_aware(after=after, until=until)
     if limit is not None and limit < 0:
