@@ -9,6 +9,8 @@ from django.urls import reverse
 from .models import DeadLetter
 
 log = logging.getLogger("harness.alerts")
+# What every final-failure alert carries; the rule lint checks run_id and biz_key are among them.
+ALERT_FIELDS = frozenset({"run_id", "biz_key", "rule", "error_kind", "link"})
 
 
 def alert_final_failure(*, ticket: DeadLetter, reason: str) -> None:
@@ -39,3 +41,20 @@ def alert_final_failure(*, ticket: DeadLetter, reason: str) -> None:
         mail_admins(subject, body, fail_silently=False)
     except Exception:  # the alert was logged above; mail is best effort
         log.exception("mail_admins failed for run_id=%s biz_key=%s", ticket.run_id, ticket.biz_key)
+
+
+def alert_slot_expired(*, rule_name: str, slot, missing: list[str], now) -> None:
+    """A slot waited for its readiness flags until the deadline and expired. Never raises."""
+    subject = f"[harness] rule {rule_name} slot {slot:%Y-%m-%dT%H:%M:%SZ} expired: dependencies not ready"
+    body = (
+        f"rule:     {rule_name}\n"
+        f"slot:     {slot.isoformat()}\n"
+        f"missing:  {', '.join(missing) or '-'}\n"
+        f"expired:  {now.isoformat()}\n"
+        f"explain:  python manage.py harness explain {rule_name} {slot.isoformat()}\n"
+    )
+    log.error("slot expired not ready rule=%s slot=%s missing=%s", rule_name, slot.isoformat(), ",".join(missing))
+    try:
+        mail_admins(subject, body, fail_silently=False)
+    except Exception:  # the alert was logged above; mail is best effort
+        log.exception("mail_admins failed for rule=%s slot=%s", rule_name, slot.isoformat())

@@ -1,5 +1,6 @@
 """Dead-letter tickets: what a human needs to act on a run that failed for good."""
 
+from django.conf import settings
 from django.db import models
 from django.db.models import Q
 
@@ -21,7 +22,15 @@ class DeadLetter(models.Model):
     error_kind = models.CharField(max_length=40)
     last_error_digest = models.CharField(max_length=16)
     last_error = models.TextField(blank=True)
+    raw_output = models.TextField(blank=True, help_text="The model's raw output, when it failed validation.")
     state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING_MANUAL)
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
+        help_text="Who on call is handling this ticket.",
+    )
+    note = models.TextField(blank=True, help_text="Why it was closed, or what was done.")
+    replayed_at = models.DateTimeField(null=True, blank=True)
+    closed_at = models.DateTimeField(null=True, blank=True)
     created_at = models.DateTimeField()
     updated_at = models.DateTimeField(auto_now=True)
 
@@ -36,6 +45,11 @@ class DeadLetter(models.Model):
         indexes = [
             # The desk's open backlog.
             models.Index(fields=["-created_at"], condition=Q(state="pending_manual"), name="deadletter_open_idx"),
+        ]
+        permissions = [
+            ("replay_deadletter", "Can replay a dead letter"),
+            ("close_deadletter", "Can close a dead letter"),
+            ("assign_deadletter", "Can assign a dead letter"),
         ]
 
     def __str__(self) -> str:

@@ -32,9 +32,76 @@ def deadletter_open(*, run: TaskRun, error: ClassifiedError, reason: str, now: d
                 error_kind=error.kind,
                 last_error_digest=error.digest,
                 last_error=error.message,
+                raw_output=error.raw_output,
                 created_at=now,
             )
     except IntegrityError:
         return DeadLetter.objects.get(run=run, state=DeadLetter.State.PENDING_MANUAL)
     transaction.on_commit(lambda: alert_final_failure(ticket=ticket, reason=reason))
     return ticket
+
+
+class DeadLetterError(ValueError):
+    """A desk action that cannot be done, with the reason to show on-call."""
+
+
+def deadletter_replay(*, ticket_id: int, actor, now: datetime, reason: str = "") -> bool:
+    """Replay with the original biz_key: the same run gets a new attempt (back to pending, due now).
+
+    Compare-and-set on the ticket state: only an open ticket moves to replayed, so a double-click or
+    two on-call replaying at once queue ONE replay; the loser gets False. The run keeps its biz_key,
+    so the unique constraint keeps holding. Raises DeadLetterError if the run is no longer failed
+    (retried from the run page meanwhile); nothing is changed then.
+    """
+    from audit.models import AuditEntry
+    from audit.services import audit_record
+    from runs.dispatch import run_dispatch_on_commit
+
+    with transaction.atomic():
+        if not DeadLetter.objects.filter(id=ticket_id, state=DeadLetter.State.PENDING_MANUAL).update(
+            state=DeadLetter.State.REPLAYED, replayed_at=now, updated_at=now
+        ):
+            return False
+        ticket = DeadLetter.objects.select_related("run").get(id=ticket_id)
+        # A fresh retry window for the new attempt; attempt numbers go on from the last one.
+        moved = TaskRun.objects.filter(id=ticket.run_id, state=TaskRun.State.FAILED).update(
+            state=TaskRun.State.PENDING, run_after=now, finish_at=None, first_failure_at=None
+        )
+        if not moved:
+            raise DeadLetterError(f"run {ticket.run_id} is {ticket.run.get_state_display().lower()}, not failed")
+        audit_record(actor=actor, action=AuditEntry.Action.DEADLETTER_REPLAY, target=ticket, now=now, reason=reason,
+                     label=ticket.biz_key, details={"run_id": ticket.run_id})
+        run_dispatch_on_commit(run_ids=[ticket.run_id], now=now)
+    return True
+
+
+def deadletter_close(*, ticket_id: int, actor, now: datetime, note: str) -> bool:
+    """Close an open ticket with a note saying why. False: it was not open."""
+    from audit.models import AuditEntry
+    from audit.services import audit_record
+
+    if not (note or "").strip():
+        raise DeadLetterError("A note is required to close a ticket.")
+    with transaction.atomic():
+        if not DeadLetter.objects.filter(id=ticket_id, state=DeadLetter.State.PENDING_MANUAL).update(
+            state=DeadLetter.State.CLOSED, closed_at=now, note=note, updated_at=now
+        ):
+            return False
+        ticket = DeadLetter.objects.get(id=ticket_id)
+        audit_record(actor=actor, action=AuditEntry.Action.DEADLETTER_CLOSE, target=ticket, now=now, reason=note,
+                     label=ticket.biz_key, details={"run_id": ticket.run_id})
+    return True
+
+
+def deadletter_assign(*, ticket_id: int, owner, actor, now: datetime, reason: str = "") -> bool:
+    """Give a ticket an owner (None: unassign). False: no such ticket."""
+    from audit.models import AuditEntry
+    from audit.services import audit_record
+
+    with transaction.atomic():
+        if not DeadLetter.objects.filter(id=ticket_id).update(owner=owner, updated_at=now):
+            return False
+        ticket = DeadLetter.objects.get(id=ticket_id)
+        audit_record(actor=actor, action=AuditEntry.Action.DEADLETTER_ASSIGN, target=ticket, now=now, reason=reason,
+                     label=ticket.biz_key, details={"owner": owner.get_username() if owner else None})
+    return True

@@ -26,9 +26,11 @@ INSTALLED_APPS = [
     "django.contrib.messages",
     "django.contrib.staticfiles",
     "django_celery_beat",
+    "simple_history",
     "tasks",
     "runs",
     "deadletters",
+    "audit",
 ]
 
 MIDDLEWARE = [
@@ -39,7 +41,11 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Puts the request's user on rule history rows (django-simple-history).
+    "simple_history.middleware.HistoryRequestMiddleware",
 ]
+# Reverting a rule from its history would skip the form's validation; edit the rule instead.
+SIMPLE_HISTORY_REVERT_DISABLED = True
 
 ROOT_URLCONF = "harness_site.urls"
 WSGI_APPLICATION = "harness_site.wsgi.application"
@@ -104,13 +110,15 @@ if env.str("EMAIL_URL", default=""):
 BROKER_DIR = Path(env.str("HARNESS_BROKER_DIR", default=str(VAR_DIR / "broker")))
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("queue", "processed"):
+    for sub in ("queue", "processed", "control"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         "data_folder_in": str(BROKER_DIR / "queue"),
         "data_folder_out": str(BROKER_DIR / "queue"),
         "processed_folder": str(BROKER_DIR / "processed"),
         "store_processed": False,
+        # Broadcast/pidbox files too, so nothing lands in the working directory.
+        "control_folder": str(BROKER_DIR / "control"),
     }
 CELERY_TIMEZONE = "UTC"
 CELERY_ENABLE_UTC = True
@@ -127,7 +135,11 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 CELERY_TASK_DEFAULT_QUEUE = "celery"
 CONTROL_QUEUE = "harness_control"
 CELERY_TASK_QUEUES = {"celery": {}, CONTROL_QUEUE: {}}
-CELERY_TASK_ROUTES = {"runs.scheduler_tick": {"queue": CONTROL_QUEUE}, "runs.sweep": {"queue": CONTROL_QUEUE}}
+CELERY_TASK_ROUTES = {"runs.scheduler_tick": {"queue": CONTROL_QUEUE}, "runs.sweep": {"queue": CONTROL_QUEUE},
+                      "tasks.sensors_scan": {"queue": CONTROL_QUEUE}}
+# Celery's Django fixup closes the database connection around every task unless this is set;
+# reusing it halves the cost of a short run (measured: 16.5 ms -> 6.4 ms start-to-finish p50).
+CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 # How often beat re-reads the periodic-task table (edits in the admin take effect within this).
 CELERY_BEAT_MAX_LOOP_INTERVAL = env.int("HARNESS_BEAT_MAX_LOOP_INTERVAL", default=5)
@@ -140,8 +152,12 @@ HARNESS = {
     # Seconds between scheduler ticks; the data migration installs the beat entry with it.
     "TICK_SECONDS": env.int("HARNESS_TICK_SECONDS", default=1),
     "SWEEP_SECONDS": env.int("HARNESS_SWEEP_SECONDS", default=1),
+    # Seconds between file-sensor scans (beat entry "harness: file sensors").
+    "SENSOR_SECONDS": env.int("HARNESS_SENSOR_SECONDS", default=30),
     # Upper bound on slots one rule may materialise per tick (bounded catch-up work).
     "MAX_SLOTS_PER_TICK": env.int("HARNESS_MAX_SLOTS_PER_TICK", default=1000),
+    # Decisions ("why didn't it run") older than this are deleted by the sweeper (bounded retention).
+    "DECISION_RETENTION_DAYS": env.int("HARNESS_DECISION_RETENTION_DAYS", default=90),
     "ADMIN_BASE_URL": env.str("HARNESS_ADMIN_BASE_URL", default="http://127.0.0.1:8000"),
 }
 
@@ -149,6 +165,7 @@ HARNESS = {
 _KNOWN_HARNESS_VARS = {
     "HARNESS_TICK_SECONDS", "HARNESS_SWEEP_SECONDS", "HARNESS_MAX_SLOTS_PER_TICK", "HARNESS_ADMIN_BASE_URL",
     "HARNESS_BEAT_MAX_LOOP_INTERVAL", "HARNESS_BROKER_DIR", "HARNESS_TEST_SQLITE", "HARNESS_PORT",
+    "HARNESS_SENSOR_SECONDS", "HARNESS_DECISION_RETENTION_DAYS",
 }
 _unknown = sorted(k for k in os.environ if k.startswith("HARNESS_") and k not in _KNOWN_HARNESS_VARS)
 if _unknown:

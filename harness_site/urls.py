@@ -1,7 +1,10 @@
 from django.contrib import admin
 from django.urls import path
 
+from runs.dashboard_view import dashboard_view
 from runs.views import healthz
+from tasks.api import flags_clear_view, flags_list_view, flags_set_view, ping_view
+from tasks.webhooks import webhook
 
 admin.site.site_header = "Agent Harness"
 admin.site.site_title = "Agent Harness"
@@ -9,5 +12,16 @@ admin.site.index_title = "Operations"
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    # Before admin/, so the admin's catch-all does not take it; admin_view requires a staff login.
+    path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="harness-dashboard"),
     path("admin/", admin.site.urls),
+    # Readiness flags and heartbeat pings (tasks/api.py): token or session, JSON refusals.
+    path("api/flags", flags_list_view, name="api-flags"),
+    path("api/flags/set", flags_set_view, name="api-flags-set"),
+    path("api/flags/clear", flags_clear_view, name="api-flags-clear"),
+    path("api/rules/<str:rule>/ping", ping_view, name="api-rule-ping"),
+    # Any source name reaches the view, so an unknown one gets a JSON refusal, not an HTML 404;
+    # without the slash too, since a POST cannot follow an APPEND_SLASH redirect.
+    path("hooks/<str:source>/", webhook, name="event-webhook"),
+    path("hooks/<str:source>", webhook),
 ]

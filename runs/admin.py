@@ -1,6 +1,9 @@
 from django.contrib import admin
 
-from .models import Attempt, Decision, Lease, SchedulerTick, TaskRun
+from .admin_desk import LeaseDeskMixin, RunDeskMixin  # also registers the live run leases desk
+from .catchup_gate import CatchupApprovalMixin
+from .models import Attempt, Decision, Lease, SchedulerTick, SlotHold, TaskRun
+from .step_admin import ActionProposalInline, ExternalCallInline, RunStepInline
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -28,16 +31,16 @@ class AttemptInline(admin.TabularInline):
 
 
 @admin.register(TaskRun)
-class TaskRunAdmin(ReadOnlyAdmin):
+class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
     list_display = ("id", "biz_key", "rule_name", "source", "state", "attempts", "slot", "trigger_at",
                     "start_at", "finish_at", "dedupe_hits", "last_error_kind")
     list_filter = ("state", "source", "rule_name", "last_error_kind")
     search_fields = ("=id", "biz_key")
     date_hierarchy = "trigger_at"
-    inlines = [AttemptInline]
+    inlines = [AttemptInline, RunStepInline, ExternalCallInline, ActionProposalInline]
     fieldsets = (
         (None, {"fields": ("biz_key", "rule", "rule_name", "rule_version", "skill", "state", "source",
-                           "triggered_by", "executed_by")}),
+                           "triggered_by", "identity", "executed_by", "object_key", "approved_by", "approved_at")}),
         ("Timeline", {"fields": ("slot", "trigger_at", "start_at", "finish_at", "run_after", "dispatched_at",
                                  "attempts", "first_failure_at", "dedupe_hits")}),
         ("Lease", {"fields": ("lease_owner", "lease_expires_at", "fence")}),
@@ -50,10 +53,19 @@ class DecisionAdmin(ReadOnlyAdmin):
     list_display = ("rule", "slot", "reason", "created_at")
     list_filter = ("reason", "rule")
     date_hierarchy = "slot"
+    readonly_fields = ("rule", "slot", "reason", "details", "created_at")
+
+
+@admin.register(SlotHold)
+class SlotHoldAdmin(ReadOnlyAdmin):
+    """Slots waiting for readiness or buffered behind a run; each becomes a run or a decision."""
+
+    list_display = ("rule", "slot", "reason", "recheck_at", "deadline", "checks", "created_at")
+    list_filter = ("reason", "rule")
 
 
 @admin.register(Lease)
-class LeaseAdmin(ReadOnlyAdmin):
+class LeaseAdmin(LeaseDeskMixin, ReadOnlyAdmin):
     list_display = ("key", "owner", "token", "acquired_at", "expires_at")
     search_fields = ("key", "owner")
 

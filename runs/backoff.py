@@ -36,7 +36,10 @@ def backoff_delay(policy: RetryPolicy, attempt: int, draw: float) -> float:
     min(base^attempt, max delay) × a factor from the jitter range, then capped again so that a
     factor above 1 can never push one delay past the cap.
     """
-    raw = min(policy.backoff_base_seconds**attempt, policy.max_delay_seconds)
+    try:
+        raw = min(policy.backoff_base_seconds**attempt, policy.max_delay_seconds)
+    except OverflowError:  # base**attempt beyond float range is far past any cap
+        raw = policy.max_delay_seconds
     factor = policy.jitter_min + (policy.jitter_max - policy.jitter_min) * draw
     return min(raw * factor, policy.max_delay_seconds)
 

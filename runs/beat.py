@@ -9,6 +9,7 @@ from django.conf import settings
 BEAT_ENTRIES = (
     ("harness: scheduler tick", "runs.scheduler_tick", "TICK_SECONDS"),
     ("harness: sweeper", "runs.sweep", "SWEEP_SECONDS"),
+    ("harness: file sensors", "tasks.sensors_scan", "SENSOR_SECONDS"),
 )
 DESCRIPTION = "Installed by Agent Harness. Wakes the harness; the schedules themselves live in Trigger rules."
 

@@ -28,6 +28,10 @@ def run_claim(
     slot: datetime | None = None,
     run_after: datetime | None = None,
     dispatch: bool = True,
+    is_trial: bool = False,
+    identity: str = "",
+    object_key: str = "",
+    state: str | None = None,
 ) -> ClaimResult:
     """Insert the run, or count a dedupe hit on the run that already has this biz_key.
 
@@ -49,12 +53,16 @@ def run_claim(
                 trigger_at=now,
                 run_after=run_after or now,
                 payload=payload,
+                is_trial=is_trial,
+                identity=identity,
+                object_key=object_key,
+                state=state or TaskRun.State.PENDING,
             )
     except IntegrityError:
         updated = TaskRun.objects.filter(biz_key=biz_key).update(dedupe_hits=F("dedupe_hits") + 1)
         if not updated:  # the conflict was not on biz_key: a real error
             raise
         return ClaimResult(run=TaskRun.objects.get(biz_key=biz_key), created=False)
-    if dispatch and run.run_after <= now:
+    if dispatch and run.run_after <= now and run.state == TaskRun.State.PENDING:
         run_dispatch_on_commit(run_ids=[run.id], now=now)
     return ClaimResult(run=run, created=True)

@@ -16,6 +16,8 @@ class ClassifiedError:
     kind: str
     message: str
     digest: str
+    # What a model actually said when its output was invalid; the dead-letter ticket shows it.
+    raw_output: str = ""
 
     @property
     def retryable(self) -> bool:
@@ -35,7 +37,9 @@ def classify(exc: BaseException) -> ClassifiedError:
     else:
         kind = ErrorKind.UNCLASSIFIED
     message = f"{type(exc).__name__}: {exc}"[:MAX_ERROR_TEXT]
-    return ClassifiedError(kind=kind, message=message, digest=fingerprint(kind, exc))
+    raw_output = getattr(exc, "raw_output", "")
+    raw_output = raw_output if isinstance(raw_output, str) else ""
+    return ClassifiedError(kind=kind, message=message, digest=fingerprint(kind, exc), raw_output=raw_output)
 
 
 def fingerprint(kind: str, exc: BaseException) -> str:

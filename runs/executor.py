@@ -12,10 +12,13 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
 
+from tasks.identities import identity_require
 from tasks.skills import ErrorKind, SkillContext, SkillError, registry
+from tasks.steps import RunParked
 
 from .backoff import RetryPolicy, decide_retry
 from .errors import ClassifiedError, classify
+from .leases import object_gate_enter, object_gate_exit
 from .models import Attempt, TaskRun
 
 log = logging.getLogger("harness.executor")
@@ -45,7 +48,19 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
     2. Run the skill in this thread while a second thread renews the lease.
     3. Write the outcome only if the fence still matches; otherwise the attempt is marked fenced.
     Returns "not_claimable" when another worker holds it, it is not due, or it has finished.
+    A run with an object key first takes that object's lease (runs/leases.py), so runs of one
+    object never execute at once; "object_busy" means it was pushed back for a later dispatch.
     """
+    gate = object_gate_enter(run_id=run_id, worker=worker, clock=clock)
+    if gate is not None and gate.held is None:
+        return ExecuteOutcome(run_id, "object_busy")
+    try:
+        return _execute_claimed(run_id=run_id, worker=worker, clock=clock, rand=rand)
+    finally:
+        object_gate_exit(gate, now=clock())
+
+
+def _execute_claimed(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], float]) -> ExecuteOutcome:
     claimed = _claim(run_id=run_id, worker=worker, now=clock())
     if claimed is None:
         return ExecuteOutcome(run_id, "not_claimable")
@@ -60,6 +75,10 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
         renewer.stop()
     if error is None:
         return _finish_success(run, attempt, result, now=clock())
+    if isinstance(error, RunParked):  # waiting for a human or a budget window, not a failure
+        from .parking import run_park
+
+        return run_park(run, attempt, error, now=clock())
     return _finish_failure(run, attempt, classify(error), now=clock(), draw=rand(), retry_after=_retry_after(error))
 
 
@@ -103,11 +122,14 @@ def _call_skill(run: TaskRun, attempt: Attempt, worker: str, clock: Clock) -> tu
         fenced=lambda: fenced(run_id=run.id, fence=run.fence),
     )
     try:
+        # Least privilege (invariant 8): the executing identity's allow-list is checked at run time too.
+        identity_require(identity=run.identity, skill=run.skill)
         return registry.get(run.skill).fn(ctx), None
     except Exception as exc:  # any skill failure becomes a classified attempt outcome
         # A known error kind is expected operation; only an unclassified one needs its traceback.
-        logger.warning("run %s attempt %s failed: %s", run.id, attempt.number, exc,
-                       exc_info=not isinstance(exc, SkillError))
+        logger.warning("run %s attempt %s %s: %s", run.id, attempt.number,
+                       "parked" if isinstance(exc, RunParked) else "failed", exc,
+                       exc_info=not isinstance(exc, SkillError | RunParked))
         return None, exc
 
 
@@ -197,9 +219,11 @@ def _fenced_update(run: TaskRun, **fields) -> bool:
 
 
 def _mark_fenced(attempt: Attempt, now: datetime) -> ExecuteOutcome:
-    Attempt.objects.filter(id=attempt.id, outcome=Attempt.Outcome.RUNNING).update(
-        outcome=Attempt.Outcome.FENCED, finished_at=now, error_kind=ErrorKind.LEASE_LOST
-    )
+    # Also over "lease_expired": the sweeper wrote that first, and "fenced" adds that the worker
+    # came back and tried to commit.
+    Attempt.objects.filter(
+        id=attempt.id, outcome__in=[Attempt.Outcome.RUNNING, Attempt.Outcome.LEASE_EXPIRED]
+    ).update(outcome=Attempt.Outcome.FENCED, finished_at=now, error_kind=ErrorKind.LEASE_LOST)
     log.warning("run %s attempt %s lost its lease; outcome discarded", attempt.run_id, attempt.number)
     return ExecuteOutcome(attempt.run_id, "fenced", "lease lost before commit")
 

@@ -30,4 +30,11 @@ def scheduler_tick_task() -> dict:
 
 @shared_task(name="runs.sweep", acks_late=False, ignore_result=True, expires=30)
 def sweep_task() -> dict:
-    return vars(sweeper.sweep(now=timezone.now()))
+    from .approvals import approval_expire_due
+    from .retention import decision_sweep
+
+    now = timezone.now()
+    result = vars(sweeper.sweep(now=now))
+    result["approvals_expired"] = approval_expire_due(now=now)
+    result["decisions_deleted"] = decision_sweep(now=now)
+    return result

@@ -14,6 +14,8 @@ class TaskRun(models.Model):
         SUCCEEDED = "succeeded", "Succeeded"
         FAILED = "failed", "Failed"
         CANCELLED = "cancelled", "Cancelled"
+        # Catch-up above the rule's approval threshold: not claimable until an operator approves.
+        AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
 
     class Source(models.TextChoices):
         SCHEDULER = "scheduler", "Scheduler"
@@ -21,6 +23,9 @@ class TaskRun(models.Model):
         MANUAL = "manual", "Manual"
         API = "api", "API"
         REPLAY = "replay", "Replay"
+        HEARTBEAT = "heartbeat", "Heartbeat overdue"
+        BACKFILL = "backfill", "Backfill"
+        EVENT = "event", "Event (webhook, queue, file, Python)"
 
     CLAIMABLE = (State.PENDING, State.WAITING_RETRY)
     FINISHED = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
@@ -47,6 +52,16 @@ class TaskRun(models.Model):
     last_error = models.TextField(blank=True)
     last_error_kind = models.CharField(max_length=40, blank=True)
     dedupe_hits = models.PositiveIntegerField(default=0, help_text="Triggers that found this run already there.")
+    # The executing identity (tasks.ServiceIdentity name) copied from the rule at trigger time; the
+    # executor checks its allow-list again before running the skill.
+    identity = models.CharField(max_length=100, blank=True)
+    # Runs with the same object key never execute at once: the executor holds Lease "object:<key>".
+    object_key = models.CharField(max_length=255, blank=True)
+    approved_by = models.CharField(max_length=150, blank=True)
+    approved_at = models.DateTimeField(null=True, blank=True)
+    # A trial run (admin "Trial run"): its biz_key lives in the "trial:" namespace, so it never
+    # dedupes against, or blocks, the real unit of work.
+    is_trial = models.BooleanField(default=False)
     # Last time a "execute run" message was sent; the sweeper re-sends only after a grace period.
     dispatched_at = models.DateTimeField(null=True, blank=True)
     # The run lease: who may execute it, until when, and the fencing token of the current holder.
@@ -63,6 +78,11 @@ class TaskRun(models.Model):
             models.CheckConstraint(
                 condition=~Q(state="running") | Q(lease_expires_at__isnull=False), name="run_running_has_lease"
             ),
+            # A run waiting for a human holds no lease, so nothing can execute it meanwhile.
+            models.CheckConstraint(
+                condition=~Q(state="awaiting_approval") | Q(lease_expires_at__isnull=True),
+                name="run_awaiting_approval_no_lease",
+            ),
         ]
         indexes = [
             # run_list_due (sweeper): claimable runs by run_after.
@@ -74,6 +94,18 @@ class TaskRun(models.Model):
             # admin and dashboard: recent runs of a rule.
             models.Index(fields=["rule", "-trigger_at"], name="run_rule_recent_idx"),
             models.Index(fields=["state", "-trigger_at"], name="run_state_recent_idx"),
+            # object_next_waiting (executor): the next claimable run of an object after a lease release.
+            models.Index(fields=["object_key", "run_after"], condition=~Q(object_key=""), name="run_object_idx"),
+            # dashboard: runs triggered in the last 24 h, by time alone.
+            models.Index(fields=["-trigger_at"], name="run_recent_idx"),
+            # skill_duration_p99s (rule lint): a skill's most recent succeeded runs.
+            models.Index(fields=["skill", "-finish_at"], condition=Q(state="succeeded"), name="run_skill_done_idx"),
+        ]
+        permissions = [
+            ("retry_run", "Can retry a run now"),
+            ("cancel_run", "Can cancel a run"),
+            ("force_release_lease", "Can force-release a lease"),
+            ("approve_catchup", "Can approve or reject catch-up runs"),
         ]
 
     def __str__(self) -> str:
@@ -84,6 +116,14 @@ class TaskRun(models.Model):
         return self.payload.get("policy", {})
 
 
+class RunLease(TaskRun):
+    """The live run leases desk: running runs and who holds them (a proxy, no table)."""
+
+    class Meta:
+        proxy = True
+        verbose_name = "live run lease"
+
+
 class Attempt(models.Model):
     class Outcome(models.TextChoices):
         RUNNING = "running", "Running"
@@ -92,6 +132,7 @@ class Attempt(models.Model):
         FAILED = "failed", "Failed for good"
         LEASE_EXPIRED = "lease_expired", "Lease expired (worker lost)"
         FENCED = "fenced", "Fenced out (lease taken)"
+        PARKED = "parked", "Parked: waiting for approval"
 
     run = models.ForeignKey(TaskRun, on_delete=models.CASCADE, related_name="attempt_set")
     number = models.PositiveIntegerField()
@@ -140,6 +181,13 @@ class Decision(models.Model):
         MISSED = "missed", "Missed beyond the catch-up window"
         SUPERSEDED = "superseded", "Superseded by a later slot (catch-up latest)"
         INVALID_RULE = "invalid_rule", "Rule could not be evaluated"
+        OUTSIDE_WINDOW = "outside_window", "Outside the start window or business hours"
+        CALENDAR = "calendar", "Excluded by the calendar (weekday or excluded date)"
+        NOT_READY = "not_ready", "Dependencies not ready (skip policy)"
+        NOT_READY_EXPIRED = "not_ready_expired", "Dependencies not ready by the deadline"
+        OVERLAP = "overlap", "A run of this rule was still active"
+        CATCHUP_CAPPED = "catchup_capped", "Missed, beyond the catch-up max count"
+        PAUSED = "paused", "Rule was paused"
 
     rule = models.ForeignKey("tasks.TriggerRule", on_delete=models.CASCADE, related_name="decisions")
     slot = models.DateTimeField()
@@ -150,6 +198,37 @@ class Decision(models.Model):
     class Meta:
         ordering = ["-slot"]
         constraints = [models.UniqueConstraint(fields=["rule", "slot"], name="decision_one_per_slot")]
+        # decision_sweep: retention deletes by age.
+        indexes = [models.Index(fields=["created_at"], name="decision_created_idx")]
+
+    def __str__(self) -> str:
+        return f"{self.rule_id}@{self.slot:%Y-%m-%dT%H:%M:%SZ}: {self.reason}"
+
+
+class SlotHold(models.Model):
+    """A due slot that is neither a run nor a decision yet: waiting for readiness (wait policy) or
+    buffered behind an active run (overlap buffer). The tick re-checks it at recheck_at; resolving
+    it deletes the row in the same transaction that creates the run or the decision (invariant 3)."""
+
+    class Reason(models.TextChoices):
+        NOT_READY = "not_ready", "Waiting for readiness flags"
+        OVERLAP = "overlap", "Buffered behind an active run"
+
+    rule = models.ForeignKey("tasks.TriggerRule", on_delete=models.CASCADE, related_name="holds")
+    slot = models.DateTimeField()
+    reason = models.CharField(max_length=20, choices=Reason.choices)
+    source = models.CharField(max_length=20, default="scheduler")
+    recheck_at = models.DateTimeField()
+    deadline = models.DateTimeField(null=True, blank=True)
+    checks = models.PositiveIntegerField(default=0)
+    details = models.JSONField(default=dict, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["recheck_at"]
+        constraints = [models.UniqueConstraint(fields=["rule", "slot"], name="hold_one_per_slot")]
+        # hold_list_due (tick): holds to re-check, by recheck_at.
+        indexes = [models.Index(fields=["recheck_at"], name="hold_due_idx")]
 
     def __str__(self) -> str:
         return f"{self.rule_id}@{self.slot:%Y-%m-%dT%H:%M:%SZ}: {self.reason}"
@@ -165,3 +244,7 @@ class SchedulerTick(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+# Step, external-call and proposal records live in their own module (issue 5).
+from .step_models import ActionProposal, ExternalCall, RunStep  # noqa: E402, F401

@@ -1,10 +1,17 @@
 from django.contrib import admin
+from simple_history.admin import SimpleHistoryAdmin
 
+from . import agent_admin  # noqa: F401  (registers the Agent admin)
+from .admin_desk import RuleDeskMixin
+from .guard_admin import GuardAdminMixin  # also registers flags, identities and API tokens
 from .models import DiagnosticRecord, TriggerRule
 
 
 @admin.register(TriggerRule)
-class TriggerRuleAdmin(admin.ModelAdmin):
+class TriggerRuleAdmin(GuardAdminMixin, RuleDeskMixin, SimpleHistoryAdmin):
+    """Rule pages: the desk mixin adds preview, lint and action buttons; SimpleHistoryAdmin adds the
+    version history with a field diff ("History" button)."""
+
     list_display = ("name", "enabled", "kind", "schedule_text", "timezone", "skill", "next_fire_at", "version")
     list_filter = ("enabled", "kind", "catchup", "timezone")
     search_fields = ("name", "skill", "reason")
@@ -13,7 +20,7 @@ class TriggerRuleAdmin(admin.ModelAdmin):
         (None, {"fields": ("name", "enabled", "reason")}),
         ("Schedule", {"fields": ("kind", "cron", "interval_seconds", "run_at", "timezone", "dst_gap", "dst_repeat")}),
         ("Dedupe", {"fields": ("dedupe_key_template",)}),
-        ("Skill", {"fields": ("skill", "params")}),
+        ("Skill", {"fields": ("skill", "params", "agent", "output_schema")}),
         ("Retry", {"fields": ("max_attempts", "backoff_base_seconds", "max_delay_seconds",
                               "max_retry_window_seconds", "jitter_min", "jitter_max")}),
         ("Lease", {"fields": ("lease_ttl_seconds",)}),
@@ -27,6 +34,8 @@ class TriggerRuleAdmin(admin.ModelAdmin):
             return rule.cron
         if rule.kind == TriggerRule.Kind.INTERVAL:
             return f"every {rule.interval_seconds}s"
+        if rule.kind == TriggerRule.Kind.EVENT:
+            return "on event: " + (", ".join(s.name for s in rule.sources.all()) or "no source yet")
         return f"once at {rule.run_at:%Y-%m-%d %H:%M:%S %Z}" if rule.run_at else "once"
 
 
@@ -41,3 +50,6 @@ class DiagnosticRecordAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False
+
+# Event intake: sources, deliveries, refusals, counters (issue 3, item 7).
+from . import event_admin  # noqa: E402, F401

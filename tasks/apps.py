@@ -6,5 +6,5 @@ class TasksConfig(AppConfig):
     verbose_name = "Trigger rules"
 
     def ready(self) -> None:
-        # Registers the built-in diagnostic skills with the registry.
-        from . import builtin_skills  # noqa: F401
+        # Registers the built-in diagnostic skills, the actions and the llm_json skill.
+        from . import actions, builtin_skills, llm_skills  # noqa: F401

@@ -47,6 +47,11 @@ def render(template: str, *, rule: str, slot: str, business_date: str, params: d
     """The biz_key for one unit of work. Params first, so the built-ins cannot be overridden."""
     values = {k: v for k, v in params.items() if isinstance(k, str)}
     values.update(rule=rule, slot=slot, business_date=business_date)
+    # The same checks as validate_template, for rules saved without it: "{rule.upper}" would render
+    # a repr with a memory address (a different key in every process), "{slot[99]}" would crash the tick.
+    for name in placeholders(template):
+        if name not in values:
+            raise KeyTemplateError(f"Unknown placeholder {{{name}}}.")
     key = template.format_map(values)
     if len(key) > MAX_KEY_LENGTH:
         raise KeyTemplateError(f"Rendered key is {len(key)} characters; the limit is {MAX_KEY_LENGTH}.")

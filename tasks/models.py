@@ -1,12 +1,15 @@
 """Definitions: trigger rules and the diagnostic side-effect table."""
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
-from django.core.validators import MinValueValidator
-from django.db import models
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
+from simple_history.models import HistoricalRecords
 
 from . import keys, schedule
+from .agent_models import Agent, rule_agent_errors  # noqa: F401  (Agent: a model of this app)
 from .skills import registry
 
 DEFAULT_LEASE_TTL_SECONDS = 300
@@ -18,10 +21,28 @@ class TriggerRule(models.Model):
         CRON = "cron", "Cron"
         INTERVAL = "interval", "Interval"
         ONCE = "once", "One time"
+        HEARTBEAT = "heartbeat", "Heartbeat: fire when no ping arrives in time"
+        EVENT = "event", "Event: fired by its trigger sources (webhook, queue, file)"
 
     class CatchUp(models.TextChoices):
         NONE = "none", "None: missed slots become decisions"
         LATEST = "latest", "Latest: run only the most recent missed slot within the max delay"
+        ALL = "all", "All: run every missed slot within the max delay (capped, paced, maybe gated)"
+
+    class NotReady(models.TextChoices):
+        WAIT = "wait", "Wait: re-check until the deadline, then expire with an alert"
+        SKIP = "skip", "Skip: record a decision"
+        FAIL = "fail", "Fail: a failed run with a dead-letter ticket"
+
+    class OutsideHours(models.TextChoices):
+        DEFER = "defer", "Defer to the next opening"
+        SKIP = "skip", "Skip: record a decision"
+        RUN = "run", "Run anyway"
+
+    class Overlap(models.TextChoices):
+        ALLOW = "allow", "Allow concurrent runs"
+        SKIP = "skip", "Skip while a run of this rule is active"
+        BUFFER = "buffer", "Buffer one: run once after the active one ends"
 
     class DstGap(models.TextChoices):
         SHIFT = "shift", "Shift to the first valid time after the gap"
@@ -53,6 +74,14 @@ class TriggerRule(models.Model):
     )
     skill = models.CharField(max_length=100, help_text="Registered skill name, e.g. harness.noop.")
     params = models.JSONField(default=dict, blank=True)
+    # The model binding the rule's skill calls (issue 5); PROTECT so a rule never loses its agent silently.
+    agent = models.ForeignKey(
+        "tasks.Agent", null=True, blank=True, on_delete=models.PROTECT, related_name="rules",
+        help_text="The agent (model binding) the skill calls, e.g. for llm_json.",
+    )
+    output_schema = models.JSONField(
+        null=True, blank=True, help_text="JSON Schema the model's output must validate against (llm_json)."
+    )
 
     max_attempts = models.PositiveIntegerField(default=3, validators=[MinValueValidator(1)])
     backoff_base_seconds = models.FloatField(default=2.0, validators=[MinValueValidator(1.0)])
@@ -67,15 +96,80 @@ class TriggerRule(models.Model):
         default=300, help_text="Slots older than this when first seen are recorded as missed."
     )
 
+    # --- Issue 3 guards: evaluated by tasks/evaluation.py (pure), applied by tasks/slots.py. ---
+    catchup_max_count = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Catch-up all: run at most this many missed slots (the most recent)."
+    )
+    catchup_spacing_seconds = models.PositiveIntegerField(
+        default=0, help_text="Minimum spacing between catch-up runs, so an outage is not replayed in one burst."
+    )
+    catchup_approval_threshold = models.PositiveIntegerField(
+        null=True, blank=True, help_text="Above this many missed slots, catch-up runs wait for approval in the admin."
+    )
+    depends_on = models.JSONField(
+        default=list, blank=True, help_text='Readiness flag names that must be set, e.g. ["pipeline.raw_data.ready"].'
+    )
+    depends_scope = models.CharField(
+        max_length=200, default="{business_date}", blank=True,
+        help_text="Scope the flags are looked up in; same placeholders as the dedupe key.",
+    )
+    not_ready_policy = models.CharField(max_length=10, choices=NotReady.choices, default=NotReady.WAIT)
+    ready_recheck_seconds = models.PositiveIntegerField(
+        default=300, validators=[MinValueValidator(1)], help_text="Wait policy: re-check readiness this often."
+    )
+    ready_deadline = models.TimeField(
+        null=True, blank=True, help_text="Wait policy: local time (rule zone) after which a waiting slot expires."
+    )
+    start_window_seconds = models.PositiveIntegerField(
+        null=True, blank=True, help_text="A run may start only within this long after its slot."
+    )
+    hours_start = models.TimeField(null=True, blank=True, help_text="Business hours start (rule zone).")
+    hours_end = models.TimeField(null=True, blank=True, help_text="Business hours end (rule zone), exclusive.")
+    outside_hours = models.CharField(max_length=10, choices=OutsideHours.choices, default=OutsideHours.DEFER)
+    weekdays = models.CharField(
+        max_length=60, blank=True, help_text='Allowed weekdays (rule zone), e.g. "mon-fri" or "mon,wed"; blank: all.'
+    )
+    excluded_dates = models.JSONField(
+        default=list, blank=True, help_text='Local dates with no runs, e.g. ["2026-12-25"].'
+    )
+    overlap = models.CharField(max_length=10, choices=Overlap.choices, default=Overlap.ALLOW)
+    object_key_template = models.CharField(
+        max_length=200, blank=True,
+        help_text="Runs with the same rendered object key never execute at once (object lease); blank: no limit.",
+    )
+    snapshot_fields = models.JSONField(
+        default=list, blank=True, help_text="Param names copied into each run's snapshot at trigger time."
+    )
+    identity = models.ForeignKey(
+        "tasks.ServiceIdentity", null=True, blank=True, on_delete=models.PROTECT, related_name="rules",
+        help_text="Executing identity; its allow-list must include the skill. Blank: unrestricted.",
+    )
+    heartbeat_every_seconds = models.PositiveIntegerField(
+        null=True, blank=True, validators=[MinValueValidator(1)], help_text="Heartbeat: a ping is expected this often."
+    )
+    heartbeat_grace_seconds = models.PositiveIntegerField(default=0, help_text="Heartbeat: extra time before firing.")
+    last_ping_at = models.DateTimeField(null=True, blank=True, editable=False)
+
     next_fire_at = models.DateTimeField(null=True, blank=True, editable=False)
     # The last slot the scheduler handled (run or decision); catch-up is computed from it.
     last_slot_at = models.DateTimeField(null=True, blank=True, editable=False)
     version = models.PositiveIntegerField(default=1, editable=False)
+    # Why the rule was last paused or resumed (the audit log keeps every reason; this is the latest).
+    pause_reason = models.CharField(max_length=500, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
+    # Version history with a field diff in the admin (django-simple-history). Queryset .update()
+    # calls (the scheduler advancing next_fire_at) write no history: only edits and actions do.
+    history = HistoricalRecords(excluded_fields=["next_fire_at", "last_slot_at", "updated_at"])
 
     class Meta:
         ordering = ["name"]
+        permissions = [
+            ("run_rule_now", "Can run a rule now"),
+            ("trial_run_rule", "Can trial-run a rule"),
+            ("pause_rule", "Can pause and resume a rule"),
+            ("backfill_rule", "Can backfill a rule"),
+        ]
         indexes = [
             # rule_list_due: the tick takes enabled rules by next_fire_at.
             models.Index(fields=["next_fire_at"], condition=Q(enabled=True), name="rule_due_idx"),
@@ -87,28 +181,51 @@ class TriggerRule(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    SCHEDULE_FIELDS = ("kind", "cron", "interval_seconds", "run_at", "timezone", "dst_gap", "dst_repeat", "enabled")
+    SCHEDULE_FIELDS = ("kind", "cron", "interval_seconds", "run_at", "timezone", "dst_gap", "dst_repeat", "enabled",
+                       "heartbeat_every_seconds", "heartbeat_grace_seconds")
 
     def save(self, *args, **kwargs) -> None:
         """Keep derived fields consistent: a changed rule gets a new version, and a changed schedule
         (or a rule switched back on) is read again from now, so paused time is not caught up."""
-        previous = type(self).objects.filter(pk=self.pk).first() if self.pk else None
-        schedule_changed = previous is None or any(
-            getattr(previous, f) != getattr(self, f) for f in self.SCHEDULE_FIELDS
-        )
-        if previous is not None and _editable_values(previous) != _editable_values(self):
-            self.version = previous.version + 1
-        if schedule_changed:
-            self.next_fire_at = schedule.next_slot(self.schedule_spec(), timezone.now()) if self.enabled else None
-            self.last_slot_at = None
-        super().save(*args, **kwargs)
+        with transaction.atomic():
+            # Locked, so a tick that advanced next_fire_at meanwhile is not rolled back by this save.
+            previous = type(self).objects.select_for_update().filter(pk=self.pk).first() if self.pk else None
+            schedule_changed = previous is None or any(
+                getattr(previous, f) != getattr(self, f) for f in self.SCHEDULE_FIELDS
+            )
+            if previous is not None and _editable_values(previous) != _editable_values(self):
+                self.version = previous.version + 1
+            if schedule_changed:
+                self.next_fire_at = self.first_fire_after(timezone.now()) if self.enabled else None
+                self.last_slot_at = None
+            else:
+                self.next_fire_at, self.last_slot_at = previous.next_fire_at, previous.last_slot_at
+            super().save(*args, **kwargs)
+
+    def first_fire_after(self, now):
+        """The next slot after `now`; a heartbeat rule fires when its ping is overdue, not on a clock."""
+        if self.kind == self.Kind.EVENT:
+            return None  # fired by its trigger sources (tasks/intake.py), never by the clock
+        if self.kind == self.Kind.HEARTBEAT:
+            if not self.heartbeat_every_seconds:
+                return None
+            return (self.last_ping_at or now) + self.heartbeat_deadline()
+        return schedule.next_slot(self.schedule_spec(), now)
+
+    def heartbeat_deadline(self):
+        from datetime import timedelta
+
+        return timedelta(seconds=(self.heartbeat_every_seconds or 0) + (self.heartbeat_grace_seconds or 0))
 
     def schedule_spec(self) -> schedule.ScheduleSpec:
+        # A heartbeat rule is read as an interval of its period for validation and slot labels;
+        # its slots come from pings (first_fire_after), never from the interval.
+        heartbeat = self.kind == self.Kind.HEARTBEAT
         return schedule.ScheduleSpec(
-            kind=self.kind,
+            kind="interval" if heartbeat else self.kind,
             timezone=self.timezone,
             cron=self.cron,
-            interval_seconds=self.interval_seconds,
+            interval_seconds=self.heartbeat_every_seconds if heartbeat else self.interval_seconds,
             run_at=self.run_at,
             dst_gap=self.dst_gap,
             dst_repeat=self.dst_repeat,
@@ -134,14 +251,27 @@ class TriggerRule(models.Model):
             errors.setdefault("interval_seconds", []).append("An interval rule needs interval seconds.")
         if self.kind == self.Kind.ONCE and not self.run_at:
             errors.setdefault("run_at", []).append("A one-time rule needs a run-at instant.")
-        if not errors:
+        if self.kind == self.Kind.HEARTBEAT and not self.heartbeat_every_seconds:
+            errors.setdefault("heartbeat_every_seconds", []).append("A heartbeat rule needs the expected ping period.")
+        if self.kind == self.Kind.EVENT:
+            try:  # an event rule has no schedule, but its zone still gives {business_date}
+                schedule.validate_timezone(self.timezone)
+            except schedule.ScheduleError as exc:
+                errors.setdefault("timezone", []).append(exc.message)
+        elif not errors:
             try:
                 schedule.validate_spec(self.schedule_spec())
             except schedule.ScheduleError as exc:
                 field = exc.field if exc.field in {"cron", "timezone", "interval_seconds", "run_at", "dst_gap", "dst_repeat"} else "kind"
                 errors.setdefault(field, []).append(exc.message)
         try:
-            keys.validate_template(self.dedupe_key_template, params=self.params if isinstance(self.params, dict) else {})
+            params = self.params if isinstance(self.params, dict) else {}
+            if self.kind == self.Kind.EVENT:
+                from .events import validate_key_template
+
+                validate_key_template(self.dedupe_key_template, params=params)
+            else:
+                keys.validate_template(self.dedupe_key_template, params=params)
         except keys.KeyTemplateError as exc:
             errors.setdefault("dedupe_key_template", []).append(str(exc))
         if not isinstance(self.params, dict):
@@ -149,10 +279,16 @@ class TriggerRule(models.Model):
         if self.skill and self.skill not in registry:
             known = ", ".join(sorted(registry.names()))
             errors.setdefault("skill", []).append(f"Unknown skill {self.skill!r}. Registered: {known}.")
+        for f, messages in rule_agent_errors(self).items():
+            errors.setdefault(f, []).extend(messages)
         if self.jitter_min is not None and self.jitter_max is not None and self.jitter_min > self.jitter_max:
             errors.setdefault("jitter_max", []).append("Jitter max must be at least jitter min.")
         if not (self.reason or "").strip():
             errors.setdefault("reason", []).append("Say why this rule is configured so.")
+        from .guards import guard_errors  # issue 3 guards: windows, calendar, readiness, identity
+
+        for field, messages in guard_errors(self).items():
+            errors.setdefault(field, []).extend(messages)
         if errors:
             raise ValidationError(errors)
 
@@ -175,3 +311,243 @@ class DiagnosticRecord(models.Model):
 
     class Meta:
         ordering = ["id"]
+
+
+class ReadinessFlag(models.Model):
+    """A named readiness flag, set for one scope (a business date such as 2026-12-01, or a key).
+
+    A rule that depends on the flag runs a slot only while the flag is set for the slot's scope.
+    Clearing a flag deletes its row; the set/clear history is in the log.
+    """
+
+    name = models.CharField(max_length=200, help_text="e.g. pipeline.raw_data.ready")
+    scope = models.CharField(max_length=200, help_text="Business date (YYYY-MM-DD) or key the flag holds for.")
+    set_at = models.DateTimeField()
+    set_by = models.CharField(max_length=150, blank=True)
+    note = models.CharField(max_length=500, blank=True)
+
+    class Meta:
+        ordering = ["name", "scope"]
+        constraints = [models.UniqueConstraint(fields=["name", "scope"], name="flag_unique_name_scope")]
+        # Kept here with the other readiness signals: pings feed heartbeat rules through the same API.
+        permissions = [("send_ping", "Can send heartbeat pings")]
+
+    def __str__(self) -> str:
+        return f"{self.name}@{self.scope}"
+
+
+class ServiceIdentity(models.Model):
+    """The identity a rule's runs execute as, with the skills it may run (least privilege)."""
+
+    name = models.SlugField(max_length=100, unique=True)
+    description = models.CharField(max_length=500, blank=True)
+    allowed_skills = models.JSONField(default=list, blank=True, help_text='Skill names, e.g. ["harness.noop"].')
+    enabled = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["name"]
+        verbose_name_plural = "service identities"
+
+    def __str__(self) -> str:
+        return self.name
+
+    def may_run(self, skill: str) -> bool:
+        return self.enabled and isinstance(self.allowed_skills, list) and skill in self.allowed_skills
+
+    def clean(self) -> None:
+        if not isinstance(self.allowed_skills, list) or not all(isinstance(s, str) for s in self.allowed_skills):
+            raise ValidationError({"allowed_skills": 'A JSON list of skill names, e.g. ["harness.noop"].'})
+        unknown = [s for s in self.allowed_skills if s not in registry]
+        if unknown:
+            raise ValidationError({"allowed_skills": f"Unknown skill {unknown[0]!r}. Registered: "
+                                   + ", ".join(registry.names()) + "."})
+
+
+class ApiToken(models.Model):
+    """A bearer token for the HTTP API; it acts with its user's permissions. Only the hash is stored."""
+
+    name = models.CharField(max_length=100)
+    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
+    token_hash = models.CharField(max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField()
+    last_used_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class TriggerSource(models.Model):
+    """Who may fire an event rule, and how its events are read (issue 3, item 7; docs/events.md).
+
+    The HMAC secret is never stored: `secret_env` names the environment variable that holds it,
+    so the database, the admin and the logs never see it.
+    """
+
+    class Kind(models.TextChoices):
+        WEBHOOK = "webhook", "Webhook: signed HTTP POST to /hooks/<name>/"
+        QUEUE = "queue", "Queue: Celery task tasks.event_intake"
+        FILE = "file", "File arrival: folder sensor"
+        PYTHON = "python", "Python: tasks.intake.event_intake()"
+
+    name = models.SlugField(max_length=100, unique=True, help_text="In the URL /hooks/<name>/ and {source} in keys.")
+    enabled = models.BooleanField(default=True)
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.WEBHOOK)
+    description = models.CharField(max_length=500, blank=True)
+    identity = models.CharField(
+        max_length=150, help_text="Who this source stands for; recorded as the run's triggered_by, e.g. svc:billing."
+    )
+    rule = models.ForeignKey(
+        TriggerRule, on_delete=models.PROTECT, related_name="sources", limit_choices_to={"kind": "event"},
+        help_text="The event rule each accepted event triggers.",
+    )
+    secret_env = models.CharField(
+        max_length=100, blank=True,
+        help_text="Webhook sources: NAME of the environment variable holding the HMAC secret (never the secret).",
+    )
+    object_id_path = models.CharField(max_length=200, default="object_id", help_text="Dotted payload path.")
+    action_path = models.CharField(max_length=200, default="action", help_text="Dotted payload path.")
+    version_path = models.CharField(max_length=200, default="version", help_text="Dotted payload path.")
+    snapshot_fields = models.JSONField(
+        default=list, blank=True,
+        help_text='Payload fields copied into the run at intake, e.g. ["amount", "customer.tier"].',
+    )
+    reference_fields = models.JSONField(
+        default=list, blank=True, help_text='Payload fields kept as references, e.g. ["document_url"]; not documents.'
+    )
+    max_body_bytes = models.PositiveIntegerField(
+        default=65536, validators=[MinValueValidator(1), MaxValueValidator(10 * 1024 * 1024)],
+        help_text="Larger bodies are refused unread (413).",
+    )
+    watch_dir = models.CharField(max_length=500, blank=True, help_text="File sources: absolute folder path.")
+    require_ready_marker = models.BooleanField(
+        default=False, help_text="File sources: only files with a <name>.ready marker next to them count."
+    )
+    settle_seconds = models.PositiveIntegerField(
+        default=5, help_text="File sources without a marker: the file must be unchanged this long."
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def mapping(self):
+        from .events import Mapping
+
+        return Mapping(
+            object_id_path=self.object_id_path, action_path=self.action_path, version_path=self.version_path,
+            snapshot_fields=tuple(self.snapshot_fields or ()), reference_fields=tuple(self.reference_fields or ()),
+        )
+
+    def secret(self) -> str | None:
+        import os
+
+        return (os.environ.get(self.secret_env) or None) if self.secret_env else None
+
+    def clean(self) -> None:
+        from pathlib import Path
+
+        from .events import ENV_NAME_RE, validate_field_paths
+
+        errors: dict[str, list[str]] = {}
+        if self.kind == self.Kind.WEBHOOK and not ENV_NAME_RE.fullmatch(self.secret_env or ""):
+            errors.setdefault("secret_env", []).append(
+                "A webhook source needs the NAME of an environment variable holding its secret, "
+                "e.g. HOOK_BILLING_SECRET."
+            )
+        if self.kind == self.Kind.FILE and not (self.watch_dir and Path(self.watch_dir).is_absolute()):
+            errors.setdefault("watch_dir", []).append("A file source needs an absolute folder path, e.g. /data/inbox.")
+        for field in ("snapshot_fields", "reference_fields"):
+            try:
+                validate_field_paths(getattr(self, field), field=field)
+            except ValueError as exc:
+                errors.setdefault(field, []).append(str(exc))
+        for field in ("object_id_path", "action_path", "version_path"):
+            try:
+                validate_field_paths([getattr(self, field)], field=field)
+            except ValueError as exc:
+                errors.setdefault(field, []).append(str(exc))
+        if self.rule_id and self.rule.kind != TriggerRule.Kind.EVENT:
+            errors.setdefault("rule", []).append(
+                f"Rule {self.rule.name!r} is a {self.rule.kind} rule; pick an event rule."
+            )
+        if errors:
+            raise ValidationError(errors)
+
+
+class EventDelivery(models.Model):
+    """An accepted event: which delivery, which business key, which run. Also the replay memory:
+    a delivery id is remembered per source by a unique constraint, not by a check."""
+
+    source = models.ForeignKey(TriggerSource, on_delete=models.CASCADE, related_name="deliveries")
+    # NULL, not "": callers that send no id must never collide on the unique constraint.
+    delivery_id = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    channel = models.CharField(max_length=10)
+    body_sha256 = models.CharField(max_length=64)
+    received_at = models.DateTimeField()
+    criteria = models.JSONField(default=dict)
+    biz_key = models.CharField(max_length=255)
+    # An id, not a foreign key: runs/ depends on tasks/, not the other way round.
+    run_id = models.BigIntegerField(null=True, blank=True)
+    run_created = models.BooleanField(help_text="False: the business event already had a run (dedupe hit).")
+
+    class Meta:
+        ordering = ["-received_at", "-id"]
+        verbose_name_plural = "event deliveries"
+        constraints = [
+            # NULL delivery ids (Python callers that send none) never collide.
+            models.UniqueConstraint(fields=["source", "delivery_id"], name="delivery_unique_per_source"),
+        ]
+        indexes = [models.Index(fields=["received_at"], name="delivery_received_idx")]  # event_records_prune
+
+    def __str__(self) -> str:
+        return f"{self.source_id}:{self.delivery_id or '-'}"
+
+
+class EventRefusal(models.Model):
+    """An event that was refused and not run, with the reason: "why didn't it run?" for events."""
+
+    source = models.ForeignKey(TriggerSource, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    source_name = models.CharField(max_length=100, help_text="The source as the sender named it.")
+    channel = models.CharField(max_length=10)
+    reason = models.CharField(max_length=40)
+    status = models.PositiveSmallIntegerField()
+    detail = models.TextField()
+    delivery_id = models.CharField(max_length=200, blank=True)
+    body_sha256 = models.CharField(max_length=64, blank=True)
+    body_bytes = models.PositiveBigIntegerField(null=True, blank=True)
+    remote_addr = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["created_at"], name="refusal_created_idx"),  # event_records_prune
+            models.Index(fields=["source_name", "-created_at"], name="refusal_source_recent_idx"),  # admin
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source_name}: {self.reason}"
+
+
+class EventMetric(models.Model):
+    """Counter of intake outcomes per source. Unknown source names share one row (source_name ""),
+    so a flood of made-up names cannot grow this table."""
+
+    source_name = models.CharField(max_length=100, blank=True)
+    outcome = models.CharField(max_length=40, help_text="accepted, duplicate, redelivery or a refusal reason.")
+    count = models.PositiveBigIntegerField(default=0)
+    last_at = models.DateTimeField()
+
+    class Meta:
+        ordering = ["source_name", "outcome"]
+        constraints = [models.UniqueConstraint(fields=["source_name", "outcome"], name="event_metric_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.source_name or '(unknown)'} {self.outcome}: {self.count}"

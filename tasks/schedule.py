@@ -47,6 +47,8 @@ CRON_MACROS = {
 # the host says", which is exactly what a rule must never depend on.
 NON_IANA_KEYS = frozenset({"localtime", "Factory", "posixrules"})
 TZ_EXAMPLE = 'an IANA zone name such as "Europe/Berlin"'
+# Longest interval accepted: slot arithmetic past year 9999 overflows datetime.
+MAX_INTERVAL_SECONDS = 10 * 366 * 24 * 3600
 
 Slot = tuple[datetime, str]  # (UTC instant, note explaining any DST handling)
 
@@ -153,8 +155,15 @@ def validate_spec(spec: ScheduleSpec) -> None:
         n = spec.interval_seconds
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
             raise ScheduleError("interval_seconds", f"must be a whole number >= 1, not {n!r}")
+        if n > MAX_INTERVAL_SECONDS:
+            raise ScheduleError("interval_seconds", f"must be at most {MAX_INTERVAL_SECONDS} (ten years), not {n}")
     elif not isinstance(spec.run_at, datetime) or _is_naive(spec.run_at):
         raise ScheduleError("run_at", "must be an aware datetime (with a timezone)")
+    else:
+        try:
+            spec.run_at.astimezone(UTC)
+        except OverflowError:
+            raise ScheduleError("run_at", "is out of range: give an instant before 9999-12-31 UTC") from None
 
 
 def next_slot(spec: ScheduleSpec, after: datetime) -> datetime | None:

@@ -11,7 +11,9 @@ from runs.claims import run_claim
 from runs.models import Decision, SchedulerTick, TaskRun
 
 from . import catchup, keys, schedule
+from .guards import rule_object_key, rule_snapshot
 from .models import TriggerRule
+from .slots import key_values
 
 log = logging.getLogger("harness.scheduler")
 
@@ -37,6 +39,10 @@ def scheduler_tick(*, now: datetime, max_slots: int | None = None) -> TickResult
     """
     max_slots = max_slots or settings.HARNESS["MAX_SLOTS_PER_TICK"]
     result = TickResult()
+    from .slots import holds_process
+
+    # Held slots first (readiness waits, overlap buffers): a slot that became ready runs this tick.
+    holds_process(now=now, result=result)
     while True:
         with transaction.atomic():
             # rule_list_due: served by rule_due_idx; O(due rules), not O(rules).
@@ -58,6 +64,11 @@ def scheduler_tick(*, now: datetime, max_slots: int | None = None) -> TickResult
 
 
 def _tick_rule(rule: TriggerRule, *, now: datetime, max_slots: int, result: TickResult) -> None:
+    from . import slots as slot_service
+
+    if rule.kind == TriggerRule.Kind.HEARTBEAT:
+        slot_service.heartbeat_tick(rule, now=now, result=result)
+        return
     spec = rule.schedule_spec()
     first = rule.next_fire_at
     assert first is not None and first <= now
@@ -71,18 +82,33 @@ def _tick_rule(rule: TriggerRule, *, now: datetime, max_slots: int, result: Tick
         max_delay=timedelta(seconds=rule.catchup_max_delay_seconds),
         grace=ON_TIME_GRACE,
         complete=complete,
+        max_count=rule.catchup_max_count,
     )
+    # Catch-up runs are paced (run_after spaced) and, above the threshold, wait for approval.
+    late = sum(1 for p in plans if p.action != catchup.RUN)
+    paced = catchup.pace([p.slot for p in plans if p.action == catchup.CATCHUP], now=now,
+                         spacing=timedelta(seconds=rule.catchup_spacing_seconds))
+    approval = catchup.needs_approval(late, threshold=rule.catchup_approval_threshold)
     for plan in plans:
         if plan.action in (catchup.RUN, catchup.CATCHUP):
             source = TaskRun.Source.SCHEDULER if plan.action == catchup.RUN else TaskRun.Source.CATCHUP
-            _claim_slot(rule, plan.slot, source=source, triggered_by=SCHEDULER_SOURCE, now=now, result=result)
+            # Guards (calendar, hours, window, readiness, overlap) may still turn it into a hold or a decision.
+            slot_service.slot_handle(rule, plan.slot, source=source, now=now, result=result,
+                                     run_after=paced.get(plan.slot),
+                                     approval=approval and plan.action == catchup.CATCHUP)
         else:
-            reason = Decision.Reason.MISSED if plan.action == catchup.MISSED else Decision.Reason.SUPERSEDED
+            reason = {catchup.MISSED: Decision.Reason.MISSED, catchup.SUPERSEDED: Decision.Reason.SUPERSEDED,
+                      catchup.CAPPED: Decision.Reason.CATCHUP_CAPPED}[plan.action]
             details = {"late_seconds": round((now - plan.slot).total_seconds(), 3), "catchup": rule.catchup,
-                       "max_delay_seconds": rule.catchup_max_delay_seconds}
+                       "max_delay_seconds": rule.catchup_max_delay_seconds, "max_count": rule.catchup_max_count}
             _record_decision(rule, plan.slot, reason=reason, details=details, now=now, result=result)
     last = slots[-1]
     TriggerRule.objects.filter(pk=rule.pk).update(last_slot_at=last, next_fire_at=schedule.next_slot(spec, last))
+
+
+def rule_identity(rule: TriggerRule) -> str:
+    """The executing identity a run records (and the executor re-checks); "" for an unrestricted rule."""
+    return rule.identity.name if rule.identity_id else ""
 
 
 def rule_render_key(rule: TriggerRule, slot: datetime) -> str:
@@ -98,15 +124,22 @@ def rule_render_key(rule: TriggerRule, slot: datetime) -> str:
 
 def rule_payload(rule: TriggerRule, slot: datetime | None) -> dict:
     """What the run keeps from the rule at trigger time, so later edits do not change it."""
-    payload = {"params": rule.params, "policy": rule.retry_policy(), "rule_version": rule.version}
+    payload = {"params": rule.params, "policy": rule.retry_policy(), "rule_version": rule.version,
+               "snapshot": rule_snapshot(rule)}
     if slot is not None:
         payload["slot_local"] = schedule.slot_label(rule.schedule_spec(), slot)
+    if rule.agent_id is not None:  # the model binding and output contract, as they were when triggered
+        payload["agent"] = rule.agent.name
+        payload["output_schema"] = rule.output_schema
     return payload
 
 
-def _claim_slot(rule, slot, *, source, triggered_by, now, result: TickResult) -> None:
+def _claim_slot(rule, slot, *, source, triggered_by, now, result: TickResult, run_after=None, state=None,
+                dispatch=True):
+    """Claim the slot's run; returns the run when this call created it, else None."""
     try:
         biz_key = rule_render_key(rule, slot)
+        object_key = rule_object_key(rule, values=key_values(rule, slot))
     except (keys.KeyTemplateError, KeyError, ValueError) as exc:
         # Never drop a slot silently: the rule cannot be evaluated, so say so for this slot.
         log.error("rule %s slot %s: cannot render business key: %s", rule.name, slot, exc)
@@ -122,11 +155,17 @@ def _claim_slot(rule, slot, *, source, triggered_by, now, result: TickResult) ->
         slot=slot,
         now=now,
         payload=rule_payload(rule, slot),
+        run_after=run_after,
+        dispatch=dispatch,
+        identity=rule_identity(rule),
+        object_key=object_key,
+        state=state,
     )
     if claim.created:
         result.claimed += 1
-    else:
-        result.dedupe_hits += 1
+        return claim.run
+    result.dedupe_hits += 1
+    return None
 
 
 def _record_decision(rule, slot, *, reason, details, now, result: TickResult) -> None:

@@ -12,17 +12,28 @@ from runs.claims import ClaimResult, run_claim
 from runs.models import TaskRun
 
 from . import schedule
+from .agent_io import agent_export, agent_resolve, agent_save, agent_stage
+from .guards import rule_object_key
 from .models import TriggerRule
-from .scheduler import rule_payload, rule_render_key
+from .scheduler import rule_identity, rule_payload, rule_render_key
+from .slots import key_values
 
 # Fields that travel in an export/import file, in the order they are written.
 EXPORT_FIELDS = (
     "name", "enabled", "reason", "kind", "cron", "interval_seconds", "run_at", "timezone", "dst_gap", "dst_repeat",
     "dedupe_key_template", "skill", "params", "max_attempts", "backoff_base_seconds", "max_delay_seconds",
     "max_retry_window_seconds", "jitter_min", "jitter_max", "lease_ttl_seconds", "catchup",
-    "catchup_max_delay_seconds",
+    "catchup_max_delay_seconds", "agent", "output_schema",
+    "catchup_max_count", "catchup_spacing_seconds", "catchup_approval_threshold", "depends_on", "depends_scope",
+    "not_ready_policy", "ready_recheck_seconds", "ready_deadline", "start_window_seconds", "hours_start",
+    "hours_end", "outside_hours", "weekdays", "excluded_dates", "overlap", "object_key_template",
+    "snapshot_fields", "identity", "heartbeat_every_seconds", "heartbeat_grace_seconds",
 )
+# Local times of day, written as "HH:MM:SS".
+TIME_FIELDS = ("ready_deadline", "hours_start", "hours_end")
 REQUIRED_IMPORT_FIELDS = ("name", "reason", "kind", "timezone", "skill")
+# Business keys of trial runs start with this, so trials and real runs never share a key.
+TRIAL_PREFIX = "trial:"
 
 
 class RuleImportError(ValueError):
@@ -43,8 +54,13 @@ def rule_export() -> dict:
     for rule in TriggerRule.objects.order_by("name"):
         data = {f: getattr(rule, f) for f in EXPORT_FIELDS}
         data["run_at"] = rule.run_at.isoformat() if rule.run_at else None
+        data["agent"] = rule.agent.name if rule.agent_id else None
+        data["identity"] = rule.identity.name if rule.identity_id else None
+        for f in TIME_FIELDS:
+            data[f] = data[f].isoformat() if data[f] else None
         rules.append(data)
-    return {"version": 1, "rules": rules}
+    agents = agent_export()
+    return {"version": 1, "agents": agents, "rules": rules} if agents else {"version": 1, "rules": rules}
 
 
 def rule_import(text: str) -> ImportResult:
@@ -58,7 +74,7 @@ def rule_import(text: str) -> ImportResult:
     if not isinstance(items, list):
         raise RuleImportError(['file: expected {"rules": [ ... ]} or a list of rules'])
 
-    errors: list[str] = []
+    agents, errors = agent_stage(doc.get("agents") if isinstance(doc, dict) else None)
     staged: list[tuple[TriggerRule, bool, bool]] = []
     seen: set[str] = set()
     for index, item in enumerate(items):
@@ -72,6 +88,12 @@ def rule_import(text: str) -> ImportResult:
         if isinstance(name, str) and name in seen:
             problems.append(f"name: {name!r} appears more than once in the file")
         seen.add(name if isinstance(name, str) else "")
+        agent_problem = agent_resolve(item, agents)
+        if agent_problem:
+            problems.append(f"field agent: {agent_problem}")
+        identity_problem = _identity_resolve(item)
+        if identity_problem:
+            problems.append(f"field identity: {identity_problem}")
         if problems:
             errors.extend(f"{label} {p}" for p in problems)
             continue
@@ -94,6 +116,7 @@ def rule_import(text: str) -> ImportResult:
 
     result = ImportResult()
     with transaction.atomic():
+        agent_save(agents)  # first: rules may name an agent new in this file
         for rule, created, changed in staged:
             if changed:
                 rule.save()
@@ -101,20 +124,73 @@ def rule_import(text: str) -> ImportResult:
     return result
 
 
+# JSON type of each imported field; bool is excluded from the numbers (True is not 1 second).
+_NUMBER = (int, float)
+IMPORT_TYPES = {
+    "name": str, "reason": str, "kind": str, "cron": str, "timezone": str, "dst_gap": str, "dst_repeat": str,
+    "dedupe_key_template": str, "skill": str, "catchup": str, "run_at": str, "enabled": bool, "params": dict,
+    "interval_seconds": int, "max_attempts": int, "max_delay_seconds": int, "max_retry_window_seconds": int,
+    "lease_ttl_seconds": int, "catchup_max_delay_seconds": int,
+    "backoff_base_seconds": _NUMBER, "jitter_min": _NUMBER, "jitter_max": _NUMBER,
+    "catchup_max_count": int, "catchup_spacing_seconds": int, "catchup_approval_threshold": int,
+    "depends_on": list, "depends_scope": str, "not_ready_policy": str, "ready_recheck_seconds": int,
+    "ready_deadline": str, "start_window_seconds": int, "hours_start": str, "hours_end": str,
+    "outside_hours": str, "weekdays": str, "excluded_dates": list, "overlap": str, "object_key_template": str,
+    "snapshot_fields": list, "identity": str, "heartbeat_every_seconds": int, "heartbeat_grace_seconds": int,
+}
+NULLABLE_IMPORT_FIELDS = {
+    "interval_seconds", "run_at", "agent", "output_schema", "catchup_max_count", "catchup_approval_threshold",
+    "ready_deadline", "start_window_seconds", "hours_start", "hours_end", "identity", "heartbeat_every_seconds",
+}
+_TYPE_NAMES = {str: "a string", bool: "true or false", dict: "a JSON object", list: "a JSON list",
+               int: "a whole number", _NUMBER: "a number"}
+
+
+def _identity_resolve(item: dict) -> str | None:
+    """Replace a rule item's identity name by the ServiceIdentity; an error text if there is none."""
+    from .models import ServiceIdentity
+
+    name = item.get("identity")
+    if not isinstance(name, str) or not name:
+        return None  # null, or a wrong type (reported by the type check)
+    identity = ServiceIdentity.objects.filter(name=name).first()
+    if identity is None:
+        return f"no service identity named {name!r}"
+    item["identity"] = identity
+    return None
+
+
+def _finite(value) -> bool:
+    """False if a NaN or an infinity hides anywhere in a JSON value (json.loads accepts them)."""
+    try:
+        json.dumps(value, allow_nan=False)
+    except ValueError:
+        return False
+    return True
+
+
 def _check_shape(item: dict) -> list[str]:
     problems = []
+    for f, value in item.items():
+        expected = IMPORT_TYPES.get(f)
+        if expected is None or value is None and (f in NULLABLE_IMPORT_FIELDS or f in REQUIRED_IMPORT_FIELDS):
+            continue
+        if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
+            problems.append(f"field {f}: must be {_TYPE_NAMES[expected]}, got {json.dumps(value)}")
+        elif not _finite(value):
+            problems.append(f"field {f}: NaN and Infinity are not allowed")
     unknown = sorted(set(item) - set(EXPORT_FIELDS))
     if unknown:
         problems.append(f"field {unknown[0]}: unknown field; known fields: {', '.join(EXPORT_FIELDS)}")
     for f in REQUIRED_IMPORT_FIELDS:
         if item.get(f) in (None, ""):
             problems.append(f"field {f}: required")
-    if "params" in item and not isinstance(item["params"], dict):
-        problems.append("field params: must be a JSON object")
     run_at = item.get("run_at")
     if run_at is not None:
         parsed = parse_datetime(run_at) if isinstance(run_at, str) else None
-        if parsed is None:
+        if not isinstance(run_at, str):
+            pass  # reported by the type check
+        elif parsed is None:
             problems.append(f"field run_at: {run_at!r} is not an ISO 8601 date-time")
         elif parsed.tzinfo is None:
             problems.append(f"field run_at: {run_at!r} has no UTC offset; write e.g. 2026-12-01T09:00:00+08:00")
@@ -123,24 +199,47 @@ def _check_shape(item: dict) -> list[str]:
     return problems
 
 
-def rule_fire(*, rule: TriggerRule, actor: str, now: datetime, slot: datetime | None = None) -> ClaimResult:
+def rule_fire(
+    *,
+    rule: TriggerRule,
+    actor: str,
+    now: datetime,
+    slot: datetime | None = None,
+    biz_key: str | None = None,
+    trial: bool = False,
+    source: str = TaskRun.Source.MANUAL,
+    run_after: datetime | None = None,
+) -> ClaimResult:
     """Manual trigger: a real claim, recorded as manual and deduped like any other.
 
     Without a slot, the slot is `now` cut to the minute, so a double-click within a minute is one
     run, and a manual fire of a scheduled minute is the same unit of work as the scheduled one.
+    `biz_key` overrides the rendered key (an operator naming one business unit). A trial's key is
+    put in the "trial:" namespace, so it never dedupes against the real unit of work.
     """
     if slot is None:
         slot = now.replace(second=0, microsecond=0)
     if slot.tzinfo is None:
         raise ValueError("slot must be timezone-aware")
     schedule.validate_spec(rule.schedule_spec())
+    key = biz_key or rule_render_key(rule, slot)
+    if trial and not key.startswith(TRIAL_PREFIX):
+        key = TRIAL_PREFIX + key
+    payload = rule_payload(rule, slot)
+    if trial:
+        payload["trial"] = True  # skills see it too, e.g. to write to a sandbox
     return run_claim(
-        biz_key=rule_render_key(rule, slot),
+        biz_key=key,
         rule=rule,
         skill=rule.skill,
-        source=TaskRun.Source.MANUAL,
+        source=source,
         triggered_by=actor,
         slot=slot,
         now=now,
-        payload=rule_payload(rule, slot),
+        payload=payload,
+        run_after=run_after,
+        is_trial=trial,
+        # Manual runs execute as the rule's identity too, and serialize on the same object lease.
+        identity=rule_identity(rule),
+        object_key=rule_object_key(rule, values=key_values(rule, slot)),
     )

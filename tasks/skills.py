@@ -23,9 +23,12 @@ class ErrorKind:
     PERMISSION_DENIED = "permission_denied"
     STATE_PRECONDITION = "state_precondition"
     LEASE_LOST = "lease_lost"
+    # The model answered, but its output did not parse or failed the rule's schema. Retried within
+    # the rule's max_attempts (a model may do better next time), then dead-lettered with the raw output.
+    MODEL_INVALID_OUTPUT = "model_invalid_output"
     UNCLASSIFIED = "unclassified"
 
-    RETRYABLE = frozenset({TIMEOUT, RATE_LIMITED, DEPENDENCY_UNREACHABLE, LEASE_LOST})
+    RETRYABLE = frozenset({TIMEOUT, RATE_LIMITED, DEPENDENCY_UNREACHABLE, LEASE_LOST, MODEL_INVALID_OUTPUT})
     NEVER_RETRIED = frozenset({INVALID_PARAM, PERMISSION_DENIED, STATE_PRECONDITION})
     ALL = RETRYABLE | NEVER_RETRIED | {UNCLASSIFIED}
 
@@ -55,6 +58,29 @@ class SkillContext:
     payload: dict[str, Any] = field(default_factory=dict)
     # Supplied by the executor: a transaction that first checks this attempt still holds the lease.
     fenced: Callable[[], AbstractContextManager[None]] = field(default=lambda: _unfenced())
+
+    # Checkpointed steps and risky actions (issue 5); the logic lives in tasks/steps.py.
+    @property
+    def snapshot(self) -> dict[str, Any]:
+        """The rule's declared snapshot fields as they were at trigger time (not as the rule is now)."""
+        return dict(self.payload.get("snapshot") or {})
+
+    @property
+    def dry_run(self) -> bool:
+        """A dry (trial) run: model calls are real, write steps are skipped and marked so."""
+        return bool(self.payload.get("dry_run") or self.payload.get("trial"))
+
+    def step(self, name: str, fn: Callable[[], Any], *, write: bool = False) -> Any:
+        """Run `fn` once per run: a completed step's checkpointed output is returned instead."""
+        from .steps import run_step
+
+        return run_step(self, name, fn, write=write)
+
+    def propose(self, action: str, args: dict[str, Any], *, step: str | None = None, risk: str | None = None) -> Any:
+        """Run a registered action once: low risk at once, medium/high after a human approves."""
+        from .steps import propose_action
+
+        return propose_action(self, action, args, step=step, risk=risk)
 
 
 def _unfenced() -> AbstractContextManager[None]:

@@ -38,6 +38,7 @@ class Proc:
         self.popen = subprocess.Popen(
             args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
+        self.paused = False
 
     @property
     def pid(self) -> int:
@@ -51,10 +52,22 @@ class Proc:
             pass
         self.popen.wait(timeout=10)
 
+    def pause(self) -> None:
+        """SIGSTOP the whole group: every process and thread freezes mid-instruction (a "GC pause")."""
+        os.killpg(self.popen.pid, signal.SIGSTOP)
+        self.paused = True
+
+    def resume(self) -> None:
+        """SIGCONT the whole group after pause()."""
+        os.killpg(self.popen.pid, signal.SIGCONT)
+        self.paused = False
+
     def stop(self, timeout: float = 10) -> None:
         if self.popen.poll() is None:
             try:
                 os.killpg(self.popen.pid, signal.SIGTERM)
+                if self.paused:  # a stopped group acts on SIGTERM only once it runs again
+                    self.resume()
                 self.popen.wait(timeout=timeout)
             except subprocess.TimeoutExpired:
                 self.kill9()

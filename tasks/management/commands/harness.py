@@ -12,12 +12,13 @@ from django.utils.dateparse import parse_datetime
 
 from runs.selectors import run_list_recent
 from tasks import services
+from tasks.guard_cli import GuardCommandsMixin, add_guard_parsers
 from tasks.models import DiagnosticRecord, TriggerRule
 
 DEMO_RULES = Path(__file__).resolve().parents[3] / "demo" / "rules.json"
 
 
-class Command(BaseCommand):
+class Command(GuardCommandsMixin, BaseCommand):
     help = "Agent Harness operator commands."
 
     def add_arguments(self, parser):
@@ -43,11 +44,17 @@ class Command(BaseCommand):
         fire.add_argument("--slot", help="ISO 8601 instant with offset; default: now cut to the minute")
         fire.add_argument("--actor", default="cli")
 
+        sensors = sub.add_parser("sensors", help="file-arrival sensors (docs/events.md)")
+        sensors_sub = sensors.add_subparsers(dest="sensors_command", required=True)
+        scan = sensors_sub.add_parser("scan", help="scan the folders of enabled file sources once")
+        scan.add_argument("--source", help="scan only this file source")
+
         sub.add_parser("demo", help="install the demo rules (idempotent)")
+        add_guard_parsers(sub)  # flags, explain, preview, ping, token (tasks/guard_cli.py)
         sub.add_parser("admin-login", help="create the admin user on first use and print its login")
 
     def handle(self, *args, command, **opts):
-        getattr(self, f"_{command}")(**opts)
+        getattr(self, "_" + command.replace("-", "_"))(**opts)
 
     def _rules(self, *, rules_command, **opts):
         if rules_command == "import":
@@ -138,6 +145,26 @@ class Command(BaseCommand):
         claim = services.rule_fire(rule=obj, actor=actor, now=timezone.now(), slot=at)
         verb = "created" if claim.created else "already exists (dedupe hit counted)"
         self.stdout.write(f"run {claim.run.id} {verb}: {claim.run.biz_key}")
+
+
+    def _sensors(self, *, sensors_command, source, **opts):
+        from tasks.models import TriggerSource
+        from tasks.sensors import sensor_scan, sensors_scan_all
+
+        now = timezone.now()
+        if source:
+            obj = TriggerSource.objects.filter(name=source, kind=TriggerSource.Kind.FILE).first()
+            if obj is None:
+                raise CommandError(f"no file source named {source!r}")
+            result = sensor_scan(source=obj, now=now)
+        else:
+            result = sensors_scan_all(now=now)
+        self.stdout.write(
+            f"{result.sources} source(s): {result.ready} complete file(s), {result.accepted} new run(s), "
+            f"{result.known} already taken, {result.other} duplicate or refused"
+        )
+        for error in result.errors:
+            self.stderr.write(error)
 
 
 def _read(path: str) -> str:

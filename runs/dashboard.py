@@ -1,0 +1,190 @@
+"""Dashboard selectors: a fixed, small number of aggregate queries, whatever the number of runs.
+
+Every query is bounded by an index (recent runs by trigger_at, claimable runs by run_after, open
+tickets) or is a single aggregate. Percentiles are exact on PostgreSQL (percentile_cont over the
+last 24 h, one statement); on SQLite, which has no ordered-set aggregates, they are computed in
+Python over the most recent PERCENTILE_WINDOW runs of the last 24 h, and the page says so.
+"""
+
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import connection
+from django.db.models import Count, F, Q, Sum
+from django.db.models.functions import TruncHour
+
+from deadletters.models import DeadLetter
+from tasks.models import TriggerRule
+
+from .models import TaskRun
+from .selectors import scheduler_health
+
+WINDOW = timedelta(hours=24)
+PERCENTILE_WINDOW = 10_000
+QUANTILES = (0.5, 0.95, 0.99)
+# Runs older than this many recent succeeded ones do not move a skill's p99 (rule lint).
+DURATION_SAMPLE = 500
+NEXT_FIRES = 10
+
+
+@dataclass
+class Dashboard:
+    now: datetime
+    hours: list[dict] = field(default_factory=list)  # [{"hour", "total", "by_state": {state: n}}]
+    states: dict[str, int] = field(default_factory=dict)
+    runs_24h: int = 0
+    dedupe_hits_24h: int = 0
+    trials_24h: int = 0
+    queue_due: int = 0
+    queue_later: int = 0
+    running: int = 0
+    queue_delay: dict[str, float | None] = field(default_factory=dict)
+    latency: dict[str, float | None] = field(default_factory=dict)
+    percentile_method: str = ""
+    deadletters_new_today: int = 0
+    deadletters_open: int = 0
+    duplicate_biz_keys: int = 0
+    scheduler: dict = field(default_factory=dict)
+    next_fires: list = field(default_factory=list)
+
+    @property
+    def dedupe_share(self) -> float:
+        """Share of triggers that found their run already there."""
+        triggers = self.runs_24h + self.dedupe_hits_24h
+        return self.dedupe_hits_24h / triggers if triggers else 0.0
+
+
+def dashboard_build(*, now: datetime) -> Dashboard:
+    """Everything the dashboard shows, in about ten queries."""
+    since = now - WINDOW
+    d = Dashboard(now=now)
+    recent = TaskRun.objects.filter(trigger_at__gte=since)
+
+    # 1. Runs per hour and state (run_recent_idx).
+    hours: dict[datetime, dict[str, int]] = {}
+    for row in recent.annotate(hour=TruncHour("trigger_at")).values("hour", "state").annotate(n=Count("id")):
+        hours.setdefault(row["hour"], {})[row["state"]] = row["n"]
+        d.states[row["state"]] = d.states.get(row["state"], 0) + row["n"]
+    start = since.replace(minute=0, second=0, microsecond=0)
+    d.hours = [
+        {"hour": h, "by_state": hours.get(h, {}), "total": sum(hours.get(h, {}).values())}
+        for h in (start + timedelta(hours=i) for i in range(25))
+        if h <= now
+    ]
+
+    # 2. Totals and dedupe hits.
+    totals = recent.aggregate(runs=Count("id"), hits=Sum("dedupe_hits"), trials=Count("id", filter=Q(is_trial=True)))
+    d.runs_24h, d.dedupe_hits_24h, d.trials_24h = totals["runs"], totals["hits"] or 0, totals["trials"]
+
+    # 3. Queue depth (run_due_idx): due now, waiting for a later run_after, running.
+    q = TaskRun.objects.filter(state__in=[*TaskRun.CLAIMABLE, TaskRun.State.RUNNING]).aggregate(
+        due=Count("id", filter=Q(state__in=TaskRun.CLAIMABLE, run_after__lte=now)),
+        later=Count("id", filter=Q(state__in=TaskRun.CLAIMABLE, run_after__gt=now)),
+        running=Count("id", filter=Q(state=TaskRun.State.RUNNING)),
+    )
+    d.queue_due, d.queue_later, d.running = q["due"], q["later"], q["running"]
+
+    # 4. Queue delay (first start - trigger) and end-to-end latency (finish - trigger) percentiles.
+    # Backfills are paced on purpose, so their delay says nothing about the queue.
+    d.queue_delay, d.latency, d.percentile_method = _latency_percentiles(since=since)
+
+    # 5. Dead letters: new today (UTC) and the open backlog (deadletter_open_idx).
+    midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
+    dl = DeadLetter.objects.aggregate(
+        new=Count("id", filter=Q(created_at__gte=midnight)),
+        open=Count("id", filter=Q(state=DeadLetter.State.PENDING_MANUAL)),
+    )
+    d.deadletters_new_today, d.deadletters_open = dl["new"], dl["open"]
+
+    # 6. biz_keys with more than one run: the unique constraint makes this 0; the dashboard proves
+    # it. An index-only scan of run_unique_biz_key.
+    d.duplicate_biz_keys = TaskRun.objects.values("biz_key").annotate(n=Count("id")).filter(n__gt=1).order_by().count()
+
+    # 7. Scheduler liveness (2 queries) and the next fires (rule_due_idx).
+    d.scheduler = scheduler_health(now=now)
+    d.next_fires = list(
+        TriggerRule.objects.filter(enabled=True, next_fire_at__isnull=False)
+        .order_by("next_fire_at")
+        .values("id", "name", "timezone", "next_fire_at")[:NEXT_FIRES]
+    )
+    return d
+
+
+def _latency_percentiles(*, since: datetime) -> tuple[dict, dict, str]:
+    names = [f"p{round(q * 100)}" for q in QUANTILES]
+    if connection.vendor == "postgresql":
+        table = TaskRun._meta.db_table
+        sql = f"""
+            SELECT
+              percentile_cont(%s::float8[]) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM (start_at - trigger_at))),
+              percentile_cont(%s::float8[]) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM (finish_at - trigger_at)))
+                FILTER (WHERE state = 'succeeded' AND finish_at IS NOT NULL)
+            FROM {table}
+            WHERE trigger_at >= %s AND start_at IS NOT NULL AND source <> 'backfill'
+        """
+        with connection.cursor() as cur:
+            cur.execute(sql, [list(QUANTILES), list(QUANTILES), since])
+            delay, latency = cur.fetchone()
+        method = "exact: PostgreSQL percentile_cont over all runs of the last 24 h"
+        return _named(names, delay), _named(names, latency), method
+    rows = list(
+        TaskRun.objects.filter(trigger_at__gte=since, start_at__isnull=False)
+        .exclude(source=TaskRun.Source.BACKFILL)
+        .order_by("-trigger_at")
+        .values_list("trigger_at", "start_at", "finish_at", "state")[:PERCENTILE_WINDOW]
+    )
+    delays = [(s - t).total_seconds() for t, s, _f, _st in rows]
+    latencies = [(f - t).total_seconds() for t, _s, f, st in rows if f and st == TaskRun.State.SUCCEEDED]
+    method = f"over the most recent {len(rows):,} started runs of the last 24 h (window {PERCENTILE_WINDOW:,})"
+    return (
+        _named(names, [percentile(delays, q) for q in QUANTILES] if delays else None),
+        _named(names, [percentile(latencies, q) for q in QUANTILES] if latencies else None),
+        method,
+    )
+
+
+def _named(names: list[str], values) -> dict[str, float | None]:
+    return dict(zip(names, values or [None] * len(names), strict=True))
+
+
+def percentile(values: list[float], q: float) -> float:
+    """Linear interpolation between closest ranks, as PostgreSQL's percentile_cont."""
+    ordered = sorted(values)
+    if not ordered:
+        raise ValueError("percentile of no values")
+    pos = (len(ordered) - 1) * q
+    lo = int(pos)
+    hi = min(lo + 1, len(ordered) - 1)
+    return ordered[lo] + (ordered[hi] - ordered[lo]) * (pos - lo)
+
+
+def skill_duration_p99s(skills: list[str]) -> dict[str, float | None]:
+    """p99 of (finish - first start) over each skill's most recent succeeded runs; None: none yet.
+
+    One query per distinct skill on run_skill_done_idx, each reading at most DURATION_SAMPLE rows.
+    """
+    out: dict[str, float | None] = {}
+    for skill in sorted(set(skills)):
+        durations = [
+            (f - s).total_seconds()
+            for s, f in TaskRun.objects.filter(skill=skill, state=TaskRun.State.SUCCEEDED, start_at__isnull=False)
+            .exclude(finish_at=None)
+            .order_by("-finish_at")
+            .values_list("start_at", "finish_at")[:DURATION_SAMPLE]
+        ]
+        out[skill] = percentile(durations, 0.99) if durations else None
+    return out
+
+
+def deadletter_backlog(*, limit: int = 20) -> dict[str, list[dict]]:
+    """Open tickets counted by rule, by error kind and by error fingerprint (deadletter_open_idx)."""
+    open_ = DeadLetter.objects.filter(state=DeadLetter.State.PENDING_MANUAL)
+    return {
+        "rule": list(open_.values(key=F("rule_name")).annotate(n=Count("id")).order_by("-n", "key")[:limit]),
+        "error_kind": list(open_.values(key=F("error_kind")).annotate(n=Count("id")).order_by("-n", "key")[:limit]),
+        "fingerprint": list(
+            open_.values(key=F("last_error_digest"))
+            .annotate(n=Count("id"), kind=F("error_kind"))
+            .order_by("-n", "key")[:limit]
+        ),
+    }

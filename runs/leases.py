@@ -1,0 +1,155 @@
+"""Keyed leases ("object:<key>", "rule:<name>"): time-bounded, fenced claims in the Lease table.
+
+Every change is a compare-and-set UPDATE on one row; no global lock, no lock held across the
+work. The fencing token grows on every acquisition, so a holder whose lease expired and was
+taken can tell (renew/release with its old token change nothing).
+"""
+
+import hashlib
+import logging
+import threading
+import uuid
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, connection, transaction
+from django.db.models import F, Q
+
+from .dispatch import run_dispatch_on_commit
+from .models import Lease, TaskRun
+
+log = logging.getLogger("harness.leases")
+
+
+@dataclass(frozen=True)
+class Held:
+    key: str
+    owner: str
+    token: int
+    expires_at: datetime
+
+
+def lease_acquire(*, key: str, owner: str, ttl: timedelta, now: datetime, run_id: int | None = None) -> Held | None:
+    """Take the lease if it is free or expired; None when someone else holds it.
+
+    A missing row is inserted (a unique-key conflict means another owner inserted it first: retry
+    the update once). The fencing token is bumped in the same statement that takes the lease.
+    """
+    for _ in range(2):
+        # Compare-and-set: a row count of 0 means the lease is held by someone else (or absent).
+        taken = Lease.objects.filter(Q(owner="") | Q(expires_at__isnull=True) | Q(expires_at__lte=now), key=key).update(
+            owner=owner, token=F("token") + 1, acquired_at=now, expires_at=now + ttl, run_id=run_id
+        )
+        if taken:
+            token = Lease.objects.filter(key=key, owner=owner).values_list("token", flat=True).first()
+            return Held(key, owner, token, now + ttl) if token is not None else None
+        if Lease.objects.filter(key=key).exists():
+            return None
+        try:
+            with transaction.atomic():
+                Lease.objects.create(
+                    key=key, owner=owner, token=1, acquired_at=now, expires_at=now + ttl, run_id=run_id
+                )
+            return Held(key, owner, 1, now + ttl)
+        except IntegrityError:
+            continue  # inserted by another owner meanwhile: it may already have released it
+    return None
+
+
+def lease_renew(*, held: Held, ttl: timedelta, now: datetime) -> Held | None:
+    """Extend the lease while it is still ours (same owner and token); None means it was lost."""
+    renewed = Lease.objects.filter(key=held.key, owner=held.owner, token=held.token, expires_at__gt=now).update(
+        expires_at=now + ttl
+    )
+    return Held(held.key, held.owner, held.token, now + ttl) if renewed else None
+
+
+def lease_release(*, held: Held) -> bool:
+    """Give the lease back; False if it had already been taken by someone else (nothing changed)."""
+    return bool(
+        Lease.objects.filter(key=held.key, owner=held.owner, token=held.token).update(
+            owner="", expires_at=None, run_id=None
+        )
+    )
+
+
+def object_lease_key(object_key: str) -> str:
+    key = f"object:{object_key}"
+    # Lease.key holds 255 characters; a longer object key is kept distinct by its digest.
+    return key if len(key) <= MAX_KEY else "object:sha256:" + hashlib.sha256(object_key.encode()).hexdigest()
+
+
+# A run whose object is busy is re-dispatched by the sweeper after this long (or at once by the
+# holder when it releases the object): waiting holds no worker and no concurrency slot.
+OBJECT_BUSY_DELAY = timedelta(seconds=1)
+MAX_KEY = 255
+
+
+@dataclass
+class ObjectGate:
+    """The object lease one execution holds; a thread renews it every ttl/3 until exit."""
+
+    run_id: int
+    object_key: str
+    held: Held | None
+    ttl: timedelta
+    clock: object = None
+    _stop: threading.Event = field(default_factory=threading.Event)
+    _thread: threading.Thread | None = None
+
+    def _renew_loop(self) -> None:
+        try:
+            while not self._stop.wait(max(self.ttl.total_seconds() / 3, 0.2)):
+                if self.held is None:
+                    return
+                renewed = lease_renew(held=self.held, ttl=self.ttl, now=self.clock())
+                if renewed is None:
+                    log.warning("run %s: object lease %s lost", self.run_id, self.held.key)
+                    return
+                self.held = renewed
+        finally:
+            connection.close()
+
+
+def object_gate_enter(*, run_id: int, worker: str, clock) -> ObjectGate | None:
+    """Before executing a run with an object key, take that object's lease.
+
+    None: the run names no object (nothing to serialize). A gate whose `held` is None: another run
+    of the object holds the lease, so this run was pushed back (run_after) for a later dispatch.
+    """
+    row = TaskRun.objects.filter(id=run_id).values_list("object_key", "payload__policy__lease_ttl_seconds").first()
+    if not row or not row[0]:
+        return None
+    object_key, ttl_seconds = row
+    ttl = timedelta(seconds=ttl_seconds or 300)
+    now = clock()
+    owner = f"{worker}:run:{run_id}:{uuid.uuid4().hex[:8]}"
+    held = lease_acquire(key=object_lease_key(object_key), owner=owner, ttl=ttl, now=now, run_id=run_id)
+    gate = ObjectGate(run_id=run_id, object_key=object_key, held=held, ttl=ttl, clock=clock)
+    if held is None:
+        # Compare-and-set on a claimable run only: a run executing elsewhere is left alone.
+        TaskRun.objects.filter(id=run_id, state__in=TaskRun.CLAIMABLE).update(
+            run_after=now + OBJECT_BUSY_DELAY, dispatched_at=None
+        )
+        return gate
+    gate._thread = threading.Thread(target=gate._renew_loop, name=f"object-lease-{run_id}", daemon=True)
+    gate._thread.start()
+    return gate
+
+
+def object_gate_exit(gate: ObjectGate | None, *, now: datetime) -> None:
+    """Release the object lease and wake the next due run of the same object."""
+    if gate is None or gate.held is None:
+        return
+    gate._stop.set()
+    if gate._thread is not None:
+        gate._thread.join()
+    lease_release(held=gate.held)
+    # object_next_waiting: served by run_object_idx.
+    next_ids = list(
+        TaskRun.objects.filter(object_key=gate.object_key, state__in=TaskRun.CLAIMABLE, run_after__lte=now)
+        .exclude(id=gate.run_id)
+        .order_by("run_after", "id")
+        .values_list("id", flat=True)[:1]
+    )
+    run_dispatch_on_commit(run_ids=next_ids, now=now)

@@ -1,0 +1,152 @@
+"""Operator actions on runs and leases: retry now, cancel, force-release. Each is a compare-and-set
+on the row's state (a second click, or two operators at once, changes nothing the second time) and
+writes its audit row in the same transaction."""
+
+from datetime import datetime
+
+from django.db import transaction
+from django.db.models import F
+
+from audit.models import AuditEntry
+from audit.services import audit_record
+from tasks.skills import ErrorKind
+
+from .dispatch import run_dispatch_on_commit
+from .models import Attempt, Lease, TaskRun
+
+RETRYABLE_STATES = (TaskRun.State.WAITING_RETRY, TaskRun.State.FAILED)
+CANCELLABLE_STATES = (TaskRun.State.PENDING, TaskRun.State.WAITING_RETRY)
+
+
+class OperationError(ValueError):
+    """An action that cannot be done, with the reason to show the operator."""
+
+
+def run_retry_now(*, run_id: int, actor, now: datetime, reason: str = "") -> bool:
+    """Make a waiting or failed run due now. False: it is in no such state (already retried, running…).
+
+    A failed run's open dead-letter ticket is marked replayed, so the desk and the run agree.
+    """
+    from deadletters.models import DeadLetter
+
+    with transaction.atomic():
+        run = TaskRun.objects.filter(id=run_id, state__in=RETRYABLE_STATES).first()
+        if run is None:
+            return False
+        fields = {"state": TaskRun.State.PENDING, "run_after": now, "finish_at": None}
+        if run.state == TaskRun.State.FAILED:
+            # A fresh retry window for the new attempt; the attempt cap still counts every attempt.
+            fields["first_failure_at"] = None
+        # Compare-and-set on the state we read: 0 rows means someone else acted first.
+        if not TaskRun.objects.filter(id=run.id, state=run.state).update(**fields):
+            return False
+        DeadLetter.objects.filter(run_id=run.id, state=DeadLetter.State.PENDING_MANUAL).update(
+            state=DeadLetter.State.REPLAYED, replayed_at=now, updated_at=now
+        )
+        audit_record(
+            actor=actor,
+            action=AuditEntry.Action.RUN_RETRY,
+            target=run,
+            now=now,
+            reason=reason,
+            details={"from_state": run.state},
+        )
+        run_dispatch_on_commit(run_ids=[run.id], now=now)
+    return True
+
+
+def run_cancel(*, run_id: int, actor, now: datetime, reason: str = "") -> bool:
+    """Cancel a run that has not started or is waiting to retry. False: not in such a state."""
+    with transaction.atomic():
+        run = TaskRun.objects.filter(id=run_id, state__in=CANCELLABLE_STATES).first()
+        if run is None:
+            return False
+        # The executor claims only pending/waiting runs, so a cancelled run can never start.
+        if not TaskRun.objects.filter(id=run.id, state=run.state).update(state=TaskRun.State.CANCELLED, finish_at=now):
+            return False
+        audit_record(
+            actor=actor,
+            action=AuditEntry.Action.RUN_CANCEL,
+            target=run,
+            now=now,
+            reason=reason,
+            details={"from_state": run.state},
+        )
+    return True
+
+
+def run_lease_force_release(*, run_id: int, actor, now: datetime, reason: str) -> bool:
+    """Take a running run's lease away: back to waiting_retry, due now, fence bumped.
+
+    The fence bump is what makes this safe: the old holder's result write checks the fence in the
+    same statement, so it cannot commit after this. False: the run is not running any more.
+    """
+    if not (reason or "").strip():
+        raise OperationError("A reason is required to force-release a lease.")
+    with transaction.atomic():
+        run = TaskRun.objects.filter(id=run_id, state=TaskRun.State.RUNNING).first()
+        if run is None:
+            return False
+        message = f"lease of {run.lease_owner or '?'} force-released by {_name(actor)}: {reason}"
+        released = TaskRun.objects.filter(id=run.id, fence=run.fence, state=TaskRun.State.RUNNING).update(
+            state=TaskRun.State.WAITING_RETRY,
+            run_after=now,
+            fence=F("fence") + 1,
+            lease_owner="",
+            lease_expires_at=None,
+            last_error=message,
+            last_error_kind=ErrorKind.LEASE_LOST,
+        )
+        if not released:  # finished or renewed under a new fence between the read and the write
+            return False
+        Attempt.objects.filter(run_id=run.id, fence=run.fence, outcome=Attempt.Outcome.RUNNING).update(
+            outcome=Attempt.Outcome.FENCED, finished_at=now, error_kind=ErrorKind.LEASE_LOST, error=message
+        )
+        audit_record(
+            actor=actor,
+            action=AuditEntry.Action.LEASE_RELEASE,
+            target=run,
+            now=now,
+            reason=reason,
+            details={
+                "owner": run.lease_owner,
+                "fence": run.fence,
+                "expires_at": run.lease_expires_at.isoformat() if run.lease_expires_at else None,
+            },
+        )
+        run_dispatch_on_commit(run_ids=[run.id], now=now)
+    return True
+
+
+def lease_force_release(*, lease_id: int, actor, now: datetime, reason: str) -> bool:
+    """Expire a key lease (rule or object) now and bump its token, so the old holder is fenced out.
+    A run it names that is still running is released too. False: the lease is already free."""
+    if not (reason or "").strip():
+        raise OperationError("A reason is required to force-release a lease.")
+    with transaction.atomic():
+        lease = Lease.objects.filter(id=lease_id).first()
+        if lease is None or not lease.owner:
+            return False
+        if not Lease.objects.filter(id=lease.id, token=lease.token, owner=lease.owner).update(
+            owner="", expires_at=now, token=F("token") + 1
+        ):
+            return False
+        audit_record(
+            actor=actor,
+            action=AuditEntry.Action.LEASE_RELEASE,
+            target=lease,
+            now=now,
+            reason=reason,
+            details={
+                "owner": lease.owner,
+                "token": lease.token,
+                "expires_at": lease.expires_at.isoformat() if lease.expires_at else None,
+            },
+        )
+        if lease.run_id:
+            run_lease_force_release(run_id=lease.run_id, actor=actor, now=now, reason=reason)
+    return True
+
+
+def _name(actor) -> str:
+    return getattr(actor, "get_username", lambda: str(actor))()

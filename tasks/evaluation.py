@@ -1,0 +1,219 @@
+"""Should a due slot run now? Pure: frozen dataclasses in, a verdict out. No ORM, no I/O, no clock.
+
+The guards are checked in a fixed order, and the first that says no decides (docs/evaluation.md):
+
+    calendar (excluded date, weekday) → business hours → start window → readiness → overlap
+
+Every verdict is one of: RUN (a run, possibly deferred to `run_after`), HOLD (not yet: re-check at
+`recheck_at`), DECIDE (a recorded decision with its reason) or FAIL (a failed run, for the readiness
+"fail" policy). Together with the catch-up plan this keeps invariant 3: every slot ends in exactly
+one run or one decision; a HOLD is only ever a temporary state of a slot.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+RUN = "run"
+HOLD = "hold"
+DECIDE = "decide"
+FAIL = "fail"
+
+# Decision and hold reasons (the values of runs.models.Decision.Reason / SlotHold.Reason).
+CALENDAR = "calendar"
+OUTSIDE_WINDOW = "outside_window"
+NOT_READY = "not_ready"
+NOT_READY_EXPIRED = "not_ready_expired"
+OVERLAP = "overlap"
+
+WEEKDAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+# Without a local deadline a waiting slot gives up after this long, so no hold lives forever.
+DEFAULT_READY_WAIT = timedelta(days=1)
+# A buffered slot (overlap "buffer") is re-checked on every tick after this long.
+OVERLAP_RECHECK = timedelta(seconds=1)
+# How far ahead a business-hours deferral looks for an opening before giving up.
+MAX_DEFER_DAYS = 31
+
+
+class GuardError(ValueError):
+    """A guard setting that cannot be understood; str() says what and how to write it."""
+
+
+@dataclass(frozen=True)
+class Guards:
+    """A rule's "should it run" settings, as plain data."""
+
+    timezone: str = "UTC"
+    start_window: timedelta | None = None
+    hours_start: time | None = None
+    hours_end: time | None = None
+    outside_hours: str = "defer"  # defer | skip | run
+    weekdays: frozenset[int] | None = None  # Monday is 0; None: every day
+    excluded_dates: frozenset[date] = frozenset()
+    depends_on: tuple[str, ...] = ()
+    not_ready_policy: str = "wait"  # wait | skip | fail
+    recheck: timedelta = timedelta(minutes=5)
+    ready_deadline: time | None = None  # local time of day
+    overlap: str = "allow"  # allow | skip | buffer
+
+
+@dataclass(frozen=True)
+class Facts:
+    """What the service looked up for this slot at `now`."""
+
+    missing: tuple[str, ...] = ()  # readiness flags not set for the slot's scope
+    active_runs: int = 0  # runs of this rule not finished yet
+    buffered: bool = False  # another slot of this rule is already buffered (overlap "buffer")
+    held_as: str | None = None  # this slot's own hold reason, when re-checking a held slot
+
+
+@dataclass(frozen=True)
+class Verdict:
+    action: str
+    reason: str = ""
+    run_after: datetime | None = None
+    recheck_at: datetime | None = None
+    deadline: datetime | None = None
+    details: dict = field(default_factory=dict)
+
+
+def evaluate_slot(g: Guards, slot: datetime, *, now: datetime, facts: Facts) -> Verdict:
+    """Decide what to do with one due slot at `now`. Never None: always one verdict."""
+    zone = ZoneInfo(g.timezone)
+    local = slot.astimezone(zone)
+    day = local.date()
+
+    if day in g.excluded_dates:
+        return Verdict(DECIDE, CALENDAR, details={"why": "excluded date", "date": day.isoformat()})
+    if g.weekdays is not None and local.weekday() not in g.weekdays:
+        return Verdict(
+            DECIDE, CALENDAR, details={"why": "weekday not allowed", "weekday": WEEKDAY_NAMES[local.weekday()]}
+        )
+
+    start = max(slot, now)
+    details: dict = {}
+    if not in_hours(g, local):
+        if g.outside_hours == "skip":
+            return Verdict(DECIDE, OUTSIDE_WINDOW, details={"why": "outside business hours", **_hours(g)})
+        if g.outside_hours == "defer":
+            opening = next_opening(g, local)
+            if opening is None:
+                return Verdict(DECIDE, OUTSIDE_WINDOW, details={"why": "no business-hours opening", **_hours(g)})
+            start = max(opening, now)
+            details["deferred_to"] = opening.isoformat()
+
+    if g.start_window is not None and start > slot + g.start_window:
+        return Verdict(
+            DECIDE,
+            OUTSIDE_WINDOW,
+            details={
+                "why": "start window passed",
+                "latest_start": (slot + g.start_window).isoformat(),
+                "earliest_start": start.isoformat(),
+            },
+        )
+
+    if g.depends_on and facts.missing:
+        missing = {"missing": list(facts.missing)}
+        if g.not_ready_policy == "skip":
+            return Verdict(DECIDE, NOT_READY, details=missing)
+        if g.not_ready_policy == "fail":
+            return Verdict(FAIL, NOT_READY, details=missing)
+        deadline = ready_deadline_at(g, slot)
+        if now >= deadline:
+            return Verdict(
+                DECIDE, NOT_READY_EXPIRED, deadline=deadline, details={**missing, "deadline": deadline.isoformat()}
+            )
+        return Verdict(HOLD, NOT_READY, recheck_at=min(now + g.recheck, deadline), deadline=deadline, details=missing)
+
+    if facts.active_runs and g.overlap != "allow":
+        if g.overlap == "buffer" and (facts.held_as == OVERLAP or not facts.buffered):
+            return Verdict(HOLD, OVERLAP, recheck_at=now + OVERLAP_RECHECK, details={"active_runs": facts.active_runs})
+        why = "a run is active" if g.overlap == "skip" else "a run is active and one slot is already buffered"
+        return Verdict(DECIDE, OVERLAP, details={"why": why, "active_runs": facts.active_runs})
+
+    return Verdict(RUN, run_after=start, details=details)
+
+
+def in_hours(g: Guards, local: datetime) -> bool:
+    """Whether a local instant is within business hours [start, end); no hours means always."""
+    if g.hours_start is None or g.hours_end is None:
+        return True
+    return g.hours_start <= local.time().replace(tzinfo=None) < g.hours_end
+
+
+def next_opening(g: Guards, local: datetime) -> datetime | None:
+    """The first business-hours opening after `local` on a day the calendar allows, in UTC."""
+    zone = local.tzinfo
+    assert g.hours_start is not None
+    for offset in range(MAX_DEFER_DAYS + 1):
+        day = local.date() + timedelta(days=offset)
+        if day in g.excluded_dates or (g.weekdays is not None and day.weekday() not in g.weekdays):
+            continue
+        # fold=0 and a round trip through UTC: an opening inside a DST gap moves to the gap's end.
+        opening = datetime.combine(day, g.hours_start, tzinfo=zone).astimezone(ZoneInfo("UTC"))
+        if opening > local:
+            return opening
+    return None
+
+
+def ready_deadline_at(g: Guards, slot: datetime) -> datetime:
+    """When a waiting slot expires: the first local `ready_deadline` at or after the slot (UTC)."""
+    if g.ready_deadline is None:
+        return slot + DEFAULT_READY_WAIT
+    zone = ZoneInfo(g.timezone)
+    local = slot.astimezone(zone)
+    for offset in (0, 1, 2):
+        candidate = datetime.combine(local.date() + timedelta(days=offset), g.ready_deadline, tzinfo=zone)
+        candidate = candidate.astimezone(ZoneInfo("UTC"))
+        if candidate >= slot:
+            return candidate
+    return slot + DEFAULT_READY_WAIT  # unreachable: some day within two has the time after the slot
+
+
+def describe_slot(g: Guards, slot: datetime) -> str:
+    """What the static guards (calendar, hours, window) do to a future slot, for previews."""
+    verdict = evaluate_slot(g, slot, now=slot, facts=Facts())
+    if verdict.action == DECIDE:
+        return f"no run: {verdict.reason} ({verdict.details.get('why', '')})"
+    if verdict.run_after and verdict.run_after > slot:
+        local = verdict.run_after.astimezone(ZoneInfo(g.timezone))
+        return f"deferred to {local:%Y-%m-%d %H:%M %Z}"
+    notes = []
+    if g.depends_on:
+        notes.append("if " + ", ".join(g.depends_on) + " ready")
+    return "runs" + (f" ({'; '.join(notes)})" if notes else "")
+
+
+def parse_weekdays(text: str) -> frozenset[int] | None:
+    """ "mon-fri", "mon,wed,fri", "sat-sun" → Monday=0 day numbers; blank → None (every day)."""
+    text = (text or "").strip().lower()
+    if not text:
+        return None
+    days: set[int] = set()
+    for part in (p.strip() for p in text.split(",")):
+        ends = [e.strip()[:3] for e in part.split("-")]
+        if len(ends) > 2 or not all(e in WEEKDAY_NAMES for e in ends):
+            raise GuardError(f'"{part}" is not a weekday or range; write e.g. "mon-fri" or "mon,wed,fri"')
+        lo, hi = WEEKDAY_NAMES.index(ends[0]), WEEKDAY_NAMES.index(ends[-1])
+        days.update(range(lo, hi + 1) if lo <= hi else [*range(lo, 7), *range(0, hi + 1)])
+    return frozenset(days)
+
+
+def parse_dates(values: object) -> frozenset[date]:
+    """A JSON list of "YYYY-MM-DD" strings → dates; anything else is a GuardError naming the item."""
+    if not isinstance(values, list):
+        raise GuardError('must be a JSON list of dates, e.g. ["2026-12-25"]')
+    out = set()
+    for item in values:
+        try:
+            out.add(date.fromisoformat(item))
+        except (TypeError, ValueError):
+            raise GuardError(f'{item!r} is not a date; write YYYY-MM-DD, e.g. "2026-12-25"') from None
+    return frozenset(out)
+
+
+def _hours(g: Guards) -> dict:
+    return {"hours": f"{g.hours_start:%H:%M}-{g.hours_end:%H:%M}"}

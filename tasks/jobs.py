@@ -1,0 +1,29 @@
+"""Celery tasks of the tasks app: thin. Plain data in, one service call; the clock is read here."""
+
+from celery import shared_task
+from django.utils import timezone
+
+from .intake import event_intake, event_records_prune
+from .models import TriggerSource
+from .sensors import sensors_scan_all
+
+
+# For queue producers: send_task("tasks.event_intake", kwargs={"source": ..., "payload": {...}}).
+# A refusal is recorded and counted like a webhook's; it is not retried (the same message would
+# be refused again), so the task always completes.
+@shared_task(name="tasks.event_intake", acks_late=True, ignore_result=True)
+def event_intake_task(source: str, payload: dict, delivery_id: str | None = None) -> dict:
+    result = event_intake(
+        source=source, payload=payload, now=timezone.now(), delivery_id=delivery_id, channel=TriggerSource.Kind.QUEUE
+    )
+    return {"status": result.status, **result.as_json()}
+
+
+# Periodic (beat entry "harness: file sensors"): idempotent, so a lost or expired one is replaced
+# by the next. It also keeps event records bounded.
+@shared_task(name="tasks.sensors_scan", acks_late=False, ignore_result=True, expires=60)
+def sensors_scan_task() -> dict:
+    now = timezone.now()
+    result = sensors_scan_all(now=now)
+    pruned = event_records_prune(now=now)
+    return {**vars(result), "pruned": pruned}

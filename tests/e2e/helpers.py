@@ -1,0 +1,111 @@
+"""Shared pieces of the end-to-end tests: rules, readiness, and pausing a worker safely."""
+
+import sqlite3
+import time
+from datetime import datetime, timedelta
+
+from django.db import connection
+from django.utils import timezone
+
+from runs.models import SchedulerTick, TaskRun
+from tasks.models import TriggerRule
+from tests.support.processes import Proc, wait_for
+
+# Generous bounds: the suite shares a small machine with other test runs.
+START_TIMEOUT = 60
+RUN_TIMEOUT = 90
+
+
+def make_rule(name: str, **fields) -> TriggerRule:
+    """A rule saved as the admin would; defaults: UTC, one run per slot, the harness.record skill."""
+    values = {
+        "reason": "end-to-end test",
+        "timezone": "UTC",
+        "dedupe_key_template": "{rule}:{slot}",
+        "skill": "harness.record",
+        **fields,
+    }
+    return TriggerRule.objects.create(name=name, **values)
+
+
+def next_whole_second(after: datetime, *, plus: float = 0) -> datetime:
+    at = after + timedelta(seconds=plus)
+    return at.replace(microsecond=0) + timedelta(seconds=1)
+
+
+def wait_ticking(*, since: datetime | None = None, timeout: float = START_TIMEOUT) -> None:
+    """Wait until a beat has sent a tick and a worker has run it (both processes are up)."""
+    since = since or timezone.now()
+    wait_for(
+        lambda: SchedulerTick.objects.filter(last_tick_at__gte=since).exists(),
+        timeout=timeout,
+        what="a scheduler tick run by a worker (beat and worker up)",
+    )
+
+
+def wait_finished(run: TaskRun, *, timeout: float = RUN_TIMEOUT) -> TaskRun:
+    def finished():
+        fresh = TaskRun.objects.get(pk=run.pk)
+        return fresh if fresh.state in TaskRun.FINISHED else None
+
+    return wait_for(finished, timeout=timeout, what=f"run {run.biz_key} to finish")
+
+
+def wait_run_of(rule: TriggerRule, *, timeout: float = RUN_TIMEOUT, **filters) -> TaskRun:
+    return wait_for(
+        lambda: TaskRun.objects.filter(rule=rule, **filters).order_by("id").first(),
+        timeout=timeout,
+        what=f"a run of {rule.name} with {filters}",
+    )
+
+
+def freeze(*rules: TriggerRule) -> None:
+    """Stop new slots without save(): save() would re-read the schedule from now."""
+    TriggerRule.objects.filter(pk__in=[r.pk for r in rules]).update(enabled=False)
+
+
+def pause_quiescent(proc: Proc, *, tries: int = 10) -> None:
+    """SIGSTOP a worker group, but never while one of its processes holds a database lock.
+
+    A group frozen mid-transaction (a tick, a sweep, a lease renewal) would hold the SQLite write
+    lock or a PostgreSQL row lock and stall every other process: that tests nothing but the freeze.
+    """
+    for _ in range(tries):
+        proc.pause()
+        if _database_unblocked():
+            return
+        proc.resume()
+        time.sleep(0.3)
+    raise AssertionError(f"could not pause {proc.name} outside a database transaction in {tries} tries")
+
+
+def _database_unblocked() -> bool:
+    db = connection.settings_dict
+    if db["ENGINE"].endswith("sqlite3"):
+        con = sqlite3.connect(db["NAME"], timeout=2)
+        try:
+            con.execute("BEGIN IMMEDIATE")
+            con.rollback()
+            return True
+        except sqlite3.OperationalError:
+            return False
+        finally:
+            con.close()
+    # PostgreSQL: a frozen client shows as a session idle in its transaction (or mid-statement).
+    deadline = time.monotonic() + 2
+    time.sleep(0.6)
+    while True:
+        with connection.cursor() as cursor:
+            cursor.execute(
+                """
+                SELECT count(*) FROM pg_stat_activity
+                WHERE datname = current_database() AND pid <> pg_backend_pid()
+                  AND (state LIKE 'idle in transaction%%' OR (state = 'active' AND wait_event = 'ClientRead'))
+                  AND clock_timestamp() - state_change > interval '500 milliseconds'
+                """
+            )
+            if cursor.fetchone()[0] == 0:
+                return True
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.2)

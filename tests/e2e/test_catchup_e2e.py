@@ -1,0 +1,100 @@
+"""Downtime: slots missed while beat and workers were stopped follow the catch-up policy (invariant 3)."""
+
+from collections import Counter
+from datetime import timedelta
+
+import pytest
+from django.utils import timezone
+
+from runs.models import Decision, TaskRun
+from tasks.models import DiagnosticRecord, TriggerRule
+from tests.e2e.helpers import RUN_TIMEOUT, freeze, make_rule, wait_ticking
+from tests.support.processes import wait_for
+
+pytestmark = pytest.mark.e2e
+
+MINUTE = timedelta(minutes=1)
+DOWN_SLOTS = 3
+# Restart this long after the last missed slot, so it is late beyond the scheduler's on-time grace (10 s).
+PAST_GRACE = timedelta(seconds=15)
+
+
+def _slots(rule: TriggerRule) -> tuple[dict, dict]:
+    runs = {r.slot: r for r in TaskRun.objects.filter(rule=rule)}
+    decisions = {d.slot: d for d in Decision.objects.filter(rule=rule)}
+    return runs, decisions
+
+
+def test_missed_minutes_are_caught_up_or_recorded_after_three_minutes_down(harness):
+    worker, beat = harness.worker("w1"), harness.beat("beat1")
+    wait_ticking()
+    latest = make_rule("cron-latest", kind="cron", cron="* * * * *", catchup="latest", catchup_max_delay_seconds=600)
+    none = make_rule("cron-none", kind="cron", cron="* * * * *", catchup="none")
+    for rule in (latest, none):
+        wait_for(
+            lambda r=rule: TaskRun.objects.filter(rule=r, state="succeeded").exists(),
+            timeout=60 + RUN_TIMEOUT,
+            what=f"the first minute run of {rule.name}",
+        )
+    beat.stop()
+    worker.stop()
+    stopped_at = timezone.now()
+    first = {r.name: TaskRun.objects.get(rule=r).slot for r in (latest, none)}
+    assert first["cron-latest"] == first["cron-none"]
+    start_slot = first["cron-latest"]
+    last_missed = start_slot + DOWN_SLOTS * MINUTE
+
+    # Staying down across three minute slots is the point of the test: this wait is the downtime.
+    restart_at = last_missed + PAST_GRACE
+    wait_for(lambda: timezone.now() >= restart_at, timeout=DOWN_SLOTS * 60 + 60, interval=1, what="3 minutes down")
+    restarted_at = timezone.now()
+    harness.worker("w1-restarted")
+    harness.beat("beat1-restarted")
+    wait_ticking(since=restarted_at)
+    wait_for(
+        lambda: TaskRun.objects.filter(rule=latest, source="catchup", state="succeeded").exists(),
+        timeout=RUN_TIMEOUT,
+        what="the catch-up run",
+    )
+    wait_for(
+        lambda: Decision.objects.filter(rule=none).count() >= DOWN_SLOTS, timeout=RUN_TIMEOUT, what="missed decisions"
+    )
+    freeze(latest, none)
+    wait_for(
+        lambda: not TaskRun.objects.exclude(state__in=TaskRun.FINISHED).exists(),
+        timeout=RUN_TIMEOUT,
+        what="every run to finish",
+    )
+
+    missed = [start_slot + n * MINUTE for n in range(1, DOWN_SLOTS + 1)]
+    late_runs, late_decisions = _slots(latest)
+    none_runs, none_decisions = _slots(none)
+    catchup_run = TaskRun.objects.get(rule=latest, source="catchup")
+    print(
+        f"\n[e2e catch-up] down {(restarted_at - stopped_at).total_seconds():.0f}s (slots {missed[0]:%H:%M} to "
+        f"{missed[-1]:%H:%M}); latest: runs {sorted(f'{s:%H:%M} {r.source}' for s, r in late_runs.items())}, "
+        f"decisions {sorted(f'{s:%H:%M} {d.reason}' for s, d in late_decisions.items())}; none: runs "
+        f"{sorted(f'{s:%H:%M} {r.source}' for s, r in none_runs.items())}, decisions "
+        f"{sorted(f'{s:%H:%M} {d.reason}' for s, d in none_decisions.items())}; catch-up run claimed "
+        f"{(catchup_run.trigger_at - catchup_run.slot).total_seconds():.1f}s after its slot"
+    )
+
+    # latest: one catch-up run for the most recent missed slot, the older missed slots superseded.
+    assert catchup_run.slot == missed[-1]
+    assert {s: d.reason for s, d in late_decisions.items()} == {s: "superseded" for s in missed[:-1]}
+    assert late_runs[start_slot].source == TaskRun.Source.SCHEDULER
+    # none: every missed slot is a "missed" decision, and nothing is caught up.
+    assert {s: d.reason for s, d in none_decisions.items()} == {s: "missed" for s in missed}
+    assert not TaskRun.objects.filter(rule=none, source="catchup").exists()
+    assert none_runs[start_slot].source == TaskRun.Source.SCHEDULER
+    assert not set(none_runs) & set(missed)
+
+    for rule, runs, decisions in ((latest, late_runs, late_decisions), (none, none_runs, none_decisions)):
+        # Every minute between the first and the last handled slot: exactly one run or one decision.
+        assert not set(runs) & set(decisions), f"{rule.name}: a slot with both a run and a decision"
+        handled = sorted([*runs, *decisions])
+        expected = [handled[0] + n * MINUTE for n in range(int((handled[-1] - handled[0]) / MINUTE) + 1)]
+        assert handled == expected, f"{rule.name}: slots not accounted for"
+        assert all(r.state == TaskRun.State.SUCCEEDED for r in runs.values())
+        records = Counter(DiagnosticRecord.objects.filter(rule_name=rule.name).values_list("biz_key", flat=True))
+        assert records == Counter(r.biz_key for r in runs.values()), f"{rule.name}: one record per run, none twice"

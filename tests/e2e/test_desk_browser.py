@@ -1,0 +1,227 @@
+"""The operator's desk seen in a real browser: headless Debian Chromium driven by Selenium, against
+pytest-django's live_server and a real Celery worker. Saves screenshots for the README."""
+
+import os
+import shutil
+from datetime import timedelta
+from pathlib import Path
+
+import pytest
+from django.contrib.auth.models import User
+from django.urls import reverse
+from django.utils import timezone
+
+from deadletters.models import DeadLetter
+from runs.models import Attempt, SchedulerTick, TaskRun
+from tests.support.desk import PASSWORD, make_failed_run, make_rule, make_user
+from tests.support.processes import wait_for
+
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
+WAIT = 20
+
+pytestmark = [
+    pytest.mark.e2e,
+    pytest.mark.skipif(
+        not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)),
+        reason="needs Debian's chromium and chromium-driver (.ci/run installs them)",
+    ),
+]
+
+
+@pytest.fixture
+def browser():
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-dev-shm-usage",
+        "--window-size=1400,1000",
+    ):
+        options.add_argument(arg)
+    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.implicitly_wait(0)
+    yield driver
+    driver.quit()
+
+
+def _user(name: str, group: str) -> User:
+    return make_user(name, group)
+
+
+def _login(browser, live_server, username: str) -> None:
+    from selenium.webdriver.common.by import By
+
+    browser.get(live_server.url + reverse("admin:login"))
+    browser.find_element(By.ID, "id_username").send_keys(username)
+    browser.find_element(By.ID, "id_password").send_keys(PASSWORD)
+    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
+    _until(browser, lambda d: "/login/" not in d.current_url, "login")
+
+
+def _until(browser, predicate, what: str, timeout: float = WAIT):
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    return WebDriverWait(browser, timeout, poll_frequency=0.2).until(predicate, message=f"waiting for {what}")
+
+
+def _text(browser, css: str) -> str:
+    from selenium.webdriver.common.by import By
+
+    return browser.find_element(By.CSS_SELECTOR, css).text
+
+
+def _shot(browser, name: str) -> None:
+    if os.environ.get("CI"):  # screenshots are for the README, not for CI runs
+        return
+    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
+    height = browser.execute_script(
+        "return Math.min(2400, Math.max(document.body.scrollHeight, document.documentElement.scrollHeight))"
+    )
+    browser.set_window_size(1400, max(height + 120, 800))
+    browser.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
+    browser.set_window_size(1400, 1000)
+
+
+def test_it_updates_the_preview_as_the_operator_edits_the_cron(browser, live_server):
+    from selenium.webdriver.common.by import By
+
+    _user("olga", "Operators")
+    rule = make_rule(cron="0 9 * * *", timezone="Asia/Shanghai", dedupe_key_template="report:{business_date}")
+    _login(browser, live_server, "olga")
+    browser.get(live_server.url + reverse("admin:tasks_triggerrule_change", args=[rule.pk]))
+    assert _text(browser, "#rule-preview .preview-description") == "At 09:00"
+    assert "CST" in _text(browser, "#rule-preview .preview-fires tbody tr")
+    _shot(browser, "rule-page")
+    cron = browser.find_element(By.ID, "id_cron")
+    cron.clear()
+    cron.send_keys("*/5 * * * *")
+    _until(browser, lambda d: _text(d, "#rule-preview .preview-description") == "Every 5 minutes", "new preview")
+    zone = browser.find_element(By.ID, "id_timezone")
+    zone.clear()
+    zone.send_keys("Mars/Olympus")
+    _until(browser, lambda d: "not a known zone" in _text(d, "#rule-preview"), "zone error in the preview")
+    zone.clear()
+    zone.send_keys("Europe/Berlin")
+    _until(browser, lambda d: "CET" in _text(d, "#rule-preview .preview-fires"), "Berlin times")
+
+
+def test_it_trial_runs_a_rule_and_the_run_appears(browser, live_server, harness):
+    from selenium.webdriver.common.by import By
+
+    _user("olga", "Operators")
+    rule = make_rule(enabled=False)
+    harness.worker()
+    _login(browser, live_server, "olga")
+    browser.get(live_server.url + reverse("admin:tasks_triggerrule_change", args=[rule.pk]))
+    browser.find_element(By.ID, "rule-trial").click()
+    browser.find_element(By.ID, "id_reason").send_keys("gray release check")
+    browser.find_element(By.ID, "desk-form-submit").click()
+    _until(browser, lambda d: "/runs/taskrun/" in d.current_url, "the run page")
+    assert "TRIAL" in _text(browser, "#run-timeline-panel h2")
+
+    def succeeded(d):
+        d.refresh()
+        return _text(d, "#run-state") == "Succeeded"
+
+    _until(browser, succeeded, "the trial run to succeed", timeout=60)
+    run = TaskRun.objects.get()
+    assert run.is_trial and run.biz_key.startswith("trial:") and run.state == "succeeded"
+    _shot(browser, "run-timeline")
+    browser.get(live_server.url + reverse("admin:runs_taskrun_changelist"))
+    _shot(browser, "runs")
+
+
+def test_it_replays_a_dead_letter(browser, live_server, harness):
+    from selenium.webdriver.common.by import By
+
+    _user("omar", "On-call")
+    for i in range(3):
+        make_failed_run(f"report:2026-03-0{i + 1}", kind="timeout" if i else "invalid_param", digest=f"fp{i % 2}")
+    ticket = DeadLetter.objects.get(biz_key="report:2026-03-01")
+    harness.worker()
+    _login(browser, live_server, "omar")
+    browser.get(live_server.url + reverse("admin:deadletters_deadletter_changelist") + "?state__exact=pending_manual")
+    assert "Open backlog: 3" in _text(browser, "#deadletter-backlog")
+    _shot(browser, "deadletter-desk")
+    browser.get(live_server.url + reverse("admin:deadletters_deadletter_change", args=[ticket.pk]))
+    _shot(browser, "deadletter-ticket")
+    browser.find_element(By.ID, "ticket-replay").click()
+    browser.find_element(By.ID, "desk-confirm-submit").click()
+    _until(browser, lambda d: "Replay queued" in _text(d, ".messagelist"), "the replay message")
+    wait_for(
+        lambda: TaskRun.objects.get(biz_key=ticket.biz_key).state == "succeeded",
+        timeout=60,
+        what="the replayed run to succeed",
+    )
+    run = TaskRun.objects.get(biz_key=ticket.biz_key)
+    assert run.attempts == 2 and TaskRun.objects.filter(biz_key=ticket.biz_key).count() == 1
+    ticket.refresh_from_db()
+    assert ticket.state == "replayed"
+
+
+def test_it_force_releases_a_lease(browser, live_server):
+    from selenium.webdriver.common.by import By
+
+    _user("omar", "On-call")
+    now = timezone.now()
+    run = TaskRun.objects.create(
+        biz_key="report:stuck",
+        skill="harness.noop",
+        source="scheduler",
+        trigger_at=now,
+        run_after=now + timedelta(hours=1),
+        state="running",
+        lease_owner="w7@lost-host:99",
+        lease_expires_at=now + timedelta(minutes=30),
+        fence=2,
+        attempts=1,
+        start_at=now - timedelta(minutes=3),
+    )
+    Attempt.objects.create(run=run, number=1, fence=2, worker="w7@lost-host:99", started_at=now - timedelta(minutes=3))
+    _login(browser, live_server, "omar")
+    browser.get(live_server.url + reverse("admin:runs_runlease_changelist"))
+    assert "w7@lost-host:99" in _text(browser, "#result_list")
+    _shot(browser, "leases")
+    browser.get(live_server.url + reverse("admin:runs_taskrun_change", args=[run.pk]))
+    browser.find_element(By.ID, "run-release").click()
+    browser.find_element(By.ID, "id_reason").send_keys("host lost-host is gone")
+    browser.find_element(By.ID, "desk-confirm-submit").click()
+    _until(browser, lambda d: "Lease force-released" in _text(d, ".messagelist"), "the release message")
+    run.refresh_from_db()
+    assert (run.state, run.fence, run.lease_owner) == ("waiting_retry", 3, "")
+
+
+def test_it_shows_the_dashboard(browser, live_server):
+    _user("vera", "Viewers")
+    now = timezone.now()
+    TaskRun.objects.bulk_create(
+        [
+            TaskRun(
+                biz_key=f"k{i}",
+                skill="harness.noop",
+                source="scheduler",
+                trigger_at=now - timedelta(minutes=17 * i),
+                run_after=now - timedelta(minutes=17 * i),
+                state=["succeeded", "succeeded", "failed", "pending"][i % 4],
+                start_at=now - timedelta(minutes=17 * i) + timedelta(seconds=i % 7),
+                finish_at=now - timedelta(minutes=17 * i) + timedelta(seconds=3 + i % 11),
+                dedupe_hits=i % 5 == 0,
+            )
+            for i in range(80)
+        ]
+    )
+    make_rule()
+    make_failed_run("report:dl", now=now)
+    SchedulerTick.objects.create(name="scheduler", last_tick_at=now)
+    _login(browser, live_server, "vera")
+    browser.get(live_server.url + reverse("harness-dashboard"))
+    assert _text(browser, "#dash-duplicates-count") == "0"
+    _shot(browser, "dashboard")

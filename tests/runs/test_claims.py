@@ -1,0 +1,121 @@
+"""Claiming a unit of work: one run per biz_key, ever (invariant 1). Real database."""
+
+import threading
+from collections import Counter
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection, transaction
+
+from runs.claims import run_claim
+from runs.models import TaskRun
+
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+RACERS = 50
+
+
+def claim(biz_key: str, *, now: datetime = NOW, **overrides):
+    kwargs = {
+        "biz_key": biz_key,
+        "skill": "harness.noop",
+        "source": TaskRun.Source.API,
+        "triggered_by": "tests",
+        "now": now,
+        "payload": {"params": {"n": 1}},
+    }
+    return run_claim(**{**kwargs, **overrides})
+
+
+def run_concurrently(fn, n: int) -> list:
+    """Call fn(i) from n threads released together, each on its own database connection."""
+    barrier = threading.Barrier(n)
+    results: list = [None] * n
+    errors: list[BaseException] = []
+
+    def body(i: int) -> None:
+        try:
+            connection.ensure_connection()  # connect first, so the claims themselves start together
+            barrier.wait(timeout=60)
+            results[i] = fn(i)
+        except BaseException as exc:
+            errors.append(exc)
+            barrier.abort()
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(timeout=120)
+    assert not any(t.is_alive() for t in threads), "a racer hung"
+    assert not errors, errors
+    return results
+
+
+@pytest.mark.django_db
+def test_it_creates_a_run_on_the_first_claim():
+    result = claim("report:2026-03-01", slot=NOW)
+    assert result.created is True
+    run = TaskRun.objects.get(biz_key="report:2026-03-01")
+    assert run.id == result.run.id
+    assert run.state == TaskRun.State.PENDING
+    assert (run.trigger_at, run.run_after, run.slot) == (NOW, NOW, NOW)
+    assert run.dedupe_hits == 0
+    assert run.payload == {"params": {"n": 1}}
+    assert run.dispatched_at == NOW  # due now, so a message was queued
+
+
+@pytest.mark.django_db
+def test_it_dedupes_a_second_claim_and_counts_it():
+    first = claim("report:2026-03-01")
+    second = claim("report:2026-03-01", now=NOW + timedelta(minutes=1), payload={"params": {"n": 2}})
+    third = claim("report:2026-03-01", now=NOW + timedelta(minutes=2), source=TaskRun.Source.MANUAL)
+    assert (second.created, third.created) == (False, False)
+    assert second.run.id == third.run.id == first.run.id
+    assert TaskRun.objects.filter(biz_key="report:2026-03-01").count() == 1
+    run = TaskRun.objects.get(id=first.run.id)
+    assert run.dedupe_hits == 2
+    # The first trigger's record stands: a dedupe hit changes nothing but the counter.
+    assert (run.payload, run.trigger_at, run.source) == ({"params": {"n": 1}}, NOW, TaskRun.Source.API)
+    assert third.run.dedupe_hits == 2
+
+
+@pytest.mark.django_db
+def test_it_keeps_different_biz_keys_apart():
+    a = claim("report:2026-03-01")
+    b = claim("report:2026-03-02")
+    assert a.created and b.created
+    assert a.run.id != b.run.id
+    assert TaskRun.objects.count() == 2
+
+
+@pytest.mark.django_db
+def test_it_does_not_dispatch_a_run_that_is_not_due_yet():
+    later = claim("later", run_after=NOW + timedelta(minutes=5))
+    held = claim("held", dispatch=False)
+    assert TaskRun.objects.get(id=later.run.id).dispatched_at is None
+    assert TaskRun.objects.get(id=held.run.id).dispatched_at is None
+
+
+@pytest.mark.django_db
+def test_a_dedupe_hit_does_not_break_the_callers_transaction():
+    with transaction.atomic():
+        claim("report:2026-03-01")
+        dup = claim("report:2026-03-01")
+        other = claim("report:2026-03-02")  # the transaction is still usable after the conflict
+    assert dup.created is False and other.created is True
+    assert TaskRun.objects.count() == 2
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_creates_exactly_one_run_when_many_connections_claim_one_key_at_once():
+    results = run_concurrently(lambda i: claim("race:2026-03-01", triggered_by=f"racer-{i}"), RACERS)
+
+    assert TaskRun.objects.filter(biz_key="race:2026-03-01").count() == 1
+    run = TaskRun.objects.get(biz_key="race:2026-03-01")
+    assert Counter(r.created for r in results) == {True: 1, False: RACERS - 1}
+    assert {r.run.id for r in results} == {run.id}
+    assert run.dedupe_hits == RACERS - 1
+    winner = next(r for r in results if r.created)
+    assert run.triggered_by == winner.run.triggered_by

@@ -1,0 +1,98 @@
+# ruff: noqa: F811  (pytest fixtures imported from tests.support.desk are redefined as arguments)
+"""The dashboard: right numbers on a small data set, a fixed number of queries on 100,000 runs."""
+
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.test import Client
+from django.urls import reverse
+from django.utils import timezone
+
+from runs.dashboard import dashboard_build, percentile
+from runs.models import SchedulerTick, TaskRun
+from tests.support.desk import make_failed_run, make_rule, viewer, viewer_client  # noqa: F401
+
+pytestmark = pytest.mark.django_db
+BIG = 100_000
+# Session + user, then the dashboard's own aggregates (see runs/dashboard.py): a constant.
+MAX_QUERIES = 14
+
+
+def _runs(n: int, *, now, spread: timedelta) -> list[TaskRun]:
+    states = ["succeeded"] * 7 + ["failed", "pending", "waiting_retry"]
+    out = []
+    for i in range(n):
+        trigger = now - spread * (i / n)
+        state = states[i % len(states)]
+        started = trigger + timedelta(seconds=1 + i % 5) if state in ("succeeded", "failed") else None
+        out.append(
+            TaskRun(
+                biz_key=f"bulk:{i}",
+                skill="harness.noop",
+                source="scheduler",
+                trigger_at=trigger,
+                run_after=trigger,
+                state=state,
+                start_at=started,
+                finish_at=started + timedelta(seconds=2) if started else None,
+                dedupe_hits=1 if i % 4 == 0 else 0,
+                attempts=1 if started else 0,
+            )
+        )
+    return out
+
+
+def test_it_computes_the_dashboard_numbers():
+    now = timezone.now()
+    TaskRun.objects.bulk_create(_runs(100, now=now, spread=timedelta(hours=20)))
+    TaskRun.objects.bulk_create(_runs(5, now=now - timedelta(days=3), spread=timedelta(hours=1)), ignore_conflicts=True)
+    make_failed_run("dl:1", now=now)
+    SchedulerTick.objects.create(name="scheduler", last_tick_at=now - timedelta(seconds=3))
+    make_rule()
+    d = dashboard_build(now=now)
+    assert d.runs_24h == 101
+    assert d.states == {"succeeded": 70, "failed": 11, "pending": 10, "waiting_retry": 10}
+    assert sum(h["total"] for h in d.hours) == 101 and len(d.hours) in (24, 25)
+    assert d.dedupe_hits_24h == 25 and round(d.dedupe_share, 4) == round(25 / 126, 4)
+    assert (d.queue_due, d.queue_later, d.running) == (20, 0, 0)
+    assert d.queue_delay["p50"] == pytest.approx(3.0, abs=1.0) and d.queue_delay["p99"] <= 5.0
+    assert 3.0 <= d.latency["p50"] <= 7.0
+    assert (d.deadletters_new_today, d.deadletters_open) == (1, 1)
+    assert d.duplicate_biz_keys == 0
+    assert d.scheduler["last_tick_age_seconds"] == pytest.approx(3.0)
+    assert [r["name"] for r in d.next_fires] == ["daily-report"]
+
+
+def test_it_interpolates_percentiles_like_percentile_cont():
+    assert percentile([1, 2, 3, 4], 0.5) == 2.5
+    assert percentile([10], 0.99) == 10
+    assert percentile([0, 100], 0.95) == 95
+
+
+def test_it_renders_the_dashboard_within_a_fixed_number_of_queries_on_100k_runs(
+    viewer_client, django_assert_max_num_queries
+):
+    now = timezone.now()
+    TaskRun.objects.bulk_create(_runs(BIG, now=now, spread=timedelta(hours=48)), batch_size=5000)
+    for i in range(5):
+        make_failed_run(f"dl:{i}", now=now)
+    SchedulerTick.objects.create(name="scheduler", last_tick_at=now)
+    url = reverse("harness-dashboard")
+    viewer_client.get(url)  # warm caches (template loading), not measured
+    with django_assert_max_num_queries(MAX_QUERIES):
+        started = time.perf_counter()
+        response = viewer_client.get(url)
+        elapsed = time.perf_counter() - started
+    assert response.status_code == 200
+    # Half the runs lie in the last 24 h (a few slip out while the others are inserted).
+    assert BIG // 2 - 1000 <= response.context["d"].runs_24h <= BIG // 2 + 5
+    page = response.content.decode()
+    assert 'id="dash-duplicates-count">0<' in page
+    print(f"\ndashboard render with {BIG + 5:,} runs on {connection.vendor}: {elapsed * 1000:.0f} ms")
+
+
+def test_it_asks_for_a_login():
+    response = Client().get(reverse("harness-dashboard"))
+    assert response.status_code == 302 and "/login/" in response["Location"]

@@ -1,0 +1,117 @@
+"""Fixtures for the operator's desk tests: logged-in clients per role, rules, runs and tickets."""
+
+from datetime import UTC, datetime
+
+import pytest
+from django.contrib.auth.models import Group, User
+from django.test import Client
+
+from audit.roles import roles_ensure
+from deadletters.services import deadletter_open
+from runs.errors import ClassifiedError
+from runs.models import Attempt, TaskRun
+from tasks.models import TriggerRule
+
+PASSWORD = "desk-pass-123"
+
+
+def make_user(username: str, group: str | None = None, *, superuser: bool = False) -> User:
+    user = User.objects.create_user(username, password=PASSWORD, is_staff=True, is_superuser=superuser)
+    if group:
+        roles_ensure()
+        user.groups.add(Group.objects.get(name=group))
+    return user
+
+
+def client_for(user: User) -> Client:
+    c = Client()
+    c.force_login(user)
+    return c
+
+
+@pytest.fixture
+def operator(db):
+    return make_user("olga", "Operators")
+
+
+@pytest.fixture
+def oncall(db):
+    return make_user("omar", "On-call")
+
+
+@pytest.fixture
+def viewer(db):
+    return make_user("vera", "Viewers")
+
+
+@pytest.fixture
+def operator_client(operator):
+    return client_for(operator)
+
+
+@pytest.fixture
+def oncall_client(oncall):
+    return client_for(oncall)
+
+
+@pytest.fixture
+def viewer_client(viewer):
+    return client_for(viewer)
+
+
+def make_rule(**over) -> TriggerRule:
+    fields = {
+        "name": "daily-report",
+        "reason": "operators need it",
+        "kind": "cron",
+        "cron": "0 9 * * *",
+        "timezone": "Europe/Berlin",
+        "dedupe_key_template": "report:{business_date}",
+        "skill": "harness.noop",
+    }
+    fields.update(over)
+    return TriggerRule.objects.create(**fields)
+
+
+def make_failed_run(
+    biz_key: str = "report:2026-03-01",
+    *,
+    now: datetime | None = None,
+    rule=None,
+    kind: str = "timeout",
+    digest: str = "abc123",
+) -> TaskRun:
+    """A run that failed for good after one attempt, with its open dead-letter ticket."""
+    now = now or datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
+    run = TaskRun.objects.create(
+        biz_key=biz_key,
+        rule=rule,
+        rule_name=rule.name if rule else "r",
+        skill="harness.noop",
+        source="scheduler",
+        trigger_at=now,
+        run_after=now,
+        start_at=now,
+        finish_at=now,
+        state=TaskRun.State.FAILED,
+        attempts=1,
+        first_failure_at=now,
+        last_error="boom",
+        last_error_kind=kind,
+        fence=1,
+        payload={"params": {}, "policy": {"max_attempts": 1}},
+    )
+    Attempt.objects.create(
+        run=run,
+        number=1,
+        fence=1,
+        worker="w1@host:1",
+        started_at=now,
+        finished_at=now,
+        outcome=Attempt.Outcome.FAILED,
+        error_kind=kind,
+        error_digest=digest,
+        error="boom",
+    )
+    deadletter_open(run=run, error=ClassifiedError(kind=kind, message="boom", digest=digest), reason="cap", now=now)
+    return run

@@ -1,0 +1,97 @@
+"""A fake model provider at a boundary we do not own: a real HTTP server on 127.0.0.1 that speaks
+the chat-completions format, answering from a script of responses."""
+
+import json
+import threading
+from collections import deque
+from dataclasses import dataclass, field
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+
+@dataclass
+class Reply:
+    status: int = 200
+    body: str = ""
+    headers: dict[str, str] = field(default_factory=dict)
+    # Seconds to wait before answering (a hung provider); released early by server.release().
+    hang: float = 0.0
+
+
+def completion(content: str, *, prompt_tokens: int = 11, completion_tokens: int = 7) -> Reply:
+    body = {
+        "id": "chatcmpl-test",
+        "object": "chat.completion",
+        "choices": [{"index": 0, "message": {"role": "assistant", "content": content}, "finish_reason": "stop"}],
+        "usage": {
+            "prompt_tokens": prompt_tokens,
+            "completion_tokens": completion_tokens,
+            "total_tokens": prompt_tokens + completion_tokens,
+        },
+    }
+    return Reply(200, json.dumps(body), {"Content-Type": "application/json"})
+
+
+def json_completion(obj: object, **kw) -> Reply:
+    return completion(json.dumps(obj), **kw)
+
+
+class FakeModelServer:
+    """Answers POST …/chat/completions with the next scripted Reply (the last one repeats)."""
+
+    def __init__(self) -> None:
+        self.script: deque[Reply] = deque()
+        self.requests: list[dict] = []
+        self._released = threading.Event()
+        self._lock = threading.Lock()
+        server = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:
+                length = int(self.headers.get("Content-Length") or 0)
+                raw = self.rfile.read(length).decode()
+                with server._lock:
+                    server.requests.append(
+                        {"path": self.path, "headers": dict(self.headers), "body": json.loads(raw) if raw else None}
+                    )
+                    reply = server.script.popleft() if len(server.script) > 1 else server.script[0]
+                if reply.hang:
+                    server._released.wait(reply.hang)
+                body = reply.body.replace("{authorization}", self.headers.get("Authorization", "")).encode()
+                try:
+                    self.send_response(reply.status)
+                    for k, v in reply.headers.items():
+                        self.send_header(k, v)
+                    self.send_header("Content-Length", str(len(body)))
+                    self.end_headers()
+                    self.wfile.write(body)
+                except (BrokenPipeError, ConnectionResetError):
+                    pass  # the client gave up (read timeout): expected in the hang tests
+
+            def log_message(self, *args) -> None:
+                pass
+
+        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd.daemon_threads = True
+        self.thread = threading.Thread(target=self.httpd.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        host, port = self.httpd.server_address[:2]
+        return f"http://{host}:{port}/v1"
+
+    def respond(self, *replies: Reply) -> None:
+        with self._lock:
+            self.script.clear()
+            self.script.extend(replies)
+
+    def release(self) -> None:
+        self._released.set()
+
+    def start(self) -> "FakeModelServer":
+        self.thread.start()
+        return self
+
+    def stop(self) -> None:
+        self.release()
+        self.httpd.shutdown()
+        self.httpd.server_close()

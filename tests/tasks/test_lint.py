@@ -1,0 +1,74 @@
+"""The rule lint checklist: pure, every check passing and failing."""
+
+from dataclasses import replace
+
+import pytest
+
+from tasks import lint
+
+GOOD = lint.LintInput(
+    timezone="Asia/Shanghai",
+    dedupe_key_template="report:{business_date}:{channel}",
+    params={"channel": "email"},
+    max_attempts=3,
+    max_retry_window_seconds=3600,
+    max_delay_seconds=300,
+    jitter_min=0.5,
+    jitter_max=1.5,
+    catchup_max_delay_seconds=300,
+    lease_ttl_seconds=300,
+    skill_p99_seconds=12.0,
+    alert_fields=frozenset({"run_id", "biz_key", "rule"}),
+)
+
+
+def _status(items, check):
+    return next(i for i in items if i.check == check)
+
+
+def test_it_passes_a_well_configured_rule():
+    items = lint.rule_lint(GOOD)
+    assert [i.status for i in items] == [lint.PASS] * 6
+    assert lint.lint_summary(items) == "ok"
+
+
+@pytest.mark.parametrize(
+    ("change", "check", "status", "words"),
+    [
+        ({"timezone": "localtime"}, "timezone explicit", lint.FAIL, "not a known zone"),
+        ({"timezone": ""}, "timezone explicit", lint.FAIL, "required"),
+        ({"timezone": "asia/shanghai"}, "timezone explicit", lint.FAIL, "did you mean"),
+        ({"dedupe_key_template": "{rule}"}, "dedupe key per business unit", lint.FAIL, "no date or object"),
+        ({"dedupe_key_template": "x:{"}, "dedupe key per business unit", lint.FAIL, "Malformed"),
+        ({"max_attempts": 0}, "retries capped with jitter", lint.FAIL, "no attempt cap"),
+        ({"max_retry_window_seconds": 0}, "retries capped with jitter", lint.FAIL, "elapsed"),
+        ({"max_delay_seconds": 0}, "retries capped with jitter", lint.FAIL, "one delay"),
+        ({"jitter_min": 1.0, "jitter_max": 1.0}, "retries capped with jitter", lint.FAIL, "no jitter"),
+        ({"catchup_max_delay_seconds": 0}, "catch-up window set", lint.FAIL, "No catch-up window"),
+        ({"skill_p99_seconds": None}, "lease TTL above p99 duration", lint.WARN, "unknown"),
+        ({"skill_p99_seconds": 300.0}, "lease TTL above p99 duration", lint.FAIL, "lose their lease"),
+        ({"skill_p99_seconds": 299.9}, "lease TTL above p99 duration", lint.PASS, "p99 299.9s"),
+        ({"alert_fields": frozenset({"run_id"})}, "alert carries run id and biz_key", lint.FAIL, "biz_key"),
+    ],
+)
+def test_it_flags_each_problem(change, check, status, words):
+    item = _status(lint.rule_lint(replace(GOOD, **change)), check)
+    assert item.status == status
+    assert words.lower() in item.message.lower()
+
+
+@pytest.mark.parametrize(
+    ("template", "ok"),
+    [("{rule}:{slot}", True), ("{object_id}:{action}", True), ("daily:{business_date}", True), ("{rule}", False)],
+)
+def test_it_accepts_a_date_or_object_placeholder(template, ok):
+    params = {"object_id": 1, "action": "x"}
+    item = _status(
+        lint.rule_lint(replace(GOOD, dedupe_key_template=template, params=params)), "dedupe key per business unit"
+    )
+    assert (item.status == lint.PASS) is ok
+
+
+def test_it_summarises_fails_and_warns():
+    items = lint.rule_lint(replace(GOOD, catchup_max_delay_seconds=0, max_attempts=0, skill_p99_seconds=None))
+    assert lint.lint_summary(items) == "2 fail, 1 warn"

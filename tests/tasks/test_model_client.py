@@ -1,0 +1,204 @@
+"""The model client against a real HTTP server on loopback that speaks chat completions.
+
+Each failure a provider can produce maps to one error kind; Retry-After travels on the exception;
+usage is read from the response. No database: chat() is the HTTP edge only.
+"""
+
+import json
+import time
+from datetime import UTC, datetime, timedelta
+from email.utils import format_datetime
+from types import SimpleNamespace
+
+import pytest
+
+from tasks.model_client import ModelCallError, build_messages, chat, input_sha256, kind_for_status, parse_retry_after
+from tasks.skills import ErrorKind
+from tests.support.fake_model import FakeModelServer, Reply, completion
+
+KEY_ENV = "H9_TEST_MODEL_KEY"
+KEY = "sk-test-4c1b2e9f0d7a6b5c3e8f"
+NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture
+def server():
+    s = FakeModelServer().start()
+    yield s
+    s.stop()
+
+
+@pytest.fixture(autouse=True)
+def key(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, KEY)
+
+
+def agent(server: FakeModelServer, **over) -> SimpleNamespace:
+    data = dict(
+        name="writer",
+        provider="openai",
+        base_url=server.base_url,
+        model="gpt-test",
+        api_key_env=KEY_ENV,
+        system_prompt="Answer in JSON.",
+        connect_timeout_seconds=2.0,
+        read_timeout_seconds=5.0,
+    )
+    data.update(over)
+    return SimpleNamespace(**data)
+
+
+def call(server, **over):
+    a = agent(server, **over)
+    return chat(a, build_messages(a, "say hi"), now=NOW)
+
+
+def failure(server, **over) -> ModelCallError:
+    with pytest.raises(ModelCallError) as info:
+        call(server, **over)
+    return info.value
+
+
+def test_it_returns_content_and_token_usage(server):
+    server.respond(completion('{"ok": true}', prompt_tokens=21, completion_tokens=4))
+
+    reply = call(server)
+
+    assert (reply.content, reply.status, reply.prompt_tokens, reply.completion_tokens) == ('{"ok": true}', 200, 21, 4)
+    [request] = server.requests
+    assert request["path"] == "/v1/chat/completions"
+    assert request["headers"]["Authorization"] == f"Bearer {KEY}"
+    assert request["body"]["model"] == "gpt-test"
+    assert request["body"]["messages"] == [
+        {"role": "system", "content": "Answer in JSON."},
+        {"role": "user", "content": "say hi"},
+    ]
+
+
+def test_it_maps_429_to_rate_limited_with_retry_after(server):
+    server.respond(Reply(429, '{"error": "slow down"}', {"Retry-After": "30"}))
+
+    error = failure(server)
+
+    assert error.kind == ErrorKind.RATE_LIMITED and error.retry_after == 30.0 and error.status == 429
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (500, ErrorKind.DEPENDENCY_UNREACHABLE),
+        (502, ErrorKind.DEPENDENCY_UNREACHABLE),
+        (503, ErrorKind.DEPENDENCY_UNREACHABLE),
+        (401, ErrorKind.PERMISSION_DENIED),
+        (403, ErrorKind.PERMISSION_DENIED),
+        (400, ErrorKind.INVALID_PARAM),
+        (404, ErrorKind.INVALID_PARAM),
+    ],
+)
+def test_it_maps_http_errors_to_error_kinds(server, status, kind):
+    server.respond(Reply(status, '{"error": {"message": "no"}}'))
+
+    error = failure(server)
+
+    assert error.kind == kind and error.status == status and f"HTTP {status}" in str(error)
+
+
+def test_it_times_out_on_a_hung_response(server):
+    server.respond(Reply(hang=30, body="{}"))
+    started = time.monotonic()
+
+    error = failure(server, read_timeout_seconds=0.3)
+
+    assert error.kind == ErrorKind.TIMEOUT
+    assert time.monotonic() - started < 25  # it gave up on its own, long before the server answered
+
+
+def test_it_maps_a_refused_connection_to_dependency_unreachable(server):
+    url = server.base_url
+    server.stop()
+
+    with pytest.raises(ModelCallError) as info:
+        a = agent(server, base_url=url)
+        chat(a, build_messages(a, "x"), now=NOW)
+
+    assert info.value.kind == ErrorKind.DEPENDENCY_UNREACHABLE
+
+
+@pytest.mark.parametrize(
+    "body", ["<html>gateway</html>", '{"choices": []}', '{"choices": [{"message": {"content": null}}]}']
+)
+def test_it_maps_a_malformed_response_to_model_invalid_output_with_the_raw_text(server, body):
+    server.respond(Reply(200, body))
+
+    error = failure(server)
+
+    assert error.kind == ErrorKind.MODEL_INVALID_OUTPUT and error.raw_output == body
+
+
+def test_it_redacts_a_key_the_provider_echoes_back(server):
+    server.respond(Reply(401, '{"error": "bad key {authorization}"}'))
+
+    error = failure(server)
+
+    assert error.kind == ErrorKind.PERMISSION_DENIED
+    assert KEY not in str(error) and "[redacted]" in str(error)
+
+
+def test_it_refuses_to_call_when_the_key_variable_is_unset(server, monkeypatch):
+    monkeypatch.delenv(KEY_ENV)
+    server.respond(completion("{}"))
+
+    error = failure(server)
+
+    assert error.kind == ErrorKind.INVALID_PARAM and KEY_ENV in str(error)
+    assert server.requests == []
+
+
+def test_it_answers_locally_with_the_echo_provider():
+    echo = SimpleNamespace(name="demo", provider="echo", model="echo", system_prompt="")
+
+    first = chat(echo, build_messages(echo, '{"b": 1, "a": [2]}'), now=NOW)
+    again = chat(echo, build_messages(echo, '{"b": 1, "a": [2]}'), now=NOW)
+    text = chat(echo, build_messages(echo, "hello there"), now=NOW)
+
+    assert first == again and json.loads(first.content) == {"a": [2], "b": 1}
+    assert json.loads(text.content) == {"echo": "hello there"} and text.prompt_tokens == 2
+
+
+@pytest.mark.parametrize(
+    ("status", "kind"),
+    [
+        (200, None),
+        (201, None),
+        (408, ErrorKind.TIMEOUT),
+        (422, ErrorKind.INVALID_PARAM),
+        (429, ErrorKind.RATE_LIMITED),
+        (504, ErrorKind.DEPENDENCY_UNREACHABLE),
+        (599, ErrorKind.DEPENDENCY_UNREACHABLE),
+    ],
+)
+def test_it_classifies_statuses(status, kind):
+    assert kind_for_status(status) == kind
+
+
+@pytest.mark.parametrize(
+    ("value", "seconds"),
+    [
+        (None, None),
+        ("", None),
+        ("0", 0.0),
+        ("120", 120.0),
+        (format_datetime(NOW + timedelta(seconds=90), usegmt=True), 90.0),
+        (format_datetime(NOW - timedelta(seconds=90), usegmt=True), 0.0),
+        ("soon", None),
+        ("-5", None),
+    ],
+)
+def test_it_parses_retry_after(value, seconds):
+    assert parse_retry_after(value, now=NOW) == seconds
+
+
+def test_it_hashes_the_input_stably():
+    messages = [{"role": "user", "content": "x"}]
+    assert input_sha256("m", messages) == input_sha256("m", [dict(messages[0])])
+    assert input_sha256("m", messages) != input_sha256("n", messages)

@@ -1,0 +1,245 @@
+# ruff: noqa: F811  (pytest fixtures imported from tests.support.desk are redefined as arguments)
+"""Rule pages of the operator's desk: preview, lint, run now, trial, pause/resume, backfill, roles."""
+
+import html
+import itertools
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.urls import reverse
+from django.utils import timezone
+
+from audit.models import AuditEntry
+from runs.models import TaskRun
+from tasks.admin_desk import schedule_preview
+from tasks.models import TriggerRule
+from tasks.rule_actions import MAX_BACKFILL_RUNS
+from tests.support.desk import (  # noqa: F401 - fixtures
+    make_rule,
+    oncall,
+    oncall_client,
+    operator,
+    operator_client,
+    viewer,
+    viewer_client,
+)
+
+pytestmark = pytest.mark.django_db
+
+
+def _url(name: str, rule: TriggerRule) -> str:
+    return reverse(f"admin:tasks_triggerrule_{name}", args=[rule.pk])
+
+
+def _text(response) -> str:
+    return html.unescape(response.content.decode())
+
+
+def test_it_shows_description_fires_dst_notes_and_lint_on_the_rule_page(operator_client):
+    rule = make_rule(cron="30 2 * * *", timezone="Europe/Berlin")
+    page = _text(operator_client.get(reverse("admin:tasks_triggerrule_change", args=[rule.pk])))
+    assert "At 02:30" in page
+    assert 'id="rule-preview"' in page
+    preview = page[page.index('id="rule-preview"') :]
+    assert preview[: preview.index("</table>")].count(" UTC</td>") == 10
+    assert "clocks go forward" in page or "clocks go back" in page
+    assert 'id="rule-lint"' in page
+    assert "timezone explicit" in page and "lease TTL above p99 duration" in page
+    for button in ("rule-run_now", "rule-trial", "rule-pause", "rule-backfill"):
+        assert f'id="{button}"' in page
+
+
+def test_it_shows_the_lint_summary_as_a_list_column(operator_client):
+    make_rule(dedupe_key_template="{rule}", catchup_max_delay_seconds=0)
+    page = _text(operator_client.get(reverse("admin:tasks_triggerrule_changelist")))
+    assert "2 fail, 1 warn" in page
+
+
+def test_it_uses_the_skills_observed_p99_for_the_lease_check(operator_client):
+    rule = make_rule(lease_ttl_seconds=5)
+    now = timezone.now()
+    TaskRun.objects.bulk_create(
+        [
+            TaskRun(
+                biz_key=f"k{i}",
+                skill="harness.noop",
+                source="manual",
+                trigger_at=now,
+                run_after=now,
+                state="succeeded",
+                start_at=now,
+                finish_at=now + timedelta(seconds=i),
+            )
+            for i in range(1, 11)
+        ]
+    )
+    page = _text(operator_client.get(reverse("admin:tasks_triggerrule_change", args=[rule.pk])))
+    assert "Lease 5s <= p99 9.9s" in page
+
+
+def test_it_previews_an_unsaved_schedule_as_json(viewer_client):
+    url = reverse("admin:tasks_triggerrule_preview")
+    ok = viewer_client.get(url, {"kind": "cron", "cron": "0 9 * * 1-5", "timezone": "Asia/Shanghai"})
+    assert ok.status_code == 200
+    data = ok.json()
+    assert data["description"] == "At 09:00, Monday through Friday"
+    assert len(data["fires"]) == 10
+    assert all("09:00:00 CST" in f["local"] and "01:00:00 UTC" in f["utc"] for f in data["fires"])
+    bad_cron = viewer_client.get(url, {"kind": "cron", "cron": "61 * * * *", "timezone": "UTC"})
+    assert bad_cron.status_code == 400
+    assert "minute" in bad_cron.json()["errors"]["cron"]
+    bad_zone = viewer_client.get(url, {"kind": "cron", "cron": "0 9 * * *", "timezone": "Mars/Olympus"})
+    assert bad_zone.status_code == 400
+    assert "not a known zone" in bad_zone.json()["errors"]["timezone"]
+
+
+def test_it_notes_dst_shifts_in_the_preview():
+    at = datetime(2026, 3, 25, tzinfo=UTC)
+    data = schedule_preview({"kind": "cron", "cron": "30 2 * * *", "timezone": "Europe/Berlin"}, at=at)
+    assert any("DST gap" in f["note"] for f in data["fires"])
+    assert data["dst_notes"][0].startswith("2026-03-29: clocks go forward (UTC+01:00 → UTC+02:00)")
+
+
+def test_it_runs_now_once_for_a_slot_however_often_clicked(operator_client, operator):
+    rule = make_rule()
+    url = _url("run_now", rule)
+    first = operator_client.post(url, {"slot": "2026-03-01 09:00", "biz_key": "", "reason": "rerun"})
+    assert first.status_code == 302
+    run = TaskRun.objects.get()
+    assert (run.biz_key, run.source, run.triggered_by, run.is_trial) == ("report:2026-03-01", "manual", "olga", False)
+    assert run.slot == datetime(2026, 3, 1, 8, 0, tzinfo=UTC)  # 09:00 Berlin
+    second = operator_client.post(url, {"slot": "2026-03-01 09:00", "biz_key": "", "reason": "again"}, follow=True)
+    assert "dedupe hit" in _text(second)
+    assert TaskRun.objects.count() == 1
+    assert TaskRun.objects.get().dedupe_hits == 1
+    actions = list(AuditEntry.objects.values_list("actor", "action", "reason"))
+    assert actions == [("olga", "rule.run_now", "again"), ("olga", "rule.run_now", "rerun")]
+
+
+def test_it_runs_a_chosen_business_key(operator_client):
+    rule = make_rule()
+    operator_client.post(_url("run_now", rule), {"slot": "", "biz_key": "report:special", "reason": ""})
+    assert TaskRun.objects.get().biz_key == "report:special"
+
+
+@pytest.mark.parametrize(
+    ("data", "message"),
+    [
+        ({"slot": "tomorrow at nine"}, "is not a time like 2026-12-01 09:00 (in Europe/Berlin)"),
+        ({"slot": "2026-03-01 09:00", "biz_key": "x"}, "Give a slot or a business key, not both."),
+    ],
+)
+def test_it_shows_bad_run_now_input_on_the_form(operator_client, data, message):
+    rule = make_rule()
+    response = operator_client.post(_url("run_now", rule), {"biz_key": "", "reason": "", **data})
+    assert response.status_code == 200
+    assert message in _text(response)
+    assert not TaskRun.objects.exists()
+
+
+def test_it_trial_runs_in_its_own_key_namespace_even_when_paused(operator_client):
+    rule = make_rule(enabled=False)
+    operator_client.post(_url("run_now", rule), {"slot": "2026-03-01 09:00", "biz_key": "", "reason": ""})
+    response = operator_client.post(_url("trial", rule), {"slot": "2026-03-01 09:00", "biz_key": "", "reason": "gray"})
+    assert response.status_code == 302
+    trial = TaskRun.objects.get(is_trial=True)
+    assert trial.biz_key == "trial:report:2026-03-01"
+    assert trial.payload["trial"] is True
+    assert TaskRun.objects.get(is_trial=False).biz_key == "report:2026-03-01"
+    page = _text(operator_client.get(reverse("admin:runs_taskrun_change", args=[trial.pk])))
+    assert "TRIAL" in page
+    listing = operator_client.get(reverse("admin:runs_taskrun_changelist"), {"is_trial__exact": "1"})
+    assert listing.context["cl"].result_count == 1
+    assert AuditEntry.objects.filter(action="rule.trial_run", reason="gray").count() == 1
+
+
+def test_it_pauses_and_resumes_with_a_reason_and_keeps_history(operator_client):
+    rule = make_rule()
+    assert operator_client.post(_url("pause", rule), {"reason": "upstream outage"}).status_code == 302
+    rule.refresh_from_db()
+    assert (rule.enabled, rule.pause_reason, rule.next_fire_at) == (False, "upstream outage", None)
+    operator_client.post(_url("pause", rule), {"reason": "upstream back"})
+    rule.refresh_from_db()
+    assert rule.enabled and rule.next_fire_at is not None
+    assert list(AuditEntry.objects.order_by("at", "id").values_list("action", "reason")) == [
+        ("rule.pause", "upstream outage"),
+        ("rule.resume", "upstream back"),
+    ]
+    reasons = list(rule.history.order_by("history_id").values_list("history_change_reason", flat=True))
+    assert reasons[-2:] == ["paused: upstream outage", "resumed: upstream back"]
+    history = _text(operator_client.get(reverse("admin:tasks_triggerrule_history", args=[rule.pk])))
+    assert "paused: upstream outage" in history and "enabled" in history.lower()
+
+
+def test_it_refuses_a_pause_without_a_reason_on_the_form(operator_client):
+    rule = make_rule()
+    response = operator_client.post(_url("pause", rule), {"reason": ""})
+    assert response.status_code == 200
+    assert "This field is required." in _text(response)
+    rule.refresh_from_db()
+    assert rule.enabled
+
+
+def test_it_shows_a_rule_edit_as_a_diff_in_the_history(operator):
+    rule = make_rule()
+    rule.cron = "0 10 * * *"
+    rule.save()
+    from tests.support.desk import client_for
+
+    page = _text(client_for(operator).get(reverse("admin:tasks_triggerrule_history", args=[rule.pk])))
+    assert "0 9 * * *" in page and "0 10 * * *" in page
+
+
+def test_it_confirms_a_backfill_with_its_count_then_creates_paced_runs(operator_client):
+    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    url = _url("backfill", rule)
+    form = {"start": "2026-01-01", "end": "2026-01-10", "spacing": "30", "reason": "late data"}
+    confirm = operator_client.post(url, form)
+    assert confirm.status_code == 200
+    page = _text(confirm)
+    assert "10 slot(s) from 2026-01-01 to 2026-01-10" in page and "This will create 10 run(s)" in page
+    assert not TaskRun.objects.exists()
+    done = operator_client.post(url, {**form, "confirm": "yes"})
+    assert done.status_code == 302
+    runs = list(TaskRun.objects.order_by("slot"))
+    assert len(runs) == 10 and {r.source for r in runs} == {"backfill"}
+    gaps = {(b.run_after - a.run_after).total_seconds() for a, b in itertools.pairwise(runs)}
+    assert gaps == {30.0}
+    again = operator_client.post(url, form)
+    assert "10 already have a run" in _text(again) and "This will create 0 run(s)" in _text(again)
+    assert AuditEntry.objects.get(action="rule.backfill").details["created"] == 10
+
+
+@pytest.mark.parametrize(
+    ("form", "message"),
+    [
+        ({"start": "2020-01-01", "end": "2026-01-01"}, f"the limit for one backfill is {MAX_BACKFILL_RUNS}"),
+        ({"start": "2026-01-10", "end": "2026-01-01"}, "is before the start date"),
+        ({"start": "2999-01-01", "end": "2999-01-02"}, "a backfill is for the past"),
+        ({"start": "yesterday", "end": "2026-01-02"}, "Enter a valid date."),
+        ({"start": "2026-01-01", "end": "2026-01-02", "spacing": "-1"}, "greater than or equal to 0"),
+    ],
+)
+def test_it_shows_bad_backfill_input_on_the_form(operator_client, form, message):
+    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    response = operator_client.post(_url("backfill", rule), {"spacing": "10", "reason": "", **form, "confirm": "yes"})
+    assert response.status_code == 200
+    assert message in _text(response)
+    assert not TaskRun.objects.exists()
+
+
+@pytest.mark.parametrize("action", ["run_now", "trial", "pause", "backfill"])
+def test_it_refuses_rule_actions_to_viewers_and_oncall(viewer_client, oncall_client, action):
+    rule = make_rule()
+    for client in (viewer_client, oncall_client):
+        assert client.get(_url(action, rule)).status_code == 403
+        assert (
+            client.post(
+                _url(action, rule),
+                {"reason": "x", "start": "2026-01-01", "end": "2026-01-01", "spacing": "1", "slot": ""},
+            ).status_code
+            == 403
+        )
+    assert not TaskRun.objects.exists() and not AuditEntry.objects.exists()
+    page = _text(viewer_client.get(reverse("admin:tasks_triggerrule_change", args=[rule.pk])))
+    assert 'id="rule-trial"' not in page

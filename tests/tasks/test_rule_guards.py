@@ -1,0 +1,241 @@
+"""Guards through the real tick and services: windows, calendar, overlap, heartbeat, snapshot, identity,
+decision retention and /healthz. The clock is passed in as `now=`."""
+
+from datetime import UTC, datetime, time, timedelta
+
+import pytest
+from django.core.exceptions import ValidationError
+
+from deadletters.models import DeadLetter
+from runs.executor import run_execute
+from runs.models import Decision, SlotHold, TaskRun
+from runs.retention import decision_sweep
+from runs.selectors import scheduler_health
+from tasks.models import ServiceIdentity, TriggerRule
+from tasks.scheduler import scheduler_tick
+from tasks.services import rule_fire
+from tasks.slots import rule_ping
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2026, 12, 1, 7, 0, tzinfo=UTC)  # Tuesday 08:00 Berlin
+
+
+def make_rule(name: str = "r", *, due: datetime | None = T0, **over) -> TriggerRule:
+    fields = {
+        "reason": "test",
+        "kind": TriggerRule.Kind.INTERVAL,
+        "interval_seconds": 60,
+        "timezone": "Europe/Berlin",
+        "skill": "harness.noop",
+        "dedupe_key_template": "{rule}:{slot}",
+        **over,
+    }
+    rule = TriggerRule(name=name, **fields)
+    rule.full_clean()
+    rule.save()
+    if due is not None:
+        TriggerRule.objects.filter(pk=rule.pk).update(next_fire_at=due, last_slot_at=None)
+    rule.refresh_from_db()
+    return rule
+
+
+# --- windows and calendar --------------------------------------------------------------------------
+
+
+def test_a_slot_before_business_hours_is_deferred_to_the_opening():
+    rule = make_rule(hours_start=time(9, 0), hours_end=time(17, 0), outside_hours="defer")
+    scheduler_tick(now=T0)
+    run = TaskRun.objects.get(rule=rule)
+    assert run.run_after == T0 + timedelta(hours=1)  # 09:00 Berlin
+    assert run.dispatched_at is None  # the sweeper sends it at 09:00
+
+
+def test_outside_hours_skip_and_excluded_dates_record_decisions():
+    skip = make_rule("skip", hours_start=time(9, 0), hours_end=time(17, 0), outside_hours="skip")
+    holiday = make_rule("holiday", excluded_dates=["2026-12-01"])
+    weekend = make_rule("weekend", weekdays="sat-sun")
+    scheduler_tick(now=T0)
+    assert Decision.objects.get(rule=skip).reason == Decision.Reason.OUTSIDE_WINDOW
+    assert Decision.objects.get(rule=holiday).reason == Decision.Reason.CALENDAR
+    assert Decision.objects.get(rule=weekend).details["weekday"] == "tue"
+    assert not TaskRun.objects.exists()
+
+
+def test_a_late_catch_up_slot_beyond_the_start_window_is_outside_the_window():
+    rule = make_rule(catchup="latest", catchup_max_delay_seconds=7200, start_window_seconds=20)
+    scheduler_tick(now=T0 + timedelta(minutes=5, seconds=30))
+    decisions = dict(Decision.objects.filter(rule=rule).values_list("slot", "reason"))
+    assert decisions[T0 + timedelta(minutes=5)] == Decision.Reason.OUTSIDE_WINDOW
+    assert not TaskRun.objects.filter(rule=rule).exists()
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "message"),
+    [
+        ("weekdays", "mon-funday", "mon-fri"),
+        ("excluded_dates", ["2026-02-30"], "YYYY-MM-DD"),
+        ("hours_start", time(9, 0), "both"),
+        ("depends_on", "not-a-list", "JSON list"),
+        ("snapshot_fields", ["nope"], "not a param"),
+        ("object_key_template", "{nope}", "Unknown placeholder"),
+    ],
+)
+def test_bad_guard_settings_are_refused_with_a_message_on_the_field(field, value, message):
+    rule = TriggerRule(
+        name="bad",
+        reason="t",
+        kind="interval",
+        interval_seconds=60,
+        timezone="UTC",
+        skill="harness.noop",
+        dedupe_key_template="{rule}:{slot}",
+        **{field: value},
+    )
+    with pytest.raises(ValidationError) as exc:
+        rule.full_clean()
+    errors = exc.value.message_dict
+    key = "hours_end" if field == "hours_start" else field
+    assert any(message in m for m in errors[key]), errors
+
+
+# --- overlap ------------------------------------------------------------------------------------
+
+
+def test_overlap_skip_records_a_decision_while_a_run_is_active():
+    rule = make_rule(overlap="skip")
+    scheduler_tick(now=T0)  # run for T0, pending (no worker here)
+    scheduler_tick(now=T0 + timedelta(minutes=1))
+    scheduler_tick(now=T0 + timedelta(minutes=2))
+    assert TaskRun.objects.filter(rule=rule).count() == 1
+    overlap = Decision.objects.filter(rule=rule, reason=Decision.Reason.OVERLAP)
+    assert overlap.count() == 2
+    TaskRun.objects.filter(rule=rule).update(state=TaskRun.State.SUCCEEDED)
+    scheduler_tick(now=T0 + timedelta(minutes=3))
+    assert TaskRun.objects.filter(rule=rule).count() == 2
+
+
+def test_overlap_buffer_runs_one_slot_after_the_active_run_ends():
+    rule = make_rule(overlap="buffer")
+    scheduler_tick(now=T0)
+    scheduler_tick(now=T0 + timedelta(minutes=1))  # buffered
+    scheduler_tick(now=T0 + timedelta(minutes=2))  # buffer full: decision
+    assert SlotHold.objects.get(rule=rule).slot == T0 + timedelta(minutes=1)
+    assert Decision.objects.get(rule=rule).slot == T0 + timedelta(minutes=2)
+    TaskRun.objects.filter(rule=rule).update(state=TaskRun.State.SUCCEEDED)
+    scheduler_tick(now=T0 + timedelta(minutes=2, seconds=5))
+    assert TaskRun.objects.filter(rule=rule, slot=T0 + timedelta(minutes=1)).count() == 1
+    assert not SlotHold.objects.exists()
+
+
+# --- snapshot and identity ----------------------------------------------------------------------
+
+
+def test_a_run_copies_the_declared_snapshot_fields_at_trigger_time():
+    rule = make_rule(
+        params={"threshold": 0.8, "policy_version": "v3", "other": 1}, snapshot_fields=["threshold", "policy_version"]
+    )
+    scheduler_tick(now=T0)
+    rule.params = {"threshold": 0.1, "policy_version": "v4", "other": 1}
+    rule.save()
+    run = TaskRun.objects.get(rule=rule)
+    assert run.payload["snapshot"] == {"threshold": 0.8, "policy_version": "v3"}
+    assert run.rule_version == 1
+    assert TriggerRule.objects.get(pk=rule.pk).version == 2
+
+
+def test_a_rule_whose_identity_may_not_run_its_skill_is_refused_at_save():
+    ident = ServiceIdentity.objects.create(name="reporting", allowed_skills=["harness.record"])
+    rule = TriggerRule(
+        name="x",
+        reason="t",
+        kind="interval",
+        interval_seconds=60,
+        timezone="UTC",
+        skill="harness.noop",
+        dedupe_key_template="{rule}:{slot}",
+        identity=ident,
+    )
+    with pytest.raises(ValidationError) as exc:
+        rule.full_clean()
+    assert "may not run 'harness.noop'" in exc.value.message_dict["identity"][0]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_run_is_refused_at_run_time_when_its_identity_lost_the_skill():
+    ident = ServiceIdentity.objects.create(name="reporting", allowed_skills=["harness.noop"])
+    rule = make_rule(identity=ident)
+    claim = rule_fire(rule=rule, actor="alice", now=T0)
+    run = claim.run
+    assert (run.identity, run.triggered_by, run.source) == ("reporting", "alice", TaskRun.Source.MANUAL)
+    ServiceIdentity.objects.filter(pk=ident.pk).update(allowed_skills=["harness.record"])
+
+    outcome = run_execute(run_id=run.id, worker="w-test", clock=lambda: T0 + timedelta(seconds=1))
+    assert outcome.status == "failed"
+    run.refresh_from_db()
+    assert (run.state, run.last_error_kind, run.attempts) == (TaskRun.State.FAILED, "permission_denied", 1)
+    assert "may not run skill 'harness.noop'" in run.last_error
+    assert DeadLetter.objects.filter(run=run).count() == 1
+
+
+# --- heartbeat ----------------------------------------------------------------------------------
+
+
+def test_a_heartbeat_rule_fires_only_when_no_ping_arrives_within_period_and_grace():
+    rule = make_rule(
+        "hb", kind="heartbeat", interval_seconds=None, heartbeat_every_seconds=300, heartbeat_grace_seconds=60, due=None
+    )
+    rule_ping(rule=rule, now=T0)
+    assert TriggerRule.objects.get(pk=rule.pk).next_fire_at == T0 + timedelta(seconds=360)
+    scheduler_tick(now=T0 + timedelta(seconds=300))
+    rule_ping(rule=rule, now=T0 + timedelta(seconds=300))  # on time: pushed again
+    scheduler_tick(now=T0 + timedelta(seconds=500))
+    assert not TaskRun.objects.filter(rule=rule).exists()
+
+    silent_until = T0 + timedelta(seconds=660)
+    scheduler_tick(now=silent_until)
+    run = TaskRun.objects.get(rule=rule)
+    assert (run.slot, run.source) == (silent_until, TaskRun.Source.HEARTBEAT)
+    # While the silence lasts it fires again each period, never once per missed tick.
+    scheduler_tick(now=silent_until + timedelta(seconds=10))
+    assert TaskRun.objects.filter(rule=rule).count() == 1
+    scheduler_tick(now=silent_until + timedelta(seconds=300))
+    assert TaskRun.objects.filter(rule=rule).count() == 2
+
+
+def test_pinging_a_non_heartbeat_rule_is_refused():
+    rule = make_rule()
+    with pytest.raises(ValueError, match="not a heartbeat rule"):
+        rule_ping(rule=rule, now=T0)
+
+
+# --- retention and health ----------------------------------------------------------------------
+
+
+def test_decisions_older_than_the_retention_are_swept(settings):
+    rule = make_rule()
+    for days in (1, 10, 40):
+        Decision.objects.create(
+            rule=rule,
+            slot=T0 - timedelta(days=days),
+            reason=Decision.Reason.MISSED,
+            created_at=T0 - timedelta(days=days),
+        )
+    assert decision_sweep(now=T0, days=30) == 1
+    assert decision_sweep(now=T0, days=30) == 0
+    settings.HARNESS = {**settings.HARNESS, "DECISION_RETENTION_DAYS": 5}
+    assert decision_sweep(now=T0) == 1
+    assert list(Decision.objects.values_list("slot", flat=True)) == [T0 - timedelta(days=1)]
+
+
+def test_healthz_reports_the_oldest_due_unclaimed_slot(client):
+    make_rule("late", due=T0)
+    health = scheduler_health(now=T0 + timedelta(minutes=3))
+    assert health["oldest_unclaimed_slot_age_seconds"] == 180
+    assert health["oldest_unclaimed_slot_rule"] == "late"
+    scheduler_tick(now=T0 + timedelta(minutes=3))
+    after = scheduler_health(now=T0 + timedelta(minutes=3))
+    assert after["oldest_unclaimed_slot_age_seconds"] is None
+    assert after["last_tick_age_seconds"] == 0
+    response = client.get("/healthz")
+    assert "oldest_unclaimed_slot_age_seconds" in response.json()
