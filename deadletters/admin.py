@@ -1,6 +1,7 @@
 from django.contrib import admin
 
 from .admin_desk import DeadLetterDeskMixin
+from .alert_admin import AlertAdmin, AlertChannelAdmin  # noqa: F401  (registers the alert pages)
 from .models import DeadLetter
 
 

@@ -1,60 +1,299 @@
-"""Alerts for final failures: the log and mail_admins. Every alert carries run id and biz_key."""
+"""Alerts: recorded in the event's own transaction (an outbox), delivered later by a worker.
+
+Every alert carries run id, biz_key, rule, error kind and a link to the admin page (PAYLOAD_FIELDS).
+The built-in log gets every alert as soon as the event commits; email, webhook and log channels
+(AlertChannel rows) get those at or above their minimum severity, through deadletters.jobs, with
+bounded retries, storm summaries, and never in the way of the failure being recorded.
+"""
 
 import logging
+from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.core.mail import mail_admins
+from django.db import IntegrityError, transaction
+from django.db.models import F
 from django.urls import reverse
 
-from .models import DeadLetter
+from . import alert_rules as rules
+from .models import Alert, AlertChannel, DeadLetter
 
 log = logging.getLogger("harness.alerts")
+
 # What every final-failure alert carries; the rule lint checks run_id and biz_key are among them.
-ALERT_FIELDS = frozenset({"run_id", "biz_key", "rule", "error_kind", "link"})
+ALERT_FIELDS = frozenset(rules.PAYLOAD_FIELDS)
+# A delivery in progress holds its row this long (longer than any send's timeout), so the periodic
+# sweep and the on-commit task never send one alert twice.
+DELIVERY_CLAIM = timedelta(seconds=60)
+DELIVER_BATCH = 200
+LOG_LEVEL = {rules.NOTICE: logging.INFO, rules.WARNING: logging.WARNING, rules.URGENT: logging.ERROR}
 
 
-def alert_final_failure(*, ticket: DeadLetter, reason: str) -> None:
-    """Tell people. Never raises: a broken mail server must not undo a recorded failure."""
-    link = settings.HARNESS["ADMIN_BASE_URL"].rstrip("/") + reverse(
-        "admin:deadletters_deadletter_change", args=[ticket.pk]
-    )
-    subject = f"[harness] run {ticket.run_id} failed for good: {ticket.biz_key}"
-    body = (
-        f"run id:     {ticket.run_id}\n"
-        f"biz_key:    {ticket.biz_key}\n"
-        f"rule:       {ticket.rule_name or '-'}\n"
-        f"error kind: {ticket.error_kind}\n"
-        f"attempts:   {ticket.attempts}\n"
-        f"why final:  {reason}\n"
-        f"last error: {ticket.last_error}\n"
-        f"ticket:     {link}\n"
-    )
-    log.error(
-        "final failure run_id=%s biz_key=%s rule=%s error_kind=%s ticket=%s",
-        ticket.run_id,
-        ticket.biz_key,
-        ticket.rule_name,
-        ticket.error_kind,
-        link,
-    )
+def admin_link(viewname: str, *args) -> str:
+    return settings.HARNESS["ADMIN_BASE_URL"].rstrip("/") + reverse(viewname, args=args)
+
+
+def alert_record(*, kind: str, severity: str, dedupe_key: str, payload: dict, now: datetime) -> Alert | None:
+    """Record one alert in the caller's transaction; after commit, log it and queue its deliveries.
+
+    Invariants: an event alerts once (the log entry's unique dedupe_key: a second report of the same
+    event returns None); recording never raises and never undoes the caller's work (its own savepoint);
+    a storm beyond STORM_LIMIT per channel, rule and kind within a window is folded, not queued.
+    """
+    payload = {**{f: None for f in rules.PAYLOAD_FIELDS}, **payload, "kind": kind, "severity": severity,
+               "at": now.isoformat()}
+    group = rules.storm_group(rule=payload.get("rule"), kind=kind)
+    window = rules.storm_window(now)
+    common = {"severity": severity, "kind": kind, "dedupe_key": dedupe_key[:300], "group_key": group[:200],
+              "window_start": window, "payload": payload, "created_at": now}
     try:
-        mail_admins(subject, body, fail_silently=False)
-    except Exception:  # the alert was logged above; mail is best effort
-        log.exception("mail_admins failed for run_id=%s biz_key=%s", ticket.run_id, ticket.biz_key)
+        with transaction.atomic():
+            entry = Alert.objects.create(channel=None, state=Alert.State.SENT, sent_at=now, **common)
+            pending = []
+            for channel in AlertChannel.objects.filter(enabled=True):
+                if not rules.severity_reaches(severity, channel.min_severity):
+                    continue
+                # alert_storm_idx. Two workers counting at once may both send: bounded by their number.
+                seen = Alert.objects.filter(channel=channel, group_key=common["group_key"], window_start=window).count()
+                if rules.storm_fold(recorded_in_window=seen):
+                    Alert.objects.create(channel=channel, state=Alert.State.FOLDED, **common)
+                else:
+                    pending.append(Alert.objects.create(channel=channel, next_attempt_at=now, **common).id)
+    except IntegrityError:
+        return None  # this event has alerted already
+    except Exception:  # an alert that cannot be recorded must not undo the failure it reports
+        log.exception("could not record %s alert %s", kind, dedupe_key)
+        return None
+    transaction.on_commit(lambda: _after_commit(payload, pending), robust=True)
+    return entry
 
 
-def alert_slot_expired(*, rule_name: str, slot, missing: list[str], now) -> None:
-    """A slot waited for its readiness flags until the deadline and expired. Never raises."""
-    subject = f"[harness] rule {rule_name} slot {slot:%Y-%m-%dT%H:%M:%SZ} expired: dependencies not ready"
-    body = (
-        f"rule:     {rule_name}\n"
-        f"slot:     {slot.isoformat()}\n"
-        f"missing:  {', '.join(missing) or '-'}\n"
-        f"expired:  {now.isoformat()}\n"
-        f"explain:  python manage.py harness explain {rule_name} {slot.isoformat()}\n"
+def _after_commit(payload: dict, pending: list[int]) -> None:
+    msg = rules.message_for(payload)
+    fields = " ".join(f"{f}={payload.get(f)}" for f in rules.PAYLOAD_FIELDS)
+    log.log(LOG_LEVEL.get(payload["severity"], logging.ERROR), "%s | %s", msg.title, fields)
+    if pending:
+        from .jobs import alert_deliver_task
+
+        for alert_id in pending:  # a lost message is picked up by the periodic alerts_check
+            alert_deliver_task.delay(alert_id)
+
+
+# --- the events -------------------------------------------------------------------------------
+
+
+def alert_final_failure(*, ticket: DeadLetter, reason: str, now: datetime | None = None) -> Alert | None:
+    """A run failed for good and its ticket is open: urgent. Call in the ticket's transaction."""
+    return alert_record(
+        kind=rules.FINAL_FAILURE,
+        severity=rules.EVENT_SEVERITY[rules.FINAL_FAILURE],
+        dedupe_key=f"final:{ticket.pk}",
+        payload={
+            "title": f"run {ticket.run_id} failed for good: {ticket.biz_key}",
+            "run_id": ticket.run_id, "biz_key": ticket.biz_key, "rule": ticket.rule_name or None,
+            "error_kind": ticket.error_kind, "attempt": ticket.attempts, "reason": reason,
+            "error": (ticket.last_error or "")[:500], "ticket_id": ticket.pk,
+            "link": admin_link("admin:deadletters_deadletter_change", ticket.pk),
+        },
+        now=now or ticket.last_failure_at,
     )
-    log.error("slot expired not ready rule=%s slot=%s missing=%s", rule_name, slot.isoformat(), ",".join(missing))
+
+
+def alert_retry(*, run, attempt: int, max_attempts: int, error, now: datetime) -> Alert | None:
+    """An attempt failed and the run will retry: a notice on the first, a warning near the cap."""
+    severity = rules.retry_severity(attempt=attempt, max_attempts=max_attempts)
+    if severity is None:
+        return None
+    return alert_record(
+        kind=rules.RETRY,
+        severity=severity,
+        dedupe_key=f"retry:{run.id}:{attempt}",
+        payload={
+            "title": f"run {run.id} attempt {attempt} of {max_attempts} failed, will retry: {run.biz_key}",
+            "run_id": run.id, "biz_key": run.biz_key, "rule": run.rule_name or None, "error_kind": error.kind,
+            "attempt": f"{attempt} of {max_attempts}", "error": (error.message or "")[:500],
+            "link": admin_link("admin:runs_taskrun_change", run.id),
+        },
+        now=now,
+    )
+
+
+def alert_slot_expired(*, rule_name: str, slot: datetime, missing: list[str], now: datetime) -> Alert | None:
+    """A slot waited for its readiness flags until the deadline and expired. Call in the decision's
+    transaction."""
+    return alert_record(
+        kind=rules.SLOT_EXPIRED,
+        severity=rules.EVENT_SEVERITY[rules.SLOT_EXPIRED],
+        dedupe_key=f"expired:{rule_name}:{slot.isoformat()}",
+        payload={
+            "title": f"rule {rule_name} slot {slot:%Y-%m-%dT%H:%M:%SZ} expired: dependencies not ready "
+                     f"(missing {', '.join(missing) or '-'})",
+            "rule": rule_name, "error_kind": "not_ready_expired", "slot": slot.isoformat(),
+            "reason": f"missing: {', '.join(missing) or '-'}",
+            "link": _rule_link(rule_name),
+        },
+        now=now,
+    )
+
+
+def alert_slot_missed(*, rule_name: str, slot: datetime, details: dict, now: datetime) -> Alert | None:
+    """A slot was missed beyond the catch-up window (a Decision with reason missed)."""
+    return alert_record(
+        kind=rules.SLOT_MISSED,
+        severity=rules.EVENT_SEVERITY[rules.SLOT_MISSED],
+        dedupe_key=f"missed:{rule_name}:{slot.isoformat()}",
+        payload={
+            "title": f"rule {rule_name} missed slot {slot:%Y-%m-%dT%H:%M:%SZ}",
+            "rule": rule_name, "error_kind": "missed", "slot": slot.isoformat(),
+            "reason": f"{details.get('late_seconds', '?')}s late, catch-up {details.get('catchup', '?')}",
+            "link": _rule_link(rule_name),
+        },
+        now=now,
+    )
+
+
+def _rule_link(rule_name: str) -> str:
+    from tasks.models import TriggerRule
+
+    rule_id = TriggerRule.objects.filter(name=rule_name).values_list("id", flat=True).first()
+    if rule_id is None:
+        return admin_link("admin:tasks_triggerrule_changelist")
+    return admin_link("admin:tasks_triggerrule_change", rule_id)
+
+
+def alert_check_scheduler(*, now: datetime) -> Alert | None:
+    """Alert once per stall: the stall is named by the last tick it follows, so a check every
+    minute while it lasts finds its alert recorded; a new stall after recovery alerts again.
+    A scheduler that never ticked is starting, not stalled."""
+    from runs.models import SchedulerTick
+    from runs.selectors import scheduler_health
+
+    health = scheduler_health(now=now)
+    last = SchedulerTick.objects.filter(name="scheduler").values_list("last_tick_at", flat=True).first()
+    if health["ok"] or last is None:
+        return None
+    return alert_record(
+        kind=rules.SCHEDULER_STALLED,
+        severity=rules.EVENT_SEVERITY[rules.SCHEDULER_STALLED],
+        dedupe_key=f"stalled:{last.isoformat()}",
+        payload={
+            "title": f"scheduler stalled: no tick for {health['last_tick_age_seconds']:.0f}s",
+            "error_kind": "scheduler_stalled", "last_tick_at": last.isoformat(),
+            "reason": f"no tick since {last:%Y-%m-%dT%H:%M:%SZ}; stalled after {health['stall_after_seconds']:.0f}s",
+            "link": admin_link("admin:index"),
+        },
+        now=now,
+    )
+
+
+def alert_send_test(*, channel: AlertChannel, now: datetime) -> Alert:
+    """A test alert to one channel (the admin's "send test alert"), queued like any other."""
+    payload = {
+        **{f: None for f in rules.PAYLOAD_FIELDS}, "kind": rules.TEST, "severity": rules.NOTICE,
+        "title": f"test alert for channel {channel.name}", "at": now.isoformat(),
+        "link": admin_link("admin:deadletters_alertchannel_change", channel.pk),
+    }
+    with transaction.atomic():
+        alert = Alert.objects.create(
+            channel=channel, severity=rules.NOTICE, kind=rules.TEST, dedupe_key=f"test:{channel.pk}:{now.isoformat()}",
+            group_key=f"test:{channel.pk}", window_start=rules.storm_window(now), payload=payload,
+            created_at=now, next_attempt_at=now,
+        )
+        transaction.on_commit(lambda: _after_commit(payload, [alert.id]), robust=True)
+    return alert
+
+
+# --- delivery ---------------------------------------------------------------------------------
+
+
+def alert_deliver(*, alert_id: int, now: datetime) -> str:
+    """Send one pending alert to its channel; on failure, schedule a bounded retry.
+
+    Compare-and-set claim: only one of the on-commit task and the periodic sweep sends it.
+    Returns "sent", "retry", "failed" or "not_due" (sent, folded, claimed elsewhere or not yet due).
+    """
+    from .alert_delivery import DeliveryError, deliver
+
+    claimed = Alert.objects.filter(id=alert_id, state=Alert.State.PENDING, next_attempt_at__lte=now).update(
+        next_attempt_at=now + DELIVERY_CLAIM, attempts=F("attempts") + 1
+    )
+    if not claimed:  # a row count of 0: another deliverer has it, or it is done
+        return "not_due"
+    alert = Alert.objects.select_related("channel").get(id=alert_id)
     try:
-        mail_admins(subject, body, fail_silently=False)
-    except Exception:  # the alert was logged above; mail is best effort
-        log.exception("mail_admins failed for rule=%s slot=%s", rule_name, slot.isoformat())
+        if not alert.channel.enabled:
+            raise DeliveryError("channel disabled")
+        deliver(alert.channel, alert.payload)
+    except DeliveryError as exc:
+        retry_at = rules.delivery_retry_at(attempts=alert.attempts, now=now)
+        Alert.objects.filter(id=alert_id).update(
+            state=Alert.State.PENDING if retry_at else Alert.State.FAILED, next_attempt_at=retry_at,
+            last_error=str(exc)[:2000],
+        )
+        log.warning("alert %s to channel %s failed (attempt %s of %s): %s", alert_id, alert.channel.name,
+                    alert.attempts, rules.MAX_DELIVERY_ATTEMPTS, exc)
+        return "retry" if retry_at else "failed"
+    Alert.objects.filter(id=alert_id).update(state=Alert.State.SENT, sent_at=now, next_attempt_at=None, last_error="")
+    return "sent"
+
+
+def alert_deliver_due(*, now: datetime, limit: int = DELIVER_BATCH) -> dict:
+    """The periodic pass: summarise ended storm windows, then send every due pending alert."""
+    summaries = alert_summarise_due(now=now)
+    ids = list(
+        Alert.objects.filter(state=Alert.State.PENDING, next_attempt_at__lte=now)  # alert_due_idx
+        .order_by("next_attempt_at").values_list("id", flat=True)[:limit]
+    )
+    outcomes: dict[str, int] = {"summaries": summaries}
+    for alert_id in ids:
+        status = alert_deliver(alert_id=alert_id, now=now)
+        outcomes[status] = outcomes.get(status, 0) + 1
+    return outcomes
+
+
+def alert_summarise_due(*, now: datetime) -> int:
+    """One summary per channel, storm group and ended window: "and N more like this". Returns how
+    many were recorded. The summary's dedupe key makes a racing second sweep a no-op."""
+    ended_before = now - rules.STORM_WINDOW
+    groups = list(
+        Alert.objects.filter(state=Alert.State.FOLDED, summary__isnull=True, window_start__lte=ended_before)
+        .values_list("channel_id", "group_key", "window_start").distinct()[:DELIVER_BATCH]
+    )
+    made = 0
+    for channel_id, group, window in groups:
+        if not rules.summary_due(window_start=window, now=now):
+            continue
+        try:
+            with transaction.atomic():
+                made += _summarise(channel_id, group, window, now=now)
+        except IntegrityError:
+            pass  # another sweep summarised this window
+    return made
+
+
+def _summarise(channel_id: int, group: str, window: datetime, *, now: datetime) -> int:
+    folded = Alert.objects.filter(channel_id=channel_id, group_key=group, window_start=window,
+                                  state=Alert.State.FOLDED, summary__isnull=True)
+    rows = list(folded.order_by("created_at", "id").values_list("id", "severity", "payload"))
+    if not rows:
+        return 0
+    first = rows[0][2]
+    severity = max((r[1] for r in rows), key=rules.SEVERITY_RANK.__getitem__)
+    examples = [p.get("biz_key") or p.get("slot") or str(p.get("run_id")) for _, _, p in rows[:5]]
+    until = window + rules.STORM_WINDOW
+    payload = {
+        "kind": rules.SUMMARY, "severity": severity,
+        "title": f"{len(rows)} more {first.get('kind')} alerts for rule {first.get('rule') or '-'} "
+                 f"between {window:%H:%M} and {until:%H:%M} UTC",
+        "run_id": None, "biz_key": None, "rule": first.get("rule"), "error_kind": first.get("error_kind"),
+        "count": len(rows), "examples": examples, "examples_text": ", ".join(map(str, examples)),
+        "link": admin_link("admin:deadletters_alert_changelist") + f"?q={group}",
+        "at": now.isoformat(),
+    }
+    summary = Alert.objects.create(
+        channel_id=channel_id, severity=severity, kind=rules.SUMMARY,
+        dedupe_key=f"summary:{group}:{window.isoformat()}"[:300], group_key=f"summary:{group}"[:200],
+        window_start=window, payload=payload, created_at=now, next_attempt_at=now,
+    )
+    Alert.objects.filter(id__in=[r[0] for r in rows]).update(summary=summary)
+    transaction.on_commit(lambda: _after_commit(payload, [summary.id]), robust=True)
+    return 1

@@ -35,9 +35,10 @@ def deadletter_open(*, run: TaskRun, error: ClassifiedError, reason: str, now: d
                 raw_output=error.raw_output,
                 created_at=now,
             )
+            # The alert is an outbox row in the ticket's transaction; a worker sends it after commit.
+            alert_final_failure(ticket=ticket, reason=reason, now=now)
     except IntegrityError:
         return DeadLetter.objects.get(run=run, state=DeadLetter.State.PENDING_MANUAL)
-    transaction.on_commit(lambda: alert_final_failure(ticket=ticket, reason=reason))
     return ticket
 
 

@@ -36,6 +36,8 @@ INSTALLED_APPS = [
 MIDDLEWARE = [
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
+    # The admin speaks the browser's language (Accept-Language) among LANGUAGES; after sessions, before common.
+    "django.middleware.locale.LocaleMiddleware",
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
@@ -89,7 +91,10 @@ AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
 
-LANGUAGE_CODE = "en-us"
+# The default when the browser asks for none of LANGUAGES (many of our operators read Chinese first).
+LANGUAGE_CODE = env.str("LANGUAGE_CODE", default="en-us")
+LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
+LOCALE_PATHS = [BASE_DIR / "locale"]
 # Stored instants are UTC; a rule's own IANA zone is a field on the rule, the host zone never matters.
 TIME_ZONE = "UTC"
 USE_I18N = True
@@ -136,7 +141,8 @@ CELERY_TASK_DEFAULT_QUEUE = "celery"
 CONTROL_QUEUE = "harness_control"
 CELERY_TASK_QUEUES = {"celery": {}, CONTROL_QUEUE: {}}
 CELERY_TASK_ROUTES = {"runs.scheduler_tick": {"queue": CONTROL_QUEUE}, "runs.sweep": {"queue": CONTROL_QUEUE},
-                      "tasks.sensors_scan": {"queue": CONTROL_QUEUE}}
+                      "tasks.sensors_scan": {"queue": CONTROL_QUEUE},
+                      "deadletters.alerts_check": {"queue": CONTROL_QUEUE}}
 # Celery's Django fixup closes the database connection around every task unless this is set;
 # reusing it halves the cost of a short run (measured: 16.5 ms -> 6.4 ms start-to-finish p50).
 CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
@@ -159,13 +165,16 @@ HARNESS = {
     # Decisions ("why didn't it run") older than this are deleted by the sweeper (bounded retention).
     "DECISION_RETENTION_DAYS": env.int("HARNESS_DECISION_RETENTION_DAYS", default=90),
     "ADMIN_BASE_URL": env.str("HARNESS_ADMIN_BASE_URL", default="http://127.0.0.1:8000"),
+    # Seconds between alert checks (beat entry "harness: alerts"): stalled scheduler, storm
+    # summaries, delivery retries.
+    "ALERT_CHECK_SECONDS": env.int("HARNESS_ALERT_CHECK_SECONDS", default=30),
 }
 
 # A mistyped HARNESS_* variable would otherwise be ignored silently.
 _KNOWN_HARNESS_VARS = {
     "HARNESS_TICK_SECONDS", "HARNESS_SWEEP_SECONDS", "HARNESS_MAX_SLOTS_PER_TICK", "HARNESS_ADMIN_BASE_URL",
     "HARNESS_BEAT_MAX_LOOP_INTERVAL", "HARNESS_BROKER_DIR", "HARNESS_TEST_SQLITE", "HARNESS_PORT",
-    "HARNESS_SENSOR_SECONDS", "HARNESS_DECISION_RETENTION_DAYS",
+    "HARNESS_SENSOR_SECONDS", "HARNESS_DECISION_RETENTION_DAYS", "HARNESS_ALERT_CHECK_SECONDS",
 }
 _unknown = sorted(k for k in os.environ if k.startswith("HARNESS_") and k not in _KNOWN_HARNESS_VARS)
 if _unknown:
@@ -177,5 +186,7 @@ LOGGING = {
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    "loggers": {"django.db.backends": {"level": "WARNING"}},
+    # httpx logs every request's full URL at INFO; alert webhook URLs carry tokens (never log them).
+    "loggers": {"django.db.backends": {"level": "WARNING"}, "httpx": {"level": "WARNING"},
+                "httpcore": {"level": "WARNING"}},
 }

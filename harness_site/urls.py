@@ -1,5 +1,6 @@
 from django.contrib import admin
 from django.urls import path
+from django.utils.translation import gettext_lazy as _
 
 from runs.dashboard_view import dashboard_view
 from runs.views import healthz
@@ -8,7 +9,7 @@ from tasks.webhooks import webhook
 
 admin.site.site_header = "Agent Harness"
 admin.site.site_title = "Agent Harness"
-admin.site.index_title = "Operations"
+admin.site.index_title = _("Operations")
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),

@@ -200,6 +200,8 @@ def run_timeline(run: TaskRun) -> dict:
         "audit": audit,
         "tickets": tickets,
         "payload": run.payload,
+        "is_trial": run.is_trial,
+        "state": run.get_state_display(),
     }
 
 

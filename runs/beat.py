@@ -10,6 +10,7 @@ BEAT_ENTRIES = (
     ("harness: scheduler tick", "runs.scheduler_tick", "TICK_SECONDS"),
     ("harness: sweeper", "runs.sweep", "SWEEP_SECONDS"),
     ("harness: file sensors", "tasks.sensors_scan", "SENSOR_SECONDS"),
+    ("harness: alerts", "deadletters.alerts_check", "ALERT_CHECK_SECONDS"),
 )
 DESCRIPTION = "Installed by Agent Harness. Wakes the harness; the schedules themselves live in Trigger rules."
 

@@ -204,6 +204,12 @@ def _finish_failure(
         if not decision.retry:
             run.refresh_from_db()
             deadletter_open(run=run, error=error, reason=decision.reason, now=now)
+        else:
+            from deadletters.alerts import alert_retry
+
+            # Recorded with the outcome (an outbox row); sent by a worker after commit.
+            alert_retry(run=run, attempt=attempt.number, max_attempts=RetryPolicy.from_dict(run.policy).max_attempts,
+                        error=error, now=now)
     status = "retry" if decision.retry else "failed"
     log.info("run %s attempt %s %s: %s (%s)", run.id, attempt.number, status, error.kind, decision.reason)
     return ExecuteOutcome(run.id, status, decision.reason)

@@ -2,42 +2,43 @@
 
 from django.db import models
 from django.db.models import Q
+from django.utils.translation import gettext_lazy as _
 
 
 class TaskRun(models.Model):
     """One unit of work, unique by biz_key (invariant 1). Retries and replays are attempts of it."""
 
     class State(models.TextChoices):
-        PENDING = "pending", "Pending"
-        RUNNING = "running", "Running"
-        WAITING_RETRY = "waiting_retry", "Waiting to retry"
-        SUCCEEDED = "succeeded", "Succeeded"
-        FAILED = "failed", "Failed"
-        CANCELLED = "cancelled", "Cancelled"
+        PENDING = "pending", _("Pending")
+        RUNNING = "running", _("Running")
+        WAITING_RETRY = "waiting_retry", _("Waiting to retry")
+        SUCCEEDED = "succeeded", _("Succeeded")
+        FAILED = "failed", _("Failed")
+        CANCELLED = "cancelled", _("Cancelled")
         # Catch-up above the rule's approval threshold: not claimable until an operator approves.
-        AWAITING_APPROVAL = "awaiting_approval", "Awaiting approval"
+        AWAITING_APPROVAL = "awaiting_approval", _("Awaiting approval")
 
     class Source(models.TextChoices):
-        SCHEDULER = "scheduler", "Scheduler"
-        CATCHUP = "catchup", "Scheduler catch-up"
-        MANUAL = "manual", "Manual"
-        API = "api", "API"
-        REPLAY = "replay", "Replay"
-        HEARTBEAT = "heartbeat", "Heartbeat overdue"
-        BACKFILL = "backfill", "Backfill"
-        EVENT = "event", "Event (webhook, queue, file, Python)"
+        SCHEDULER = "scheduler", _("Scheduler")
+        CATCHUP = "catchup", _("Scheduler catch-up")
+        MANUAL = "manual", _("Manual")
+        API = "api", _("API")
+        REPLAY = "replay", _("Replay")
+        HEARTBEAT = "heartbeat", _("Heartbeat overdue")
+        BACKFILL = "backfill", _("Backfill")
+        EVENT = "event", _("Event (webhook, queue, file, Python)")
 
     CLAIMABLE = (State.PENDING, State.WAITING_RETRY)
     FINISHED = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
 
     biz_key = models.CharField(max_length=255)
     rule = models.ForeignKey("tasks.TriggerRule", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs")
-    rule_name = models.CharField(max_length=100, blank=True, help_text="Kept if the rule is deleted.")
+    rule_name = models.CharField(max_length=100, blank=True, help_text=_("Kept if the rule is deleted."))
     rule_version = models.PositiveIntegerField(null=True, blank=True)
     skill = models.CharField(max_length=100)
     source = models.CharField(max_length=20, choices=Source.choices)
-    triggered_by = models.CharField(max_length=150, blank=True, help_text="Who fired it: scheduler, an operator, …")
-    executed_by = models.CharField(max_length=150, blank=True, help_text="The worker identity that ran it.")
+    triggered_by = models.CharField(max_length=150, blank=True, help_text=_("Who fired it: scheduler, an operator, …"))
+    executed_by = models.CharField(max_length=150, blank=True, help_text=_("The worker identity that ran it."))
     slot = models.DateTimeField(null=True, blank=True)
     trigger_at = models.DateTimeField()
     start_at = models.DateTimeField(null=True, blank=True)
@@ -51,7 +52,7 @@ class TaskRun(models.Model):
     result = models.JSONField(null=True, blank=True)
     last_error = models.TextField(blank=True)
     last_error_kind = models.CharField(max_length=40, blank=True)
-    dedupe_hits = models.PositiveIntegerField(default=0, help_text="Triggers that found this run already there.")
+    dedupe_hits = models.PositiveIntegerField(default=0, help_text=_("Triggers that found this run already there."))
     # The executing identity (tasks.ServiceIdentity name) copied from the rule at trigger time; the
     # executor checks its allow-list again before running the skill.
     identity = models.CharField(max_length=100, blank=True)
@@ -72,6 +73,8 @@ class TaskRun(models.Model):
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        verbose_name = _("run")
+        verbose_name_plural = _("runs")
         ordering = ["-trigger_at", "-id"]
         constraints = [
             models.UniqueConstraint(fields=["biz_key"], name="run_unique_biz_key"),
@@ -121,18 +124,19 @@ class RunLease(TaskRun):
 
     class Meta:
         proxy = True
-        verbose_name = "live run lease"
+        verbose_name = _("live run lease")
+        verbose_name_plural = _("live run leases")
 
 
 class Attempt(models.Model):
     class Outcome(models.TextChoices):
-        RUNNING = "running", "Running"
-        SUCCEEDED = "succeeded", "Succeeded"
-        RETRY = "retry", "Failed, will retry"
-        FAILED = "failed", "Failed for good"
-        LEASE_EXPIRED = "lease_expired", "Lease expired (worker lost)"
-        FENCED = "fenced", "Fenced out (lease taken)"
-        PARKED = "parked", "Parked: waiting for approval"
+        RUNNING = "running", _("Running")
+        SUCCEEDED = "succeeded", _("Succeeded")
+        RETRY = "retry", _("Failed, will retry")
+        FAILED = "failed", _("Failed for good")
+        LEASE_EXPIRED = "lease_expired", _("Lease expired (worker lost)")
+        FENCED = "fenced", _("Fenced out (lease taken)")
+        PARKED = "parked", _("Parked: waiting for approval")
 
     run = models.ForeignKey(TaskRun, on_delete=models.CASCADE, related_name="attempt_set")
     number = models.PositiveIntegerField()
@@ -142,10 +146,12 @@ class Attempt(models.Model):
     finished_at = models.DateTimeField(null=True, blank=True)
     outcome = models.CharField(max_length=20, choices=Outcome.choices, default=Outcome.RUNNING)
     error_kind = models.CharField(max_length=40, blank=True)
-    error_digest = models.CharField(max_length=16, blank=True, help_text="Stable fingerprint of the error.")
+    error_digest = models.CharField(max_length=16, blank=True, help_text=_("Stable fingerprint of the error."))
     error = models.TextField(blank=True)
 
     class Meta:
+        verbose_name = _("attempt")
+        verbose_name_plural = _("attempts")
         ordering = ["run", "number"]
         constraints = [models.UniqueConstraint(fields=["run", "number"], name="attempt_unique_number")]
 
@@ -162,12 +168,14 @@ class Lease(models.Model):
 
     key = models.CharField(max_length=255, unique=True)
     owner = models.CharField(max_length=200, blank=True)
-    token = models.PositiveBigIntegerField(default=0, help_text="Fencing token; grows on every acquisition.")
+    token = models.PositiveBigIntegerField(default=0, help_text=_("Fencing token; grows on every acquisition."))
     acquired_at = models.DateTimeField(null=True, blank=True)
     expires_at = models.DateTimeField(null=True, blank=True)
     run = models.ForeignKey(TaskRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
 
     class Meta:
+        verbose_name = _("lease")
+        verbose_name_plural = _("leases")
         ordering = ["key"]
 
     def __str__(self) -> str:
@@ -178,16 +186,16 @@ class Decision(models.Model):
     """A recorded "did not run" outcome for one slot of a rule (invariant 3)."""
 
     class Reason(models.TextChoices):
-        MISSED = "missed", "Missed beyond the catch-up window"
-        SUPERSEDED = "superseded", "Superseded by a later slot (catch-up latest)"
-        INVALID_RULE = "invalid_rule", "Rule could not be evaluated"
-        OUTSIDE_WINDOW = "outside_window", "Outside the start window or business hours"
-        CALENDAR = "calendar", "Excluded by the calendar (weekday or excluded date)"
-        NOT_READY = "not_ready", "Dependencies not ready (skip policy)"
-        NOT_READY_EXPIRED = "not_ready_expired", "Dependencies not ready by the deadline"
-        OVERLAP = "overlap", "A run of this rule was still active"
-        CATCHUP_CAPPED = "catchup_capped", "Missed, beyond the catch-up max count"
-        PAUSED = "paused", "Rule was paused"
+        MISSED = "missed", _("Missed beyond the catch-up window")
+        SUPERSEDED = "superseded", _("Superseded by a later slot (catch-up latest)")
+        INVALID_RULE = "invalid_rule", _("Rule could not be evaluated")
+        OUTSIDE_WINDOW = "outside_window", _("Outside the start window or business hours")
+        CALENDAR = "calendar", _("Excluded by the calendar (weekday or excluded date)")
+        NOT_READY = "not_ready", _("Dependencies not ready (skip policy)")
+        NOT_READY_EXPIRED = "not_ready_expired", _("Dependencies not ready by the deadline")
+        OVERLAP = "overlap", _("A run of this rule was still active")
+        CATCHUP_CAPPED = "catchup_capped", _("Missed, beyond the catch-up max count")
+        PAUSED = "paused", _("Rule was paused")
 
     rule = models.ForeignKey("tasks.TriggerRule", on_delete=models.CASCADE, related_name="decisions")
     slot = models.DateTimeField()
@@ -196,6 +204,8 @@ class Decision(models.Model):
     created_at = models.DateTimeField()
 
     class Meta:
+        verbose_name = _("decision")
+        verbose_name_plural = _("decisions")
         ordering = ["-slot"]
         constraints = [models.UniqueConstraint(fields=["rule", "slot"], name="decision_one_per_slot")]
         # decision_sweep: retention deletes by age.
@@ -211,8 +221,8 @@ class SlotHold(models.Model):
     it deletes the row in the same transaction that creates the run or the decision (invariant 3)."""
 
     class Reason(models.TextChoices):
-        NOT_READY = "not_ready", "Waiting for readiness flags"
-        OVERLAP = "overlap", "Buffered behind an active run"
+        NOT_READY = "not_ready", _("Waiting for readiness flags")
+        OVERLAP = "overlap", _("Buffered behind an active run")
 
     rule = models.ForeignKey("tasks.TriggerRule", on_delete=models.CASCADE, related_name="holds")
     slot = models.DateTimeField()
@@ -225,6 +235,8 @@ class SlotHold(models.Model):
     created_at = models.DateTimeField()
 
     class Meta:
+        verbose_name = _("slot hold")
+        verbose_name_plural = _("slot holds")
         ordering = ["recheck_at"]
         constraints = [models.UniqueConstraint(fields=["rule", "slot"], name="hold_one_per_slot")]
         # hold_list_due (tick): holds to re-check, by recheck_at.
@@ -241,6 +253,10 @@ class SchedulerTick(models.Model):
     last_tick_at = models.DateTimeField()
     last_claimed = models.PositiveIntegerField(default=0)
     last_dedupe_hits = models.PositiveIntegerField(default=0)
+
+    class Meta:
+        verbose_name = _("scheduler tick")
+        verbose_name_plural = _("scheduler ticks")
 
     def __str__(self) -> str:
         return self.name

@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.utils.translation import gettext_lazy as _
 from simple_history.admin import SimpleHistoryAdmin
 
 from . import agent_admin  # noqa: F401  (registers the Agent admin)
@@ -18,17 +19,18 @@ class TriggerRuleAdmin(GuardAdminMixin, RuleDeskMixin, SimpleHistoryAdmin):
     readonly_fields = ("next_fire_at", "last_slot_at", "version", "created_at", "updated_at")
     fieldsets = (
         (None, {"fields": ("name", "enabled", "reason")}),
-        ("Schedule", {"fields": ("kind", "cron", "interval_seconds", "run_at", "timezone", "dst_gap", "dst_repeat")}),
-        ("Dedupe", {"fields": ("dedupe_key_template",)}),
-        ("Skill", {"fields": ("skill", "params", "agent", "output_schema")}),
-        ("Retry", {"fields": ("max_attempts", "backoff_base_seconds", "max_delay_seconds",
+        (_("Schedule"),
+         {"fields": ("kind", "cron", "interval_seconds", "run_at", "timezone", "dst_gap", "dst_repeat")}),
+        (_("Dedupe"), {"fields": ("dedupe_key_template",)}),
+        (_("Skill"), {"fields": ("skill", "params", "agent", "output_schema")}),
+        (_("Retry"), {"fields": ("max_attempts", "backoff_base_seconds", "max_delay_seconds",
                               "max_retry_window_seconds", "jitter_min", "jitter_max")}),
-        ("Lease", {"fields": ("lease_ttl_seconds",)}),
-        ("Catch-up", {"fields": ("catchup", "catchup_max_delay_seconds")}),
-        ("State", {"fields": ("next_fire_at", "last_slot_at", "version", "created_at", "updated_at")}),
+        (_("Lease"), {"fields": ("lease_ttl_seconds",)}),
+        (_("Catch-up"), {"fields": ("catchup", "catchup_max_delay_seconds")}),
+        (_("State"), {"fields": ("next_fire_at", "last_slot_at", "version", "created_at", "updated_at")}),
     )
 
-    @admin.display(description="schedule")
+    @admin.display(description=_("schedule"))
     def schedule_text(self, rule: TriggerRule) -> str:
         if rule.kind == TriggerRule.Kind.CRON:
             return rule.cron

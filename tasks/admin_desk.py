@@ -72,6 +72,11 @@ def schedule_preview(data: dict, *, at: datetime, count: int = PREVIEW_COUNT) ->
         fires = schedule.preview(spec, at, count)
     except schedule.ScheduleError as exc:
         return {"ok": False, "errors": {exc.field: exc.message}, "fires": []}
+    except (OverflowError, ValueError, TypeError) as exc:
+        # e.g. an interval so long the next slot is past year 9999: the form says why; the preview
+        # must not turn that into an error page.
+        field = "interval_seconds" if spec.kind == "interval" else "kind"
+        return {"ok": False, "errors": {field: f"no preview: {exc}"}, "fires": []}
     if spec.kind == "cron":
         description = cron_description(spec.cron)
     elif spec.kind == "interval":

@@ -1,9 +1,10 @@
 from django.apps import AppConfig
+from django.utils.translation import gettext_lazy as _
 
 
 class TasksConfig(AppConfig):
     name = "tasks"
-    verbose_name = "Trigger rules"
+    verbose_name = _("Trigger rules")
 
     def ready(self) -> None:
         # Registers the built-in diagnostic skills, the actions and the llm_json skill.

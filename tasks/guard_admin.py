@@ -8,6 +8,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext_lazy as _
 
 from .explain import SlotParseError, parse_slot, rule_preview, slot_explain
 from .flags import FlagError, flag_clear, flag_set
@@ -15,17 +16,17 @@ from .models import ApiToken, ReadinessFlag, ServiceIdentity, TriggerRule
 
 GUARD_FIELDSETS = (
     (
-        "Readiness",
+        _("Readiness"),
         {"fields": ("depends_on", "depends_scope", "not_ready_policy", "ready_recheck_seconds", "ready_deadline")},
     ),
     (
-        "Windows and calendar",
+        _("Windows and calendar"),
         {"fields": ("start_window_seconds", "hours_start", "hours_end", "outside_hours", "weekdays", "excluded_dates")},
     ),
-    ("Overlap", {"fields": ("overlap", "object_key_template")}),
-    ("Heartbeat", {"fields": ("heartbeat_every_seconds", "heartbeat_grace_seconds", "last_ping_at")}),
-    ("Snapshot and identity", {"fields": ("snapshot_fields", "identity")}),
-    ("Next fires (DST and guards)", {"fields": ("guard_preview",)}),
+    (_("Overlap"), {"fields": ("overlap", "object_key_template")}),
+    (_("Heartbeat"), {"fields": ("heartbeat_every_seconds", "heartbeat_grace_seconds", "last_ping_at")}),
+    (_("Snapshot and identity"), {"fields": ("snapshot_fields", "identity")}),
+    (_("Next fires (DST and guards)"), {"fields": ("guard_preview",)}),
 )
 CATCHUP_EXTRA = ("catchup_max_count", "catchup_spacing_seconds", "catchup_approval_threshold")
 
@@ -57,8 +58,8 @@ class GuardAdminMixin:
 
     def get_fieldsets(self, request, obj=None):
         fieldsets = [(name, dict(opts)) for name, opts in super().get_fieldsets(request, obj)]
-        for name, opts in fieldsets:
-            if name == "Catch-up":
+        for _name, opts in fieldsets:
+            if "catchup" in opts.get("fields", ()):  # by field, not by its (translated) title
                 opts["fields"] = [*opts.get("fields", ()), *(f for f in CATCHUP_EXTRA if f not in opts["fields"])]
         present = {f for _n, o in fieldsets for f in o.get("fields", ())}
         for name, opts in GUARD_FIELDSETS:

@@ -6,6 +6,7 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
 from simple_history.models import HistoricalRecords
 
 from . import keys, schedule
@@ -18,69 +19,69 @@ DEFAULT_DEDUPE_TEMPLATE = "{rule}:{slot}"
 
 class TriggerRule(models.Model):
     class Kind(models.TextChoices):
-        CRON = "cron", "Cron"
-        INTERVAL = "interval", "Interval"
-        ONCE = "once", "One time"
-        HEARTBEAT = "heartbeat", "Heartbeat: fire when no ping arrives in time"
-        EVENT = "event", "Event: fired by its trigger sources (webhook, queue, file)"
+        CRON = "cron", _("Cron")
+        INTERVAL = "interval", _("Interval")
+        ONCE = "once", _("One time")
+        HEARTBEAT = "heartbeat", _("Heartbeat: fire when no ping arrives in time")
+        EVENT = "event", _("Event: fired by its trigger sources (webhook, queue, file)")
 
     class CatchUp(models.TextChoices):
-        NONE = "none", "None: missed slots become decisions"
-        LATEST = "latest", "Latest: run only the most recent missed slot within the max delay"
-        ALL = "all", "All: run every missed slot within the max delay (capped, paced, maybe gated)"
+        NONE = "none", _("None: missed slots become decisions")
+        LATEST = "latest", _("Latest: run only the most recent missed slot within the max delay")
+        ALL = "all", _("All: run every missed slot within the max delay (capped, paced, maybe gated)")
 
     class NotReady(models.TextChoices):
-        WAIT = "wait", "Wait: re-check until the deadline, then expire with an alert"
-        SKIP = "skip", "Skip: record a decision"
-        FAIL = "fail", "Fail: a failed run with a dead-letter ticket"
+        WAIT = "wait", _("Wait: re-check until the deadline, then expire with an alert")
+        SKIP = "skip", _("Skip: record a decision")
+        FAIL = "fail", _("Fail: a failed run with a dead-letter ticket")
 
     class OutsideHours(models.TextChoices):
-        DEFER = "defer", "Defer to the next opening"
-        SKIP = "skip", "Skip: record a decision"
-        RUN = "run", "Run anyway"
+        DEFER = "defer", _("Defer to the next opening")
+        SKIP = "skip", _("Skip: record a decision")
+        RUN = "run", _("Run anyway")
 
     class Overlap(models.TextChoices):
-        ALLOW = "allow", "Allow concurrent runs"
-        SKIP = "skip", "Skip while a run of this rule is active"
-        BUFFER = "buffer", "Buffer one: run once after the active one ends"
+        ALLOW = "allow", _("Allow concurrent runs")
+        SKIP = "skip", _("Skip while a run of this rule is active")
+        BUFFER = "buffer", _("Buffer one: run once after the active one ends")
 
     class DstGap(models.TextChoices):
-        SHIFT = "shift", "Shift to the first valid time after the gap"
-        SKIP = "skip", "Skip"
+        SHIFT = "shift", _("Shift to the first valid time after the gap")
+        SKIP = "skip", _("Skip")
 
     class DstRepeat(models.TextChoices):
-        FIRST = "first", "First occurrence"
-        LAST = "last", "Last occurrence"
-        BOTH = "both", "Both occurrences"
+        FIRST = "first", _("First occurrence")
+        LAST = "last", _("Last occurrence")
+        BOTH = "both", _("Both occurrences")
 
-    name = models.SlugField(max_length=100, unique=True, help_text="Unique name; appears in business keys.")
+    name = models.SlugField(max_length=100, unique=True, help_text=_("Unique name; appears in business keys."))
     enabled = models.BooleanField(default=True)
-    reason = models.TextField(help_text="Why this rule is configured as it is (required).")
+    reason = models.TextField(help_text=_("Why this rule is configured as it is (required)."))
 
     kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.CRON)
     cron = models.CharField(
-        max_length=100, blank=True, help_text="5 fields: minute hour day-of-month month day-of-week."
+        max_length=100, blank=True, help_text=_("5 fields: minute hour day-of-month month day-of-week.")
     )
     interval_seconds = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
-    run_at = models.DateTimeField(null=True, blank=True, help_text="For one-time rules: the instant to run.")
-    timezone = models.CharField(max_length=64, help_text="IANA zone the schedule is read in, e.g. Europe/Berlin.")
+    run_at = models.DateTimeField(null=True, blank=True, help_text=_("For one-time rules: the instant to run."))
+    timezone = models.CharField(max_length=64, help_text=_("IANA zone the schedule is read in, e.g. Europe/Berlin."))
     dst_gap = models.CharField(max_length=10, choices=DstGap.choices, default=DstGap.SHIFT)
     dst_repeat = models.CharField(max_length=10, choices=DstRepeat.choices, default=DstRepeat.FIRST)
 
     dedupe_key_template = models.CharField(
         max_length=200,
         default=DEFAULT_DEDUPE_TEMPLATE,
-        help_text="Business key of one unit of work. Placeholders: {rule} {slot} {business_date} and params.",
+        help_text=_("Business key of one unit of work. Placeholders: {rule} {slot} {business_date} and params."),
     )
-    skill = models.CharField(max_length=100, help_text="Registered skill name, e.g. harness.noop.")
+    skill = models.CharField(max_length=100, help_text=_("Registered skill name, e.g. harness.noop."))
     params = models.JSONField(default=dict, blank=True)
     # The model binding the rule's skill calls (issue 5); PROTECT so a rule never loses its agent silently.
     agent = models.ForeignKey(
         "tasks.Agent", null=True, blank=True, on_delete=models.PROTECT, related_name="rules",
-        help_text="The agent (model binding) the skill calls, e.g. for llm_json.",
+        help_text=_("The agent (model binding) the skill calls, e.g. for llm_json."),
     )
     output_schema = models.JSONField(
-        null=True, blank=True, help_text="JSON Schema the model's output must validate against (llm_json)."
+        null=True, blank=True, help_text=_("JSON Schema the model's output must validate against (llm_json).")
     )
 
     max_attempts = models.PositiveIntegerField(default=3, validators=[MinValueValidator(1)])
@@ -93,61 +94,66 @@ class TriggerRule(models.Model):
 
     catchup = models.CharField(max_length=10, choices=CatchUp.choices, default=CatchUp.NONE)
     catchup_max_delay_seconds = models.PositiveIntegerField(
-        default=300, help_text="Slots older than this when first seen are recorded as missed."
+        default=300, help_text=_("Slots older than this when first seen are recorded as missed.")
     )
 
     # --- Issue 3 guards: evaluated by tasks/evaluation.py (pure), applied by tasks/slots.py. ---
     catchup_max_count = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Catch-up all: run at most this many missed slots (the most recent)."
+        null=True, blank=True, help_text=_("Catch-up all: run at most this many missed slots (the most recent).")
     )
     catchup_spacing_seconds = models.PositiveIntegerField(
-        default=0, help_text="Minimum spacing between catch-up runs, so an outage is not replayed in one burst."
+        default=0, help_text=_("Minimum spacing between catch-up runs, so an outage is not replayed in one burst.")
     )
     catchup_approval_threshold = models.PositiveIntegerField(
-        null=True, blank=True, help_text="Above this many missed slots, catch-up runs wait for approval in the admin."
+        null=True, blank=True,
+        help_text=_("Above this many missed slots, catch-up runs wait for approval in the admin."),
     )
     depends_on = models.JSONField(
-        default=list, blank=True, help_text='Readiness flag names that must be set, e.g. ["pipeline.raw_data.ready"].'
+        default=list, blank=True,
+        help_text=_('Readiness flag names that must be set, e.g. ["pipeline.raw_data.ready"].'),
     )
     depends_scope = models.CharField(
         max_length=200, default="{business_date}", blank=True,
-        help_text="Scope the flags are looked up in; same placeholders as the dedupe key.",
+        help_text=_("Scope the flags are looked up in; same placeholders as the dedupe key."),
     )
     not_ready_policy = models.CharField(max_length=10, choices=NotReady.choices, default=NotReady.WAIT)
     ready_recheck_seconds = models.PositiveIntegerField(
-        default=300, validators=[MinValueValidator(1)], help_text="Wait policy: re-check readiness this often."
+        default=300, validators=[MinValueValidator(1)], help_text=_("Wait policy: re-check readiness this often.")
     )
     ready_deadline = models.TimeField(
-        null=True, blank=True, help_text="Wait policy: local time (rule zone) after which a waiting slot expires."
+        null=True, blank=True, help_text=_("Wait policy: local time (rule zone) after which a waiting slot expires.")
     )
     start_window_seconds = models.PositiveIntegerField(
-        null=True, blank=True, help_text="A run may start only within this long after its slot."
+        null=True, blank=True, help_text=_("A run may start only within this long after its slot.")
     )
-    hours_start = models.TimeField(null=True, blank=True, help_text="Business hours start (rule zone).")
-    hours_end = models.TimeField(null=True, blank=True, help_text="Business hours end (rule zone), exclusive.")
+    hours_start = models.TimeField(null=True, blank=True, help_text=_("Business hours start (rule zone)."))
+    hours_end = models.TimeField(null=True, blank=True, help_text=_("Business hours end (rule zone), exclusive."))
     outside_hours = models.CharField(max_length=10, choices=OutsideHours.choices, default=OutsideHours.DEFER)
     weekdays = models.CharField(
-        max_length=60, blank=True, help_text='Allowed weekdays (rule zone), e.g. "mon-fri" or "mon,wed"; blank: all.'
+        max_length=60, blank=True, help_text=_('Allowed weekdays (rule zone), e.g. "mon-fri" or "mon,wed"; blank: all.')
     )
     excluded_dates = models.JSONField(
-        default=list, blank=True, help_text='Local dates with no runs, e.g. ["2026-12-25"].'
+        default=list, blank=True, help_text=_('Local dates with no runs, e.g. ["2026-12-25"].')
     )
     overlap = models.CharField(max_length=10, choices=Overlap.choices, default=Overlap.ALLOW)
     object_key_template = models.CharField(
         max_length=200, blank=True,
-        help_text="Runs with the same rendered object key never execute at once (object lease); blank: no limit.",
+        help_text=_("Runs with the same rendered object key never execute at once (object lease); blank: no limit."),
     )
     snapshot_fields = models.JSONField(
-        default=list, blank=True, help_text="Param names copied into each run's snapshot at trigger time."
+        default=list, blank=True, help_text=_("Param names copied into each run's snapshot at trigger time.")
     )
     identity = models.ForeignKey(
         "tasks.ServiceIdentity", null=True, blank=True, on_delete=models.PROTECT, related_name="rules",
-        help_text="Executing identity; its allow-list must include the skill. Blank: unrestricted.",
+        help_text=_("Executing identity; its allow-list must include the skill. Blank: unrestricted."),
     )
     heartbeat_every_seconds = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(1)], help_text="Heartbeat: a ping is expected this often."
+        null=True, blank=True, validators=[MinValueValidator(1)],
+        help_text=_("Heartbeat: a ping is expected this often."),
     )
-    heartbeat_grace_seconds = models.PositiveIntegerField(default=0, help_text="Heartbeat: extra time before firing.")
+    heartbeat_grace_seconds = models.PositiveIntegerField(
+        default=0, help_text=_("Heartbeat: extra time before firing.")
+    )
     last_ping_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     next_fire_at = models.DateTimeField(null=True, blank=True, editable=False)
@@ -163,6 +169,8 @@ class TriggerRule(models.Model):
     history = HistoricalRecords(excluded_fields=["next_fire_at", "last_slot_at", "updated_at"])
 
     class Meta:
+        verbose_name = _("trigger rule")
+        verbose_name_plural = _("trigger rules")
         ordering = ["name"]
         permissions = [
             ("run_rule_now", "Can run a rule now"),
@@ -246,13 +254,15 @@ class TriggerRule(models.Model):
         """Field-level messages for everything a schedule, key or skill can get wrong."""
         errors: dict[str, list[str]] = {}
         if self.kind == self.Kind.CRON and not self.cron:
-            errors.setdefault("cron", []).append("A cron rule needs a cron expression.")
+            errors.setdefault("cron", []).append(_("A cron rule needs a cron expression."))
         if self.kind == self.Kind.INTERVAL and not self.interval_seconds:
-            errors.setdefault("interval_seconds", []).append("An interval rule needs interval seconds.")
+            errors.setdefault("interval_seconds", []).append(_("An interval rule needs interval seconds."))
         if self.kind == self.Kind.ONCE and not self.run_at:
-            errors.setdefault("run_at", []).append("A one-time rule needs a run-at instant.")
+            errors.setdefault("run_at", []).append(_("A one-time rule needs a run-at instant."))
         if self.kind == self.Kind.HEARTBEAT and not self.heartbeat_every_seconds:
-            errors.setdefault("heartbeat_every_seconds", []).append("A heartbeat rule needs the expected ping period.")
+            errors.setdefault("heartbeat_every_seconds", []).append(
+                _("A heartbeat rule needs the expected ping period.")
+            )
         if self.kind == self.Kind.EVENT:
             try:  # an event rule has no schedule, but its zone still gives {business_date}
                 schedule.validate_timezone(self.timezone)
@@ -275,16 +285,16 @@ class TriggerRule(models.Model):
         except keys.KeyTemplateError as exc:
             errors.setdefault("dedupe_key_template", []).append(str(exc))
         if not isinstance(self.params, dict):
-            errors.setdefault("params", []).append("Params must be a JSON object, e.g. {\"channel\": \"email\"}.")
+            errors.setdefault("params", []).append(_("Params must be a JSON object, e.g. {\"channel\": \"email\"}."))
         if self.skill and self.skill not in registry:
             known = ", ".join(sorted(registry.names()))
             errors.setdefault("skill", []).append(f"Unknown skill {self.skill!r}. Registered: {known}.")
         for f, messages in rule_agent_errors(self).items():
             errors.setdefault(f, []).extend(messages)
         if self.jitter_min is not None and self.jitter_max is not None and self.jitter_min > self.jitter_max:
-            errors.setdefault("jitter_max", []).append("Jitter max must be at least jitter min.")
+            errors.setdefault("jitter_max", []).append(_("Jitter max must be at least jitter min."))
         if not (self.reason or "").strip():
-            errors.setdefault("reason", []).append("Say why this rule is configured so.")
+            errors.setdefault("reason", []).append(_("Say why this rule is configured so."))
         from .guards import guard_errors  # issue 3 guards: windows, calendar, readiness, identity
 
         for field, messages in guard_errors(self).items():
@@ -310,6 +320,8 @@ class DiagnosticRecord(models.Model):
     created_at = models.DateTimeField()
 
     class Meta:
+        verbose_name = _("diagnostic record")
+        verbose_name_plural = _("diagnostic records")
         ordering = ["id"]
 
 
@@ -320,13 +332,15 @@ class ReadinessFlag(models.Model):
     Clearing a flag deletes its row; the set/clear history is in the log.
     """
 
-    name = models.CharField(max_length=200, help_text="e.g. pipeline.raw_data.ready")
-    scope = models.CharField(max_length=200, help_text="Business date (YYYY-MM-DD) or key the flag holds for.")
+    name = models.CharField(max_length=200, help_text=_("e.g. pipeline.raw_data.ready"))
+    scope = models.CharField(max_length=200, help_text=_("Business date (YYYY-MM-DD) or key the flag holds for."))
     set_at = models.DateTimeField()
     set_by = models.CharField(max_length=150, blank=True)
     note = models.CharField(max_length=500, blank=True)
 
     class Meta:
+        verbose_name = _("readiness flag")
+        verbose_name_plural = _("readiness flags")
         ordering = ["name", "scope"]
         constraints = [models.UniqueConstraint(fields=["name", "scope"], name="flag_unique_name_scope")]
         # Kept here with the other readiness signals: pings feed heartbeat rules through the same API.
@@ -341,12 +355,13 @@ class ServiceIdentity(models.Model):
 
     name = models.SlugField(max_length=100, unique=True)
     description = models.CharField(max_length=500, blank=True)
-    allowed_skills = models.JSONField(default=list, blank=True, help_text='Skill names, e.g. ["harness.noop"].')
+    allowed_skills = models.JSONField(default=list, blank=True, help_text=_('Skill names, e.g. ["harness.noop"].'))
     enabled = models.BooleanField(default=True)
 
     class Meta:
         ordering = ["name"]
-        verbose_name_plural = "service identities"
+        verbose_name = _("service identity")
+        verbose_name_plural = _("service identities")
 
     def __str__(self) -> str:
         return self.name
@@ -373,6 +388,8 @@ class ApiToken(models.Model):
     last_used_at = models.DateTimeField(null=True, blank=True)
 
     class Meta:
+        verbose_name = _("API token")
+        verbose_name_plural = _("API tokens")
         ordering = ["name"]
 
     def __str__(self) -> str:
@@ -387,51 +404,54 @@ class TriggerSource(models.Model):
     """
 
     class Kind(models.TextChoices):
-        WEBHOOK = "webhook", "Webhook: signed HTTP POST to /hooks/<name>/"
-        QUEUE = "queue", "Queue: Celery task tasks.event_intake"
-        FILE = "file", "File arrival: folder sensor"
-        PYTHON = "python", "Python: tasks.intake.event_intake()"
+        WEBHOOK = "webhook", _("Webhook: signed HTTP POST to /hooks/<name>/")
+        QUEUE = "queue", _("Queue: Celery task tasks.event_intake")
+        FILE = "file", _("File arrival: folder sensor")
+        PYTHON = "python", _("Python: tasks.intake.event_intake()")
 
-    name = models.SlugField(max_length=100, unique=True, help_text="In the URL /hooks/<name>/ and {source} in keys.")
+    name = models.SlugField(max_length=100, unique=True, help_text=_("In the URL /hooks/<name>/ and {source} in keys."))
     enabled = models.BooleanField(default=True)
     kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.WEBHOOK)
     description = models.CharField(max_length=500, blank=True)
     identity = models.CharField(
-        max_length=150, help_text="Who this source stands for; recorded as the run's triggered_by, e.g. svc:billing."
+        max_length=150, help_text=_("Who this source stands for; recorded as the run's triggered_by, e.g. svc:billing.")
     )
     rule = models.ForeignKey(
         TriggerRule, on_delete=models.PROTECT, related_name="sources", limit_choices_to={"kind": "event"},
-        help_text="The event rule each accepted event triggers.",
+        help_text=_("The event rule each accepted event triggers."),
     )
     secret_env = models.CharField(
         max_length=100, blank=True,
-        help_text="Webhook sources: NAME of the environment variable holding the HMAC secret (never the secret).",
+        help_text=_("Webhook sources: NAME of the environment variable holding the HMAC secret (never the secret)."),
     )
-    object_id_path = models.CharField(max_length=200, default="object_id", help_text="Dotted payload path.")
-    action_path = models.CharField(max_length=200, default="action", help_text="Dotted payload path.")
-    version_path = models.CharField(max_length=200, default="version", help_text="Dotted payload path.")
+    object_id_path = models.CharField(max_length=200, default="object_id", help_text=_("Dotted payload path."))
+    action_path = models.CharField(max_length=200, default="action", help_text=_("Dotted payload path."))
+    version_path = models.CharField(max_length=200, default="version", help_text=_("Dotted payload path."))
     snapshot_fields = models.JSONField(
         default=list, blank=True,
-        help_text='Payload fields copied into the run at intake, e.g. ["amount", "customer.tier"].',
+        help_text=_('Payload fields copied into the run at intake, e.g. ["amount", "customer.tier"].'),
     )
     reference_fields = models.JSONField(
-        default=list, blank=True, help_text='Payload fields kept as references, e.g. ["document_url"]; not documents.'
+        default=list, blank=True,
+        help_text=_('Payload fields kept as references, e.g. ["document_url"]; not documents.'),
     )
     max_body_bytes = models.PositiveIntegerField(
         default=65536, validators=[MinValueValidator(1), MaxValueValidator(10 * 1024 * 1024)],
-        help_text="Larger bodies are refused unread (413).",
+        help_text=_("Larger bodies are refused unread (413)."),
     )
-    watch_dir = models.CharField(max_length=500, blank=True, help_text="File sources: absolute folder path.")
+    watch_dir = models.CharField(max_length=500, blank=True, help_text=_("File sources: absolute folder path."))
     require_ready_marker = models.BooleanField(
-        default=False, help_text="File sources: only files with a <name>.ready marker next to them count."
+        default=False, help_text=_("File sources: only files with a <name>.ready marker next to them count.")
     )
     settle_seconds = models.PositiveIntegerField(
-        default=5, help_text="File sources without a marker: the file must be unchanged this long."
+        default=5, help_text=_("File sources without a marker: the file must be unchanged this long.")
     )
     created_at = models.DateTimeField(auto_now_add=True)
     updated_at = models.DateTimeField(auto_now=True)
 
     class Meta:
+        verbose_name = _("trigger source")
+        verbose_name_plural = _("trigger sources")
         ordering = ["name"]
 
     def __str__(self) -> str:
@@ -462,7 +482,9 @@ class TriggerSource(models.Model):
                 "e.g. HOOK_BILLING_SECRET."
             )
         if self.kind == self.Kind.FILE and not (self.watch_dir and Path(self.watch_dir).is_absolute()):
-            errors.setdefault("watch_dir", []).append("A file source needs an absolute folder path, e.g. /data/inbox.")
+            errors.setdefault("watch_dir", []).append(
+                _("A file source needs an absolute folder path, e.g. /data/inbox.")
+            )
         for field in ("snapshot_fields", "reference_fields"):
             try:
                 validate_field_paths(getattr(self, field), field=field)
@@ -495,11 +517,12 @@ class EventDelivery(models.Model):
     biz_key = models.CharField(max_length=255)
     # An id, not a foreign key: runs/ depends on tasks/, not the other way round.
     run_id = models.BigIntegerField(null=True, blank=True)
-    run_created = models.BooleanField(help_text="False: the business event already had a run (dedupe hit).")
+    run_created = models.BooleanField(help_text=_("False: the business event already had a run (dedupe hit)."))
 
     class Meta:
         ordering = ["-received_at", "-id"]
-        verbose_name_plural = "event deliveries"
+        verbose_name = _("event delivery")
+        verbose_name_plural = _("event deliveries")
         constraints = [
             # NULL delivery ids (Python callers that send none) never collide.
             models.UniqueConstraint(fields=["source", "delivery_id"], name="delivery_unique_per_source"),
@@ -514,7 +537,7 @@ class EventRefusal(models.Model):
     """An event that was refused and not run, with the reason: "why didn't it run?" for events."""
 
     source = models.ForeignKey(TriggerSource, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    source_name = models.CharField(max_length=100, help_text="The source as the sender named it.")
+    source_name = models.CharField(max_length=100, help_text=_("The source as the sender named it."))
     channel = models.CharField(max_length=10)
     reason = models.CharField(max_length=40)
     status = models.PositiveSmallIntegerField()
@@ -526,6 +549,8 @@ class EventRefusal(models.Model):
     created_at = models.DateTimeField()
 
     class Meta:
+        verbose_name = _("event refusal")
+        verbose_name_plural = _("event refusals")
         ordering = ["-created_at", "-id"]
         indexes = [
             models.Index(fields=["created_at"], name="refusal_created_idx"),  # event_records_prune
@@ -541,11 +566,13 @@ class EventMetric(models.Model):
     so a flood of made-up names cannot grow this table."""
 
     source_name = models.CharField(max_length=100, blank=True)
-    outcome = models.CharField(max_length=40, help_text="accepted, duplicate, redelivery or a refusal reason.")
+    outcome = models.CharField(max_length=40, help_text=_("accepted, duplicate, redelivery or a refusal reason."))
     count = models.PositiveBigIntegerField(default=0)
     last_at = models.DateTimeField()
 
     class Meta:
+        verbose_name = _("event metric")
+        verbose_name_plural = _("event metrics")
         ordering = ["source_name", "outcome"]
         constraints = [models.UniqueConstraint(fields=["source_name", "outcome"], name="event_metric_unique")]
 

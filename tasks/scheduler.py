@@ -172,6 +172,10 @@ def _record_decision(rule, slot, *, reason, details, now, result: TickResult) ->
     try:
         with transaction.atomic():
             Decision.objects.create(rule=rule, slot=slot, reason=reason, details=details, created_at=now)
+            if reason == Decision.Reason.MISSED:
+                from deadletters.alerts import alert_slot_missed
+
+                alert_slot_missed(rule_name=rule.name, slot=slot, details=details, now=now)
         result.decisions += 1
     except IntegrityError:
         pass  # another tick recorded this slot's decision already

@@ -14,7 +14,7 @@ from django.db import IntegrityError, transaction
 from runs.errors import ClassifiedError
 from runs.models import Decision, SlotHold, TaskRun
 
-from . import evaluation, schedule
+from . import evaluation, keys, schedule
 from .guards import rule_flag_scope, rule_guards
 from .models import ReadinessFlag, TriggerRule
 
@@ -81,13 +81,15 @@ def slot_handle(
 
     try:
         guards = rule_guards(rule)
-    except evaluation.GuardError as exc:
+        facts = slot_facts(rule, slot, hold=hold)
+    except (evaluation.GuardError, keys.KeyTemplateError, KeyError, ValueError) as exc:
+        # A rule saved around full_clean (shell, fixture): say so for this slot, never drop it or stop the tick.
         _release(hold)
         _record_decision(
             rule, slot, reason=Decision.Reason.INVALID_RULE, details={"error": str(exc)}, now=now, result=result
         )
         return evaluation.DECIDE
-    verdict = evaluation.evaluate_slot(guards, slot, now=now, facts=slot_facts(rule, slot, hold=hold))
+    verdict = evaluation.evaluate_slot(guards, slot, now=now, facts=facts)
     details = {**verdict.details, "source": source}
     if verdict.action == evaluation.HOLD:
         _hold(rule, slot, verdict, source=source, now=now, hold=hold)
@@ -115,8 +117,8 @@ def slot_handle(
         if verdict.reason == evaluation.NOT_READY_EXPIRED:
             from deadletters.alerts import alert_slot_expired
 
-            name, missing = rule.name, verdict.details.get("missing", [])
-            transaction.on_commit(lambda: alert_slot_expired(rule_name=name, slot=slot, missing=missing, now=now))
+            # Recorded in the decision's transaction (an outbox row); logged and sent after commit.
+            alert_slot_expired(rule_name=rule.name, slot=slot, missing=verdict.details.get("missing", []), now=now)
     return verdict.action
 
 

@@ -9,8 +9,8 @@ import pytest
 from django.contrib.admin import helpers
 from django.db import close_old_connections, connection
 from django.urls import reverse
-from django.utils.html import strip_tags
 from django.utils import timezone
+from django.utils.html import strip_tags
 
 from audit.models import AuditEntry
 from deadletters.models import DeadLetter
@@ -175,3 +175,11 @@ def test_it_refuses_desk_actions_to_operators_and_viewers(operator_client, viewe
     ticket.refresh_from_db()
     assert ticket.state == "pending_manual"
     assert not AuditEntry.objects.exists()
+
+
+@pytest.mark.django_db
+def test_it_flags_the_ticket_of_a_trial_run(oncall_client):
+    run = make_failed_run("trial:report:x")
+    TaskRun.objects.filter(pk=run.pk).update(is_trial=True)
+    page = _text(oncall_client.get(reverse("admin:deadletters_deadletter_change", args=[DeadLetter.objects.get().pk])))
+    assert '<span class="trial-flag">TRIAL</span>' in page

@@ -1,5 +1,6 @@
 """Dead-letter tickets and alerts (invariant 6): exactly one open ticket per run, one alert carrying
-run id and biz_key, sent only once the ticket is committed. Transactional, so on_commit really fires."""
+run id and biz_key, recorded with the ticket and sent only once it is committed. Transactional, so
+on_commit really fires; deliver() does in-process what the alerts worker does."""
 
 import logging
 import re
@@ -10,8 +11,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection, transaction
 
-from deadletters.alerts import alert_final_failure
-from deadletters.models import DeadLetter
+from deadletters.alerts import alert_deliver_due, alert_final_failure
+from deadletters.models import Alert, AlertChannel, DeadLetter
 from deadletters.services import deadletter_open
 from runs.claims import run_claim
 from runs.errors import classify
@@ -28,6 +29,14 @@ ERROR = classify(SkillError("invalid_param", "params.channel must be one of emai
 @pytest.fixture(autouse=True)
 def admins(settings):
     settings.ADMINS = [("On call", ADMIN_EMAIL)]
+    # The default channel the data migration installs (flushed by transactional tests).
+    AlertChannel.objects.get_or_create(
+        name="On-call email (ADMINS)", defaults={"kind": "email", "min_severity": "urgent"}
+    )
+
+
+def deliver() -> dict:
+    return alert_deliver_due(now=T0 + timedelta(hours=1))
 
 
 def failed_run(biz_key: str = "report:2026-03-01:email") -> TaskRun:
@@ -65,6 +74,8 @@ def test_it_alerts_once_with_run_id_and_biz_key(mailoutbox):
     run = failed_run()
     ticket = open_ticket(run, reason="error kind 'invalid_param' is not retried")
 
+    assert mailoutbox == []  # recorded in the outbox; a worker sends it
+    assert deliver()["sent"] == 1
     assert len(mailoutbox) == 1
     mail = mailoutbox[0]
     assert mail.to == [ADMIN_EMAIL]
@@ -82,14 +93,18 @@ def test_it_opens_one_ticket_and_sends_one_alert_when_called_twice(mailoutbox):
 
     assert second.id == first.id
     assert DeadLetter.objects.filter(run=run).count() == 1
+    deliver()
     assert len(mailoutbox) == 1
 
 
-def test_it_alerts_only_after_the_ticket_is_committed(mailoutbox):
+def test_it_alerts_only_after_the_ticket_is_committed(mailoutbox, django_capture_on_commit_callbacks):
     run = failed_run()
-    with transaction.atomic():
+    with transaction.atomic(), django_capture_on_commit_callbacks() as callbacks:
         open_ticket(run)
-        assert mailoutbox == []
+        assert Alert.objects.filter(dedupe_key__startswith="final:").count() == 2  # the log entry and the email
+        assert callbacks == []  # nothing is logged or queued before the commit
+    assert len(callbacks) == 1
+    deliver()
     assert len(mailoutbox) == 1
 
 
@@ -99,6 +114,8 @@ def test_a_rolled_back_failure_leaves_no_ticket_and_no_alert(mailoutbox):
         open_ticket(run)
         raise RuntimeError("the outcome write failed after the ticket")
     assert not DeadLetter.objects.filter(run=run).exists()
+    assert not Alert.objects.exists()
+    deliver()
     assert mailoutbox == []
 
 
@@ -110,6 +127,7 @@ def test_a_closed_ticket_does_not_block_the_next_final_failure(mailoutbox):
     second = open_ticket(run, now=T0 + timedelta(hours=1))
     assert second.id != first.id
     assert DeadLetter.objects.filter(run=run, state=DeadLetter.State.PENDING_MANUAL).get().id == second.id
+    deliver()
     assert len(mailoutbox) == 2
 
 
@@ -137,6 +155,7 @@ def test_concurrent_final_failures_of_one_run_open_one_ticket(mailoutbox):
     assert not errors, errors
     [ticket] = DeadLetter.objects.filter(run=run)
     assert {t.id for t in tickets} == {ticket.id}
+    deliver()
     assert len(mailoutbox) == 1
 
 
@@ -148,13 +167,16 @@ def test_a_broken_mail_server_does_not_undo_the_ticket(settings, mailoutbox, cap
     settings.EMAIL_HOST, settings.EMAIL_PORT, settings.EMAIL_TIMEOUT = "127.0.0.1", port, 2
     run = failed_run()
 
-    with caplog.at_level(logging.ERROR, logger="harness.alerts"):
+    with caplog.at_level(logging.WARNING, logger="harness.alerts"):
         ticket = open_ticket(run)
+        assert deliver()["retry"] == 1
 
     assert DeadLetter.objects.filter(id=ticket.id).exists()
     messages = [r.getMessage() for r in caplog.records if r.name == "harness.alerts"]
     assert any(f"run_id={run.id}" in m and f"biz_key={run.biz_key}" in m for m in messages)
-    assert any(m.startswith("mail_admins failed") for m in messages)
+    assert any("failed (attempt 1 of 5)" in m for m in messages)
+    email = Alert.objects.get(channel__isnull=False)
+    assert (email.state, email.attempts) == (Alert.State.PENDING, 1) and "email:" in email.last_error
 
 
 def test_the_alert_never_raises(settings):
@@ -172,3 +194,4 @@ def test_the_alert_never_raises(settings):
         created_at=T0,
     )
     alert_final_failure(ticket=ticket, reason="attempts exhausted")
+    assert deliver()["retry"] == 1  # the bad backend is a recorded, retried delivery failure

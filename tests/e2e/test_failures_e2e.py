@@ -97,9 +97,9 @@ def test_a_paused_worker_cannot_commit_after_its_lease_was_taken(harness):
     assert [a.outcome for a in attempts].count(Attempt.Outcome.SUCCEEDED) == 1
     a_attempt = attempts[0]
     assert a_attempt.worker.startswith("wA@")
-    # The sweeper ends A's attempt as lease_expired when it takes the lease; FENCED is written only
-    # if A's commit fails while the attempt is still marked running.
-    assert a_attempt.outcome in (Attempt.Outcome.FENCED, Attempt.Outcome.LEASE_EXPIRED)
+    # The sweeper ended it as lease_expired; A's refused commit turns it into "fenced".
+    assert a_attempt.outcome == Attempt.Outcome.FENCED
+    assert a_attempt.error_kind == ErrorKind.LEASE_LOST
     assert a_attempt.fence < b_attempt.fence == after["fence"]
     assert after["executed_by"] == b_attempt.worker
     assert len(attempts) == 2, "A's late return must not start another attempt"

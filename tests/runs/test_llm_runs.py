@@ -12,7 +12,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from deadletters.models import DeadLetter
+from deadletters.alerts import alert_deliver_due
+from deadletters.models import AlertChannel, DeadLetter
 from runs.approvals import approval_expire_due, proposal_approve, proposal_reject
 from runs.claims import run_claim
 from runs.executor import run_execute
@@ -56,6 +57,9 @@ def server():
 def env(monkeypatch, settings):
     monkeypatch.setenv(KEY_ENV, KEY)
     settings.ADMINS = [("On call", "oncall@example.com")]
+    # The default alert channel the data migration installs (transactional tests flush it).
+    AlertChannel.objects.get_or_create(name="On-call email (ADMINS)", defaults={"kind": "email",
+                                                                                "min_severity": "urgent"})
 
 
 def make_agent(server: FakeModelServer | None, **over) -> Agent:
@@ -375,6 +379,7 @@ def test_it_expires_an_unanswered_approval_with_an_alert(server, mailoutbox):
     run = fresh(run)
     assert run.state == TaskRun.State.FAILED and run.last_error_kind == "approval_expired"
     assert DeadLetter.objects.get(run=run).error_kind == "approval_expired"
+    alert_deliver_due(now=T0 + timedelta(hours=25))  # what the alerts worker does
     assert len(mailoutbox) == 1 and run.biz_key in mailoutbox[0].subject
     assert proposal_approve(proposal_id=proposal.id, actor="late", now=T0 + timedelta(hours=25)) is False
 

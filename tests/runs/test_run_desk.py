@@ -7,8 +7,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.contrib.admin import helpers
 from django.urls import reverse
-from django.utils.html import strip_tags
 from django.utils import timezone
+from django.utils.html import strip_tags
 
 from audit.models import AuditEntry
 from deadletters.models import DeadLetter

@@ -8,6 +8,7 @@ from types import SimpleNamespace
 import pytest
 from django.db import connection
 
+from deadletters.alerts import alert_deliver_due
 from deadletters.models import DeadLetter
 from runs.claims import run_claim
 from runs.executor import _claim, run_execute
@@ -123,10 +124,12 @@ def test_it_dead_letters_an_expired_lease_when_attempts_are_exhausted(settings, 
     [ticket] = DeadLetter.objects.filter(run=run)
     assert (ticket.biz_key, ticket.attempts, ticket.error_kind) == (run.biz_key, 1, "lease_lost")
     assert ticket.state == DeadLetter.State.PENDING_MANUAL
+    alert_deliver_due(now=now)  # what the alerts worker does (the default email channel: ADMINS)
     assert len(mailoutbox) == 1 and str(run.id) in mailoutbox[0].subject
 
     assert sweep_committed(now + timedelta(minutes=5)).expired == 0
     assert DeadLetter.objects.filter(run=run).count() == 1
+    alert_deliver_due(now=now + timedelta(minutes=5))
     assert len(mailoutbox) == 1
 
 

@@ -8,7 +8,7 @@ from datetime import UTC, datetime, time, timedelta
 
 import pytest
 
-from deadletters.models import DeadLetter
+from deadletters.models import Alert, DeadLetter
 from runs.models import Decision, SlotHold, TaskRun
 from tasks.flags import flag_clear, flag_set
 from tasks.models import TriggerRule
@@ -109,6 +109,8 @@ def test_it_expires_at_the_deadline_with_one_decision_and_one_alert(django_captu
     alerts = [r for r in caplog.records if r.name == "harness.alerts" and "expired" in r.getMessage()]
     assert len(alerts) == 1
     assert "daily-report" in alerts[0].getMessage() and FLAG in alerts[0].getMessage()
+    # One alert event recorded (the outbox row the alert channels deliver from).
+    assert Alert.objects.filter(dedupe_key__startswith="expired:daily-report:", channel__isnull=True).count() == 1
     assert not SlotHold.objects.exists()
 
 

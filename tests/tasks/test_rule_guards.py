@@ -239,3 +239,13 @@ def test_healthz_reports_the_oldest_due_unclaimed_slot(client):
     assert after["last_tick_age_seconds"] == 0
     response = client.get("/healthz")
     assert "oldest_unclaimed_slot_age_seconds" in response.json()
+
+
+def test_a_rule_with_unusable_stored_guards_gets_an_invalid_rule_decision_and_the_tick_goes_on():
+    broken = make_rule("broken")
+    healthy = make_rule("healthy")
+    # Saved around full_clean, as a shell or a fixture could.
+    TriggerRule.objects.filter(pk=broken.pk).update(weekdays="funday")
+    scheduler_tick(now=T0)
+    assert Decision.objects.get(rule=broken).reason == Decision.Reason.INVALID_RULE
+    assert TaskRun.objects.filter(rule=healthy).count() == 1

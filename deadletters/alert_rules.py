@@ -1,0 +1,158 @@
+"""Pure alert decisions: severity escalation, storm grouping, message shapes. No ORM, no I/O, no clock:
+`now` comes in as an argument, so every case is tested exhaustively (tests/deadletters/test_alert_rules.py)."""
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from urllib.parse import urlsplit
+
+NOTICE, WARNING, URGENT = "notice", "warning", "urgent"
+SEVERITY_RANK = {NOTICE: 0, WARNING: 1, URGENT: 2}
+
+# Alert kinds (the `kind` of an Alert row).
+RETRY = "retry"  # an attempt failed and the run will retry
+FINAL_FAILURE = "final_failure"  # a dead-letter ticket was opened
+SLOT_EXPIRED = "slot_expired"  # a slot waited for readiness until its deadline and will not run
+SLOT_MISSED = "slot_missed"  # a slot was missed beyond the catch-up window
+SCHEDULER_STALLED = "scheduler_stalled"
+SUMMARY = "summary"  # a storm's folded alerts, counted
+TEST = "test"  # "send test alert" from the channel admin
+
+# What every alert payload carries, even when a value is None (a missed slot has no run).
+PAYLOAD_FIELDS = ("run_id", "biz_key", "rule", "error_kind", "link")
+
+# A storm: per channel and per (rule, kind), within a fixed window, the first STORM_LIMIT alerts are
+# sent one by one; the rest are folded into one summary sent when the window ends.
+STORM_WINDOW = timedelta(minutes=5)
+STORM_LIMIT = 5
+EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+
+# Delivery: bounded retries with a capped exponential backoff; the outbox row keeps the count.
+MAX_DELIVERY_ATTEMPTS = 5
+DELIVERY_BACKOFF_BASE = timedelta(seconds=10)
+DELIVERY_BACKOFF_CAP = timedelta(minutes=10)
+
+
+def retry_severity(*, attempt: int, max_attempts: int) -> str | None:
+    """The severity of "attempt `attempt` failed and the run will retry", or None: no alert.
+
+    Near the cap (attempt >= max_attempts - 1) is a warning, even when that is also the first attempt;
+    the first failure otherwise is a notice; the attempts between are already announced, so silent.
+    """
+    if attempt >= max_attempts - 1:
+        return WARNING
+    if attempt == 1:
+        return NOTICE
+    return None
+
+
+# Events other than retries have one fixed severity each.
+EVENT_SEVERITY = {
+    FINAL_FAILURE: URGENT,
+    # The slot will not run at all: the report nobody gets (DESIGN.md, "missed").
+    SLOT_EXPIRED: URGENT,
+    # Missed slots follow the rule's own catch-up policy, which the operator chose; after an
+    # outage there may be hundreds, and the storm summary keeps them readable.
+    SLOT_MISSED: WARNING,
+    SCHEDULER_STALLED: URGENT,
+}
+
+
+def severity_reaches(severity: str, minimum: str) -> bool:
+    """Whether an alert of `severity` goes to a channel whose minimum is `minimum`."""
+    return SEVERITY_RANK[severity] >= SEVERITY_RANK[minimum]
+
+
+def storm_window(now: datetime, window: timedelta = STORM_WINDOW) -> datetime:
+    """The start of the fixed window holding `now`. Fixed (not sliding) windows, so that two workers
+    recording at once agree on the window, and a summary covers exactly one of them."""
+    buckets = (now - EPOCH) // window
+    return EPOCH + buckets * window
+
+
+def storm_group(*, rule: str | None, kind: str) -> str:
+    return f"{kind}:{rule or '-'}"
+
+
+def storm_fold(*, recorded_in_window: int, limit: int = STORM_LIMIT) -> bool:
+    """True: fold this alert into the window's summary (`recorded_in_window` alerts of its group came
+    before it on this channel); False: send it on its own."""
+    return recorded_in_window >= limit
+
+
+def summary_due(*, window_start: datetime, now: datetime, window: timedelta = STORM_WINDOW) -> bool:
+    """A window's summary is sent once the window has ended, so it holds the final count."""
+    return now >= window_start + window
+
+
+def delivery_retry_at(*, attempts: int, now: datetime) -> datetime | None:
+    """When to try a failed delivery again after `attempts` tries, or None: give up (bounded)."""
+    if attempts >= MAX_DELIVERY_ATTEMPTS:
+        return None
+    delay = min(DELIVERY_BACKOFF_BASE * (2 ** (attempts - 1)), DELIVERY_BACKOFF_CAP)
+    return now + delay
+
+
+@dataclass(frozen=True)
+class Message:
+    title: str
+    text: str
+
+
+def message_for(payload: dict) -> Message:
+    """The human text of an alert: a one-line title and the fields on-call needs, one per line."""
+    sev = payload.get("severity", "").upper()
+    title = f"[harness] {sev} {payload.get('title', payload.get('kind', 'alert'))}"
+    lines = [
+        f"run id:     {_dash(payload.get('run_id'))}",
+        f"biz_key:    {_dash(payload.get('biz_key'))}",
+        f"rule:       {_dash(payload.get('rule'))}",
+        f"error kind: {_dash(payload.get('error_kind'))}",
+    ]
+    for label, key in (("attempt", "attempt"), ("slot", "slot"), ("why", "reason"), ("last error", "error")):
+        if payload.get(key) not in (None, ""):
+            lines.append(f"{label + ':':<11} {payload[key]}")
+    if payload.get("count"):
+        lines.append(f"and {payload['count']} more like this: {payload.get('examples_text', '')}".rstrip(": "))
+    lines.append(f"{'link:':<11} {_dash(payload.get('link'))}")
+    return Message(title=title, text="\n".join(lines))
+
+
+def webhook_body(payload: dict, fmt: str) -> dict:
+    """The JSON a receiver of format `fmt` expects. Generic: the whole alert plus its text."""
+    msg = message_for(payload)
+    text = f"{msg.title}\n{msg.text}"
+    if fmt == "slack":
+        return {"text": text}
+    if fmt == "feishu":
+        return {"msg_type": "text", "content": {"text": text}}
+    if fmt == "dingtalk":
+        return {"msgtype": "text", "text": {"content": text}}
+    return {**payload, "title": msg.title, "text": text}
+
+
+def webhook_accepted(fmt: str, status: int, body: object) -> tuple[bool, str]:
+    """Whether a receiver took the message. Feishu and DingTalk answer HTTP 200 with an error code
+    in the body (a bad token, a missing keyword), so a 200 alone is not enough for them."""
+    if not 200 <= status < 300:
+        return False, f"HTTP {status}"
+    if isinstance(body, dict):
+        if fmt == "feishu":
+            code = body.get("code", body.get("StatusCode", 0))
+            if code not in (0, None):
+                return False, f"feishu code {code}: {body.get('msg') or body.get('StatusMessage') or ''}".strip()
+        if fmt == "dingtalk" and body.get("errcode", 0) not in (0, None):
+            return False, f"dingtalk errcode {body['errcode']}: {body.get('errmsg', '')}".strip()
+    return True, ""
+
+
+def redact_url(url: str) -> str:
+    """A webhook URL fit for logs and lists: scheme and host only. Tokens live in the path
+    (Slack, Feishu) or the query (DingTalk's access_token), so both are cut."""
+    if not url:
+        return ""
+    parts = urlsplit(url)
+    return f"{parts.scheme}://{parts.hostname or '?'}{':' + str(parts.port) if parts.port else ''}/…"
+
+
+def _dash(value: object) -> str:
+    return "-" if value in (None, "") else str(value)

@@ -1,0 +1,21 @@
+"""Celery tasks of the deadletters app: thin. Ids in, one service call; the clock is read here."""
+
+from celery import shared_task
+from django.utils import timezone
+
+from . import alerts
+
+
+# Queued on commit of the event that recorded the alert. One try per message: a failed send is
+# retried from the outbox row (next_attempt_at) by alerts_check, not by a countdown in worker memory.
+@shared_task(name="deadletters.alert_deliver", acks_late=True, ignore_result=True)
+def alert_deliver_task(alert_id: int) -> str:
+    return alerts.alert_deliver(alert_id=alert_id, now=timezone.now())
+
+
+# Periodic (beat entry "harness: alerts", control queue): idempotent, a lost one is replaced by the next.
+@shared_task(name="deadletters.alerts_check", acks_late=False, ignore_result=True, expires=60)
+def alerts_check_task() -> dict:
+    now = timezone.now()
+    stalled = alerts.alert_check_scheduler(now=now)
+    return {"stalled_alert": stalled is not None, **alerts.alert_deliver_due(now=now)}

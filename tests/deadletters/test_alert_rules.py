@@ -1,0 +1,199 @@
+"""Pure alert decisions: severity escalation, storm windows and folding, delivery retry bounds,
+message shapes per receiver format, URL redaction. No database, plain datetimes."""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from deadletters import alert_rules as r
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.mark.parametrize(
+    ("attempt", "max_attempts", "expected"),
+    [
+        (1, 5, r.NOTICE),  # first failure
+        (2, 5, None),  # mid-chain: already announced
+        (3, 5, None),
+        (4, 5, r.WARNING),  # near the cap: attempt >= max - 1
+        (5, 5, r.WARNING),
+        (1, 3, r.NOTICE),
+        (2, 3, r.WARNING),
+        (1, 2, r.WARNING),  # the first failure is already near the cap: the higher wins
+        (1, 1, r.WARNING),
+        (7, 10, None),
+        (9, 10, r.WARNING),
+    ],
+)
+def test_it_escalates_retry_severity_by_attempt(attempt, max_attempts, expected):
+    assert r.retry_severity(attempt=attempt, max_attempts=max_attempts) == expected
+
+
+def test_it_gives_every_other_event_its_fixed_severity():
+    assert r.EVENT_SEVERITY == {
+        r.FINAL_FAILURE: r.URGENT,
+        r.SLOT_EXPIRED: r.URGENT,
+        r.SLOT_MISSED: r.WARNING,
+        r.SCHEDULER_STALLED: r.URGENT,
+    }
+
+
+@pytest.mark.parametrize(
+    ("severity", "minimum", "reaches"),
+    [
+        (s, m, r.SEVERITY_RANK[s] >= r.SEVERITY_RANK[m])
+        for s in (r.NOTICE, r.WARNING, r.URGENT)
+        for m in (r.NOTICE, r.WARNING, r.URGENT)
+    ],
+)
+def test_it_sends_a_channel_its_minimum_severity_and_above(severity, minimum, reaches):
+    assert r.severity_reaches(severity, minimum) is reaches
+
+
+def test_severity_ranks_are_ordered():
+    assert r.SEVERITY_RANK[r.NOTICE] < r.SEVERITY_RANK[r.WARNING] < r.SEVERITY_RANK[r.URGENT]
+
+
+@pytest.mark.parametrize(
+    ("now", "start"),
+    [
+        (T0, T0),
+        (T0 + timedelta(seconds=1), T0),
+        (T0 + timedelta(minutes=4, seconds=59, microseconds=999999), T0),
+        (T0 + timedelta(minutes=5), T0 + timedelta(minutes=5)),
+        (T0 - timedelta(microseconds=1), T0 - timedelta(minutes=5)),
+        (datetime(2026, 12, 31, 23, 59, 59, tzinfo=UTC), datetime(2026, 12, 31, 23, 55, tzinfo=UTC)),
+    ],
+)
+def test_it_puts_an_instant_in_its_fixed_window(now, start):
+    assert r.storm_window(now) == start
+
+
+def test_it_gives_two_workers_the_same_window_whatever_their_zone():
+    from zoneinfo import ZoneInfo
+
+    local = (T0 + timedelta(minutes=2)).astimezone(ZoneInfo("Asia/Shanghai"))
+    assert r.storm_window(local) == T0
+
+
+@pytest.mark.parametrize("window", [timedelta(minutes=1), timedelta(minutes=5), timedelta(hours=1)])
+def test_every_instant_of_a_day_falls_in_exactly_one_window(window):
+    for seconds in range(0, 86400, 37):
+        now = T0 + timedelta(seconds=seconds)
+        start = r.storm_window(now, window)
+        assert start <= now < start + window
+
+
+@pytest.mark.parametrize(
+    ("seen", "fold"), [(0, False), (1, False), (r.STORM_LIMIT - 1, False), (r.STORM_LIMIT, True), (499, True)]
+)
+def test_it_sends_the_first_n_of_a_group_and_folds_the_rest(seen, fold):
+    assert r.storm_fold(recorded_in_window=seen) is fold
+
+
+def test_a_storm_of_500_sends_the_limit_and_folds_the_rest():
+    sent = sum(not r.storm_fold(recorded_in_window=i) for i in range(500))
+    assert sent == r.STORM_LIMIT
+
+
+@pytest.mark.parametrize(
+    ("offset", "due"),
+    [(timedelta(0), False), (timedelta(minutes=4, seconds=59), False), (r.STORM_WINDOW, True),
+     (timedelta(hours=2), True)],
+)
+def test_a_summary_is_due_when_its_window_ends(offset, due):
+    assert r.summary_due(window_start=T0, now=T0 + offset) is due
+
+
+def test_it_groups_storms_by_rule_and_kind():
+    assert r.storm_group(rule="daily", kind=r.FINAL_FAILURE) != r.storm_group(rule="daily", kind=r.RETRY)
+    assert r.storm_group(rule="daily", kind=r.RETRY) != r.storm_group(rule="hourly", kind=r.RETRY)
+    assert r.storm_group(rule=None, kind=r.SCHEDULER_STALLED) == "scheduler_stalled:-"
+
+
+def test_delivery_retries_back_off_and_stop_at_the_cap():
+    delays = []
+    for attempts in range(1, r.MAX_DELIVERY_ATTEMPTS):
+        at = r.delivery_retry_at(attempts=attempts, now=T0)
+        assert at is not None
+        delays.append(at - T0)
+    assert delays == sorted(delays) and all(d <= r.DELIVERY_BACKOFF_CAP for d in delays)
+    assert delays[0] == r.DELIVERY_BACKOFF_BASE
+    assert r.delivery_retry_at(attempts=r.MAX_DELIVERY_ATTEMPTS, now=T0) is None
+    assert r.delivery_retry_at(attempts=r.MAX_DELIVERY_ATTEMPTS + 3, now=T0) is None
+
+
+PAYLOAD = {
+    "kind": r.FINAL_FAILURE, "severity": r.URGENT, "title": "run 7 failed for good: report:2026-03-01",
+    "run_id": 7, "biz_key": "report:2026-03-01", "rule": "daily", "error_kind": "timeout",
+    "link": "http://h/admin/deadletters/deadletter/3/change/", "reason": "attempts exhausted",
+}
+
+
+@pytest.mark.parametrize(
+    ("fmt", "path"),
+    [("slack", ("text",)), ("feishu", ("content", "text")), ("dingtalk", ("text", "content")),
+     ("generic", ("text",))],
+)
+def test_every_format_carries_run_id_biz_key_rule_error_kind_and_link(fmt, path):
+    body = r.webhook_body(PAYLOAD, fmt)
+    text = body
+    for key in path:
+        text = text[key]
+    for value in ("run id:     7", "report:2026-03-01", "daily", "timeout", PAYLOAD["link"], "URGENT"):
+        assert value in text
+    if fmt == "feishu":
+        assert body["msg_type"] == "text"
+    if fmt == "dingtalk":
+        assert body["msgtype"] == "text"
+    if fmt == "generic":
+        assert {k: body[k] for k in r.PAYLOAD_FIELDS} == {k: PAYLOAD[k] for k in r.PAYLOAD_FIELDS}
+
+
+def test_a_summary_says_how_many_more():
+    text = r.message_for({**PAYLOAD, "kind": r.SUMMARY, "count": 497, "examples_text": "a, b"}).text
+    assert "and 497 more like this: a, b" in text
+
+
+def test_a_missing_value_reads_as_a_dash():
+    text = r.message_for({"kind": r.SCHEDULER_STALLED, "severity": r.URGENT}).text
+    assert "run id:     -" in text and "biz_key:    -" in text
+
+
+@pytest.mark.parametrize(
+    ("fmt", "status", "body", "ok"),
+    [
+        ("slack", 200, None, True),
+        ("slack", 500, None, False),
+        ("generic", 204, None, True),
+        ("generic", 302, None, False),
+        ("feishu", 200, {"code": 0, "msg": "success"}, True),
+        ("feishu", 200, {"StatusCode": 0}, True),
+        ("feishu", 200, {"code": 19001, "msg": "param invalid: incoming webhook access token invalid"}, False),
+        ("dingtalk", 200, {"errcode": 0, "errmsg": "ok"}, True),
+        ("dingtalk", 200, {"errcode": 310000, "errmsg": "keywords not in content"}, False),
+        ("dingtalk", 429, {"errcode": 0}, False),
+        ("slack", 200, {"code": 5}, True),  # only Feishu and DingTalk put errors in a 200 body
+    ],
+)
+def test_it_reads_each_receivers_answer(fmt, status, body, ok):
+    accepted, why = r.webhook_accepted(fmt, status, body)
+    assert accepted is ok
+    assert (why == "") is ok
+
+
+@pytest.mark.parametrize(
+    ("url", "safe"),
+    [
+        ("https://hooks.slack.com/services/T000/B000/XXXXSECRET", "https://hooks.slack.com/…"),
+        ("https://open.feishu.cn/open-apis/bot/v2/hook/abc-SECRET", "https://open.feishu.cn/…"),
+        ("https://oapi.dingtalk.com/robot/send?access_token=SECRET", "https://oapi.dingtalk.com/…"),
+        ("http://127.0.0.1:8080/hook/SECRET?x=1", "http://127.0.0.1:8080/…"),
+        ("https://user:SECRET@example.com/h", "https://example.com/…"),
+        ("", ""),
+    ],
+)
+def test_it_never_shows_a_webhook_token(url, safe):
+    assert r.redact_url(url) == safe
+    assert "SECRET" not in r.redact_url(url)
