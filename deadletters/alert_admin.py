@@ -17,10 +17,15 @@ from .models import Alert, AlertChannel
 class AlertChannelForm(forms.ModelForm):
     # The URL may carry a token: never rendered back into the page; blank on edit keeps it.
     url = forms.URLField(
-        label=_("webhook URL"), required=False, max_length=1000, assume_scheme="https",
+        label=_("webhook URL"),
+        required=False,
+        max_length=1000,
+        assume_scheme="https",
         widget=forms.PasswordInput(render_value=False, attrs={"size": 80, "autocomplete": "off"}),
-        help_text=_("Webhook channels only. Not shown again once saved (it may carry a token); "
-                    "leave blank to keep the current one."),
+        help_text=_(
+            "Webhook channels only. Not shown again once saved (it may carry a token); "
+            "leave blank to keep the current one."
+        ),
     )
 
     class Meta:
@@ -74,9 +79,12 @@ class AlertChannelAdmin(admin.ModelAdmin):
             count += 1
         self.message_user(
             request,
-            ngettext("A test alert was queued for %(count)d channel; see the alert outbox for the outcome.",
-                     "A test alert was queued for %(count)d channels; see the alert outbox for the outcome.",
-                     count) % {"count": count},
+            ngettext(
+                "A test alert was queued for %(count)d channel; see the alert outbox for the outcome.",
+                "A test alert was queued for %(count)d channels; see the alert outbox for the outcome.",
+                count,
+            )
+            % {"count": count},
             messages.SUCCESS,
         )
 
@@ -85,14 +93,37 @@ class AlertChannelAdmin(admin.ModelAdmin):
 class AlertAdmin(admin.ModelAdmin):
     """The outbox, read-only: what was recorded, where it went, and why a delivery failed."""
 
-    list_display = ("created_at", "severity", "kind", "channel_name", "state", "attempts", "sent_at", "title",
-                    "last_error")
+    list_display = (
+        "created_at",
+        "severity",
+        "kind",
+        "channel_name",
+        "state",
+        "attempts",
+        "sent_at",
+        "title",
+        "last_error",
+    )
     list_filter = ("state", "severity", "kind", "channel")
     search_fields = ("dedupe_key", "group_key", "payload__biz_key")
     date_hierarchy = "created_at"
     list_select_related = ("channel",)
-    readonly_fields = ("channel", "severity", "kind", "state", "dedupe_key", "group_key", "window_start", "payload",
-                       "summary", "created_at", "next_attempt_at", "sent_at", "attempts", "last_error")
+    readonly_fields = (
+        "channel",
+        "severity",
+        "kind",
+        "state",
+        "dedupe_key",
+        "group_key",
+        "window_start",
+        "payload",
+        "summary",
+        "created_at",
+        "next_attempt_at",
+        "sent_at",
+        "attempts",
+        "last_error",
+    )
 
     @admin.display(description=_("channel"), ordering="channel__name")
     def channel_name(self, obj: Alert) -> str:

@@ -33,8 +33,13 @@ def deliver(channel: AlertChannel, payload: dict) -> None:
         _webhook(channel, payload)
     elif channel.kind == AlertChannel.Kind.LOG:
         msg = rules.message_for(payload)
-        log.log(logging.ERROR if payload.get("severity") == rules.URGENT else logging.WARNING,
-                "[%s] %s\n%s", channel.name, msg.title, msg.text)
+        log.log(
+            logging.ERROR if payload.get("severity") == rules.URGENT else logging.WARNING,
+            "[%s] %s\n%s",
+            channel.name,
+            msg.title,
+            msg.text,
+        )
     else:
         raise DeliveryError(f"unknown channel kind {channel.kind!r}")
 

@@ -101,7 +101,8 @@ class Message:
 def message_for(payload: dict) -> Message:
     """The human text of an alert: a one-line title and the fields on-call needs, one per line."""
     sev = payload.get("severity", "").upper()
-    title = f"[harness] {sev} {payload.get('title', payload.get('kind', 'alert'))}"
+    # One line: it is also an email subject, where a newline is refused.
+    title = " ".join(f"[harness] {sev} {payload.get('title', payload.get('kind', 'alert'))}".split())
     lines = [
         f"run id:     {_dash(payload.get('run_id'))}",
         f"biz_key:    {_dash(payload.get('biz_key'))}",

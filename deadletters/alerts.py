@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 from django.db import IntegrityError, transaction
-from django.db.models import F
+from django.db.models import F, Q
 from django.urls import reverse
 
 from . import alert_rules as rules
@@ -24,7 +24,12 @@ ALERT_FIELDS = frozenset(rules.PAYLOAD_FIELDS)
 # A delivery in progress holds its row this long (longer than any send's timeout), so the periodic
 # sweep and the on-commit task never send one alert twice.
 DELIVERY_CLAIM = timedelta(seconds=60)
+# A first try's on-commit message normally reaches a worker within seconds; re-send only after this.
+REDISPATCH_AFTER = timedelta(seconds=30)
 DELIVER_BATCH = 200
+# Sent, folded and failed outbox rows are kept this long, then pruned in bounded batches.
+ALERT_RETENTION = timedelta(days=30)
+PRUNE_BATCH = 5000
 LOG_LEVEL = {rules.NOTICE: logging.INFO, rules.WARNING: logging.WARNING, rules.URGENT: logging.ERROR}
 
 
@@ -39,12 +44,24 @@ def alert_record(*, kind: str, severity: str, dedupe_key: str, payload: dict, no
     event returns None); recording never raises and never undoes the caller's work (its own savepoint);
     a storm beyond STORM_LIMIT per channel, rule and kind within a window is folded, not queued.
     """
-    payload = {**{f: None for f in rules.PAYLOAD_FIELDS}, **payload, "kind": kind, "severity": severity,
-               "at": now.isoformat()}
+    payload = {
+        **{f: None for f in rules.PAYLOAD_FIELDS},
+        **payload,
+        "kind": kind,
+        "severity": severity,
+        "at": now.isoformat(),
+    }
     group = rules.storm_group(rule=payload.get("rule"), kind=kind)
     window = rules.storm_window(now)
-    common = {"severity": severity, "kind": kind, "dedupe_key": dedupe_key[:300], "group_key": group[:200],
-              "window_start": window, "payload": payload, "created_at": now}
+    common = {
+        "severity": severity,
+        "kind": kind,
+        "dedupe_key": dedupe_key[:300],
+        "group_key": group[:200],
+        "window_start": window,
+        "payload": payload,
+        "created_at": now,
+    }
     try:
         with transaction.atomic():
             entry = Alert.objects.create(channel=None, state=Alert.State.SENT, sent_at=now, **common)
@@ -89,9 +106,14 @@ def alert_final_failure(*, ticket: DeadLetter, reason: str, now: datetime | None
         dedupe_key=f"final:{ticket.pk}",
         payload={
             "title": f"run {ticket.run_id} failed for good: {ticket.biz_key}",
-            "run_id": ticket.run_id, "biz_key": ticket.biz_key, "rule": ticket.rule_name or None,
-            "error_kind": ticket.error_kind, "attempt": ticket.attempts, "reason": reason,
-            "error": (ticket.last_error or "")[:500], "ticket_id": ticket.pk,
+            "run_id": ticket.run_id,
+            "biz_key": ticket.biz_key,
+            "rule": ticket.rule_name or None,
+            "error_kind": ticket.error_kind,
+            "attempt": ticket.attempts,
+            "reason": reason,
+            "error": (ticket.last_error or "")[:500],
+            "ticket_id": ticket.pk,
             "link": admin_link("admin:deadletters_deadletter_change", ticket.pk),
         },
         now=now or ticket.last_failure_at,
@@ -109,8 +131,12 @@ def alert_retry(*, run, attempt: int, max_attempts: int, error, now: datetime) -
         dedupe_key=f"retry:{run.id}:{attempt}",
         payload={
             "title": f"run {run.id} attempt {attempt} of {max_attempts} failed, will retry: {run.biz_key}",
-            "run_id": run.id, "biz_key": run.biz_key, "rule": run.rule_name or None, "error_kind": error.kind,
-            "attempt": f"{attempt} of {max_attempts}", "error": (error.message or "")[:500],
+            "run_id": run.id,
+            "biz_key": run.biz_key,
+            "rule": run.rule_name or None,
+            "error_kind": error.kind,
+            "attempt": f"{attempt} of {max_attempts}",
+            "error": (error.message or "")[:500],
             "link": admin_link("admin:runs_taskrun_change", run.id),
         },
         now=now,
@@ -126,8 +152,10 @@ def alert_slot_expired(*, rule_name: str, slot: datetime, missing: list[str], no
         dedupe_key=f"expired:{rule_name}:{slot.isoformat()}",
         payload={
             "title": f"rule {rule_name} slot {slot:%Y-%m-%dT%H:%M:%SZ} expired: dependencies not ready "
-                     f"(missing {', '.join(missing) or '-'})",
-            "rule": rule_name, "error_kind": "not_ready_expired", "slot": slot.isoformat(),
+            f"(missing {', '.join(missing) or '-'})",
+            "rule": rule_name,
+            "error_kind": "not_ready_expired",
+            "slot": slot.isoformat(),
             "reason": f"missing: {', '.join(missing) or '-'}",
             "link": _rule_link(rule_name),
         },
@@ -143,7 +171,9 @@ def alert_slot_missed(*, rule_name: str, slot: datetime, details: dict, now: dat
         dedupe_key=f"missed:{rule_name}:{slot.isoformat()}",
         payload={
             "title": f"rule {rule_name} missed slot {slot:%Y-%m-%dT%H:%M:%SZ}",
-            "rule": rule_name, "error_kind": "missed", "slot": slot.isoformat(),
+            "rule": rule_name,
+            "error_kind": "missed",
+            "slot": slot.isoformat(),
             "reason": f"{details.get('late_seconds', '?')}s late, catch-up {details.get('catchup', '?')}",
             "link": _rule_link(rule_name),
         },
@@ -177,7 +207,8 @@ def alert_check_scheduler(*, now: datetime) -> Alert | None:
         dedupe_key=f"stalled:{last.isoformat()}",
         payload={
             "title": f"scheduler stalled: no tick for {health['last_tick_age_seconds']:.0f}s",
-            "error_kind": "scheduler_stalled", "last_tick_at": last.isoformat(),
+            "error_kind": "scheduler_stalled",
+            "last_tick_at": last.isoformat(),
             "reason": f"no tick since {last:%Y-%m-%dT%H:%M:%SZ}; stalled after {health['stall_after_seconds']:.0f}s",
             "link": admin_link("admin:index"),
         },
@@ -188,15 +219,24 @@ def alert_check_scheduler(*, now: datetime) -> Alert | None:
 def alert_send_test(*, channel: AlertChannel, now: datetime) -> Alert:
     """A test alert to one channel (the admin's "send test alert"), queued like any other."""
     payload = {
-        **{f: None for f in rules.PAYLOAD_FIELDS}, "kind": rules.TEST, "severity": rules.NOTICE,
-        "title": f"test alert for channel {channel.name}", "at": now.isoformat(),
+        **{f: None for f in rules.PAYLOAD_FIELDS},
+        "kind": rules.TEST,
+        "severity": rules.NOTICE,
+        "title": f"test alert for channel {channel.name}",
+        "at": now.isoformat(),
         "link": admin_link("admin:deadletters_alertchannel_change", channel.pk),
     }
     with transaction.atomic():
         alert = Alert.objects.create(
-            channel=channel, severity=rules.NOTICE, kind=rules.TEST, dedupe_key=f"test:{channel.pk}:{now.isoformat()}",
-            group_key=f"test:{channel.pk}", window_start=rules.storm_window(now), payload=payload,
-            created_at=now, next_attempt_at=now,
+            channel=channel,
+            severity=rules.NOTICE,
+            kind=rules.TEST,
+            dedupe_key=f"test:{channel.pk}:{now.isoformat()}",
+            group_key=f"test:{channel.pk}",
+            window_start=rules.storm_window(now),
+            payload=payload,
+            created_at=now,
+            next_attempt_at=now,
         )
         transaction.on_commit(lambda: _after_commit(payload, [alert.id]), robust=True)
     return alert
@@ -226,22 +266,31 @@ def alert_deliver(*, alert_id: int, now: datetime) -> str:
     except DeliveryError as exc:
         retry_at = rules.delivery_retry_at(attempts=alert.attempts, now=now)
         Alert.objects.filter(id=alert_id).update(
-            state=Alert.State.PENDING if retry_at else Alert.State.FAILED, next_attempt_at=retry_at,
+            state=Alert.State.PENDING if retry_at else Alert.State.FAILED,
+            next_attempt_at=retry_at,
             last_error=str(exc)[:2000],
         )
-        log.warning("alert %s to channel %s failed (attempt %s of %s): %s", alert_id, alert.channel.name,
-                    alert.attempts, rules.MAX_DELIVERY_ATTEMPTS, exc)
+        log.warning(
+            "alert %s to channel %s failed (attempt %s of %s): %s",
+            alert_id,
+            alert.channel.name,
+            alert.attempts,
+            rules.MAX_DELIVERY_ATTEMPTS,
+            exc,
+        )
         return "retry" if retry_at else "failed"
     Alert.objects.filter(id=alert_id).update(state=Alert.State.SENT, sent_at=now, next_attempt_at=None, last_error="")
     return "sent"
 
 
 def alert_deliver_due(*, now: datetime, limit: int = DELIVER_BATCH) -> dict:
-    """The periodic pass: summarise ended storm windows, then send every due pending alert."""
+    """Summarise ended storm windows, then send every due pending alert in this process
+    (tests, a shell). The worker's periodic check queues them instead: alert_redispatch_due."""
     summaries = alert_summarise_due(now=now)
     ids = list(
         Alert.objects.filter(state=Alert.State.PENDING, next_attempt_at__lte=now)  # alert_due_idx
-        .order_by("next_attempt_at").values_list("id", flat=True)[:limit]
+        .order_by("next_attempt_at")
+        .values_list("id", flat=True)[:limit]
     )
     outcomes: dict[str, int] = {"summaries": summaries}
     for alert_id in ids:
@@ -250,13 +299,41 @@ def alert_deliver_due(*, now: datetime, limit: int = DELIVER_BATCH) -> dict:
     return outcomes
 
 
+def alert_redispatch_due(*, now: datetime, limit: int = DELIVER_BATCH) -> list[int]:
+    """The pending alerts a worker should be told about again: retries that came due, and first
+    tries whose on-commit message seems lost (REDISPATCH_AFTER). Sending is left to the delivery
+    task on the default queue, so a slow receiver never holds up the control worker (ticks)."""
+    return list(
+        Alert.objects.filter(state=Alert.State.PENDING, next_attempt_at__lte=now)  # alert_due_idx
+        .filter(Q(attempts__gt=0) | Q(next_attempt_at__lte=now - REDISPATCH_AFTER))
+        .order_by("next_attempt_at")
+        .values_list("id", flat=True)[:limit]
+    )
+
+
+def alert_prune(*, now: datetime) -> int:
+    """Delete finished outbox rows older than ALERT_RETENTION, at most PRUNE_BATCH per call
+    (alert_created_idx). Pending rows stay whatever their age: they are still owed a delivery."""
+    ids = list(
+        Alert.objects.filter(created_at__lt=now - ALERT_RETENTION)
+        .exclude(state=Alert.State.PENDING)
+        .order_by("created_at")
+        .values_list("id", flat=True)[:PRUNE_BATCH]
+    )
+    if not ids:
+        return 0
+    return Alert.objects.filter(id__in=ids).delete()[0]
+
+
 def alert_summarise_due(*, now: datetime) -> int:
     """One summary per channel, storm group and ended window: "and N more like this". Returns how
     many were recorded. The summary's dedupe key makes a racing second sweep a no-op."""
     ended_before = now - rules.STORM_WINDOW
     groups = list(
         Alert.objects.filter(state=Alert.State.FOLDED, summary__isnull=True, window_start__lte=ended_before)
-        .values_list("channel_id", "group_key", "window_start").distinct()[:DELIVER_BATCH]
+        .order_by()  # no Meta ordering: its columns would enter the DISTINCT
+        .values_list("channel_id", "group_key", "window_start")
+        .distinct()[:DELIVER_BATCH]
     )
     made = 0
     for channel_id, group, window in groups:
@@ -271,8 +348,9 @@ def alert_summarise_due(*, now: datetime) -> int:
 
 
 def _summarise(channel_id: int, group: str, window: datetime, *, now: datetime) -> int:
-    folded = Alert.objects.filter(channel_id=channel_id, group_key=group, window_start=window,
-                                  state=Alert.State.FOLDED, summary__isnull=True)
+    folded = Alert.objects.filter(
+        channel_id=channel_id, group_key=group, window_start=window, state=Alert.State.FOLDED, summary__isnull=True
+    )
     rows = list(folded.order_by("created_at", "id").values_list("id", "severity", "payload"))
     if not rows:
         return 0
@@ -281,18 +359,30 @@ def _summarise(channel_id: int, group: str, window: datetime, *, now: datetime) 
     examples = [p.get("biz_key") or p.get("slot") or str(p.get("run_id")) for _, _, p in rows[:5]]
     until = window + rules.STORM_WINDOW
     payload = {
-        "kind": rules.SUMMARY, "severity": severity,
+        "kind": rules.SUMMARY,
+        "severity": severity,
         "title": f"{len(rows)} more {first.get('kind')} alerts for rule {first.get('rule') or '-'} "
-                 f"between {window:%H:%M} and {until:%H:%M} UTC",
-        "run_id": None, "biz_key": None, "rule": first.get("rule"), "error_kind": first.get("error_kind"),
-        "count": len(rows), "examples": examples, "examples_text": ", ".join(map(str, examples)),
+        f"between {window:%H:%M} and {until:%H:%M} UTC",
+        "run_id": None,
+        "biz_key": None,
+        "rule": first.get("rule"),
+        "error_kind": first.get("error_kind"),
+        "count": len(rows),
+        "examples": examples,
+        "examples_text": ", ".join(map(str, examples)),
         "link": admin_link("admin:deadletters_alert_changelist") + f"?q={group}",
         "at": now.isoformat(),
     }
     summary = Alert.objects.create(
-        channel_id=channel_id, severity=severity, kind=rules.SUMMARY,
-        dedupe_key=f"summary:{group}:{window.isoformat()}"[:300], group_key=f"summary:{group}"[:200],
-        window_start=window, payload=payload, created_at=now, next_attempt_at=now,
+        channel_id=channel_id,
+        severity=severity,
+        kind=rules.SUMMARY,
+        dedupe_key=f"summary:{group}:{window.isoformat()}"[:300],
+        group_key=f"summary:{group}"[:200],
+        window_start=window,
+        payload=payload,
+        created_at=now,
+        next_attempt_at=now,
     )
     Alert.objects.filter(id__in=[r[0] for r in rows]).update(summary=summary)
     transaction.on_commit(lambda: _after_commit(payload, [summary.id]), robust=True)

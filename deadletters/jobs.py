@@ -18,4 +18,13 @@ def alert_deliver_task(alert_id: int) -> str:
 def alerts_check_task() -> dict:
     now = timezone.now()
     stalled = alerts.alert_check_scheduler(now=now)
-    return {"stalled_alert": stalled is not None, **alerts.alert_deliver_due(now=now)}
+    summaries = alerts.alert_summarise_due(now=now)
+    due = alerts.alert_redispatch_due(now=now)
+    for alert_id in due:  # a duplicate message is harmless: alert_deliver claims by compare-and-set
+        alert_deliver_task.delay(alert_id)
+    return {
+        "stalled_alert": stalled is not None,
+        "summaries": summaries,
+        "redispatched": len(due),
+        "pruned": alerts.alert_prune(now=now),
+    }

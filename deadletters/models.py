@@ -174,6 +174,8 @@ class Alert(models.Model):
             models.Index(fields=["channel", "group_key", "window_start"], name="alert_storm_idx"),
             models.Index(fields=["window_start"], condition=Q(state="folded", summary__isnull=True),
                          name="alert_unsummarised_idx"),
+            # alert_prune (retention) and the outbox list, newest first.
+            models.Index(fields=["created_at"], name="alert_created_idx"),
         ]
 
     def __str__(self) -> str:

@@ -20,6 +20,7 @@ from .backoff import RetryPolicy, decide_retry
 from .errors import ClassifiedError, classify
 from .leases import object_gate_enter, object_gate_exit
 from .models import Attempt, TaskRun
+from .start_window import start_window_passed
 
 log = logging.getLogger("harness.executor")
 
@@ -50,7 +51,10 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
     Returns "not_claimable" when another worker holds it, it is not due, or it has finished.
     A run with an object key first takes that object's lease (runs/leases.py), so runs of one
     object never execute at once; "object_busy" means it was pushed back for a later dispatch.
+    "start_window_passed": a scheduled run that missed its rule's start window was cancelled.
     """
+    if start_window_passed(run_id=run_id, now=clock()):
+        return ExecuteOutcome(run_id, "start_window_passed")
     gate = object_gate_enter(run_id=run_id, worker=worker, clock=clock)
     if gate is not None and gate.held is None:
         return ExecuteOutcome(run_id, "object_busy")

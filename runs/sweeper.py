@@ -94,6 +94,12 @@ def _expire_one(run_id: int, fence: int, *, now: datetime, draw: float) -> bool:
         if not decision.retry:
             run.refresh_from_db()
             deadletter_open(run=run, error=error, reason=decision.reason, now=now)
+        else:
+            from deadletters.alerts import alert_retry
+
+            # A lost worker is a failed attempt too: the same escalation as the executor's retries.
+            alert_retry(run=run, attempt=run.attempts, max_attempts=RetryPolicy.from_dict(run.policy).max_attempts,
+                        error=error, now=now)
     log.warning("run %s: lease expired, %s", run_id, decision.reason)
     return True
 

@@ -48,6 +48,8 @@ def slot_explain(*, rule: TriggerRule, slot: datetime, now: datetime) -> dict:
         summary = f"ran: run {run.id} ({run.get_state_display()}), source {run.source}, biz_key {run.biz_key}"
         if run.state == TaskRun.State.AWAITING_APPROVAL:
             summary = f"waiting for operator approval: run {run.id} (catch-up above the approval threshold)"
+        elif run.state in (TaskRun.State.CANCELLED, TaskRun.State.FAILED) and run.last_error:
+            summary += f"; {run.last_error}"
         elif run.state == TaskRun.State.PENDING and run.run_after > now:
             summary += f"; starts at {run.run_after.isoformat()} (deferred or paced)"
         return {

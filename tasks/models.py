@@ -155,6 +155,8 @@ class TriggerRule(models.Model):
         default=0, help_text=_("Heartbeat: extra time before firing.")
     )
     last_ping_at = models.DateTimeField(null=True, blank=True, editable=False)
+    # When the rule was last switched off; on resume its skipped slots become "paused" decisions.
+    paused_at = models.DateTimeField(null=True, blank=True, editable=False)
 
     next_fire_at = models.DateTimeField(null=True, blank=True, editable=False)
     # The last slot the scheduler handled (run or decision); catch-up is computed from it.
@@ -203,12 +205,24 @@ class TriggerRule(models.Model):
             )
             if previous is not None and _editable_values(previous) != _editable_values(self):
                 self.version = previous.version + 1
+            # Slots while paused are not caught up, but each gets a "paused" decision on resume (invariant 3).
+            paused_since = None
+            if previous is not None:
+                self.last_ping_at = previous.last_ping_at  # written by rule_ping only, never by a form
+                if previous.enabled and not self.enabled:
+                    self.paused_at = timezone.now()
+                elif not previous.enabled and self.enabled:
+                    paused_since, self.paused_at = previous.paused_at, None
             if schedule_changed:
                 self.next_fire_at = self.first_fire_after(timezone.now()) if self.enabled else None
                 self.last_slot_at = None
             else:
                 self.next_fire_at, self.last_slot_at = previous.next_fire_at, previous.last_slot_at
             super().save(*args, **kwargs)
+            if paused_since is not None:
+                from .slots import record_paused_slots
+
+                record_paused_slots(self, since=paused_since, until=timezone.now())
 
     def first_fire_after(self, now):
         """The next slot after `now`; a heartbeat rule fires when its ping is overdue, not on a clock."""

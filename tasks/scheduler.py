@@ -154,7 +154,7 @@ def _claim_slot(rule, slot, *, source, triggered_by, now, result: TickResult, ru
         triggered_by=triggered_by,
         slot=slot,
         now=now,
-        payload=rule_payload(rule, slot),
+        payload=_with_start_by(rule_payload(rule, slot), rule, slot),
         run_after=run_after,
         dispatch=dispatch,
         identity=rule_identity(rule),
@@ -166,6 +166,13 @@ def _claim_slot(rule, slot, *, source, triggered_by, now, result: TickResult, ru
         return claim.run
     result.dedupe_hits += 1
     return None
+
+
+def _with_start_by(payload: dict, rule: TriggerRule, slot: datetime) -> dict:
+    """Scheduled runs carry their start window, so the executor can refuse to start them too late."""
+    if rule.start_window_seconds is not None:
+        payload["start_by"] = (slot + timedelta(seconds=rule.start_window_seconds)).isoformat()
+    return payload
 
 
 def _record_decision(rule, slot, *, reason, details, now, result: TickResult) -> None:

@@ -235,3 +235,27 @@ def rule_ping(*, rule: TriggerRule, now: datetime) -> datetime | None:
     deadline = now + rule.heartbeat_deadline()
     TriggerRule.objects.filter(pk=rule.pk).update(last_ping_at=now, next_fire_at=deadline if rule.enabled else None)
     return deadline
+
+
+# At most this many "paused" decisions per resume; a longer pause is summarised on the last one.
+MAX_PAUSED_DECISIONS = 1000
+
+
+def record_paused_slots(rule: TriggerRule, *, since: datetime, until: datetime) -> int:
+    """On resume: one "paused" decision per slot the rule skipped while switched off (bounded)."""
+    if rule.kind in (TriggerRule.Kind.HEARTBEAT, "event"):
+        return 0
+    try:
+        slots = schedule.slots_between(rule.schedule_spec(), since, until, limit=MAX_PAUSED_DECISIONS + 1)
+    except (schedule.ScheduleError, ValueError):
+        return 0
+    details = {"paused_at": since.isoformat(), "resumed_at": until.isoformat()}
+    rows = [
+        Decision(rule=rule, slot=s, reason=Decision.Reason.PAUSED, details=details, created_at=until)
+        for s in slots[:MAX_PAUSED_DECISIONS]
+    ]
+    if len(slots) > MAX_PAUSED_DECISIONS:
+        rows[-1].details = {**details, "truncated": f"only the first {MAX_PAUSED_DECISIONS} paused slots are recorded"}
+    # A slot that already has a decision (a held slot resolved as paused) keeps it.
+    Decision.objects.bulk_create(rows, ignore_conflicts=True)
+    return len(rows)

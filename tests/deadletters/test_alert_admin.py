@@ -17,8 +17,15 @@ TOKEN_URL = "https://oapi.dingtalk.com/robot/send?access_token=TOPSECRET"
 
 
 def form(**over) -> dict:
-    data = {"name": "oncall-hook", "kind": "webhook", "url": TOKEN_URL, "format": "dingtalk", "recipients": "",
-            "min_severity": "warning", "enabled": "on"}
+    data = {
+        "name": "oncall-hook",
+        "kind": "webhook",
+        "url": TOKEN_URL,
+        "format": "dingtalk",
+        "recipients": "",
+        "min_severity": "warning",
+        "enabled": "on",
+    }
     data.update(over)
     return {k: v for k, v in data.items() if v is not None}
 
@@ -29,8 +36,10 @@ def form(**over) -> dict:
         ({"url": ""}, "A webhook channel needs a URL."),
         ({"url": "ftp://example.com/hook"}, "The webhook URL must start with http:// or https://."),
         ({"url": "not a url"}, "Enter a valid URL."),
-        ({"kind": "email", "url": "", "recipients": "oncall@example.com, not-an-address"},
-         "not-an-address is not an email address."),
+        (
+            {"kind": "email", "url": "", "recipients": "oncall@example.com, not-an-address"},
+            "not-an-address is not an email address.",
+        ),
         ({"kind": "pager"}, "Select a valid choice."),
         ({"min_severity": "catastrophic"}, "Select a valid choice."),
         ({"name": ""}, "This field is required."),
@@ -58,8 +67,10 @@ def test_it_saves_a_webhook_channel_and_never_shows_its_token(admin_client):
 
 def test_leaving_the_url_blank_on_edit_keeps_it(admin_client):
     channel = AlertChannel.objects.create(name="hook", kind="webhook", url=TOKEN_URL, format="dingtalk")
-    response = admin_client.post(reverse("admin:deadletters_alertchannel_change", args=[channel.pk]),
-                                 form(name="hook", url="", min_severity="urgent"))
+    response = admin_client.post(
+        reverse("admin:deadletters_alertchannel_change", args=[channel.pk]),
+        form(name="hook", url="", min_severity="urgent"),
+    )
     assert response.status_code == 302
     channel.refresh_from_db()
     assert (channel.url, channel.min_severity) == (TOKEN_URL, "urgent")
@@ -75,8 +86,9 @@ def test_the_database_refuses_a_webhook_channel_without_a_url():
 def test_send_test_alert_queues_one_alert_per_channel_and_it_reaches_the_receiver(admin_client):
     receiver, server = start_receiver()
     try:
-        hook = AlertChannel.objects.create(name="hook", kind="webhook", url=receiver.url, format="slack",
-                                           min_severity="urgent")  # a test alert goes whatever the minimum
+        hook = AlertChannel.objects.create(
+            name="hook", kind="webhook", url=receiver.url, format="slack", min_severity="urgent"
+        )  # a test alert goes whatever the minimum
         response = admin_client.post(LIST, {"action": "send_test_alert", "_selected_action": [hook.pk]}, follow=True)
         assert "A test alert was queued for 1 channel" in response.content.decode()
         [alert] = Alert.objects.filter(channel=hook)

@@ -99,8 +99,12 @@ def test_a_storm_of_500_sends_the_limit_and_folds_the_rest():
 
 @pytest.mark.parametrize(
     ("offset", "due"),
-    [(timedelta(0), False), (timedelta(minutes=4, seconds=59), False), (r.STORM_WINDOW, True),
-     (timedelta(hours=2), True)],
+    [
+        (timedelta(0), False),
+        (timedelta(minutes=4, seconds=59), False),
+        (r.STORM_WINDOW, True),
+        (timedelta(hours=2), True),
+    ],
 )
 def test_a_summary_is_due_when_its_window_ends(offset, due):
     assert r.summary_due(window_start=T0, now=T0 + offset) is due
@@ -125,16 +129,21 @@ def test_delivery_retries_back_off_and_stop_at_the_cap():
 
 
 PAYLOAD = {
-    "kind": r.FINAL_FAILURE, "severity": r.URGENT, "title": "run 7 failed for good: report:2026-03-01",
-    "run_id": 7, "biz_key": "report:2026-03-01", "rule": "daily", "error_kind": "timeout",
-    "link": "http://h/admin/deadletters/deadletter/3/change/", "reason": "attempts exhausted",
+    "kind": r.FINAL_FAILURE,
+    "severity": r.URGENT,
+    "title": "run 7 failed for good: report:2026-03-01",
+    "run_id": 7,
+    "biz_key": "report:2026-03-01",
+    "rule": "daily",
+    "error_kind": "timeout",
+    "link": "http://h/admin/deadletters/deadletter/3/change/",
+    "reason": "attempts exhausted",
 }
 
 
 @pytest.mark.parametrize(
     ("fmt", "path"),
-    [("slack", ("text",)), ("feishu", ("content", "text")), ("dingtalk", ("text", "content")),
-     ("generic", ("text",))],
+    [("slack", ("text",)), ("feishu", ("content", "text")), ("dingtalk", ("text", "content")), ("generic", ("text",))],
 )
 def test_every_format_carries_run_id_biz_key_rule_error_kind_and_link(fmt, path):
     body = r.webhook_body(PAYLOAD, fmt)

@@ -51,15 +51,24 @@ def receiver():
 
 
 def webhook(receiver, fmt: str = "slack", min_severity: str = "notice", name: str = "hook") -> AlertChannel:
-    return AlertChannel.objects.create(name=name, kind="webhook", url=receiver.url, format=fmt,
-                                       min_severity=min_severity)
+    return AlertChannel.objects.create(
+        name=name, kind="webhook", url=receiver.url, format=fmt, min_severity=min_severity
+    )
 
 
 def failed_run(biz_key: str = "report:2026-03-01:email", rule: str = "daily-report") -> TaskRun:
-    run = run_claim(biz_key=biz_key, skill="harness.fail", source=TaskRun.Source.SCHEDULER, triggered_by="scheduler",
-                    now=T0, payload={"params": {}}, dispatch=False).run
-    TaskRun.objects.filter(id=run.id).update(state=TaskRun.State.FAILED, attempts=3, first_failure_at=T0,
-                                             finish_at=T0, rule_name=rule)
+    run = run_claim(
+        biz_key=biz_key,
+        skill="harness.fail",
+        source=TaskRun.Source.SCHEDULER,
+        triggered_by="scheduler",
+        now=T0,
+        payload={"params": {}},
+        dispatch=False,
+    ).run
+    TaskRun.objects.filter(id=run.id).update(
+        state=TaskRun.State.FAILED, attempts=3, first_failure_at=T0, finish_at=T0, rule_name=rule
+    )
     return TaskRun.objects.get(id=run.id)
 
 
@@ -68,8 +77,12 @@ def dead_letter(run: TaskRun, now: datetime = T0) -> DeadLetter:
 
 
 def text_of(body: dict, fmt: str) -> str:
-    return {"slack": lambda b: b["text"], "feishu": lambda b: b["content"]["text"],
-            "dingtalk": lambda b: b["text"]["content"], "generic": lambda b: b["text"]}[fmt](body)
+    return {
+        "slack": lambda b: b["text"],
+        "feishu": lambda b: b["content"]["text"],
+        "dingtalk": lambda b: b["text"]["content"],
+        "generic": lambda b: b["text"],
+    }[fmt](body)
 
 
 def assert_carries_the_fields(payload: dict) -> None:
@@ -97,8 +110,14 @@ def test_it_posts_a_final_failure_to_a_webhook_in_each_format(receiver, fmt, cap
     assert receiver.paths == ["/hook/T0K3N-SECRET?access_token=SECRET-QUERY"]
     text = text_of(body, fmt)
     link = settings.HARNESS["ADMIN_BASE_URL"] + reverse("admin:deadletters_deadletter_change", args=[ticket.id])
-    for value in (f"run id:     {run.id}", f"biz_key:    {run.biz_key}", "rule:       daily-report",
-                  "error kind: timeout", link, "URGENT"):
+    for value in (
+        f"run id:     {run.id}",
+        f"biz_key:    {run.biz_key}",
+        "rule:       daily-report",
+        "error kind: timeout",
+        link,
+        "URGENT",
+    ):
         assert value in text
     if fmt == "feishu":
         assert body["msg_type"] == "text"
@@ -106,7 +125,12 @@ def test_it_posts_a_final_failure_to_a_webhook_in_each_format(receiver, fmt, cap
         assert body["msgtype"] == "text"
     if fmt == "generic":
         assert (body["run_id"], body["biz_key"], body["rule"], body["error_kind"], body["link"]) == (
-            run.id, run.biz_key, "daily-report", "timeout", link)
+            run.id,
+            run.biz_key,
+            "daily-report",
+            "timeout",
+            link,
+        )
     alert = Alert.objects.get(channel__isnull=False)
     assert (alert.state, alert.attempts, alert.sent_at) == (Alert.State.SENT, 1, T0)
     assert not any(s in r.getMessage() for r in caplog.records for s in SECRETS)
@@ -136,8 +160,11 @@ def test_a_failing_receiver_is_retried_boundedly_and_the_failure_stays_recorded(
 
     assert len(receiver.requests) == rules.MAX_DELIVERY_ATTEMPTS
     alert = Alert.objects.get(channel__isnull=False)
-    assert (alert.state, alert.attempts, alert.next_attempt_at) == (Alert.State.FAILED, rules.MAX_DELIVERY_ATTEMPTS,
-                                                                      None)
+    assert (alert.state, alert.attempts, alert.next_attempt_at) == (
+        Alert.State.FAILED,
+        rules.MAX_DELIVERY_ATTEMPTS,
+        None,
+    )
     assert "HTTP 500" in alert.last_error and not any(s in alert.last_error for s in SECRETS)
     assert not any(s in r.getMessage() for r in caplog.records for s in SECRETS)
     # The failure itself is untouched: ticket open, run failed.
@@ -160,8 +187,9 @@ def test_a_delivery_is_not_retried_before_its_backoff(receiver):
 
 
 def test_an_unreachable_receiver_does_not_undo_the_failure():
-    AlertChannel.objects.create(name="gone", kind="webhook", url="http://127.0.0.1:9/hook/T0K3N-SECRET",
-                                min_severity="notice")
+    AlertChannel.objects.create(
+        name="gone", kind="webhook", url="http://127.0.0.1:9/hook/T0K3N-SECRET", min_severity="notice"
+    )
     ticket = dead_letter(failed_run())
     assert alert_deliver_due(now=T0)["retry"] == 1
     assert DeadLetter.objects.filter(id=ticket.id).exists()
@@ -176,8 +204,17 @@ def test_a_storm_of_500_final_failures_sends_a_bounded_number_of_messages_and_on
     webhook(receiver)
     storm = 500
     TaskRun.objects.bulk_create(
-        TaskRun(biz_key=f"sync:{i}", rule_name="sync-orders", skill="harness.fail", source=TaskRun.Source.SCHEDULER,
-                trigger_at=T0, run_after=T0, state=TaskRun.State.FAILED, attempts=3, first_failure_at=T0)
+        TaskRun(
+            biz_key=f"sync:{i}",
+            rule_name="sync-orders",
+            skill="harness.fail",
+            source=TaskRun.Source.SCHEDULER,
+            trigger_at=T0,
+            run_after=T0,
+            state=TaskRun.State.FAILED,
+            attempts=3,
+            first_failure_at=T0,
+        )
         for i in range(storm)
     )
     runs = list(TaskRun.objects.filter(rule_name="sync-orders").order_by("id"))
@@ -210,8 +247,15 @@ def test_a_storm_of_500_final_failures_sends_a_bounded_number_of_messages_and_on
 
 def make_run(params: dict, policy: dict, biz_key: str = "exec:2026-03-01") -> TaskRun:
     payload = {"params": params, "policy": {"backoff_base_seconds": 10.0, "lease_ttl_seconds": 60, **policy}}
-    return run_claim(biz_key=biz_key, skill="harness.fail", source=TaskRun.Source.API, triggered_by="tests", now=T0,
-                     payload=payload, dispatch=False).run
+    return run_claim(
+        biz_key=biz_key,
+        skill="harness.fail",
+        source=TaskRun.Source.API,
+        triggered_by="tests",
+        now=T0,
+        payload=payload,
+        dispatch=False,
+    ).run
 
 
 def run_until_done(run: TaskRun) -> None:
@@ -246,7 +290,10 @@ def test_it_escalates_a_retry_chain_from_notice_to_urgent(max_attempts, expected
         got.append((label, alert.severity))
         assert_carries_the_fields(alert.payload)
         assert (alert.payload["run_id"], alert.payload["biz_key"], alert.payload["error_kind"]) == (
-            run.id, run.biz_key, "timeout")
+            run.id,
+            run.biz_key,
+            "timeout",
+        )
     assert got == expected
 
 
@@ -258,8 +305,9 @@ def test_a_non_retryable_error_is_urgent_at_once():
 
 def test_a_channel_gets_only_its_minimum_severity_and_above(receiver, mailoutbox):
     webhook(receiver, min_severity="warning")
-    AlertChannel.objects.create(name="pager", kind="email", recipients="pager@example.com, lead@example.com",
-                                min_severity="urgent")
+    AlertChannel.objects.create(
+        name="pager", kind="email", recipients="pager@example.com, lead@example.com", min_severity="urgent"
+    )
     run = make_run({"error_kind": "timeout"}, {"max_attempts": 5, "max_retry_window_seconds": 86400})
     run_until_done(run)
     alert_deliver_due(now=T0 + timedelta(days=1))
@@ -292,9 +340,16 @@ def test_a_retry_alert_is_recorded_once_per_attempt():
 
 
 def make_rule(name: str = "every-minute", **fields) -> TriggerRule:
-    rule = TriggerRule.objects.create(name=name, reason="test", kind=TriggerRule.Kind.INTERVAL, interval_seconds=60,
-                                      timezone="UTC", skill="harness.noop", dedupe_key_template="{rule}:{slot}",
-                                      **fields)
+    rule = TriggerRule.objects.create(
+        name=name,
+        reason="test",
+        kind=TriggerRule.Kind.INTERVAL,
+        interval_seconds=60,
+        timezone="UTC",
+        skill="harness.noop",
+        dedupe_key_template="{rule}:{slot}",
+        **fields,
+    )
     TriggerRule.objects.filter(pk=rule.pk).update(next_fire_at=T0, last_slot_at=None)
     return rule
 
@@ -373,3 +428,50 @@ def test_the_log_channel_writes_the_alert(caplog):
     with caplog.at_level(logging.WARNING, logger="harness.alerts.channel"):
         assert alert_deliver_due(now=T0)["sent"] == 1
     assert any("[ops-log]" in r.getMessage() and "test alert" in r.getMessage() for r in caplog.records)
+
+
+def test_it_prunes_finished_alerts_after_the_retention_but_never_a_pending_one(receiver):
+    from deadletters.alerts import ALERT_RETENTION, alert_prune
+
+    webhook(receiver)
+    receiver.status = 500
+    dead_letter(failed_run())  # a log entry (sent) and a webhook delivery (pending: the receiver fails)
+    alert_deliver_due(now=T0)
+    assert alert_prune(now=T0 + ALERT_RETENTION) == 0  # not older than the retention yet
+
+    assert alert_prune(now=T0 + ALERT_RETENTION + timedelta(seconds=1)) == 1
+    [left] = Alert.objects.all()
+    assert left.state == Alert.State.PENDING and left.channel is not None
+
+
+def test_a_lost_worker_alerts_like_a_failed_attempt():
+    from runs.executor import _claim
+    from runs.sweeper import sweep
+
+    run = make_run({}, {"max_attempts": 3, "lease_ttl_seconds": 60})
+    TaskRun.objects.filter(id=run.id).update(skill="harness.noop")
+    assert _claim(run_id=run.id, worker="A", now=T0) is not None
+
+    assert sweep(now=T0 + timedelta(seconds=61)).expired == 1
+
+    [alert] = Alert.objects.filter(channel__isnull=True)
+    assert (alert.kind, alert.severity, alert.payload["error_kind"]) == (rules.RETRY, rules.NOTICE, "lease_lost")
+    assert alert.payload["run_id"] == run.id
+
+
+def test_the_periodic_check_requeues_due_retries_and_lost_first_tries_only(receiver):
+    from deadletters.alerts import REDISPATCH_AFTER, alert_redispatch_due
+
+    webhook(receiver)
+    dead_letter(failed_run())
+    [alert] = Alert.objects.filter(channel__isnull=False)
+    # Its on-commit message is on its way: not re-sent until it looks lost.
+    assert alert_redispatch_due(now=T0 + REDISPATCH_AFTER - timedelta(seconds=1)) == []
+    assert alert_redispatch_due(now=T0 + REDISPATCH_AFTER) == [alert.id]
+
+    receiver.status = 500
+    alert_deliver_due(now=T0)  # first try fails: a retry is due after the backoff, no message in flight
+    retry_at = Alert.objects.get(id=alert.id).next_attempt_at
+    assert retry_at == T0 + rules.DELIVERY_BACKOFF_BASE
+    assert alert_redispatch_due(now=retry_at - timedelta(seconds=1)) == []
+    assert alert_redispatch_due(now=retry_at) == [alert.id]

@@ -15,6 +15,8 @@ class Receiver:
     # What to answer: HTTP status and JSON body; tests change them between deliveries.
     status: int = 200
     answer: dict = field(default_factory=lambda: {"ok": True})
+    # Answer 500 to this many requests first (a receiver that is down, then back).
+    fail_first: int = 0
 
 
 def start_receiver(token_path: str = "/hook/T0K3N-SECRET") -> tuple[Receiver, ThreadingHTTPServer]:
@@ -23,14 +25,18 @@ def start_receiver(token_path: str = "/hook/T0K3N-SECRET") -> tuple[Receiver, Th
     lock = threading.Lock()
 
     class Handler(BaseHTTPRequestHandler):
-        def do_POST(self):  # noqa: N802 (http.server's naming)
+        def do_POST(self):
             length = int(self.headers.get("Content-Length") or 0)
             body = json.loads(self.rfile.read(length) or b"null")
             with lock:
                 receiver.requests.append(body)
                 receiver.paths.append(self.path)
+                status = receiver.status
+                if receiver.fail_first > 0:
+                    receiver.fail_first -= 1
+                    status = 500
             data = json.dumps(receiver.answer).encode()
-            self.send_response(receiver.status)
+            self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
             self.end_headers()

@@ -249,3 +249,49 @@ def test_a_rule_with_unusable_stored_guards_gets_an_invalid_rule_decision_and_th
     scheduler_tick(now=T0)
     assert Decision.objects.get(rule=broken).reason == Decision.Reason.INVALID_RULE
     assert TaskRun.objects.filter(rule=healthy).count() == 1
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_scheduled_run_that_cannot_start_within_its_window_is_cancelled_by_the_executor():
+    late = make_rule("late", start_window_seconds=60)
+    in_time = make_rule("in-time", start_window_seconds=60)
+    scheduler_tick(now=T0)
+    late_run = TaskRun.objects.get(rule=late)
+    assert late_run.payload["start_by"] == (T0 + timedelta(seconds=60)).isoformat()
+
+    outcome = run_execute(run_id=late_run.id, worker="w", clock=lambda: T0 + timedelta(seconds=61))
+    assert outcome.status == "start_window_passed"
+    late_run.refresh_from_db()
+    assert (late_run.state, late_run.attempts, late_run.last_error_kind) == ("cancelled", 0, "start_window")
+
+    ok = TaskRun.objects.get(rule=in_time)
+    assert run_execute(run_id=ok.id, worker="w", clock=lambda: T0 + timedelta(seconds=60)).status == "succeeded"
+
+
+def test_resuming_a_paused_rule_records_a_paused_decision_for_each_skipped_slot():
+    from tasks import schedule
+
+    rule = make_rule("pausable", due=None)
+    rule.enabled = False
+    rule.save()
+    paused_at = TriggerRule.objects.get(pk=rule.pk).paused_at
+    assert paused_at is not None
+    # As if paused five minutes ago (save() reads the real clock).
+    since = paused_at - timedelta(minutes=5)
+    TriggerRule.objects.filter(pk=rule.pk).update(paused_at=since)
+    rule.refresh_from_db()
+    rule.enabled = True
+    rule.save()
+
+    decisions = list(Decision.objects.filter(rule=rule).order_by("slot"))
+    resumed = decisions[0].created_at
+    assert [d.slot for d in decisions] == schedule.slots_between(rule.schedule_spec(), since, resumed)
+    assert len(decisions) >= 4
+    assert {d.reason for d in decisions} == {Decision.Reason.PAUSED}
+    assert TriggerRule.objects.get(pk=rule.pk).paused_at is None
+    from tasks.explain import slot_explain
+
+    answer = slot_explain(rule=rule, slot=decisions[0].slot, now=resumed)
+    assert (answer["outcome"], answer["reason"]) == ("decision", "paused")
+    assert answer["summary"] == "did not run: Rule was paused"
+    assert TriggerRule.objects.get(pk=rule.pk).next_fire_at > resumed
