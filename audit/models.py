@@ -1,35 +1,45 @@
 """Who did what, when and why: one row per operator action, written in the action's transaction."""
 
 from django.db import models
+from django.utils.translation import gettext_lazy as _
 
 
 class AuditEntry(models.Model):
     class Action(models.TextChoices):
-        RULE_RUN_NOW = "rule.run_now", "Rule run now"
-        RULE_TRIAL = "rule.trial_run", "Rule trial run"
-        RULE_PAUSE = "rule.pause", "Rule paused"
-        RULE_RESUME = "rule.resume", "Rule resumed"
-        RULE_BACKFILL = "rule.backfill", "Rule backfilled"
-        RUN_RETRY = "run.retry_now", "Run retried now"
-        RUN_CANCEL = "run.cancel", "Run cancelled"
-        LEASE_RELEASE = "lease.force_release", "Lease force-released"
-        DEADLETTER_REPLAY = "deadletter.replay", "Dead letter replayed"
-        DEADLETTER_CLOSE = "deadletter.close", "Dead letter closed"
-        DEADLETTER_ASSIGN = "deadletter.assign", "Dead letter assigned"
+        RULE_RUN_NOW = "rule.run_now", _("Rule run now")
+        RULE_TRIAL = "rule.trial_run", _("Rule trial run")
+        RULE_PAUSE = "rule.pause", _("Rule paused")
+        RULE_RESUME = "rule.resume", _("Rule resumed")
+        RULE_BACKFILL = "rule.backfill", _("Rule backfilled")
+        RUN_RETRY = "run.retry_now", _("Run retried now")
+        RUN_CANCEL = "run.cancel", _("Run cancelled")
+        LEASE_RELEASE = "lease.force_release", _("Lease force-released")
+        DEADLETTER_REPLAY = "deadletter.replay", _("Dead letter replayed")
+        DEADLETTER_CLOSE = "deadletter.close", _("Dead letter closed")
+        DEADLETTER_ASSIGN = "deadletter.assign", _("Dead letter assigned")
+        # Written by runs/approvals.py when someone decides a skill's proposed action.
+        PROPOSAL_APPROVE = "proposal.approve", _("Proposed action approved")
+        PROPOSAL_REJECT = "proposal.reject", _("Proposed action rejected")
 
-    at = models.DateTimeField()
+    at = models.DateTimeField(_("at"))
     # The username, not a foreign key: the record must outlive the account.
-    actor = models.CharField(max_length=150)
-    action = models.CharField(max_length=40, choices=Action.choices)
-    target_type = models.CharField(max_length=40, help_text="rule, run, lease or deadletter")
-    target_id = models.CharField(max_length=64)
-    target_label = models.CharField(max_length=255, blank=True, help_text="Rule name or biz_key, for reading.")
-    reason = models.TextField(blank=True)
-    details = models.JSONField(default=dict, blank=True)
+    actor = models.CharField(_("actor"), max_length=150)
+    action = models.CharField(_("action"), max_length=40, choices=Action.choices)
+    target_type = models.CharField(_("target type"), max_length=40, help_text=_("rule, run, lease or deadletter"))
+    target_id = models.CharField(_("target id"), max_length=64)
+    target_label = models.CharField(
+        _("target label"),
+        max_length=255,
+        blank=True,
+        help_text=_("Rule name or biz_key, for reading."),
+    )
+    reason = models.TextField(_("reason"), blank=True)
+    details = models.JSONField(_("details"), default=dict, blank=True)
 
     class Meta:
         ordering = ["-at", "-id"]
-        verbose_name_plural = "audit entries"
+        verbose_name = _("audit entry")
+        verbose_name_plural = _("audit entries")
         indexes = [models.Index(fields=["target_type", "target_id", "-at"], name="audit_target_idx")]
 
     def __str__(self) -> str:

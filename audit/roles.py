@@ -11,6 +11,7 @@ VIEW = [
     "runs.view_lease",
     "runs.view_decision",
     "runs.view_schedulertick",
+    "runs.view_actionproposal",
     "deadletters.view_deadletter",
     "audit.view_auditentry",
 ]
@@ -26,6 +27,8 @@ GROUPS = {
         "tasks.backfill_rule",
         "runs.retry_run",
         "runs.cancel_run",
+        # Approve or reject a risky action a skill proposed (runs/approvals.py).
+        "runs.decide_actionproposal",
     ],
     "On-call": [
         *VIEW,
@@ -35,6 +38,7 @@ GROUPS = {
         "runs.force_release_lease",
         "runs.retry_run",
         "runs.cancel_run",
+        "runs.decide_actionproposal",
     ],
 }
 
@@ -48,7 +52,9 @@ def roles_install(apps) -> None:
         app_config.models_module = True
         create_permissions(app_config, apps=apps, verbosity=0)
         app_config.models_module = None
-    _groups_install(apps.get_model("auth", "Group"), apps.get_model("auth", "Permission"))
+    # A data migration sees the models as they were at its point in the history: permissions of
+    # models created by later migrations do not exist yet; a later roles migration adds them.
+    _groups_install(apps.get_model("auth", "Group"), apps.get_model("auth", "Permission"), strict=False)
 
 
 def roles_ensure() -> None:
@@ -59,11 +65,15 @@ def roles_ensure() -> None:
     _groups_install(Group, Permission)
 
 
-def _groups_install(Group, Permission) -> None:
+def _groups_install(Group, Permission, *, strict: bool = True) -> None:
     for name, codenames in GROUPS.items():
         group, _ = Group.objects.get_or_create(name=name)
         perms = []
         for dotted in codenames:
             app_label, codename = dotted.split(".")
-            perms.append(Permission.objects.get(content_type__app_label=app_label, codename=codename))
+            found = Permission.objects.filter(content_type__app_label=app_label, codename=codename).first()
+            if found is None and strict:
+                raise Permission.DoesNotExist(f"role {name!r}: permission {dotted!r} does not exist")
+            if found is not None:
+                perms.append(found)
         group.permissions.set(perms)

@@ -5,6 +5,8 @@ from django import forms
 from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.urls import path, reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from harness_site.desk import OptionalReasonForm, confirm_bulk, confirm_object, has_perm_method, now
 from runs.dashboard import deadletter_backlog
@@ -15,16 +17,22 @@ from .services import deadletter_assign, deadletter_close, deadletter_replay
 
 class CloseForm(forms.Form):
     note = forms.CharField(
+        label=gettext_lazy("Note"),
         widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-        help_text="Why it needs no replay; kept on the ticket and in the audit log.",
+        help_text=gettext_lazy("Why it needs no replay; kept on the ticket and in the audit log."),
     )
 
 
 class AssignForm(forms.Form):
     owner = forms.ModelChoiceField(
-        queryset=get_user_model().objects.none(), required=False, help_text="Empty: unassign."
+        queryset=get_user_model().objects.none(),
+        required=False,
+        label=gettext_lazy("Owner"),
+        help_text=gettext_lazy("Empty: unassign."),
     )
-    reason = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2, "cols": 60}))
+    reason = forms.CharField(
+        required=False, label=gettext_lazy("Reason"), widget=forms.Textarea(attrs={"rows": 2, "cols": 60})
+    )
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -60,7 +68,7 @@ class DeadLetterDeskMixin:
         extra["backlog_total"] = DeadLetter.objects.filter(state=DeadLetter.State.PENDING_MANUAL).count()
         return super().changelist_view(request, extra)
 
-    @admin.action(description="Replay selected with their original business keys", permissions=["replay"])
+    @admin.action(description=gettext_lazy("Replay selected with their original business keys"), permissions=["replay"])
     def replay(self, request, queryset):
         at = now()
         return confirm_bulk(
@@ -68,13 +76,13 @@ class DeadLetterDeskMixin:
             request,
             queryset,
             action="replay",
-            title="Replay dead letters",
-            verb="Replayed",
+            title=_("Replay dead letters"),
+            verb=_("Replayed"),
             eligible=lambda t: t.state == DeadLetter.State.PENDING_MANUAL,
             do=lambda t, form: _replay(t, request, at, form),
         )
 
-    @admin.action(description="Close selected with a note", permissions=["close"])
+    @admin.action(description=gettext_lazy("Close selected with a note"), permissions=["close"])
     def close(self, request, queryset):
         at = now()
         return confirm_bulk(
@@ -82,8 +90,8 @@ class DeadLetterDeskMixin:
             request,
             queryset,
             action="close",
-            title="Close dead letters",
-            verb="Closed",
+            title=_("Close dead letters"),
+            verb=_("Closed"),
             form_class=CloseForm,
             eligible=lambda t: t.state == DeadLetter.State.PENDING_MANUAL,
             do=lambda t, form: deadletter_close(
@@ -91,7 +99,7 @@ class DeadLetterDeskMixin:
             ),
         )
 
-    @admin.action(description="Assign selected to an owner", permissions=["assign"])
+    @admin.action(description=gettext_lazy("Assign selected to an owner"), permissions=["assign"])
     def assign(self, request, queryset):
         at = now()
         return confirm_bulk(
@@ -99,8 +107,8 @@ class DeadLetterDeskMixin:
             request,
             queryset,
             action="assign",
-            title="Assign dead letters",
-            verb="Assigned",
+            title=_("Assign dead letters"),
+            verb=_("Assigned"),
             form_class=AssignForm,
             do=lambda t, form: deadletter_assign(
                 ticket_id=t.id,
@@ -127,15 +135,15 @@ class DeadLetterDeskMixin:
             request,
             ticket,
             perm="deadletters.replay_deadletter",
-            title="Replay dead letter",
-            verb="Replay queued",
+            title=_("Replay dead letter"),
+            verb=_("Replay queued"),
             summary=[
-                f"Run #{ticket.run_id} {ticket.biz_key} gets a new attempt (number {ticket.run.attempts + 1}) "
-                "under its original business key.",
-                "A second click, or a colleague replaying at the same time, queues nothing more.",
+                _("Run #%(id)s %(biz_key)s gets a new attempt (number %(n)s) under its original business key.")
+                % {"id": ticket.run_id, "biz_key": ticket.biz_key, "n": ticket.run.attempts + 1},
+                _("A second click, or a colleague replaying at the same time, queues nothing more."),
             ],
             do=lambda form: _replay(ticket, request, now(), form),
-            failed_message="Nothing queued: this ticket was already replayed or closed.",
+            failed_message=_("Nothing queued: this ticket was already replayed or closed."),
         )
 
     def close_view(self, request, object_id):
@@ -145,14 +153,16 @@ class DeadLetterDeskMixin:
             request,
             ticket,
             perm="deadletters.close_deadletter",
-            title="Close dead letter",
-            verb="Closed",
+            title=_("Close dead letter"),
+            verb=_("Closed"),
             form_class=CloseForm,
-            summary=[f"Run #{ticket.run_id} {ticket.biz_key} stays failed; no replay."],
+            summary=[
+                _("Run #%(id)s %(biz_key)s stays failed; no replay.") % {"id": ticket.run_id, "biz_key": ticket.biz_key}
+            ],
             do=lambda form: deadletter_close(
                 ticket_id=ticket.id, actor=request.user, now=now(), note=form.cleaned_data["note"]
             ),
-            failed_message="Nothing changed: this ticket was already replayed or closed.",
+            failed_message=_("Nothing changed: this ticket was already replayed or closed."),
         )
 
     def assign_view(self, request, object_id):
@@ -162,11 +172,11 @@ class DeadLetterDeskMixin:
             request,
             ticket,
             perm="deadletters.assign_deadletter",
-            title="Assign dead letter",
-            verb="Assigned",
+            title=_("Assign dead letter"),
+            verb=_("Assigned"),
             form_class=AssignForm,
             form_kwargs={"initial": {"owner": ticket.owner_id}},
-            summary=[f"Currently: {ticket.owner or 'nobody'}."],
+            summary=[_("Currently: %(owner)s.") % {"owner": ticket.owner or _("nobody")}],
             do=lambda form: deadletter_assign(
                 ticket_id=ticket.id,
                 owner=form.cleaned_data["owner"],
@@ -187,8 +197,8 @@ class DeadLetterDeskMixin:
             user, buttons = request.user, []
             if ticket.state == DeadLetter.State.PENDING_MANUAL:
                 for label, name, perm in (
-                    ("Replay", "replay", "replay_deadletter"),
-                    ("Close", "close", "close_deadletter"),
+                    (_("Replay"), "replay", "replay_deadletter"),
+                    (_("Close"), "close", "close_deadletter"),
                 ):
                     if user.has_perm(f"deadletters.{perm}"):
                         buttons.append(
@@ -196,7 +206,7 @@ class DeadLetterDeskMixin:
                         )
             if user.has_perm("deadletters.assign_deadletter"):
                 buttons.append(
-                    ("Assign", reverse("admin:deadletters_deadletter_assign", args=[ticket.pk]), "ticket-assign")
+                    (_("Assign"), reverse("admin:deadletters_deadletter_assign", args=[ticket.pk]), "ticket-assign")
                 )
             extra["desk_buttons"] = buttons
         return super().change_view(request, object_id, form_url, extra)

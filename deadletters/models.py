@@ -12,28 +12,30 @@ class DeadLetter(models.Model):
         REPLAYED = "replayed", _("Replayed")
         CLOSED = "closed", _("Closed")
 
-    run = models.ForeignKey("runs.TaskRun", on_delete=models.PROTECT, related_name="deadletters")
-    biz_key = models.CharField(max_length=255, db_index=True)
-    rule_name = models.CharField(max_length=100, blank=True)
-    source = models.CharField(max_length=20)
-    raw_payload = models.JSONField(default=dict, blank=True)
-    first_failure_at = models.DateTimeField()
-    last_failure_at = models.DateTimeField()
-    attempts = models.PositiveIntegerField()
-    error_kind = models.CharField(max_length=40)
-    last_error_digest = models.CharField(max_length=16)
-    last_error = models.TextField(blank=True)
-    raw_output = models.TextField(blank=True, help_text=_("The model's raw output, when it failed validation."))
-    state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING_MANUAL)
+    run = models.ForeignKey("runs.TaskRun", on_delete=models.PROTECT, related_name="deadletters", verbose_name=_("run"))
+    biz_key = models.CharField(_("biz key"), max_length=255, db_index=True)
+    rule_name = models.CharField(_("rule name"), max_length=100, blank=True)
+    source = models.CharField(_("source"), max_length=20)
+    raw_payload = models.JSONField(_("raw payload"), default=dict, blank=True)
+    first_failure_at = models.DateTimeField(_("first failure at"))
+    last_failure_at = models.DateTimeField(_("last failure at"))
+    attempts = models.PositiveIntegerField(_("attempts"))
+    error_kind = models.CharField(_("error kind"), max_length=40)
+    last_error_digest = models.CharField(_("last error digest"), max_length=16)
+    last_error = models.TextField(_("last error"), blank=True)
+    raw_output = models.TextField(
+        _("raw output"), blank=True, help_text=_("The model's raw output, when it failed validation."),
+    )
+    state = models.CharField(_("state"), max_length=20, choices=State.choices, default=State.PENDING_MANUAL)
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
-        help_text=_("Who on call is handling this ticket."),
+        verbose_name=_("owner"), help_text=_("Who on call is handling this ticket."),
     )
-    note = models.TextField(blank=True, help_text=_("Why it was closed, or what was done."))
-    replayed_at = models.DateTimeField(null=True, blank=True)
-    closed_at = models.DateTimeField(null=True, blank=True)
-    created_at = models.DateTimeField()
-    updated_at = models.DateTimeField(auto_now=True)
+    note = models.TextField(_("note"), blank=True, help_text=_("Why it was closed, or what was done."))
+    replayed_at = models.DateTimeField(_("replayed at"), null=True, blank=True)
+    closed_at = models.DateTimeField(_("closed at"), null=True, blank=True)
+    created_at = models.DateTimeField(_("created at"))
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     class Meta:
         verbose_name = _("dead letter")

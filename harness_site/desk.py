@@ -11,6 +11,8 @@ from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 CONFIRM_TEMPLATE = "admin/desk/confirm.html"
 FORM_TEMPLATE = "admin/desk/form.html"
@@ -18,13 +20,18 @@ FORM_TEMPLATE = "admin/desk/form.html"
 
 class ReasonForm(forms.Form):
     reason = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}), help_text="Recorded in the audit log."
+        label=gettext_lazy("Reason"),
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text=gettext_lazy("Recorded in the audit log."),
     )
 
 
 class OptionalReasonForm(forms.Form):
     reason = forms.CharField(
-        required=False, widget=forms.Textarea(attrs={"rows": 2, "cols": 60}), help_text="Recorded in the audit log."
+        label=gettext_lazy("Reason"),
+        required=False,
+        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
+        help_text=gettext_lazy("Recorded in the audit log."),
     )
 
 
@@ -66,9 +73,15 @@ def confirm_bulk(
         changed = sum(bool(do(o, form)) for o in ready)
         skipped = len(objects) - changed
         level = messages.SUCCESS if changed else messages.WARNING
-        text = f"{verb} {changed} of {len(objects)} selected."
+        text = _("%(verb)s %(changed)s of %(total)s selected.") % {
+            "verb": verb,
+            "changed": changed,
+            "total": len(objects),
+        }
         if skipped:
-            text += f" {skipped} skipped (not in a state for this, or already done by someone else)."
+            text += " " + _("%(skipped)s skipped (not in a state for this, or already done by someone else).") % {
+                "skipped": skipped
+            }
         modeladmin.message_user(request, text, level)
         return None
     context = {
@@ -101,7 +114,7 @@ def confirm_object(
     form_class: type[forms.Form] | None = OptionalReasonForm,
     form_kwargs: dict | None = None,
     done_url: str | None = None,
-    failed_message: str = "Nothing changed: it is not in a state for this, or someone else acted first.",
+    failed_message: str = gettext_lazy("Nothing changed: it is not in a state for this, or someone else acted first."),
 ):
     """A single-object button: GET shows the confirmation page, POST does it once."""
     require_perm(request, perm)
@@ -115,7 +128,9 @@ def confirm_object(
             form.add_error(None, str(exc))
         else:
             if changed:
-                modeladmin.message_user(request, f"{verb}: {obj}.", messages.SUCCESS)
+                modeladmin.message_user(
+                    request, _("%(verb)s: %(object)s.") % {"verb": verb, "object": obj}, messages.SUCCESS
+                )
             else:
                 modeladmin.message_user(request, failed_message, messages.WARNING)
             return HttpResponseRedirect(done_url or change_url(obj))

@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.utils.translation import gettext_lazy as _
 
 from .admin_desk import LeaseDeskMixin, RunDeskMixin  # also registers the live run leases desk
 from .catchup_gate import CatchupApprovalMixin
@@ -41,10 +42,10 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
     fieldsets = (
         (None, {"fields": ("biz_key", "rule", "rule_name", "rule_version", "skill", "state", "source",
                            "triggered_by", "identity", "executed_by", "object_key", "approved_by", "approved_at")}),
-        ("Timeline", {"fields": ("slot", "trigger_at", "start_at", "finish_at", "run_after", "dispatched_at",
+        (_("Timeline"), {"fields": ("slot", "trigger_at", "start_at", "finish_at", "run_after", "dispatched_at",
                                  "attempts", "first_failure_at", "dedupe_hits")}),
-        ("Lease", {"fields": ("lease_owner", "lease_expires_at", "fence")}),
-        ("Data", {"fields": ("payload", "result", "last_error_kind", "last_error")}),
+        (_("Lease"), {"fields": ("lease_owner", "lease_expires_at", "fence")}),
+        (_("Data"), {"fields": ("payload", "result", "last_error_kind", "last_error")}),
     )
 
 

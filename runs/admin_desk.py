@@ -6,6 +6,8 @@ from django.contrib.admin import DateFieldListFilter
 from django.db.models import Max
 from django.urls import path, reverse
 from django.utils.html import format_html
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from audit.models import AuditEntry
 from harness_site.desk import (
@@ -35,8 +37,8 @@ def _seconds(delta) -> str:
     if abs(s) < 60:
         return f"{s:.3f}s"
     if abs(s) < 3600:
-        return f"{s / 60:.1f} min"
-    return f"{s / 3600:.1f} h" if abs(s) < 86400 else f"{s / 86400:.1f} days"
+        return _("%(n).1f min") % {"n": s / 60}
+    return _("%(n).1f h") % {"n": s / 3600} if abs(s) < 86400 else _("%(n).1f days") % {"n": s / 86400}
 
 
 class RunDeskMixin:
@@ -54,11 +56,11 @@ class RunDeskMixin:
         extra = ["is_trial", ("trigger_at", DateFieldListFilter), "rule"]
         return (*base, *[f for f in extra if f not in base])
 
-    @admin.display(description="trial", boolean=True, ordering="is_trial")
+    @admin.display(description=gettext_lazy("trial"), boolean=True, ordering="is_trial")
     def trial_flag(self, run: TaskRun) -> bool:
         return run.is_trial
 
-    @admin.action(description="Retry selected runs now (waiting or failed)", permissions=["retry"])
+    @admin.action(description=gettext_lazy("Retry selected runs now (waiting or failed)"), permissions=["retry"])
     def retry_now(self, request, queryset):
         at = now()
         return confirm_bulk(
@@ -66,15 +68,15 @@ class RunDeskMixin:
             request,
             queryset,
             action="retry_now",
-            title="Retry runs now",
-            verb="Retried",
+            title=_("Retry runs now"),
+            verb=_("Retried"),
             eligible=lambda r: r.state in RETRYABLE_STATES,
             do=lambda r, form: run_retry_now(
                 run_id=r.id, actor=request.user, now=at, reason=form.cleaned_data["reason"]
             ),
         )
 
-    @admin.action(description="Cancel selected runs (pending or waiting)", permissions=["cancel"])
+    @admin.action(description=gettext_lazy("Cancel selected runs (pending or waiting)"), permissions=["cancel"])
     def cancel(self, request, queryset):
         at = now()
         return confirm_bulk(
@@ -82,8 +84,8 @@ class RunDeskMixin:
             request,
             queryset,
             action="cancel",
-            title="Cancel runs",
-            verb="Cancelled",
+            title=_("Cancel runs"),
+            verb=_("Cancelled"),
             eligible=lambda r: r.state in CANCELLABLE_STATES,
             do=lambda r, form: run_cancel(run_id=r.id, actor=request.user, now=at, reason=form.cleaned_data["reason"]),
         )
@@ -104,11 +106,11 @@ class RunDeskMixin:
             request,
             run,
             perm="runs.retry_run",
-            title="Retry run now",
-            verb="Retried now",
+            title=_("Retry run now"),
+            verb=_("Retried now"),
             summary=[
-                f"Run #{run.id} {run.biz_key} is {run.get_state_display().lower()}.",
-                f"It becomes pending and due now; the next attempt is number {run.attempts + 1}.",
+                _run_is(run),
+                _("It becomes pending and due now; the next attempt is number %(n)s.") % {"n": run.attempts + 1},
             ],
             do=lambda form: run_retry_now(
                 run_id=run.id, actor=request.user, now=now(), reason=form.cleaned_data["reason"]
@@ -122,11 +124,11 @@ class RunDeskMixin:
             request,
             run,
             perm="runs.cancel_run",
-            title="Cancel run",
-            verb="Cancelled",
+            title=_("Cancel run"),
+            verb=_("Cancelled"),
             summary=[
-                f"Run #{run.id} {run.biz_key} is {run.get_state_display().lower()}.",
-                "Cancelled runs never start; the business key stays taken.",
+                _run_is(run),
+                _("Cancelled runs never start; the business key stays taken."),
             ],
             do=lambda form: run_cancel(
                 run_id=run.id, actor=request.user, now=now(), reason=form.cleaned_data["reason"]
@@ -140,8 +142,8 @@ class RunDeskMixin:
             request,
             run,
             perm="runs.force_release_lease",
-            title="Force-release lease",
-            verb="Lease force-released",
+            title=_("Force-release lease"),
+            verb=_("Lease force-released"),
             form_class=ReasonForm,
             summary=_lease_summary(run),
             do=lambda form: run_lease_force_release(
@@ -157,22 +159,31 @@ class RunDeskMixin:
             user = request.user
             buttons = []
             if run.state in RETRYABLE_STATES and user.has_perm("runs.retry_run"):
-                buttons.append(("Retry now", reverse("admin:runs_taskrun_retry", args=[run.id]), "run-retry"))
+                buttons.append((_("Retry now"), reverse("admin:runs_taskrun_retry", args=[run.id]), "run-retry"))
             if run.state in CANCELLABLE_STATES and user.has_perm("runs.cancel_run"):
-                buttons.append(("Cancel", reverse("admin:runs_taskrun_cancel", args=[run.id]), "run-cancel"))
+                buttons.append((_("Cancel"), reverse("admin:runs_taskrun_cancel", args=[run.id]), "run-cancel"))
             if run.state == TaskRun.State.RUNNING and user.has_perm("runs.force_release_lease"):
                 buttons.append(
-                    ("Force-release lease", reverse("admin:runs_taskrun_release", args=[run.id]), "run-release")
+                    (_("Force-release lease"), reverse("admin:runs_taskrun_release", args=[run.id]), "run-release")
                 )
             extra["desk_buttons"] = buttons
         return super().change_view(request, object_id, form_url, extra)
 
 
+def _run_is(run: TaskRun) -> str:
+    return _("Run #%(id)s %(biz_key)s is %(state)s.") % {
+        "id": run.id,
+        "biz_key": run.biz_key,
+        "state": run.get_state_display().lower(),
+    }
+
+
 def _lease_summary(run: TaskRun) -> list[str]:
     return [
-        f"Run #{run.id} {run.biz_key} is {run.get_state_display().lower()}.",
-        f"Lease holder: {run.lease_owner or '-'}, fence {run.fence}, expires {run.lease_expires_at or '-'}.",
-        "The run goes back to waiting_retry, due now; the fence is bumped so the old holder cannot commit.",
+        _run_is(run),
+        _("Lease holder: %(owner)s, fence %(fence)s, expires %(expires)s.")
+        % {"owner": run.lease_owner or "-", "fence": run.fence, "expires": run.lease_expires_at or "-"},
+        _("The run goes back to waiting_retry, due now; the fence is bumped so the old holder cannot commit."),
     ]
 
 
@@ -186,14 +197,22 @@ def run_timeline(run: TaskRun) -> dict:
     tickets = list(DeadLetter.objects.filter(run=run).order_by("created_at"))
     return {
         "steps": [
-            ("triggered", run.trigger_at, f"{run.get_source_display()} by {run.triggered_by or '-'}"),
-            ("started", run.start_at, f"first attempt on {attempts[0].worker}" if attempts else "not yet"),
-            ("finished", run.finish_at, run.get_state_display()),
+            (
+                _("triggered"),
+                run.trigger_at,
+                _("%(source)s by %(who)s") % {"source": run.get_source_display(), "who": run.triggered_by or "-"},
+            ),
+            (
+                _("started"),
+                run.start_at,
+                _("first attempt on %(worker)s") % {"worker": attempts[0].worker} if attempts else _("not yet"),
+            ),
+            (_("finished"), run.finish_at, run.get_state_display()),
         ],
         "queue_delay": _seconds(run.start_at - run.trigger_at) if run.start_at else "-",
         "execution_time": _seconds(run.finish_at - run.start_at) if run.finish_at and run.start_at else "-",
         "attempts": [
-            {"a": a, "duration": _seconds(a.finished_at - a.started_at) if a.finished_at else "running"}
+            {"a": a, "duration": _seconds(a.finished_at - a.started_at) if a.finished_at else _("running")}
             for a in attempts
         ],
         "decisions": decisions,
@@ -232,22 +251,22 @@ class RunLeaseAdmin(admin.ModelAdmin):
     def has_delete_permission(self, request, obj=None) -> bool:
         return False
 
-    @admin.display(description="held for")
+    @admin.display(description=gettext_lazy("held for"))
     def held_for(self, run) -> str:
         return _seconds(now() - run.held_since) if run.held_since else "-"
 
-    @admin.display(description="expires in")
+    @admin.display(description=gettext_lazy("expires in"))
     def expires_in(self, run) -> str:
         if not run.lease_expires_at:
             return "-"
         left = run.lease_expires_at - now()
         return (
-            format_html('<span style="color:#ba2121">expired {} ago</span>', _seconds(-left))
+            format_html('<span style="color:#ba2121">{}</span>', _("expired %(ago)s ago") % {"ago": _seconds(-left)})
             if (left.total_seconds() < 0)
             else _seconds(left)
         )
 
-    @admin.action(description="Force-release selected leases", permissions=["force_release"])
+    @admin.action(description=gettext_lazy("Force-release selected leases"), permissions=["force_release"])
     def force_release(self, request, queryset):
         at = now()
         return confirm_bulk(
@@ -255,8 +274,8 @@ class RunLeaseAdmin(admin.ModelAdmin):
             request,
             queryset,
             action="force_release",
-            title="Force-release leases",
-            verb="Released",
+            title=_("Force-release leases"),
+            verb=_("Released"),
             form_class=ReasonForm,
             do=lambda r, form: run_lease_force_release(
                 run_id=r.id, actor=request.user, now=at, reason=form.cleaned_data["reason"]
@@ -279,17 +298,17 @@ class LeaseDeskMixin:
     def get_list_display(self, request):
         return (*super().get_list_display(request), "age", "state")
 
-    @admin.display(description="age")
+    @admin.display(description=gettext_lazy("age"))
     def age(self, lease: Lease) -> str:
         return _seconds(now() - lease.acquired_at) if lease.acquired_at and lease.owner else "-"
 
-    @admin.display(description="state")
+    @admin.display(description=gettext_lazy("state"))
     def state(self, lease: Lease) -> str:
         if not lease.owner:
-            return "free"
-        return "live" if lease.expires_at and lease.expires_at > now() else "expired"
+            return _("free")
+        return _("live") if lease.expires_at and lease.expires_at > now() else _("expired")
 
-    @admin.action(description="Force-release selected leases", permissions=["force_release"])
+    @admin.action(description=gettext_lazy("Force-release selected leases"), permissions=["force_release"])
     def force_release(self, request, queryset):
         at = now()
         return confirm_bulk(
@@ -297,8 +316,8 @@ class LeaseDeskMixin:
             request,
             queryset,
             action="force_release",
-            title="Force-release leases",
-            verb="Released",
+            title=_("Force-release leases"),
+            verb=_("Released"),
             form_class=ReasonForm,
             eligible=lambda lease: bool(lease.owner),
             do=lambda lease, form: lease_force_release(

@@ -4,6 +4,7 @@ import time
 
 from django.contrib import admin
 from django.template.response import TemplateResponse
+from django.utils.translation import gettext as _
 
 from harness_site.desk import now
 
@@ -42,7 +43,7 @@ def dashboard_view(request):
     ]
     context = {
         **admin.site.each_context(request),
-        "title": "Dashboard",
+        "title": _("Dashboard"),
         "d": d,
         "columns": columns,
         "states": states,

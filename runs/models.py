@@ -31,46 +31,57 @@ class TaskRun(models.Model):
     CLAIMABLE = (State.PENDING, State.WAITING_RETRY)
     FINISHED = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
 
-    biz_key = models.CharField(max_length=255)
-    rule = models.ForeignKey("tasks.TriggerRule", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs")
-    rule_name = models.CharField(max_length=100, blank=True, help_text=_("Kept if the rule is deleted."))
-    rule_version = models.PositiveIntegerField(null=True, blank=True)
-    skill = models.CharField(max_length=100)
-    source = models.CharField(max_length=20, choices=Source.choices)
-    triggered_by = models.CharField(max_length=150, blank=True, help_text=_("Who fired it: scheduler, an operator, …"))
-    executed_by = models.CharField(max_length=150, blank=True, help_text=_("The worker identity that ran it."))
-    slot = models.DateTimeField(null=True, blank=True)
-    trigger_at = models.DateTimeField()
-    start_at = models.DateTimeField(null=True, blank=True)
-    finish_at = models.DateTimeField(null=True, blank=True)
-    state = models.CharField(max_length=20, choices=State.choices, default=State.PENDING)
-    attempts = models.PositiveIntegerField(default=0)
-    run_after = models.DateTimeField()
-    first_failure_at = models.DateTimeField(null=True, blank=True)
+    biz_key = models.CharField(_("biz key"), max_length=255)
+    rule = models.ForeignKey(
+        "tasks.TriggerRule", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs",
+        verbose_name=_("rule"),
+    )
+    rule_name = models.CharField(
+        _("rule name"), max_length=100, blank=True, help_text=_("Kept if the rule is deleted."),
+    )
+    rule_version = models.PositiveIntegerField(_("rule version"), null=True, blank=True)
+    skill = models.CharField(_("skill"), max_length=100)
+    source = models.CharField(_("source"), max_length=20, choices=Source.choices)
+    triggered_by = models.CharField(
+        _("triggered by"), max_length=150, blank=True, help_text=_("Who fired it: scheduler, an operator, …"),
+    )
+    executed_by = models.CharField(
+        _("executed by"), max_length=150, blank=True, help_text=_("The worker identity that ran it."),
+    )
+    slot = models.DateTimeField(_("slot"), null=True, blank=True)
+    trigger_at = models.DateTimeField(_("trigger at"))
+    start_at = models.DateTimeField(_("start at"), null=True, blank=True)
+    finish_at = models.DateTimeField(_("finish at"), null=True, blank=True)
+    state = models.CharField(_("state"), max_length=20, choices=State.choices, default=State.PENDING)
+    attempts = models.PositiveIntegerField(_("attempts"), default=0)
+    run_after = models.DateTimeField(_("run after"))
+    first_failure_at = models.DateTimeField(_("first failure at"), null=True, blank=True)
     # Params and retry policy copied at trigger time, so a later rule edit does not change this run.
-    payload = models.JSONField(default=dict, blank=True)
-    result = models.JSONField(null=True, blank=True)
-    last_error = models.TextField(blank=True)
-    last_error_kind = models.CharField(max_length=40, blank=True)
-    dedupe_hits = models.PositiveIntegerField(default=0, help_text=_("Triggers that found this run already there."))
+    payload = models.JSONField(_("payload"), default=dict, blank=True)
+    result = models.JSONField(_("result"), null=True, blank=True)
+    last_error = models.TextField(_("last error"), blank=True)
+    last_error_kind = models.CharField(_("last error kind"), max_length=40, blank=True)
+    dedupe_hits = models.PositiveIntegerField(
+        _("dedupe hits"), default=0, help_text=_("Triggers that found this run already there."),
+    )
     # The executing identity (tasks.ServiceIdentity name) copied from the rule at trigger time; the
     # executor checks its allow-list again before running the skill.
-    identity = models.CharField(max_length=100, blank=True)
+    identity = models.CharField(_("identity"), max_length=100, blank=True)
     # Runs with the same object key never execute at once: the executor holds Lease "object:<key>".
-    object_key = models.CharField(max_length=255, blank=True)
-    approved_by = models.CharField(max_length=150, blank=True)
-    approved_at = models.DateTimeField(null=True, blank=True)
+    object_key = models.CharField(_("object key"), max_length=255, blank=True)
+    approved_by = models.CharField(_("approved by"), max_length=150, blank=True)
+    approved_at = models.DateTimeField(_("approved at"), null=True, blank=True)
     # A trial run (admin "Trial run"): its biz_key lives in the "trial:" namespace, so it never
     # dedupes against, or blocks, the real unit of work.
-    is_trial = models.BooleanField(default=False)
+    is_trial = models.BooleanField(_("is trial"), default=False)
     # Last time a "execute run" message was sent; the sweeper re-sends only after a grace period.
-    dispatched_at = models.DateTimeField(null=True, blank=True)
+    dispatched_at = models.DateTimeField(_("dispatched at"), null=True, blank=True)
     # The run lease: who may execute it, until when, and the fencing token of the current holder.
-    lease_owner = models.CharField(max_length=200, blank=True)
-    lease_expires_at = models.DateTimeField(null=True, blank=True)
-    fence = models.PositiveBigIntegerField(default=0)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    lease_owner = models.CharField(_("lease owner"), max_length=200, blank=True)
+    lease_expires_at = models.DateTimeField(_("lease expires at"), null=True, blank=True)
+    fence = models.PositiveBigIntegerField(_("fence"), default=0)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     class Meta:
         verbose_name = _("run")
@@ -138,16 +149,18 @@ class Attempt(models.Model):
         FENCED = "fenced", _("Fenced out (lease taken)")
         PARKED = "parked", _("Parked: waiting for approval")
 
-    run = models.ForeignKey(TaskRun, on_delete=models.CASCADE, related_name="attempt_set")
-    number = models.PositiveIntegerField()
-    fence = models.PositiveBigIntegerField()
-    worker = models.CharField(max_length=200)
-    started_at = models.DateTimeField()
-    finished_at = models.DateTimeField(null=True, blank=True)
-    outcome = models.CharField(max_length=20, choices=Outcome.choices, default=Outcome.RUNNING)
-    error_kind = models.CharField(max_length=40, blank=True)
-    error_digest = models.CharField(max_length=16, blank=True, help_text=_("Stable fingerprint of the error."))
-    error = models.TextField(blank=True)
+    run = models.ForeignKey(TaskRun, on_delete=models.CASCADE, related_name="attempt_set", verbose_name=_("run"))
+    number = models.PositiveIntegerField(_("number"))
+    fence = models.PositiveBigIntegerField(_("fence"))
+    worker = models.CharField(_("worker"), max_length=200)
+    started_at = models.DateTimeField(_("started at"))
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    outcome = models.CharField(_("outcome"), max_length=20, choices=Outcome.choices, default=Outcome.RUNNING)
+    error_kind = models.CharField(_("error kind"), max_length=40, blank=True)
+    error_digest = models.CharField(
+        _("error digest"), max_length=16, blank=True, help_text=_("Stable fingerprint of the error."),
+    )
+    error = models.TextField(_("error"), blank=True)
 
     class Meta:
         verbose_name = _("attempt")

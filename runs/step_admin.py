@@ -3,6 +3,8 @@ approval desk for proposed actions."""
 
 from django.contrib import admin, messages
 from django.utils import timezone
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from .approvals import proposal_approve, proposal_reject
 from .models import ActionProposal, ExternalCall, RunStep
@@ -112,23 +114,23 @@ class ActionProposalAdmin(admin.ModelAdmin):
     def has_decide_permission(self, request) -> bool:
         return request.user.has_perm("runs.decide_actionproposal")
 
-    @admin.action(description="Approve: run the proposed action once", permissions=["decide"])
+    @admin.action(description=gettext_lazy("Approve: run the proposed action once"), permissions=["decide"])
     def approve(self, request, queryset):
         now = timezone.now()
         done = sum(proposal_approve(proposal_id=p.id, actor=request.user, now=now) for p in queryset)
-        self._report(request, done, len(queryset), "approved")
+        self._report(request, done, len(queryset), _("approved"))
 
-    @admin.action(description="Reject: cancel the run without acting", permissions=["decide"])
+    @admin.action(description=gettext_lazy("Reject: cancel the run without acting"), permissions=["decide"])
     def reject(self, request, queryset):
         now = timezone.now()
         done = sum(proposal_reject(proposal_id=p.id, actor=request.user, now=now) for p in queryset)
-        self._report(request, done, len(queryset), "rejected")
+        self._report(request, done, len(queryset), _("rejected"))
 
     def _report(self, request, done: int, total: int, verb: str) -> None:
-        self.message_user(request, f"{done} proposal(s) {verb}.")
+        self.message_user(request, _("%(n)s proposal(s) %(verb)s.") % {"n": done, "verb": verb})
         if done < total:
             self.message_user(
                 request,
-                f"{total - done} proposal(s) were already decided or expired; nothing changed for them.",
+                _("%(n)s proposal(s) were already decided or expired; nothing changed for them.") % {"n": total - done},
                 level=messages.WARNING,
             )

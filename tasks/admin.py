@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from simple_history.admin import SimpleHistoryAdmin
 
@@ -35,10 +36,13 @@ class TriggerRuleAdmin(GuardAdminMixin, RuleDeskMixin, SimpleHistoryAdmin):
         if rule.kind == TriggerRule.Kind.CRON:
             return rule.cron
         if rule.kind == TriggerRule.Kind.INTERVAL:
-            return f"every {rule.interval_seconds}s"
+            return gettext("every %(n)ss") % {"n": rule.interval_seconds}
         if rule.kind == TriggerRule.Kind.EVENT:
-            return "on event: " + (", ".join(s.name for s in rule.sources.all()) or "no source yet")
-        return f"once at {rule.run_at:%Y-%m-%d %H:%M:%S %Z}" if rule.run_at else "once"
+            sources = ", ".join(s.name for s in rule.sources.all()) or gettext("no source yet")
+            return gettext("on event: %(sources)s") % {"sources": sources}
+        if rule.run_at:
+            return gettext("once at %(at)s") % {"at": f"{rule.run_at:%Y-%m-%d %H:%M:%S %Z}"}
+        return gettext("once")
 
 
 @admin.register(DiagnosticRecord)

@@ -14,13 +14,16 @@ from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.text import format_lazy
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from deadletters.alerts import ALERT_FIELDS
 from harness_site.desk import FORM_TEMPLATE, change_url, now, posted, require_perm
 from runs.dashboard import skill_duration_p99s
 
 from . import lint, schedule
-from .models import TriggerRule
+from .models import ReadinessFlag, TriggerRule
 from .rule_actions import (
     DEFAULT_BACKFILL_SPACING,
     MAX_BACKFILL_RUNS,
@@ -58,7 +61,7 @@ def schedule_preview(data: dict, *, at: datetime, count: int = PREVIEW_COUNT) ->
     try:
         interval = int(data.get("interval_seconds") or 0) or None
     except (TypeError, ValueError):
-        return {"ok": False, "errors": {"interval_seconds": "must be a whole number"}, "fires": []}
+        return {"ok": False, "errors": {"interval_seconds": _("must be a whole number")}, "fires": []}
     spec = schedule.ScheduleSpec(
         kind=data.get("kind") or "cron",
         timezone=(data.get("timezone") or "").strip(),
@@ -76,13 +79,13 @@ def schedule_preview(data: dict, *, at: datetime, count: int = PREVIEW_COUNT) ->
         # e.g. an interval so long the next slot is past year 9999: the form says why; the preview
         # must not turn that into an error page.
         field = "interval_seconds" if spec.kind == "interval" else "kind"
-        return {"ok": False, "errors": {field: f"no preview: {exc}"}, "fires": []}
+        return {"ok": False, "errors": {field: _("no preview: %(error)s") % {"error": exc}}, "fires": []}
     if spec.kind == "cron":
         description = cron_description(spec.cron)
     elif spec.kind == "interval":
-        description = f"Every {spec.interval_seconds} seconds (aligned to UTC, so DST never moves it)"
+        description = _("Every %(n)s seconds (aligned to UTC, so DST never moves it)") % {"n": spec.interval_seconds}
     else:
-        description = "Once"
+        description = _("Once")
     items = [
         {
             "local": f["local"].strftime("%a %Y-%m-%d %H:%M:%S %Z (UTC%z)"),
@@ -107,7 +110,7 @@ def _dst_notes(spec: schedule.ScheduleSpec, at: datetime) -> list[str]:
     notes = []
     day = at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
     offset = day.astimezone(zone).utcoffset()
-    for _ in range(366):
+    for _day in range(366):
         nxt = day + timedelta(days=1)
         if nxt.astimezone(zone).utcoffset() != offset:
             # Bisect to the hour of the change.
@@ -122,20 +125,24 @@ def _dst_notes(spec: schedule.ScheduleSpec, at: datetime) -> list[str]:
             forward = new > offset
             when = hi.astimezone(zone).strftime("%Y-%m-%d")
             if forward:
-                what = "skipped" if spec.dst_gap == "skip" else "shifted to the first valid time after the gap"
+                what = _("skipped") if spec.dst_gap == "skip" else _("shifted to the first valid time after the gap")
                 notes.append(
-                    f"{when}: clocks go forward (UTC{_fmt(offset)} → UTC{_fmt(new)}); wall times in the gap are {what}."
+                    _("%(when)s: clocks go forward (UTC%(old)s → UTC%(new)s); wall times in the gap are %(what)s.")
+                    % {"when": when, "old": _fmt(offset), "new": _fmt(new), "what": what}
                 )
             else:
                 notes.append(
-                    f"{when}: clocks go back (UTC{_fmt(offset)} → UTC{_fmt(new)}); "
-                    f"a repeated wall time runs: {spec.dst_repeat} occurrence(s)."
+                    _(
+                        "%(when)s: clocks go back (UTC%(old)s → UTC%(new)s); "
+                        "a repeated wall time runs: %(repeat)s occurrence(s)."
+                    )
+                    % {"when": when, "old": _fmt(offset), "new": _fmt(new), "repeat": spec.dst_repeat}
                 )
             offset = new
             if len(notes) == 2:
                 break
         day = nxt
-    return notes or [f"{spec.timezone} has no DST change in the next year."]
+    return notes or [_("%(zone)s has no DST change in the next year.") % {"zone": spec.timezone}]
 
 
 def _fmt(offset: timedelta) -> str:
@@ -145,6 +152,7 @@ def _fmt(offset: timedelta) -> str:
 
 
 def lint_input(rule: TriggerRule, p99: float | None) -> lint.LintInput:
+    depends = tuple(f for f in (rule.depends_on or []) if isinstance(f, str))
     return lint.LintInput(
         timezone=rule.timezone,
         dedupe_key_template=rule.dedupe_key_template,
@@ -158,6 +166,10 @@ def lint_input(rule: TriggerRule, p99: float | None) -> lint.LintInput:
         lease_ttl_seconds=rule.lease_ttl_seconds,
         skill_p99_seconds=p99,
         alert_fields=ALERT_FIELDS,
+        depends_on=depends,
+        flags_seen=frozenset(
+            ReadinessFlag.objects.filter(name__in=depends).values_list("name", flat=True) if depends else ()
+        ),
     )
 
 
@@ -170,7 +182,9 @@ def _parse_slot(text: str, zone_name: str) -> datetime:
         except ValueError:
             continue
         return wall.replace(tzinfo=zone).astimezone(UTC)
-    raise forms.ValidationError(f"{text!r} is not a time like 2026-12-01 09:00 (in {zone_name}).")
+    raise forms.ValidationError(
+        _("%(text)s is not a time like 2026-12-01 09:00 (in %(zone)s).") % {"text": repr(text), "zone": zone_name}
+    )
 
 
 # --- forms ----------------------------------------------------------------------------------
@@ -178,15 +192,19 @@ def _parse_slot(text: str, zone_name: str) -> datetime:
 
 class RunNowForm(forms.Form):
     slot = forms.CharField(
-        required=False, help_text="Wall time in the rule's zone, e.g. 2026-12-01 09:00. Empty: this minute."
+        required=False,
+        label=gettext_lazy("Slot"),
+        help_text=gettext_lazy("Wall time in the rule's zone, e.g. 2026-12-01 09:00. Empty: this minute."),
     )
     biz_key = forms.CharField(
         required=False,
         max_length=255,
-        label="Business key",
-        help_text="Instead of a slot: run exactly this business key.",
+        label=gettext_lazy("Business key"),
+        help_text=gettext_lazy("Instead of a slot: run exactly this business key."),
     )
-    reason = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2, "cols": 60}))
+    reason = forms.CharField(
+        required=False, label=gettext_lazy("Reason"), widget=forms.Textarea(attrs={"rows": 2, "cols": 60})
+    )
 
     def __init__(self, *args, rule: TriggerRule, **kwargs):
         super().__init__(*args, **kwargs)
@@ -199,31 +217,43 @@ class RunNowForm(forms.Form):
         try:
             return _parse_slot(text, self.rule.timezone)
         except schedule.ScheduleError as exc:
-            raise forms.ValidationError(f"The rule's zone is invalid: {exc.message}") from exc
+            raise forms.ValidationError(_("The rule's zone is invalid: %(error)s") % {"error": exc.message}) from exc
 
     def clean(self):
         data = super().clean()
         if data.get("slot") and data.get("biz_key"):
-            raise forms.ValidationError("Give a slot or a business key, not both.")
+            raise forms.ValidationError(_("Give a slot or a business key, not both."))
         return data
 
 
 class PauseForm(forms.Form):
     reason = forms.CharField(
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}), help_text="Recorded in the audit log."
+        label=gettext_lazy("Reason"),
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text=gettext_lazy("Recorded in the audit log."),
     )
 
 
 class BackfillForm(forms.Form):
-    start = forms.DateField(help_text="First local date (rule's zone), e.g. 2026-11-01.")
-    end = forms.DateField(help_text=f"Last local date, inclusive. At most {MAX_BACKFILL_RUNS} slots in all.")
+    start = forms.DateField(
+        label=gettext_lazy("Start"), help_text=gettext_lazy("First local date (rule's zone), e.g. 2026-11-01.")
+    )
+    end = forms.DateField(
+        label=gettext_lazy("End"),
+        help_text=format_lazy(
+            gettext_lazy("Last local date, inclusive. At most {max} slots in all."), max=MAX_BACKFILL_RUNS
+        ),
+    )
     spacing = forms.IntegerField(
         min_value=0,
         max_value=3600,
         initial=int(DEFAULT_BACKFILL_SPACING.total_seconds()),
-        help_text="Seconds between the runs becoming due, so the backfill does not flood the workers.",
+        label=gettext_lazy("Spacing"),
+        help_text=gettext_lazy("Seconds between the runs becoming due, so the backfill does not flood the workers."),
     )
-    reason = forms.CharField(required=False, widget=forms.Textarea(attrs={"rows": 2, "cols": 60}))
+    reason = forms.CharField(
+        required=False, label=gettext_lazy("Reason"), widget=forms.Textarea(attrs={"rows": 2, "cols": 60})
+    )
 
 
 # --- the admin mixin ------------------------------------------------------------------------
@@ -247,11 +277,11 @@ class RuleDeskMixin:
                 opts["fields"] = fields
                 placed = True
         if not placed:
-            fieldsets.append(("Schedule preview", {"fields": ["schedule_preview"]}))
+            fieldsets.append((gettext_lazy("Schedule preview"), {"fields": ["schedule_preview"]}))
         fieldsets = [
             (n, {**o, "fields": [f for f in o.get("fields", ()) if f != "lint_checklist"]}) for n, o in fieldsets
         ]
-        fieldsets.insert(1, ("Checklist", {"fields": ["lint_checklist"]}))
+        fieldsets.insert(1, (gettext_lazy("Checklist"), {"fields": ["lint_checklist"]}))
         return fieldsets
 
     def get_list_display(self, request):
@@ -282,7 +312,7 @@ class RuleDeskMixin:
         url = reverse("admin:tasks_triggerrule_preview")
         return format_html('<div id="rule-preview" data-url="{}">{}</div>', url, _preview_html(preview))
 
-    schedule_preview.short_description = "Preview"
+    schedule_preview.short_description = gettext_lazy("Preview")
 
     def lint_checklist(self, rule: TriggerRule) -> str:
         items = self._lint(rule)
@@ -293,14 +323,14 @@ class RuleDeskMixin:
         )
         return format_html('<ul id="rule-lint" class="rule-lint">{}</ul>', rows)
 
-    lint_checklist.short_description = "Lint"
+    lint_checklist.short_description = gettext_lazy("Lint")
 
     def lint_column(self, rule: TriggerRule) -> str:
         summary = lint.lint_summary(self._lint(rule))
         status = "pass" if summary == "ok" else ("fail" if "fail" in summary else "warn")
         return format_html('<span class="lint-{}">{} {}</span>', status, _ICON[status], summary)
 
-    lint_column.short_description = "lint"
+    lint_column.short_description = gettext_lazy("lint")
 
     def get_urls(self):
         wrap = self.admin_site.admin_view
@@ -321,10 +351,10 @@ class RuleDeskMixin:
             extra["desk_buttons"] = [
                 (label, reverse(f"admin:tasks_triggerrule_{name}", args=[rule.pk]), f"rule-{name}")
                 for label, name, perm in (
-                    ("Run now", "run_now", "tasks.run_rule_now"),
-                    ("Trial run", "trial", "tasks.trial_run_rule"),
-                    ("Pause" if rule.enabled else "Resume", "pause", "tasks.pause_rule"),
-                    ("Backfill", "backfill", "tasks.backfill_rule"),
+                    (_("Run now"), "run_now", "tasks.run_rule_now"),
+                    (_("Trial run"), "trial", "tasks.trial_run_rule"),
+                    (_("Pause") if rule.enabled else _("Resume"), "pause", "tasks.pause_rule"),
+                    (_("Backfill"), "backfill", "tasks.backfill_rule"),
                 )
                 if user.has_perm(perm)
             ]
@@ -336,13 +366,13 @@ class RuleDeskMixin:
     def preview_view(self, request):
         """JSON for the live preview: 200 with the fires, or 400 naming the bad field."""
         if not request.user.has_perm("tasks.view_triggerrule"):
-            return JsonResponse({"ok": False, "errors": {"": "permission denied"}}, status=403)
+            return JsonResponse({"ok": False, "errors": {"": _("permission denied")}}, status=403)
         result = schedule_preview({f: request.GET.get(f, "") for f in PREVIEW_FIELDS}, at=now())
         if request.GET.get("kind") == "once":
             result = {
                 "ok": True,
                 "errors": {},
-                "description": "Once, at the run-at instant",
+                "description": _("Once, at the run-at instant"),
                 "fires": [],
                 "dst_notes": [],
             }
@@ -388,10 +418,13 @@ class RuleDeskMixin:
             request,
             rule,
             form,
-            title=f"Run {rule.name} now",
-            submit_label="Run now",
-            intro=f"A real run through the same claim as the scheduler: a second click for the same slot or key "
-            f"changes nothing. Times are in {rule.timezone}.",
+            title=_("Run %(rule)s now") % {"rule": rule.name},
+            submit_label=_("Run now"),
+            intro=_(
+                "A real run through the same claim as the scheduler: a second click for the same slot or key "
+                "changes nothing. Times are in %(zone)s."
+            )
+            % {"zone": rule.timezone},
         )
 
     def trial_view(self, request, object_id):
@@ -417,22 +450,28 @@ class RuleDeskMixin:
             request,
             rule,
             form,
-            title=f"Trial run of {rule.name}",
-            submit_label="Start trial run",
-            intro='A trial is a real run flagged as trial, with its business key in the "trial:" namespace: it '
-            "never dedupes against or blocks the real run. It works on paused rules too (gray release).",
+            title=_("Trial run of %(rule)s") % {"rule": rule.name},
+            submit_label=_("Start trial run"),
+            intro=_(
+                'A trial is a real run flagged as trial, with its business key in the "trial:" namespace: it '
+                "never dedupes against or blocks the real run. It works on paused rules too (gray release)."
+            ),
         )
 
     def _claimed(self, request, claim):
         run = claim.run
-        label = "Trial run" if run.is_trial else "Run"
+        text = (
+            _("Trial run #%(id)s created for %(biz_key)s.")
+            if run.is_trial
+            else _("Run #%(id)s created for %(biz_key)s.")
+        )
         if claim.created:
-            self.message_user(request, f"{label} #{run.id} created for {run.biz_key}.", messages.SUCCESS)
+            self.message_user(request, text % {"id": run.id, "biz_key": run.biz_key}, messages.SUCCESS)
         else:
             self.message_user(
                 request,
-                f"{run.biz_key} already has run #{run.id} ({run.get_state_display()}): counted as a "
-                "dedupe hit, nothing new started.",
+                _("%(biz_key)s already has run #%(id)s (%(state)s): counted as a dedupe hit, nothing new started.")
+                % {"biz_key": run.biz_key, "id": run.id, "state": run.get_state_display()},
                 messages.WARNING,
             )
         return HttpResponseRedirect(reverse("admin:runs_taskrun_change", args=[run.id]))
@@ -441,7 +480,7 @@ class RuleDeskMixin:
         require_perm(request, "tasks.pause_rule")
         rule = get_object_or_404(TriggerRule, pk=object_id)
         form = PauseForm(posted(request))
-        verb = "Pause" if rule.enabled else "Resume"
+        verb = _("Pause") if rule.enabled else _("Resume")
         if request.method == "POST" and form.is_valid():
             service = rule_pause if rule.enabled else rule_resume
             try:
@@ -449,14 +488,17 @@ class RuleDeskMixin:
             except RuleActionError as exc:
                 form.add_error("reason" if exc.field == "reason" else None, str(exc))
             else:
-                self.message_user(request, f"{rule.name} {'paused' if rule.enabled else 'resumed'}.", messages.SUCCESS)
+                done = _("%(rule)s paused.") if rule.enabled else _("%(rule)s resumed.")
+                self.message_user(request, done % {"rule": rule.name}, messages.SUCCESS)
                 return HttpResponseRedirect(change_url(rule))
         intro = (
-            "Paused rules create no runs; slots while paused are not caught up on resume."
+            _("Paused rules create no runs; slots while paused are not caught up on resume.")
             if rule.enabled
-            else f"Paused: {rule.pause_reason or 'no reason recorded'}. Resuming reads the schedule again from now."
+            else _("Paused: %(reason)s. Resuming reads the schedule again from now.")
+            % {"reason": rule.pause_reason or _("no reason recorded")}
         )
-        return self._form_page(request, rule, form, title=f"{verb} {rule.name}", submit_label=verb, intro=intro)
+        title = (_("Pause %(rule)s") if rule.enabled else _("Resume %(rule)s")) % {"rule": rule.name}
+        return self._form_page(request, rule, form, title=title, submit_label=verb, intro=intro)
 
     def backfill_view(self, request, object_id):
         require_perm(request, "tasks.backfill_rule")
@@ -479,26 +521,31 @@ class RuleDeskMixin:
                     done = rule_backfill(plan=plan, actor=request.user, now=now(), reason=data["reason"])
                     self.message_user(
                         request,
-                        f"Backfill of {rule.name}: {done['created']} run(s) created, "
-                        f"{done['dedupe_hits']} slot(s) already had a run.",
+                        _("Backfill of %(rule)s: %(created)s run(s) created, %(hits)s slot(s) already had a run.")
+                        % {"rule": rule.name, "created": done["created"], "hits": done["dedupe_hits"]},
                         messages.SUCCESS,
                     )
                     return HttpResponseRedirect(
                         reverse("admin:runs_taskrun_changelist") + f"?rule__id__exact={rule.pk}&source__exact=backfill"
                     )
                 lines = [
-                    f"{len(plan.slots)} slot(s) from {plan.start} to {plan.end} ({rule.timezone}), up to now.",
-                    f"{plan.existing} already have a run (dedupe hits, nothing new).",
-                    f"This will create {plan.new_runs} run(s), released one every {data['spacing']}s over "
-                    f"{plan.last_run_after_seconds:.0f}s.",
+                    _("%(n)s slot(s) from %(start)s to %(end)s (%(zone)s), up to now.")
+                    % {"n": len(plan.slots), "start": plan.start, "end": plan.end, "zone": rule.timezone},
+                    _("%(n)s already have a run (dedupe hits, nothing new).") % {"n": plan.existing},
+                    _("This will create %(n)s run(s), released one every %(spacing)ss over %(total)ss.")
+                    % {
+                        "n": plan.new_runs,
+                        "spacing": data["spacing"],
+                        "total": f"{plan.last_run_after_seconds:.0f}",
+                    },
                 ]
                 hidden = [("confirm", "yes")]
                 return self._form_page(
                     request,
                     rule,
                     form,
-                    title=f"Confirm backfill of {rule.name}",
-                    submit_label=f"Yes, create {plan.new_runs} run(s)",
+                    title=_("Confirm backfill of %(rule)s") % {"rule": rule.name},
+                    submit_label=_("Yes, create %(n)s run(s)") % {"n": plan.new_runs},
                     plan_lines=lines,
                     hidden=hidden,
                 )
@@ -506,9 +553,10 @@ class RuleDeskMixin:
             request,
             rule,
             form,
-            title=f"Backfill {rule.name}",
-            submit_label="Show what it will create",
-            intro=f"Claims every slot in a date range (in {rule.timezone}), paced; at most {MAX_BACKFILL_RUNS}.",
+            title=_("Backfill %(rule)s") % {"rule": rule.name},
+            submit_label=_("Show what it will create"),
+            intro=_("Claims every slot in a date range (in %(zone)s), paced; at most %(max)s.")
+            % {"zone": rule.timezone, "max": MAX_BACKFILL_RUNS},
         )
 
 
@@ -527,9 +575,10 @@ def _preview_html(preview: dict) -> str:
     notes = format_html_join("", "<li>{}</li>", ((n,) for n in preview["dst_notes"]))
     return format_html(
         '<p class="preview-description"><strong>{}</strong></p>'
-        '<table class="preview-fires"><thead><tr><th>Next fires ({})</th><th>UTC</th><th>DST</th></tr></thead>'
+        '<table class="preview-fires"><thead><tr><th>{} ({})</th><th>UTC</th><th>DST</th></tr></thead>'
         '<tbody>{}</tbody></table><ul class="preview-dst">{}</ul>',
         preview["description"] or "-",
+        _("Next fires"),
         preview.get("timezone", ""),
         rows,
         notes,

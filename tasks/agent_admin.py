@@ -8,6 +8,8 @@ import os
 from django import forms
 from django.contrib import admin
 from django.utils import timezone
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from .agent_models import ENV_NAME, ENV_NAME_MESSAGE, Agent
 from .budgets import agent_spend, budget_window
@@ -63,7 +65,7 @@ class AgentAdmin(admin.ModelAdmin):
     fieldsets = (
         (None, {"fields": ("name", "provider", "base_url", "model", "api_key_env")}),
         (
-            "Behaviour",
+            _("Behaviour"),
             {
                 "fields": (
                     "system_prompt",
@@ -74,28 +76,34 @@ class AgentAdmin(admin.ModelAdmin):
                 )
             },
         ),
-        ("Budget per hour", {"fields": ("max_calls_per_hour", "max_tokens_per_hour")}),
-        ("State", {"fields": ("created_at", "updated_at")}),
+        (_("Budget per hour"), {"fields": ("max_calls_per_hour", "max_tokens_per_hour")}),
+        (_("State"), {"fields": ("created_at", "updated_at")}),
     )
 
-    @admin.display(description="provider", ordering="provider")
+    @admin.display(description=_("provider"), ordering="provider")
     def provider_label(self, agent: Agent) -> str:
-        return "ECHO (demo, no network)" if agent.provider == Agent.Provider.ECHO else "chat completions"
+        return (
+            gettext("ECHO (demo, no network)") if agent.provider == Agent.Provider.ECHO else gettext("chat completions")
+        )
 
-    @admin.display(description="key variable set", boolean=True)
+    @admin.display(description=_("key variable set"), boolean=True)
     def key_set(self, agent: Agent) -> bool | None:
         if agent.provider == Agent.Provider.ECHO:
             return None
         return bool(os.environ.get(agent.api_key_env or ""))
 
-    @admin.display(description="calls this hour / budget")
+    @admin.display(description=_("calls this hour / budget"))
     def calls_this_hour(self, agent: Agent) -> str:
         spend = agent_spend(agent_id=agent.id, now=timezone.now())
         return f"{spend.calls} / {agent.max_calls_per_hour if agent.max_calls_per_hour is not None else '∞'}"
 
-    @admin.display(description="tokens this hour / budget")
+    @admin.display(description=_("tokens this hour / budget"))
     def tokens_this_hour(self, agent: Agent) -> str:
         now = timezone.now()
         spend = agent_spend(agent_id=agent.id, now=now)
         limit = agent.max_tokens_per_hour if agent.max_tokens_per_hour is not None else "∞"
-        return f"{spend.tokens} / {limit} (resets {budget_window(now)[1]:%H:%M} UTC)"
+        return gettext("%(spent)s / %(limit)s (resets %(at)s UTC)") % {
+            "spent": spend.tokens,
+            "limit": limit,
+            "at": f"{budget_window(now)[1]:%H:%M}",
+        }

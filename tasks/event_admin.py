@@ -4,6 +4,8 @@ from django.contrib import admin
 from django.db.models import Sum
 from django.urls import reverse
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
 
 from .intake import ACCEPTED, DUPLICATE, REDELIVERY
 from .models import EventDelivery, EventMetric, EventRefusal, TriggerSource
@@ -29,41 +31,44 @@ class TriggerSourceAdmin(admin.ModelAdmin):
     readonly_fields = ("endpoint", "secret_status", "counters", "created_at", "updated_at")
     fieldsets = (
         (None, {"fields": ("name", "enabled", "kind", "description", "identity", "rule")}),
-        ("Webhook", {"fields": ("endpoint", "secret_env", "secret_status", "max_body_bytes")}),
+        (_("Webhook"), {"fields": ("endpoint", "secret_env", "secret_status", "max_body_bytes")}),
         (
-            "Payload",
+            _("Payload"),
             {"fields": ("object_id_path", "action_path", "version_path", "snapshot_fields", "reference_fields")},
         ),
-        ("File sensor", {"fields": ("watch_dir", "require_ready_marker", "settle_seconds")}),
-        ("Counters", {"fields": ("counters", "created_at", "updated_at")}),
+        (_("File sensor"), {"fields": ("watch_dir", "require_ready_marker", "settle_seconds")}),
+        (_("Counters"), {"fields": ("counters", "created_at", "updated_at")}),
     )
 
-    @admin.display(description="secret")
+    @admin.display(description=_("secret"))
     def secret_status(self, source: TriggerSource) -> str:
         # Whether the variable is set in this process, never its value.
         if not source.secret_env:
             return "-"
-        return f"${source.secret_env} set" if source.secret() else f"${source.secret_env} NOT SET"
+        variable = f"${source.secret_env}"
+        if source.secret():
+            return gettext("%(variable)s set") % {"variable": variable}
+        return gettext("%(variable)s NOT SET") % {"variable": variable}
 
-    @admin.display(description="webhook URL")
+    @admin.display(description=_("webhook URL"))
     def endpoint(self, source: TriggerSource) -> str:
         if source.kind != TriggerSource.Kind.WEBHOOK or not source.name:
             return "-"
         return reverse("event-webhook", kwargs={"source": source.name})
 
-    @admin.display(description="accepted")
+    @admin.display(description=_("accepted"))
     def accepted(self, source: TriggerSource) -> int:
         return _sum(source.name, outcome__in=[ACCEPTED])
 
-    @admin.display(description="refused")
+    @admin.display(description=_("refused"))
     def refused(self, source: TriggerSource) -> int:
         return _sum(source.name, exclude=NOT_REFUSALS)
 
-    @admin.display(description="intake counters")
+    @admin.display(description=_("intake counters"))
     def counters(self, source: TriggerSource) -> str:
         rows = EventMetric.objects.filter(source_name=source.name).order_by("outcome")
         if not source.pk or not rows:
-            return "none yet"
+            return gettext("none yet")
         return format_html(
             "<table>{}</table>",
             format_html_join(
@@ -90,7 +95,7 @@ class EventDeliveryAdmin(_RecordAdmin):
     search_fields = ("delivery_id", "biz_key")
     date_hierarchy = "received_at"
 
-    @admin.display(description="run")
+    @admin.display(description=_("run"))
     def run_link(self, delivery: EventDelivery) -> str:
         if delivery.run_id is None:
             return "-"
@@ -113,9 +118,9 @@ class EventMetricAdmin(_RecordAdmin):
     list_filter = ("outcome",)
     search_fields = ("source_name",)
 
-    @admin.display(description="source", ordering="source_name")
+    @admin.display(description=_("source"), ordering="source_name")
     def source_label(self, metric: EventMetric) -> str:
-        return metric.source_name or "(unknown sources)"
+        return metric.source_name or gettext("(unknown sources)")
 
     def has_delete_permission(self, request, obj=None) -> bool:
         return False

@@ -8,6 +8,7 @@ from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from .explain import SlotParseError, parse_slot, rule_preview, slot_explain
@@ -92,14 +93,14 @@ class GuardAdminMixin:
         mine = [path("<path:object_id>/explain/", wrap(self.explain_view), name="tasks_triggerrule_explain")]
         return mine + super().get_urls()
 
-    @admin.display(description="Next fires")
+    @admin.display(description=_("Next fires"))
     def guard_preview(self, rule: TriggerRule) -> str:
         if rule.pk is None:
-            return "Save the rule to see its next fires with windows and calendar applied."
+            return gettext("Save the rule to see its next fires with windows and calendar applied.")
         try:
             rows = rule_preview(rule=rule, now=timezone.now(), count=10)
         except Exception as exc:  # a rule saved without full_clean (shell, import bypass) must not 500 the page
-            return f"Cannot preview: {exc}"
+            return gettext("Cannot preview: %(error)s") % {"error": exc}
         body = format_html_join(
             "",
             "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
@@ -110,10 +111,13 @@ class GuardAdminMixin:
         )
         url = reverse("admin:tasks_triggerrule_explain", args=[rule.pk])
         return format_html(
-            '<table id="guard-preview"><thead><tr><th>local</th><th>UTC</th><th>DST</th><th>guards</th></tr></thead>'
-            '<tbody>{}</tbody></table><p><a href="{}">Why did or didn\'t it run at a slot? Explain →</a></p>',
+            '<table id="guard-preview"><thead><tr><th>{}</th><th>UTC</th><th>DST</th><th>{}</th></tr></thead>'
+            '<tbody>{}</tbody></table><p><a href="{}">{}</a></p>',
+            gettext("local"),
+            gettext("guards"),
             body,
             url,
+            gettext("Why did or didn't it run at a slot? Explain →"),
         )
 
     def explain_view(self, request, object_id):
@@ -131,7 +135,7 @@ class GuardAdminMixin:
                 error = str(exc)
         context = {
             **self.admin_site.each_context(request),
-            "title": f"Explain a slot of {rule.name}",
+            "title": gettext("Explain a slot of %(rule)s") % {"rule": rule.name},
             "opts": self.opts,
             "object": rule,
             "slot_text": text,
@@ -183,10 +187,10 @@ class ReadinessFlagAdmin(admin.ModelAdmin):
         for flag in queryset:
             flag_clear(name=flag.name, scope=flag.scope, actor=request.user.get_username())
 
-    @admin.action(description="Clear selected flags", permissions=["delete"])
+    @admin.action(description=_("Clear selected flags"), permissions=["delete"])
     def clear_flags(self, request, queryset):
         n = sum(flag_clear(name=f.name, scope=f.scope, actor=request.user.get_username()) for f in queryset)
-        self.message_user(request, f"Cleared {n} flag(s).")
+        self.message_user(request, gettext("Cleared %(n)s flag(s).") % {"n": n})
 
 
 @admin.register(ServiceIdentity)

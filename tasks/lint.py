@@ -30,6 +30,9 @@ class LintInput:
     # The skill's observed p99 duration over recent succeeded runs; None: no succeeded run yet.
     skill_p99_seconds: float | None
     alert_fields: frozenset[str]
+    # Readiness flags the rule waits for, and those of them that something has set (a row exists).
+    depends_on: tuple[str, ...] = ()
+    flags_seen: frozenset[str] = frozenset()
 
 
 @dataclass(frozen=True)
@@ -43,6 +46,7 @@ def rule_lint(rule: LintInput) -> list[LintItem]:
     """The checklist, in a fixed order. Never raises on bad values: a bad value is a failed check."""
     return [
         _timezone(rule),
+        _dependencies(rule),
         _dedupe_key(rule),
         _retries(rule),
         _catchup(rule),
@@ -67,6 +71,22 @@ def _timezone(rule: LintInput) -> LintItem:
     except schedule.ScheduleError as exc:
         return LintItem(name, FAIL, f"{exc.message}; the host zone must never decide.")
     return LintItem(name, PASS, f"Schedule is read in {rule.timezone}.")
+
+
+def _dependencies(rule: LintInput) -> LintItem:
+    name = "dependencies have a source"
+    if not rule.depends_on:
+        return LintItem(name, PASS, "No readiness dependencies.")
+    orphans = [f for f in rule.depends_on if f not in rule.flags_seen]
+    if orphans:
+        # A flag that nothing sets holds every slot until its deadline: say which one.
+        return LintItem(
+            name,
+            WARN,
+            f"No flag {', '.join(orphans)} is set for any scope: check that a pipeline, API token or "
+            "operator sets it, or every slot will wait until its deadline.",
+        )
+    return LintItem(name, PASS, f"Flags {', '.join(rule.depends_on)} are set by their producers.")
 
 
 def _dedupe_key(rule: LintInput) -> LintItem:

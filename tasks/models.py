@@ -54,118 +54,176 @@ class TriggerRule(models.Model):
         LAST = "last", _("Last occurrence")
         BOTH = "both", _("Both occurrences")
 
-    name = models.SlugField(max_length=100, unique=True, help_text=_("Unique name; appears in business keys."))
-    enabled = models.BooleanField(default=True)
-    reason = models.TextField(help_text=_("Why this rule is configured as it is (required)."))
-
-    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.CRON)
-    cron = models.CharField(
-        max_length=100, blank=True, help_text=_("5 fields: minute hour day-of-month month day-of-week.")
+    name = models.SlugField(
+        _("name"), max_length=100, unique=True, help_text=_("Unique name; appears in business keys."),
     )
-    interval_seconds = models.PositiveIntegerField(null=True, blank=True, validators=[MinValueValidator(1)])
-    run_at = models.DateTimeField(null=True, blank=True, help_text=_("For one-time rules: the instant to run."))
-    timezone = models.CharField(max_length=64, help_text=_("IANA zone the schedule is read in, e.g. Europe/Berlin."))
-    dst_gap = models.CharField(max_length=10, choices=DstGap.choices, default=DstGap.SHIFT)
-    dst_repeat = models.CharField(max_length=10, choices=DstRepeat.choices, default=DstRepeat.FIRST)
+    enabled = models.BooleanField(_("enabled"), default=True)
+    reason = models.TextField(_("reason"), help_text=_("Why this rule is configured as it is (required)."))
+
+    kind = models.CharField(_("kind"), max_length=10, choices=Kind.choices, default=Kind.CRON)
+    cron = models.CharField(
+        _("cron"), max_length=100, blank=True, help_text=_("5 fields: minute hour day-of-month month day-of-week."),
+    )
+    interval_seconds = models.PositiveIntegerField(
+        _("interval seconds"), null=True, blank=True, validators=[MinValueValidator(1)],
+    )
+    run_at = models.DateTimeField(
+        _("run at"), null=True, blank=True, help_text=_("For one-time rules: the instant to run."),
+    )
+    timezone = models.CharField(
+        _("timezone"), max_length=64, help_text=_("IANA zone the schedule is read in, e.g. Europe/Berlin."),
+    )
+    dst_gap = models.CharField(_("dst gap"), max_length=10, choices=DstGap.choices, default=DstGap.SHIFT)
+    dst_repeat = models.CharField(_("dst repeat"), max_length=10, choices=DstRepeat.choices, default=DstRepeat.FIRST)
 
     dedupe_key_template = models.CharField(
+        _("dedupe key template"),
         max_length=200,
         default=DEFAULT_DEDUPE_TEMPLATE,
         help_text=_("Business key of one unit of work. Placeholders: {rule} {slot} {business_date} and params."),
     )
-    skill = models.CharField(max_length=100, help_text=_("Registered skill name, e.g. harness.noop."))
-    params = models.JSONField(default=dict, blank=True)
+    skill = models.CharField(_("skill"), max_length=100, help_text=_("Registered skill name, e.g. harness.noop."))
+    params = models.JSONField(_("params"), default=dict, blank=True)
     # The model binding the rule's skill calls (issue 5); PROTECT so a rule never loses its agent silently.
     agent = models.ForeignKey(
         "tasks.Agent", null=True, blank=True, on_delete=models.PROTECT, related_name="rules",
-        help_text=_("The agent (model binding) the skill calls, e.g. for llm_json."),
+        verbose_name=_("agent"), help_text=_("The agent (model binding) the skill calls, e.g. for llm_json."),
     )
     output_schema = models.JSONField(
-        null=True, blank=True, help_text=_("JSON Schema the model's output must validate against (llm_json).")
+        _("output schema"),
+        null=True,
+        blank=True,
+        help_text=_("JSON Schema the model's output must validate against (llm_json)."),
     )
 
-    max_attempts = models.PositiveIntegerField(default=3, validators=[MinValueValidator(1)])
-    backoff_base_seconds = models.FloatField(default=2.0, validators=[MinValueValidator(1.0)])
-    max_delay_seconds = models.PositiveIntegerField(default=300)
-    max_retry_window_seconds = models.PositiveIntegerField(default=3600)
-    jitter_min = models.FloatField(default=0.5, validators=[MinValueValidator(0.0)])
-    jitter_max = models.FloatField(default=1.5, validators=[MinValueValidator(0.0)])
-    lease_ttl_seconds = models.PositiveIntegerField(default=DEFAULT_LEASE_TTL_SECONDS, validators=[MinValueValidator(1)])
+    max_attempts = models.PositiveIntegerField(_("max attempts"), default=3, validators=[MinValueValidator(1)])
+    backoff_base_seconds = models.FloatField(
+        _("backoff base seconds"), default=2.0, validators=[MinValueValidator(1.0)],
+    )
+    max_delay_seconds = models.PositiveIntegerField(_("max delay seconds"), default=300)
+    max_retry_window_seconds = models.PositiveIntegerField(_("max retry window seconds"), default=3600)
+    jitter_min = models.FloatField(_("jitter min"), default=0.5, validators=[MinValueValidator(0.0)])
+    jitter_max = models.FloatField(_("jitter max"), default=1.5, validators=[MinValueValidator(0.0)])
+    lease_ttl_seconds = models.PositiveIntegerField(
+        _("lease ttl seconds"), default=DEFAULT_LEASE_TTL_SECONDS, validators=[MinValueValidator(1)],
+    )
 
-    catchup = models.CharField(max_length=10, choices=CatchUp.choices, default=CatchUp.NONE)
+    catchup = models.CharField(_("catchup"), max_length=10, choices=CatchUp.choices, default=CatchUp.NONE)
     catchup_max_delay_seconds = models.PositiveIntegerField(
-        default=300, help_text=_("Slots older than this when first seen are recorded as missed.")
+        _("catchup max delay seconds"),
+        default=300,
+        help_text=_("Slots older than this when first seen are recorded as missed."),
     )
 
     # --- Issue 3 guards: evaluated by tasks/evaluation.py (pure), applied by tasks/slots.py. ---
     catchup_max_count = models.PositiveIntegerField(
-        null=True, blank=True, help_text=_("Catch-up all: run at most this many missed slots (the most recent).")
+        _("catchup max count"),
+        null=True,
+        blank=True,
+        help_text=_("Catch-up all: run at most this many missed slots (the most recent)."),
     )
     catchup_spacing_seconds = models.PositiveIntegerField(
-        default=0, help_text=_("Minimum spacing between catch-up runs, so an outage is not replayed in one burst.")
+        _("catchup spacing seconds"),
+        default=0,
+        help_text=_("Minimum spacing between catch-up runs, so an outage is not replayed in one burst."),
     )
     catchup_approval_threshold = models.PositiveIntegerField(
-        null=True, blank=True,
+        _("catchup approval threshold"),
+        null=True,
+        blank=True,
         help_text=_("Above this many missed slots, catch-up runs wait for approval in the admin."),
     )
     depends_on = models.JSONField(
-        default=list, blank=True,
+        _("depends on"),
+        default=list,
+        blank=True,
         help_text=_('Readiness flag names that must be set, e.g. ["pipeline.raw_data.ready"].'),
     )
     depends_scope = models.CharField(
-        max_length=200, default="{business_date}", blank=True,
+        _("depends scope"),
+        max_length=200,
+        default="{business_date}",
+        blank=True,
         help_text=_("Scope the flags are looked up in; same placeholders as the dedupe key."),
     )
-    not_ready_policy = models.CharField(max_length=10, choices=NotReady.choices, default=NotReady.WAIT)
+    not_ready_policy = models.CharField(
+        _("not ready policy"), max_length=10, choices=NotReady.choices, default=NotReady.WAIT,
+    )
     ready_recheck_seconds = models.PositiveIntegerField(
-        default=300, validators=[MinValueValidator(1)], help_text=_("Wait policy: re-check readiness this often.")
+        _("ready recheck seconds"),
+        default=300,
+        validators=[MinValueValidator(1)],
+        help_text=_("Wait policy: re-check readiness this often."),
     )
     ready_deadline = models.TimeField(
-        null=True, blank=True, help_text=_("Wait policy: local time (rule zone) after which a waiting slot expires.")
+        _("ready deadline"),
+        null=True,
+        blank=True,
+        help_text=_("Wait policy: local time (rule zone) after which a waiting slot expires."),
     )
     start_window_seconds = models.PositiveIntegerField(
-        null=True, blank=True, help_text=_("A run may start only within this long after its slot.")
+        _("start window seconds"),
+        null=True,
+        blank=True,
+        help_text=_("A run may start only within this long after its slot."),
     )
-    hours_start = models.TimeField(null=True, blank=True, help_text=_("Business hours start (rule zone)."))
-    hours_end = models.TimeField(null=True, blank=True, help_text=_("Business hours end (rule zone), exclusive."))
-    outside_hours = models.CharField(max_length=10, choices=OutsideHours.choices, default=OutsideHours.DEFER)
+    hours_start = models.TimeField(
+        _("hours start"), null=True, blank=True, help_text=_("Business hours start (rule zone)."),
+    )
+    hours_end = models.TimeField(
+        _("hours end"), null=True, blank=True, help_text=_("Business hours end (rule zone), exclusive."),
+    )
+    outside_hours = models.CharField(
+        _("outside hours"), max_length=10, choices=OutsideHours.choices, default=OutsideHours.DEFER,
+    )
     weekdays = models.CharField(
-        max_length=60, blank=True, help_text=_('Allowed weekdays (rule zone), e.g. "mon-fri" or "mon,wed"; blank: all.')
+        _("weekdays"),
+        max_length=60,
+        blank=True,
+        help_text=_('Allowed weekdays (rule zone), e.g. "mon-fri" or "mon,wed"; blank: all.'),
     )
     excluded_dates = models.JSONField(
-        default=list, blank=True, help_text=_('Local dates with no runs, e.g. ["2026-12-25"].')
+        _("excluded dates"), default=list, blank=True, help_text=_('Local dates with no runs, e.g. ["2026-12-25"].'),
     )
-    overlap = models.CharField(max_length=10, choices=Overlap.choices, default=Overlap.ALLOW)
+    overlap = models.CharField(_("overlap"), max_length=10, choices=Overlap.choices, default=Overlap.ALLOW)
     object_key_template = models.CharField(
-        max_length=200, blank=True,
+        _("object key template"),
+        max_length=200,
+        blank=True,
         help_text=_("Runs with the same rendered object key never execute at once (object lease); blank: no limit."),
     )
     snapshot_fields = models.JSONField(
-        default=list, blank=True, help_text=_("Param names copied into each run's snapshot at trigger time.")
+        _("snapshot fields"),
+        default=list,
+        blank=True,
+        help_text=_("Param names copied into each run's snapshot at trigger time."),
     )
     identity = models.ForeignKey(
         "tasks.ServiceIdentity", null=True, blank=True, on_delete=models.PROTECT, related_name="rules",
-        help_text=_("Executing identity; its allow-list must include the skill. Blank: unrestricted."),
+        verbose_name=_("identity"), help_text=_("Executing identity; its allow-list must include the skill. Blank: unrestricted."),
     )
     heartbeat_every_seconds = models.PositiveIntegerField(
-        null=True, blank=True, validators=[MinValueValidator(1)],
+        _("heartbeat every seconds"),
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
         help_text=_("Heartbeat: a ping is expected this often."),
     )
     heartbeat_grace_seconds = models.PositiveIntegerField(
-        default=0, help_text=_("Heartbeat: extra time before firing.")
+        _("heartbeat grace seconds"), default=0, help_text=_("Heartbeat: extra time before firing."),
     )
-    last_ping_at = models.DateTimeField(null=True, blank=True, editable=False)
+    last_ping_at = models.DateTimeField(_("last ping at"), null=True, blank=True, editable=False)
     # When the rule was last switched off; on resume its skipped slots become "paused" decisions.
-    paused_at = models.DateTimeField(null=True, blank=True, editable=False)
+    paused_at = models.DateTimeField(_("paused at"), null=True, blank=True, editable=False)
 
-    next_fire_at = models.DateTimeField(null=True, blank=True, editable=False)
+    next_fire_at = models.DateTimeField(_("next fire at"), null=True, blank=True, editable=False)
     # The last slot the scheduler handled (run or decision); catch-up is computed from it.
-    last_slot_at = models.DateTimeField(null=True, blank=True, editable=False)
-    version = models.PositiveIntegerField(default=1, editable=False)
+    last_slot_at = models.DateTimeField(_("last slot at"), null=True, blank=True, editable=False)
+    version = models.PositiveIntegerField(_("version"), default=1, editable=False)
     # Why the rule was last paused or resumed (the audit log keeps every reason; this is the latest).
-    pause_reason = models.CharField(max_length=500, blank=True, editable=False)
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    pause_reason = models.CharField(_("pause reason"), max_length=500, blank=True, editable=False)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
     # Version history with a field diff in the admin (django-simple-history). Queryset .update()
     # calls (the scheduler advancing next_fire_at) write no history: only edits and actions do.
     history = HistoricalRecords(excluded_fields=["next_fire_at", "last_slot_at", "updated_at"])

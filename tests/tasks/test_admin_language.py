@@ -156,9 +156,92 @@ def _po_entries(text: str) -> dict[str, str]:
             if current.get("msgid"):
                 entries[current["msgid"]] = current.get("msgstr", current.get("msgstr[0]", ""))
             current, key = {}, None
-        elif line.startswith(("msgid ", "msgstr ", "msgstr[0] ")):
+        elif line.startswith(("msgid ", "msgid_plural ", "msgstr ", "msgstr[0] ")):
             key, _, literal = line.partition(" ")
             current[key] = ast.literal_eval(literal)
         elif line.startswith('"') and key:
             current[key] += ast.literal_eval(line)
     return entries
+
+
+# --- the operator's desk pages (issue 4, item 9) --------------------------------------------
+# Each page's own strings, as English shows them by default and Chinese under Accept-Language: zh-hans.
+DASHBOARD_EN = ("Dedupe hits, last 24 h", "biz_keys with more than one run", "Next fires", "Open the desk")
+DASHBOARD_ZH = ("仪表盘", "最近 24 小时的去重命中", "有多个运行的业务键", "后续触发时间", "打开死信工作台")
+DESK_EN = ("Open backlog:", "By error kind", "By error fingerprint")
+DESK_ZH = ("未处理积压：", "按规则", "按错误类型", "按错误指纹")
+RUN_EN = ("Timeline", "queue delay", "Attempts", "Payload snapshot", "Retry now")
+RUN_ZH = ("时间线", "排队延迟", "尝试", "载荷快照", "立即重试", "首次尝试在 w1@host:1")
+CONFIRM_EN = ("Replay dead letter", "gets a new attempt (number 2)", "No, go back", "Recorded in the audit log.")
+CONFIRM_ZH = ("重放死信", "将以原业务键获得一次新尝试（第 2 次）", "不，返回", "记录在审计日志中。")
+
+
+@pytest.fixture
+def failed_run():
+    from tests.support.desk import make_failed_run
+
+    return make_failed_run()
+
+
+def _desk_pages(failed_run) -> dict[str, tuple[str, tuple, tuple]]:
+    from deadletters.models import DeadLetter
+
+    ticket = DeadLetter.objects.get(run=failed_run)
+    return {
+        "dashboard": (reverse("harness-dashboard"), DASHBOARD_EN, DASHBOARD_ZH),
+        "dead-letter desk": (reverse("admin:deadletters_deadletter_changelist"), DESK_EN, DESK_ZH),
+        "run page": (reverse("admin:runs_taskrun_change", args=[failed_run.pk]), RUN_EN, RUN_ZH),
+        "confirmation": (reverse("admin:deadletters_deadletter_replay", args=[ticket.pk]), CONFIRM_EN, CONFIRM_ZH),
+    }
+
+
+@pytest.mark.parametrize("name", ["dashboard", "dead-letter desk", "run page", "confirmation"])
+def test_the_desk_pages_speak_chinese_when_the_browser_asks(admin_client, failed_run, name):
+    url, english, chinese = _desk_pages(failed_run)[name]
+    html = page(admin_client, url, accept_language="zh-hans")
+    assert_all(html, chinese)
+    assert_none(html, english)
+
+
+@pytest.mark.parametrize("name", ["dashboard", "dead-letter desk", "run page", "confirmation"])
+def test_the_desk_pages_speak_english_by_default(admin_client, failed_run, name):
+    url, english, chinese = _desk_pages(failed_run)[name]
+    html = page(admin_client, url)
+    assert_all(html, english)
+    assert_none(html, chinese)
+
+
+@pytest.mark.parametrize(
+    ("changelist", "english", "chinese"),
+    [
+        (
+            "admin:deadletters_deadletter_changelist",
+            "Replay selected with their original business keys",
+            "用原业务键重放所选死信",
+        ),
+        (
+            "admin:runs_taskrun_changelist",
+            "Retry selected runs now (waiting or failed)",
+            "立即重试所选运行（等待中或失败的）",
+        ),
+    ],
+)
+def test_the_action_dropdown_speaks_the_browsers_language(admin_client, failed_run, changelist, english, chinese):
+    zh = page(admin_client, reverse(changelist), accept_language="zh-hans")
+    assert f">{chinese}</option>" in zh and english not in zh
+    en = page(admin_client, reverse(changelist))
+    assert f">{english}</option>" in en and chinese not in en
+
+
+def test_a_desk_message_speaks_chinese(admin_client, failed_run):
+    from deadletters.models import DeadLetter
+
+    ticket = DeadLetter.objects.get(run=failed_run)
+    response = admin_client.post(
+        reverse("admin:deadletters_deadletter_replay", args=[ticket.pk]),
+        {"reason": "upstream fixed"},
+        headers={"accept_language": "zh-hans"},
+        follow=True,
+    )
+    assert response.status_code == 200
+    assert "已排队重放：" in response.content.decode()

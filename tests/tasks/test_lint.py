@@ -28,7 +28,7 @@ def _status(items, check):
 
 def test_it_passes_a_well_configured_rule():
     items = lint.rule_lint(GOOD)
-    assert [i.status for i in items] == [lint.PASS] * 6
+    assert [i.status for i in items] == [lint.PASS] * 7
     assert lint.lint_summary(items) == "ok"
 
 
@@ -72,3 +72,17 @@ def test_it_accepts_a_date_or_object_placeholder(template, ok):
 def test_it_summarises_fails_and_warns():
     items = lint.rule_lint(replace(GOOD, catchup_max_delay_seconds=0, max_attempts=0, skill_p99_seconds=None))
     assert lint.lint_summary(items) == "2 fail, 1 warn"
+
+
+def test_it_warns_about_a_dependency_nothing_sets():
+    rule = replace(
+        GOOD, depends_on=("pipeline.raw.ready", "pipeline.fx.ready"), flags_seen=frozenset({"pipeline.fx.ready"})
+    )
+    item = _status(lint.rule_lint(rule), "dependencies have a source")
+    assert item.status == lint.WARN
+    assert "pipeline.raw.ready" in item.message and "pipeline.fx.ready" not in item.message
+
+
+def test_it_passes_dependencies_that_are_set():
+    rule = replace(GOOD, depends_on=("pipeline.raw.ready",), flags_seen=frozenset({"pipeline.raw.ready"}))
+    assert _status(lint.rule_lint(rule), "dependencies have a source").status == lint.PASS
