@@ -1,37 +1,70 @@
 """The three desk roles as auth groups. Installed by a data migration; safe to run again."""
 
-# Every role may look at everything on the desk.
+# Every role may look at everything on the desk. API tokens are left out on purpose: even their
+# hashes and owners are for administrators.
 VIEW = [
-    "tasks.view_triggerrule",
-    "tasks.view_historicaltriggerrule",
-    "tasks.view_diagnosticrecord",
-    "runs.view_taskrun",
-    "runs.view_runlease",
-    "runs.view_attempt",
-    "runs.view_lease",
-    "runs.view_decision",
-    "runs.view_schedulertick",
-    "runs.view_actionproposal",
+    *(
+        f"tasks.view_{m}"
+        for m in (
+            "triggerrule",
+            "historicaltriggerrule",
+            "diagnosticrecord",
+            "agent",
+            "readinessflag",
+            "serviceidentity",
+            "triggersource",
+            "eventdelivery",
+            "eventrefusal",
+            "eventmetric",
+        )
+    ),
+    *(
+        f"runs.view_{m}"
+        for m in (
+            "taskrun",
+            "runlease",
+            "attempt",
+            "lease",
+            "decision",
+            "slothold",
+            "schedulertick",
+            "runstep",
+            "externalcall",
+            "actionproposal",
+        )
+    ),
     "deadletters.view_deadletter",
+    "deadletters.view_alertchannel",
+    "deadletters.view_alert",
     "audit.view_auditentry",
 ]
+# Readiness flags are set and cleared by operators and on-call alike (a late upstream at 3 a.m.).
+FLAGS = ["tasks.add_readinessflag", "tasks.change_readinessflag", "tasks.delete_readinessflag", "tasks.send_ping"]
 GROUPS = {
     "Viewers": VIEW,
     "Operators": [
         *VIEW,
+        *FLAGS,
         "tasks.add_triggerrule",
         "tasks.change_triggerrule",
         "tasks.run_rule_now",
         "tasks.trial_run_rule",
         "tasks.pause_rule",
         "tasks.backfill_rule",
+        "tasks.add_agent",
+        "tasks.change_agent",
+        "tasks.add_triggersource",
+        "tasks.change_triggersource",
         "runs.retry_run",
         "runs.cancel_run",
+        # Catch-up runs held above the rule's approval threshold (runs/catchup_gate.py).
+        "runs.approve_catchup",
         # Approve or reject a risky action a skill proposed (runs/approvals.py).
         "runs.decide_actionproposal",
     ],
     "On-call": [
         *VIEW,
+        *FLAGS,
         "deadletters.replay_deadletter",
         "deadletters.close_deadletter",
         "deadletters.assign_deadletter",
@@ -39,6 +72,7 @@ GROUPS = {
         "runs.retry_run",
         "runs.cancel_run",
         "runs.decide_actionproposal",
+        "deadletters.change_alertchannel",
     ],
 }
 

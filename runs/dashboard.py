@@ -12,6 +12,7 @@ from datetime import datetime, timedelta
 from django.db import connection
 from django.db.models import Count, F, Q, Sum
 from django.db.models.functions import TruncHour
+from django.utils.translation import gettext as _
 
 from deadletters.models import DeadLetter
 from tasks.models import TriggerRule
@@ -125,7 +126,7 @@ def _latency_percentiles(*, since: datetime) -> tuple[dict, dict, str]:
         with connection.cursor() as cur:
             cur.execute(sql, [list(QUANTILES), list(QUANTILES), since])
             delay, latency = cur.fetchone()
-        method = "exact: PostgreSQL percentile_cont over all runs of the last 24 h"
+        method = _("exact: PostgreSQL percentile_cont over all runs of the last 24 h")
         return _named(names, delay), _named(names, latency), method
     rows = list(
         TaskRun.objects.filter(trigger_at__gte=since, start_at__isnull=False)
@@ -135,7 +136,10 @@ def _latency_percentiles(*, since: datetime) -> tuple[dict, dict, str]:
     )
     delays = [(s - t).total_seconds() for t, s, _f, _st in rows]
     latencies = [(f - t).total_seconds() for t, _s, f, st in rows if f and st == TaskRun.State.SUCCEEDED]
-    method = f"over the most recent {len(rows):,} started runs of the last 24 h (window {PERCENTILE_WINDOW:,})"
+    method = _("over the most recent %(n)s started runs of the last 24 h (window %(window)s)") % {
+        "n": f"{len(rows):,}",
+        "window": f"{PERCENTILE_WINDOW:,}",
+    }
     return (
         _named(names, [percentile(delays, q) for q in QUANTILES] if delays else None),
         _named(names, [percentile(latencies, q) for q in QUANTILES] if latencies else None),
