@@ -7,13 +7,35 @@ from .models import DeadLetter
 
 @admin.register(DeadLetter)
 class DeadLetterAdmin(DeadLetterDeskMixin, admin.ModelAdmin):
-    list_display = ("id", "biz_key", "rule_name", "state", "error_kind", "attempts", "first_failure_at",
-                    "last_failure_at", "run")
+    list_display = (
+        "id",
+        "biz_key",
+        "rule_name",
+        "state",
+        "error_kind",
+        "attempts",
+        "first_failure_at",
+        "last_failure_at",
+        "run",
+    )
     list_filter = ("state", "error_kind", "rule_name")
     search_fields = ("biz_key", "=run__id")
-    readonly_fields = ("run", "biz_key", "rule_name", "source", "raw_payload", "first_failure_at", "last_failure_at",
-                       "attempts", "error_kind", "last_error_digest", "last_error", "raw_output", "created_at",
-                       "updated_at")
+    readonly_fields = (
+        "run",
+        "biz_key",
+        "rule_name",
+        "source",
+        "raw_payload",
+        "first_failure_at",
+        "last_failure_at",
+        "attempts",
+        "error_kind",
+        "last_error_digest",
+        "last_error",
+        "raw_output",
+        "created_at",
+        "updated_at",
+    )
 
     def has_add_permission(self, request) -> bool:
         return False

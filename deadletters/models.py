@@ -24,12 +24,19 @@ class DeadLetter(models.Model):
     last_error_digest = models.CharField(_("last error digest"), max_length=16)
     last_error = models.TextField(_("last error"), blank=True)
     raw_output = models.TextField(
-        _("raw output"), blank=True, help_text=_("The model's raw output, when it failed validation."),
+        _("raw output"),
+        blank=True,
+        help_text=_("The model's raw output, when it failed validation."),
     )
     state = models.CharField(_("state"), max_length=20, choices=State.choices, default=State.PENDING_MANUAL)
     owner = models.ForeignKey(
-        settings.AUTH_USER_MODEL, null=True, blank=True, on_delete=models.SET_NULL, related_name="+",
-        verbose_name=_("owner"), help_text=_("Who on call is handling this ticket."),
+        settings.AUTH_USER_MODEL,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        verbose_name=_("owner"),
+        help_text=_("Who on call is handling this ticket."),
     )
     note = models.TextField(_("note"), blank=True, help_text=_("Why it was closed, or what was done."))
     replayed_at = models.DateTimeField(_("replayed at"), null=True, blank=True)
@@ -85,19 +92,28 @@ class AlertChannel(models.Model):
     name = models.CharField(_("name"), max_length=100, unique=True)
     kind = models.CharField(_("kind"), max_length=10, choices=Kind.choices)
     url = models.URLField(
-        _("webhook URL"), max_length=1000, blank=True,
+        _("webhook URL"),
+        max_length=1000,
+        blank=True,
         help_text=_("Webhook channels only. May carry a token: it is never logged or listed in full."),
     )
     recipients = models.TextField(
-        _("recipients"), blank=True,
+        _("recipients"),
+        blank=True,
         help_text=_("Email channels only: addresses separated by commas or new lines. Empty: the site ADMINS."),
     )
     format = models.CharField(
-        _("message format"), max_length=10, choices=Format.choices, default=Format.GENERIC,
+        _("message format"),
+        max_length=10,
+        choices=Format.choices,
+        default=Format.GENERIC,
         help_text=_("The JSON shape the receiver expects (webhook channels)."),
     )
     min_severity = models.CharField(
-        _("minimum severity"), max_length=10, choices=Severity.choices, default=Severity.WARNING,
+        _("minimum severity"),
+        max_length=10,
+        choices=Severity.choices,
+        default=Severity.WARNING,
         help_text=_("Alerts below this severity are not sent to this channel."),
     )
     enabled = models.BooleanField(_("enabled"), default=True)
@@ -136,7 +152,11 @@ class Alert(models.Model):
         FAILED = "failed", _("Failed (retries exhausted)")
 
     channel = models.ForeignKey(
-        AlertChannel, null=True, blank=True, on_delete=models.CASCADE, related_name="alerts",
+        AlertChannel,
+        null=True,
+        blank=True,
+        on_delete=models.CASCADE,
+        related_name="alerts",
         verbose_name=_("channel"),
     )
     severity = models.CharField(_("severity"), max_length=10, choices=Severity.choices)
@@ -148,7 +168,11 @@ class Alert(models.Model):
     payload = models.JSONField(_("payload"), default=dict)
     state = models.CharField(_("state"), max_length=10, choices=State.choices, default=State.PENDING)
     summary = models.ForeignKey(
-        "self", null=True, blank=True, on_delete=models.SET_NULL, related_name="folded",
+        "self",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="folded",
         verbose_name=_("summarised in"),
     )
     created_at = models.DateTimeField(_("created"))
@@ -174,8 +198,11 @@ class Alert(models.Model):
             models.Index(fields=["next_attempt_at"], condition=Q(state="pending"), name="alert_due_idx"),
             # Storm counting at record time and the summaries of ended windows.
             models.Index(fields=["channel", "group_key", "window_start"], name="alert_storm_idx"),
-            models.Index(fields=["window_start"], condition=Q(state="folded", summary__isnull=True),
-                         name="alert_unsummarised_idx"),
+            models.Index(
+                fields=["window_start"],
+                condition=Q(state="folded", summary__isnull=True),
+                name="alert_unsummarised_idx",
+            ),
             # alert_prune (retention) and the outbox list, newest first.
             models.Index(fields=["created_at"], name="alert_created_idx"),
         ]

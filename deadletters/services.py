@@ -70,8 +70,15 @@ def deadletter_replay(*, ticket_id: int, actor, now: datetime, reason: str = "")
         )
         if not moved:
             raise DeadLetterError(f"run {ticket.run_id} is {ticket.run.get_state_display().lower()}, not failed")
-        audit_record(actor=actor, action=AuditEntry.Action.DEADLETTER_REPLAY, target=ticket, now=now, reason=reason,
-                     label=ticket.biz_key, details={"run_id": ticket.run_id})
+        audit_record(
+            actor=actor,
+            action=AuditEntry.Action.DEADLETTER_REPLAY,
+            target=ticket,
+            now=now,
+            reason=reason,
+            label=ticket.biz_key,
+            details={"run_id": ticket.run_id},
+        )
         run_dispatch_on_commit(run_ids=[ticket.run_id], now=now)
     return True
 
@@ -89,8 +96,15 @@ def deadletter_close(*, ticket_id: int, actor, now: datetime, note: str) -> bool
         ):
             return False
         ticket = DeadLetter.objects.get(id=ticket_id)
-        audit_record(actor=actor, action=AuditEntry.Action.DEADLETTER_CLOSE, target=ticket, now=now, reason=note,
-                     label=ticket.biz_key, details={"run_id": ticket.run_id})
+        audit_record(
+            actor=actor,
+            action=AuditEntry.Action.DEADLETTER_CLOSE,
+            target=ticket,
+            now=now,
+            reason=note,
+            label=ticket.biz_key,
+            details={"run_id": ticket.run_id},
+        )
     return True
 
 
@@ -103,6 +117,13 @@ def deadletter_assign(*, ticket_id: int, owner, actor, now: datetime, reason: st
         if not DeadLetter.objects.filter(id=ticket_id).update(owner=owner, updated_at=now):
             return False
         ticket = DeadLetter.objects.get(id=ticket_id)
-        audit_record(actor=actor, action=AuditEntry.Action.DEADLETTER_ASSIGN, target=ticket, now=now, reason=reason,
-                     label=ticket.biz_key, details={"owner": owner.get_username() if owner else None})
+        audit_record(
+            actor=actor,
+            action=AuditEntry.Action.DEADLETTER_ASSIGN,
+            target=ticket,
+            now=now,
+            reason=reason,
+            label=ticket.biz_key,
+            details={"owner": owner.get_username() if owner else None},
+        )
     return True

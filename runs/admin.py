@@ -24,7 +24,17 @@ class AttemptInline(admin.TabularInline):
     model = Attempt
     extra = 0
     can_delete = False
-    fields = ("number", "worker", "fence", "started_at", "finished_at", "outcome", "error_kind", "error_digest", "error")
+    fields = (
+        "number",
+        "worker",
+        "fence",
+        "started_at",
+        "finished_at",
+        "outcome",
+        "error_kind",
+        "error_digest",
+        "error",
+    )
     readonly_fields = fields
 
     def has_add_permission(self, request, obj=None) -> bool:
@@ -33,17 +43,61 @@ class AttemptInline(admin.TabularInline):
 
 @admin.register(TaskRun)
 class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
-    list_display = ("id", "biz_key", "rule_name", "source", "state", "attempts", "slot", "trigger_at",
-                    "start_at", "finish_at", "dedupe_hits", "last_error_kind")
+    list_display = (
+        "id",
+        "biz_key",
+        "rule_name",
+        "source",
+        "state",
+        "attempts",
+        "slot",
+        "trigger_at",
+        "start_at",
+        "finish_at",
+        "dedupe_hits",
+        "last_error_kind",
+    )
     list_filter = ("state", "source", "rule_name", "last_error_kind")
     search_fields = ("=id", "biz_key")
     date_hierarchy = "trigger_at"
     inlines = [AttemptInline, RunStepInline, ExternalCallInline, ActionProposalInline]
     fieldsets = (
-        (None, {"fields": ("biz_key", "rule", "rule_name", "rule_version", "skill", "state", "source",
-                           "triggered_by", "identity", "executed_by", "object_key", "approved_by", "approved_at")}),
-        (_("Timeline"), {"fields": ("slot", "trigger_at", "start_at", "finish_at", "run_after", "dispatched_at",
-                                 "attempts", "first_failure_at", "dedupe_hits")}),
+        (
+            None,
+            {
+                "fields": (
+                    "biz_key",
+                    "rule",
+                    "rule_name",
+                    "rule_version",
+                    "skill",
+                    "state",
+                    "source",
+                    "triggered_by",
+                    "identity",
+                    "executed_by",
+                    "object_key",
+                    "approved_by",
+                    "approved_at",
+                )
+            },
+        ),
+        (
+            _("Timeline"),
+            {
+                "fields": (
+                    "slot",
+                    "trigger_at",
+                    "start_at",
+                    "finish_at",
+                    "run_after",
+                    "dispatched_at",
+                    "attempts",
+                    "first_failure_at",
+                    "dedupe_hits",
+                )
+            },
+        ),
         (_("Lease"), {"fields": ("lease_owner", "lease_expires_at", "fence")}),
         (_("Data"), {"fields": ("payload", "result", "last_error_kind", "last_error")}),
     )

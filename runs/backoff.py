@@ -33,7 +33,7 @@ class RetryDecision:
 def backoff_delay(policy: RetryPolicy, attempt: int, draw: float) -> float:
     """Seconds to wait after failed attempt number `attempt` (1-based); `draw` is uniform in [0, 1).
 
-    min(base^attempt, max delay) × a factor from the jitter range, then capped again so that a
+    min(base^attempt, max delay) * a factor from the jitter range, then capped again so that a
     factor above 1 can never push one delay past the cap.
     """
     try:

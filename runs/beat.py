@@ -24,8 +24,13 @@ def beat_entries_install(apps) -> None:
         interval, _ = IntervalSchedule.objects.get_or_create(every=every, period="seconds")
         PeriodicTask.objects.get_or_create(
             name=name,
-            defaults={"task": task, "interval": interval, "enabled": True, "expire_seconds": 30,
-                      "description": DESCRIPTION},
+            defaults={
+                "task": task,
+                "interval": interval,
+                "enabled": True,
+                "expire_seconds": 30,
+                "description": DESCRIPTION,
+            },
         )
 
 

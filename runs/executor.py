@@ -88,7 +88,9 @@ def _execute_claimed(*, run_id: int, worker: str, clock: Clock, rand: Callable[[
 
 def _claim(*, run_id: int, worker: str, now: datetime) -> tuple[TaskRun, Attempt] | None:
     with transaction.atomic():
-        policy_ttl = TaskRun.objects.filter(id=run_id).values_list("payload__policy__lease_ttl_seconds", flat=True).first()
+        policy_ttl = (
+            TaskRun.objects.filter(id=run_id).values_list("payload__policy__lease_ttl_seconds", flat=True).first()
+        )
         ttl = timedelta(seconds=policy_ttl or DEFAULT_LEASE_TTL_SECONDS)
         # Compare-and-set: a row count of 0 means another worker got there first (or it is not due).
         claimed = TaskRun.objects.filter(id=run_id, state__in=TaskRun.CLAIMABLE, run_after__lte=now).update(
@@ -103,9 +105,7 @@ def _claim(*, run_id: int, worker: str, now: datetime) -> tuple[TaskRun, Attempt
         if not claimed:
             return None
         run = TaskRun.objects.get(id=run_id)
-        attempt = Attempt.objects.create(
-            run=run, number=run.attempts, fence=run.fence, worker=worker, started_at=now
-        )
+        attempt = Attempt.objects.create(run=run, number=run.attempts, fence=run.fence, worker=worker, started_at=now)
     return run, attempt
 
 
@@ -131,9 +131,14 @@ def _call_skill(run: TaskRun, attempt: Attempt, worker: str, clock: Clock) -> tu
         return registry.get(run.skill).fn(ctx), None
     except Exception as exc:  # any skill failure becomes a classified attempt outcome
         # A known error kind is expected operation; only an unclassified one needs its traceback.
-        logger.warning("run %s attempt %s %s: %s", run.id, attempt.number,
-                       "parked" if isinstance(exc, RunParked) else "failed", exc,
-                       exc_info=not isinstance(exc, SkillError | RunParked))
+        logger.warning(
+            "run %s attempt %s %s: %s",
+            run.id,
+            attempt.number,
+            "parked" if isinstance(exc, RunParked) else "failed",
+            exc,
+            exc_info=not isinstance(exc, SkillError | RunParked),
+        )
         return None, exc
 
 
@@ -145,11 +150,7 @@ def fenced(*, run_id: int, fence: int) -> Iterator[None]:
     taking the lease between the check and the caller's writes.
     """
     with transaction.atomic():
-        holds = (
-            TaskRun.objects.select_for_update()
-            .filter(id=run_id, fence=fence, state=TaskRun.State.RUNNING)
-            .exists()
-        )
+        holds = TaskRun.objects.select_for_update().filter(id=run_id, fence=fence, state=TaskRun.State.RUNNING).exists()
         if not holds:
             raise LeaseLost()
         yield
@@ -212,8 +213,13 @@ def _finish_failure(
             from deadletters.alerts import alert_retry
 
             # Recorded with the outcome (an outbox row); sent by a worker after commit.
-            alert_retry(run=run, attempt=attempt.number, max_attempts=RetryPolicy.from_dict(run.policy).max_attempts,
-                        error=error, now=now)
+            alert_retry(
+                run=run,
+                attempt=attempt.number,
+                max_attempts=RetryPolicy.from_dict(run.policy).max_attempts,
+                error=error,
+                now=now,
+            )
     status = "retry" if decision.retry else "failed"
     log.info("run %s attempt %s %s: %s (%s)", run.id, attempt.number, status, error.kind, decision.reason)
     return ExecuteOutcome(run.id, status, decision.reason)
@@ -231,9 +237,9 @@ def _fenced_update(run: TaskRun, **fields) -> bool:
 def _mark_fenced(attempt: Attempt, now: datetime) -> ExecuteOutcome:
     # Also over "lease_expired": the sweeper wrote that first, and "fenced" adds that the worker
     # came back and tried to commit.
-    Attempt.objects.filter(
-        id=attempt.id, outcome__in=[Attempt.Outcome.RUNNING, Attempt.Outcome.LEASE_EXPIRED]
-    ).update(outcome=Attempt.Outcome.FENCED, finished_at=now, error_kind=ErrorKind.LEASE_LOST)
+    Attempt.objects.filter(id=attempt.id, outcome__in=[Attempt.Outcome.RUNNING, Attempt.Outcome.LEASE_EXPIRED]).update(
+        outcome=Attempt.Outcome.FENCED, finished_at=now, error_kind=ErrorKind.LEASE_LOST
+    )
     log.warning("run %s attempt %s lost its lease; outcome discarded", attempt.run_id, attempt.number)
     return ExecuteOutcome(attempt.run_id, "fenced", "lease lost before commit")
 
@@ -275,9 +281,9 @@ class _LeaseRenewer:
         interval = max(self.ttl.total_seconds() / 3, 0.2)
         try:
             while not self._stop.wait(interval):
-                renewed = TaskRun.objects.filter(
-                    id=self.run_id, fence=self.fence, state=TaskRun.State.RUNNING
-                ).update(lease_expires_at=self.clock() + self.ttl)
+                renewed = TaskRun.objects.filter(id=self.run_id, fence=self.fence, state=TaskRun.State.RUNNING).update(
+                    lease_expires_at=self.clock() + self.ttl
+                )
                 if not renewed:
                     log.warning("run %s: lease lost (fence %s), renewal stopped", self.run_id, self.fence)
                     return

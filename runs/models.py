@@ -33,20 +33,33 @@ class TaskRun(models.Model):
 
     biz_key = models.CharField(_("biz key"), max_length=255)
     rule = models.ForeignKey(
-        "tasks.TriggerRule", null=True, blank=True, on_delete=models.SET_NULL, related_name="runs",
+        "tasks.TriggerRule",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="runs",
         verbose_name=_("rule"),
     )
     rule_name = models.CharField(
-        _("rule name"), max_length=100, blank=True, help_text=_("Kept if the rule is deleted."),
+        _("rule name"),
+        max_length=100,
+        blank=True,
+        help_text=_("Kept if the rule is deleted."),
     )
     rule_version = models.PositiveIntegerField(_("rule version"), null=True, blank=True)
     skill = models.CharField(_("skill"), max_length=100)
     source = models.CharField(_("source"), max_length=20, choices=Source.choices)
     triggered_by = models.CharField(
-        _("triggered by"), max_length=150, blank=True, help_text=_("Who fired it: scheduler, an operator, …"),
+        _("triggered by"),
+        max_length=150,
+        blank=True,
+        help_text=_("Who fired it: scheduler, an operator, …"),
     )
     executed_by = models.CharField(
-        _("executed by"), max_length=150, blank=True, help_text=_("The worker identity that ran it."),
+        _("executed by"),
+        max_length=150,
+        blank=True,
+        help_text=_("The worker identity that ran it."),
     )
     slot = models.DateTimeField(_("slot"), null=True, blank=True)
     trigger_at = models.DateTimeField(_("trigger at"))
@@ -62,7 +75,9 @@ class TaskRun(models.Model):
     last_error = models.TextField(_("last error"), blank=True)
     last_error_kind = models.CharField(_("last error kind"), max_length=40, blank=True)
     dedupe_hits = models.PositiveIntegerField(
-        _("dedupe hits"), default=0, help_text=_("Triggers that found this run already there."),
+        _("dedupe hits"),
+        default=0,
+        help_text=_("Triggers that found this run already there."),
     )
     # The executing identity (tasks.ServiceIdentity name) copied from the rule at trigger time; the
     # executor checks its allow-list again before running the skill.
@@ -100,9 +115,7 @@ class TaskRun(models.Model):
         ]
         indexes = [
             # run_list_due (sweeper): claimable runs by run_after.
-            models.Index(
-                fields=["run_after"], condition=Q(state__in=["pending", "waiting_retry"]), name="run_due_idx"
-            ),
+            models.Index(fields=["run_after"], condition=Q(state__in=["pending", "waiting_retry"]), name="run_due_idx"),
             # run_list_expired_leases (sweeper): running runs by lease expiry.
             models.Index(fields=["lease_expires_at"], condition=Q(state="running"), name="run_lease_idx"),
             # admin and dashboard: recent runs of a rule.
@@ -158,7 +171,10 @@ class Attempt(models.Model):
     outcome = models.CharField(_("outcome"), max_length=20, choices=Outcome.choices, default=Outcome.RUNNING)
     error_kind = models.CharField(_("error kind"), max_length=40, blank=True)
     error_digest = models.CharField(
-        _("error digest"), max_length=16, blank=True, help_text=_("Stable fingerprint of the error."),
+        _("error digest"),
+        max_length=16,
+        blank=True,
+        help_text=_("Stable fingerprint of the error."),
     )
     error = models.TextField(_("error"), blank=True)
 

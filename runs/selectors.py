@@ -16,8 +16,10 @@ def scheduler_health(*, now: datetime) -> dict:
     age = (now - tick.last_tick_at).total_seconds() if tick else None
     stall_after = max(timedelta(seconds=settings.HARNESS["TICK_SECONDS"] * STALL_FACTOR), MIN_STALL)
     oldest_due = (
-        TaskRun.objects.filter(state=TaskRun.State.PENDING, run_after__lte=now).order_by("run_after")
-        .values_list("run_after", flat=True).first()
+        TaskRun.objects.filter(state=TaskRun.State.PENDING, run_after__lte=now)
+        .order_by("run_after")
+        .values_list("run_after", flat=True)
+        .first()
     )
     slot = oldest_unclaimed_slot(now=now)
     return {
@@ -36,8 +38,10 @@ def oldest_unclaimed_slot(*, now: datetime) -> dict | None:
     from tasks.models import TriggerRule
 
     row = (
-        TriggerRule.objects.filter(enabled=True, next_fire_at__lte=now).order_by("next_fire_at")
-        .values_list("name", "next_fire_at").first()
+        TriggerRule.objects.filter(enabled=True, next_fire_at__lte=now)
+        .order_by("next_fire_at")
+        .values_list("name", "next_fire_at")
+        .first()
     )
     return {"rule": row[0], "at": row[1]} if row else None
 

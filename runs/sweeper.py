@@ -98,8 +98,13 @@ def _expire_one(run_id: int, fence: int, *, now: datetime, draw: float) -> bool:
             from deadletters.alerts import alert_retry
 
             # A lost worker is a failed attempt too: the same escalation as the executor's retries.
-            alert_retry(run=run, attempt=run.attempts, max_attempts=RetryPolicy.from_dict(run.policy).max_attempts,
-                        error=error, now=now)
+            alert_retry(
+                run=run,
+                attempt=run.attempts,
+                max_attempts=RetryPolicy.from_dict(run.policy).max_attempts,
+                error=error,
+                now=now,
+            )
     log.warning("run %s: lease expired, %s", run_id, decision.reason)
     return True
 
@@ -109,7 +114,11 @@ def _dispatch_due(*, now: datetime) -> int:
         # run_list_due: served by run_due_idx. Never-dispatched or long-unanswered runs only.
         ids = list(
             TaskRun.objects.filter(state__in=TaskRun.CLAIMABLE, run_after__lte=now)
-            .filter(Q(dispatched_at__isnull=True) | Q(dispatched_at__lt=now - REDISPATCH_AFTER) | Q(state=TaskRun.State.WAITING_RETRY, dispatched_at__lt=F("run_after")))
+            .filter(
+                Q(dispatched_at__isnull=True)
+                | Q(dispatched_at__lt=now - REDISPATCH_AFTER)
+                | Q(state=TaskRun.State.WAITING_RETRY, dispatched_at__lt=F("run_after"))
+            )
             .order_by("run_after")
             .values_list("id", flat=True)[:SWEEP_BATCH]
         )

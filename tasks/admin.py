@@ -20,12 +20,25 @@ class TriggerRuleAdmin(GuardAdminMixin, RuleDeskMixin, SimpleHistoryAdmin):
     readonly_fields = ("next_fire_at", "last_slot_at", "version", "created_at", "updated_at")
     fieldsets = (
         (None, {"fields": ("name", "enabled", "reason")}),
-        (_("Schedule"),
-         {"fields": ("kind", "cron", "interval_seconds", "run_at", "timezone", "dst_gap", "dst_repeat")}),
+        (
+            _("Schedule"),
+            {"fields": ("kind", "cron", "interval_seconds", "run_at", "timezone", "dst_gap", "dst_repeat")},
+        ),
         (_("Dedupe"), {"fields": ("dedupe_key_template",)}),
         (_("Skill"), {"fields": ("skill", "params", "agent", "output_schema")}),
-        (_("Retry"), {"fields": ("max_attempts", "backoff_base_seconds", "max_delay_seconds",
-                              "max_retry_window_seconds", "jitter_min", "jitter_max")}),
+        (
+            _("Retry"),
+            {
+                "fields": (
+                    "max_attempts",
+                    "backoff_base_seconds",
+                    "max_delay_seconds",
+                    "max_retry_window_seconds",
+                    "jitter_min",
+                    "jitter_max",
+                )
+            },
+        ),
         (_("Lease"), {"fields": ("lease_ttl_seconds",)}),
         (_("Catch-up"), {"fields": ("catchup", "catchup_max_delay_seconds")}),
         (_("State"), {"fields": ("next_fire_at", "last_slot_at", "version", "created_at", "updated_at")}),
@@ -56,6 +69,7 @@ class DiagnosticRecordAdmin(admin.ModelAdmin):
 
     def has_change_permission(self, request, obj=None) -> bool:
         return False
+
 
 # Event intake: sources, deliveries, refusals, counters (issue 3, item 7).
 from . import event_admin  # noqa: E402, F401

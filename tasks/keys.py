@@ -35,9 +35,7 @@ def validate_template(template: str, *, params: dict) -> None:
     unknown = [n for n in names if n not in allowed]
     if unknown:
         raise KeyTemplateError(
-            f"Unknown placeholder {{{unknown[0]}}}. Allowed: "
-            + ", ".join("{" + n + "}" for n in sorted(allowed))
-            + "."
+            f"Unknown placeholder {{{unknown[0]}}}. Allowed: " + ", ".join("{" + n + "}" for n in sorted(allowed)) + "."
         )
     if not names:
         raise KeyTemplateError("The template has no placeholder, so every slot would share one key.")

@@ -55,23 +55,37 @@ class TriggerRule(models.Model):
         BOTH = "both", _("Both occurrences")
 
     name = models.SlugField(
-        _("name"), max_length=100, unique=True, help_text=_("Unique name; appears in business keys."),
+        _("name"),
+        max_length=100,
+        unique=True,
+        help_text=_("Unique name; appears in business keys."),
     )
     enabled = models.BooleanField(_("enabled"), default=True)
     reason = models.TextField(_("reason"), help_text=_("Why this rule is configured as it is (required)."))
 
     kind = models.CharField(_("kind"), max_length=10, choices=Kind.choices, default=Kind.CRON)
     cron = models.CharField(
-        _("cron"), max_length=100, blank=True, help_text=_("5 fields: minute hour day-of-month month day-of-week."),
+        _("cron"),
+        max_length=100,
+        blank=True,
+        help_text=_("5 fields: minute hour day-of-month month day-of-week."),
     )
     interval_seconds = models.PositiveIntegerField(
-        _("interval seconds"), null=True, blank=True, validators=[MinValueValidator(1)],
+        _("interval seconds"),
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
     )
     run_at = models.DateTimeField(
-        _("run at"), null=True, blank=True, help_text=_("For one-time rules: the instant to run."),
+        _("run at"),
+        null=True,
+        blank=True,
+        help_text=_("For one-time rules: the instant to run."),
     )
     timezone = models.CharField(
-        _("timezone"), max_length=64, help_text=_("IANA zone the schedule is read in, e.g. Europe/Berlin."),
+        _("timezone"),
+        max_length=64,
+        help_text=_("IANA zone the schedule is read in, e.g. Europe/Berlin."),
     )
     dst_gap = models.CharField(_("dst gap"), max_length=10, choices=DstGap.choices, default=DstGap.SHIFT)
     dst_repeat = models.CharField(_("dst repeat"), max_length=10, choices=DstRepeat.choices, default=DstRepeat.FIRST)
@@ -86,8 +100,13 @@ class TriggerRule(models.Model):
     params = models.JSONField(_("params"), default=dict, blank=True)
     # The model binding the rule's skill calls (issue 5); PROTECT so a rule never loses its agent silently.
     agent = models.ForeignKey(
-        "tasks.Agent", null=True, blank=True, on_delete=models.PROTECT, related_name="rules",
-        verbose_name=_("agent"), help_text=_("The agent (model binding) the skill calls, e.g. for llm_json."),
+        "tasks.Agent",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="rules",
+        verbose_name=_("agent"),
+        help_text=_("The agent (model binding) the skill calls, e.g. for llm_json."),
     )
     output_schema = models.JSONField(
         _("output schema"),
@@ -98,14 +117,18 @@ class TriggerRule(models.Model):
 
     max_attempts = models.PositiveIntegerField(_("max attempts"), default=3, validators=[MinValueValidator(1)])
     backoff_base_seconds = models.FloatField(
-        _("backoff base seconds"), default=2.0, validators=[MinValueValidator(1.0)],
+        _("backoff base seconds"),
+        default=2.0,
+        validators=[MinValueValidator(1.0)],
     )
     max_delay_seconds = models.PositiveIntegerField(_("max delay seconds"), default=300)
     max_retry_window_seconds = models.PositiveIntegerField(_("max retry window seconds"), default=3600)
     jitter_min = models.FloatField(_("jitter min"), default=0.5, validators=[MinValueValidator(0.0)])
     jitter_max = models.FloatField(_("jitter max"), default=1.5, validators=[MinValueValidator(0.0)])
     lease_ttl_seconds = models.PositiveIntegerField(
-        _("lease ttl seconds"), default=DEFAULT_LEASE_TTL_SECONDS, validators=[MinValueValidator(1)],
+        _("lease ttl seconds"),
+        default=DEFAULT_LEASE_TTL_SECONDS,
+        validators=[MinValueValidator(1)],
     )
 
     catchup = models.CharField(_("catchup"), max_length=10, choices=CatchUp.choices, default=CatchUp.NONE)
@@ -147,7 +170,10 @@ class TriggerRule(models.Model):
         help_text=_("Scope the flags are looked up in; same placeholders as the dedupe key."),
     )
     not_ready_policy = models.CharField(
-        _("not ready policy"), max_length=10, choices=NotReady.choices, default=NotReady.WAIT,
+        _("not ready policy"),
+        max_length=10,
+        choices=NotReady.choices,
+        default=NotReady.WAIT,
     )
     ready_recheck_seconds = models.PositiveIntegerField(
         _("ready recheck seconds"),
@@ -168,13 +194,22 @@ class TriggerRule(models.Model):
         help_text=_("A run may start only within this long after its slot."),
     )
     hours_start = models.TimeField(
-        _("hours start"), null=True, blank=True, help_text=_("Business hours start (rule zone)."),
+        _("hours start"),
+        null=True,
+        blank=True,
+        help_text=_("Business hours start (rule zone)."),
     )
     hours_end = models.TimeField(
-        _("hours end"), null=True, blank=True, help_text=_("Business hours end (rule zone), exclusive."),
+        _("hours end"),
+        null=True,
+        blank=True,
+        help_text=_("Business hours end (rule zone), exclusive."),
     )
     outside_hours = models.CharField(
-        _("outside hours"), max_length=10, choices=OutsideHours.choices, default=OutsideHours.DEFER,
+        _("outside hours"),
+        max_length=10,
+        choices=OutsideHours.choices,
+        default=OutsideHours.DEFER,
     )
     weekdays = models.CharField(
         _("weekdays"),
@@ -183,7 +218,10 @@ class TriggerRule(models.Model):
         help_text=_('Allowed weekdays (rule zone), e.g. "mon-fri" or "mon,wed"; blank: all.'),
     )
     excluded_dates = models.JSONField(
-        _("excluded dates"), default=list, blank=True, help_text=_('Local dates with no runs, e.g. ["2026-12-25"].'),
+        _("excluded dates"),
+        default=list,
+        blank=True,
+        help_text=_('Local dates with no runs, e.g. ["2026-12-25"].'),
     )
     overlap = models.CharField(_("overlap"), max_length=10, choices=Overlap.choices, default=Overlap.ALLOW)
     object_key_template = models.CharField(
@@ -199,8 +237,13 @@ class TriggerRule(models.Model):
         help_text=_("Param names copied into each run's snapshot at trigger time."),
     )
     identity = models.ForeignKey(
-        "tasks.ServiceIdentity", null=True, blank=True, on_delete=models.PROTECT, related_name="rules",
-        verbose_name=_("identity"), help_text=_("Executing identity; its allow-list must include the skill. Blank: unrestricted."),
+        "tasks.ServiceIdentity",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="rules",
+        verbose_name=_("identity"),
+        help_text=_("Executing identity; its allow-list must include the skill. Blank: unrestricted."),
     )
     heartbeat_every_seconds = models.PositiveIntegerField(
         _("heartbeat every seconds"),
@@ -210,7 +253,9 @@ class TriggerRule(models.Model):
         help_text=_("Heartbeat: a ping is expected this often."),
     )
     heartbeat_grace_seconds = models.PositiveIntegerField(
-        _("heartbeat grace seconds"), default=0, help_text=_("Heartbeat: extra time before firing."),
+        _("heartbeat grace seconds"),
+        default=0,
+        help_text=_("Heartbeat: extra time before firing."),
     )
     last_ping_at = models.DateTimeField(_("last ping at"), null=True, blank=True, editable=False)
     # When the rule was last switched off; on resume its skipped slots become "paused" decisions.
@@ -249,8 +294,18 @@ class TriggerRule(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    SCHEDULE_FIELDS = ("kind", "cron", "interval_seconds", "run_at", "timezone", "dst_gap", "dst_repeat", "enabled",
-                       "heartbeat_every_seconds", "heartbeat_grace_seconds")
+    SCHEDULE_FIELDS = (
+        "kind",
+        "cron",
+        "interval_seconds",
+        "run_at",
+        "timezone",
+        "dst_gap",
+        "dst_repeat",
+        "enabled",
+        "heartbeat_every_seconds",
+        "heartbeat_grace_seconds",
+    )
 
     def save(self, *args, **kwargs) -> None:
         """Keep derived fields consistent: a changed rule gets a new version, and a changed schedule
@@ -344,7 +399,11 @@ class TriggerRule(models.Model):
             try:
                 schedule.validate_spec(self.schedule_spec())
             except schedule.ScheduleError as exc:
-                field = exc.field if exc.field in {"cron", "timezone", "interval_seconds", "run_at", "dst_gap", "dst_repeat"} else "kind"
+                field = (
+                    exc.field
+                    if exc.field in {"cron", "timezone", "interval_seconds", "run_at", "dst_gap", "dst_repeat"}
+                    else "kind"
+                )
                 errors.setdefault(field, []).append(exc.message)
         try:
             params = self.params if isinstance(self.params, dict) else {}
@@ -357,7 +416,7 @@ class TriggerRule(models.Model):
         except keys.KeyTemplateError as exc:
             errors.setdefault("dedupe_key_template", []).append(str(exc))
         if not isinstance(self.params, dict):
-            errors.setdefault("params", []).append(_("Params must be a JSON object, e.g. {\"channel\": \"email\"}."))
+            errors.setdefault("params", []).append(_('Params must be a JSON object, e.g. {"channel": "email"}.'))
         if self.skill and self.skill not in registry:
             known = ", ".join(sorted(registry.names()))
             errors.setdefault("skill", []).append(f"Unknown skill {self.skill!r}. Registered: {known}.")
@@ -395,6 +454,9 @@ class DiagnosticRecord(models.Model):
         verbose_name = _("diagnostic record")
         verbose_name_plural = _("diagnostic records")
         ordering = ["id"]
+
+    def __str__(self) -> str:
+        return f"{self.biz_key} (fence {self.fence})"
 
 
 class ReadinessFlag(models.Model):
@@ -446,8 +508,9 @@ class ServiceIdentity(models.Model):
             raise ValidationError({"allowed_skills": 'A JSON list of skill names, e.g. ["harness.noop"].'})
         unknown = [s for s in self.allowed_skills if s not in registry]
         if unknown:
-            raise ValidationError({"allowed_skills": f"Unknown skill {unknown[0]!r}. Registered: "
-                                   + ", ".join(registry.names()) + "."})
+            raise ValidationError(
+                {"allowed_skills": f"Unknown skill {unknown[0]!r}. Registered: " + ", ".join(registry.names()) + "."}
+            )
 
 
 class ApiToken(models.Model):
@@ -489,26 +552,33 @@ class TriggerSource(models.Model):
         max_length=150, help_text=_("Who this source stands for; recorded as the run's triggered_by, e.g. svc:billing.")
     )
     rule = models.ForeignKey(
-        TriggerRule, on_delete=models.PROTECT, related_name="sources", limit_choices_to={"kind": "event"},
+        TriggerRule,
+        on_delete=models.PROTECT,
+        related_name="sources",
+        limit_choices_to={"kind": "event"},
         help_text=_("The event rule each accepted event triggers."),
     )
     secret_env = models.CharField(
-        max_length=100, blank=True,
+        max_length=100,
+        blank=True,
         help_text=_("Webhook sources: NAME of the environment variable holding the HMAC secret (never the secret)."),
     )
     object_id_path = models.CharField(max_length=200, default="object_id", help_text=_("Dotted payload path."))
     action_path = models.CharField(max_length=200, default="action", help_text=_("Dotted payload path."))
     version_path = models.CharField(max_length=200, default="version", help_text=_("Dotted payload path."))
     snapshot_fields = models.JSONField(
-        default=list, blank=True,
+        default=list,
+        blank=True,
         help_text=_('Payload fields copied into the run at intake, e.g. ["amount", "customer.tier"].'),
     )
     reference_fields = models.JSONField(
-        default=list, blank=True,
+        default=list,
+        blank=True,
         help_text=_('Payload fields kept as references, e.g. ["document_url"]; not documents.'),
     )
     max_body_bytes = models.PositiveIntegerField(
-        default=65536, validators=[MinValueValidator(1), MaxValueValidator(10 * 1024 * 1024)],
+        default=65536,
+        validators=[MinValueValidator(1), MaxValueValidator(10 * 1024 * 1024)],
         help_text=_("Larger bodies are refused unread (413)."),
     )
     watch_dir = models.CharField(max_length=500, blank=True, help_text=_("File sources: absolute folder path."))
@@ -533,8 +603,11 @@ class TriggerSource(models.Model):
         from .events import Mapping
 
         return Mapping(
-            object_id_path=self.object_id_path, action_path=self.action_path, version_path=self.version_path,
-            snapshot_fields=tuple(self.snapshot_fields or ()), reference_fields=tuple(self.reference_fields or ()),
+            object_id_path=self.object_id_path,
+            action_path=self.action_path,
+            version_path=self.version_path,
+            snapshot_fields=tuple(self.snapshot_fields or ()),
+            reference_fields=tuple(self.reference_fields or ()),
         )
 
     def secret(self) -> str | None:

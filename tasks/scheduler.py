@@ -86,21 +86,37 @@ def _tick_rule(rule: TriggerRule, *, now: datetime, max_slots: int, result: Tick
     )
     # Catch-up runs are paced (run_after spaced) and, above the threshold, wait for approval.
     late = sum(1 for p in plans if p.action != catchup.RUN)
-    paced = catchup.pace([p.slot for p in plans if p.action == catchup.CATCHUP], now=now,
-                         spacing=timedelta(seconds=rule.catchup_spacing_seconds))
+    paced = catchup.pace(
+        [p.slot for p in plans if p.action == catchup.CATCHUP],
+        now=now,
+        spacing=timedelta(seconds=rule.catchup_spacing_seconds),
+    )
     approval = catchup.needs_approval(late, threshold=rule.catchup_approval_threshold)
     for plan in plans:
         if plan.action in (catchup.RUN, catchup.CATCHUP):
             source = TaskRun.Source.SCHEDULER if plan.action == catchup.RUN else TaskRun.Source.CATCHUP
             # Guards (calendar, hours, window, readiness, overlap) may still turn it into a hold or a decision.
-            slot_service.slot_handle(rule, plan.slot, source=source, now=now, result=result,
-                                     run_after=paced.get(plan.slot),
-                                     approval=approval and plan.action == catchup.CATCHUP)
+            slot_service.slot_handle(
+                rule,
+                plan.slot,
+                source=source,
+                now=now,
+                result=result,
+                run_after=paced.get(plan.slot),
+                approval=approval and plan.action == catchup.CATCHUP,
+            )
         else:
-            reason = {catchup.MISSED: Decision.Reason.MISSED, catchup.SUPERSEDED: Decision.Reason.SUPERSEDED,
-                      catchup.CAPPED: Decision.Reason.CATCHUP_CAPPED}[plan.action]
-            details = {"late_seconds": round((now - plan.slot).total_seconds(), 3), "catchup": rule.catchup,
-                       "max_delay_seconds": rule.catchup_max_delay_seconds, "max_count": rule.catchup_max_count}
+            reason = {
+                catchup.MISSED: Decision.Reason.MISSED,
+                catchup.SUPERSEDED: Decision.Reason.SUPERSEDED,
+                catchup.CAPPED: Decision.Reason.CATCHUP_CAPPED,
+            }[plan.action]
+            details = {
+                "late_seconds": round((now - plan.slot).total_seconds(), 3),
+                "catchup": rule.catchup,
+                "max_delay_seconds": rule.catchup_max_delay_seconds,
+                "max_count": rule.catchup_max_count,
+            }
             _record_decision(rule, plan.slot, reason=reason, details=details, now=now, result=result)
     last = slots[-1]
     TriggerRule.objects.filter(pk=rule.pk).update(last_slot_at=last, next_fire_at=schedule.next_slot(spec, last))
@@ -124,8 +140,12 @@ def rule_render_key(rule: TriggerRule, slot: datetime) -> str:
 
 def rule_payload(rule: TriggerRule, slot: datetime | None) -> dict:
     """What the run keeps from the rule at trigger time, so later edits do not change it."""
-    payload = {"params": rule.params, "policy": rule.retry_policy(), "rule_version": rule.version,
-               "snapshot": rule_snapshot(rule)}
+    payload = {
+        "params": rule.params,
+        "policy": rule.retry_policy(),
+        "rule_version": rule.version,
+        "snapshot": rule_snapshot(rule),
+    }
     if slot is not None:
         payload["slot_local"] = schedule.slot_label(rule.schedule_spec(), slot)
     if rule.agent_id is not None:  # the model binding and output contract, as they were when triggered
@@ -134,8 +154,9 @@ def rule_payload(rule: TriggerRule, slot: datetime | None) -> dict:
     return payload
 
 
-def _claim_slot(rule, slot, *, source, triggered_by, now, result: TickResult, run_after=None, state=None,
-                dispatch=True):
+def _claim_slot(
+    rule, slot, *, source, triggered_by, now, result: TickResult, run_after=None, state=None, dispatch=True
+):
     """Claim the slot's run; returns the run when this call created it, else None."""
     try:
         biz_key = rule_render_key(rule, slot)
@@ -143,8 +164,9 @@ def _claim_slot(rule, slot, *, source, triggered_by, now, result: TickResult, ru
     except (keys.KeyTemplateError, KeyError, ValueError) as exc:
         # Never drop a slot silently: the rule cannot be evaluated, so say so for this slot.
         log.error("rule %s slot %s: cannot render business key: %s", rule.name, slot, exc)
-        _record_decision(rule, slot, reason=Decision.Reason.INVALID_RULE, details={"error": str(exc)}, now=now,
-                         result=result)
+        _record_decision(
+            rule, slot, reason=Decision.Reason.INVALID_RULE, details={"error": str(exc)}, now=now, result=result
+        )
         return
     claim = run_claim(
         biz_key=biz_key,

@@ -1,3 +1,5 @@
+"""The Operators, On-call and Viewers groups (audit/roles.py), once every app's permissions exist."""
+
 from django.db import migrations
 
 
@@ -12,10 +14,9 @@ class Migration(migrations.Migration):
         ("audit", "0001_initial"),
         ("auth", "0012_alter_user_first_name_max_length"),
         ("contenttypes", "0002_remove_content_type_name"),
-        # The custom permissions the groups get are declared in these.
-        ("tasks", "0002_rule_history_perms"),
-        ("runs", "0003_trial_lease_perms"),
-        ("deadletters", "0002_desk_fields"),
+        ("tasks", "0001_initial"),
+        ("runs", "0002_beat_entries"),
+        ("deadletters", "0002_default_channel"),
     ]
 
     operations = [migrations.RunPython(install, migrations.RunPython.noop)]

@@ -1,3 +1,5 @@
+"""Install the beat entries that wake the harness (runs/beat.py): tick, sweeper, file sensors, alerts."""
+
 from django.db import migrations
 
 from runs.beat import beat_entries_install, beat_entries_remove

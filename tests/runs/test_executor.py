@@ -63,8 +63,9 @@ if HOLD_SKILL not in registry:
 def admins(settings):
     settings.ADMINS = [("On call", ADMIN_EMAIL)]
     # The default alert channel the data migration installs (transactional tests flush it).
-    AlertChannel.objects.get_or_create(name="On-call email (ADMINS)", defaults={"kind": "email",
-                                                                                "min_severity": "urgent"})
+    AlertChannel.objects.get_or_create(
+        name="On-call email (ADMINS)", defaults={"kind": "email", "min_severity": "urgent"}
+    )
 
 
 def delivered(mailoutbox):

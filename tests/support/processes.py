@@ -87,19 +87,45 @@ class Harness:
         self.procs: list[Proc] = []
 
     def worker(self, name: str = "w1", *, concurrency: int = 2, extra_env: dict | None = None) -> Proc:
-        args = [sys.executable, "-m", "celery", "-A", "harness_site", "worker", "--loglevel=INFO",
-                f"--concurrency={concurrency}", f"--hostname={name}@%h", "--without-gossip", "--without-mingle",
-                "--without-heartbeat"]
+        args = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "harness_site",
+            "worker",
+            "--loglevel=INFO",
+            f"--concurrency={concurrency}",
+            f"--hostname={name}@%h",
+            "--without-gossip",
+            "--without-mingle",
+            "--without-heartbeat",
+        ]
         return self._start(name, args, extra_env)
 
     def beat(self, name: str = "beat1", *, extra_env: dict | None = None) -> Proc:
-        args = [sys.executable, "-m", "celery", "-A", "harness_site", "beat", "--loglevel=INFO", "--pidfile=",
-                f"--schedule={self.log_dir / (name + '-schedule')}"]
+        args = [
+            sys.executable,
+            "-m",
+            "celery",
+            "-A",
+            "harness_site",
+            "beat",
+            "--loglevel=INFO",
+            "--pidfile=",
+            f"--schedule={self.log_dir / (name + '-schedule')}",
+        ]
         return self._start(name, args, extra_env)
 
     def manage(self, *argv: str, extra_env: dict | None = None, timeout: float = 60) -> subprocess.CompletedProcess:
-        return subprocess.run([sys.executable, "manage.py", *argv], cwd=ROOT, env=child_env(**(extra_env or {})),
-                              capture_output=True, text=True, timeout=timeout)
+        return subprocess.run(
+            [sys.executable, "manage.py", *argv],
+            cwd=ROOT,
+            env=child_env(**(extra_env or {})),
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
 
     def _start(self, name: str, args: list[str], extra_env: dict | None) -> Proc:
         # Children must see every row this process wrote: no open transaction may hide them.

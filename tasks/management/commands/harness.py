@@ -125,7 +125,9 @@ class Command(GuardCommandsMixin, BaseCommand):
         qs = DiagnosticRecord.objects.order_by("id")
         if rule:
             qs = qs.filter(rule_name=rule)
-        rows = list(qs.values("id", "run_id", "biz_key", "rule_name", "slot", "fence", "attempt", "worker", "created_at"))
+        rows = list(
+            qs.values("id", "run_id", "biz_key", "rule_name", "slot", "fence", "attempt", "worker", "created_at")
+        )
         if as_json:
             self.stdout.write(json.dumps(rows, indent=2, cls=DjangoJSONEncoder))
             return
@@ -141,11 +143,12 @@ class Command(GuardCommandsMixin, BaseCommand):
         if slot:
             at = parse_datetime(slot)
             if at is None or at.tzinfo is None:
-                raise CommandError(f"--slot {slot!r}: give an ISO 8601 instant with offset, e.g. 2026-12-01T09:00:00+08:00")
+                raise CommandError(
+                    f"--slot {slot!r}: give an ISO 8601 instant with offset, e.g. 2026-12-01T09:00:00+08:00"
+                )
         claim = services.rule_fire(rule=obj, actor=actor, now=timezone.now(), slot=at)
         verb = "created" if claim.created else "already exists (dedupe hit counted)"
         self.stdout.write(f"run {claim.run.id} {verb}: {claim.run.biz_key}")
-
 
     def _sensors(self, *, sensors_command, source, **opts):
         from tasks.models import TriggerSource
