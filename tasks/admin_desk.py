@@ -397,38 +397,14 @@ class RuleDeskMixin:
         return TemplateResponse(request, FORM_TEMPLATE, context)
 
     def run_now_view(self, request, object_id):
-        require_perm(request, "tasks.run_rule_now")
-        rule = get_object_or_404(TriggerRule, pk=object_id)
-        form = RunNowForm(posted(request), rule=rule)
-        if request.method == "POST" and form.is_valid():
-            try:
-                claim = rule_run_now(
-                    rule=rule,
-                    actor=request.user,
-                    now=now(),
-                    slot=form.cleaned_data["slot"],
-                    biz_key=form.cleaned_data["biz_key"],
-                    reason=form.cleaned_data["reason"],
-                )
-            except RuleActionError as exc:
-                form.add_error(exc.field if exc.field in form.fields else None, str(exc))
-            else:
-                return self._claimed(request, claim)
-        return self._form_page(
-            request,
-            rule,
-            form,
-            title=_("Run %(rule)s now") % {"rule": rule.name},
-            submit_label=_("Run now"),
-            intro=_(
-                "A real run through the same claim as the scheduler: a second click for the same slot or key "
-                "changes nothing. Times are in %(zone)s."
-            )
-            % {"zone": rule.timezone},
-        )
+        return self._run_now_page(request, object_id, trial=False)
 
     def trial_view(self, request, object_id):
-        require_perm(request, "tasks.trial_run_rule")
+        return self._run_now_page(request, object_id, trial=True)
+
+    def _run_now_page(self, request, object_id, *, trial: bool):
+        """Run now and trial run: the same form and the same claim; a trial gets its own key namespace."""
+        require_perm(request, "tasks.trial_run_rule" if trial else "tasks.run_rule_now")
         rule = get_object_or_404(TriggerRule, pk=object_id)
         form = RunNowForm(posted(request), rule=rule)
         if request.method == "POST" and form.is_valid():
@@ -440,23 +416,27 @@ class RuleDeskMixin:
                     slot=form.cleaned_data["slot"],
                     biz_key=form.cleaned_data["biz_key"],
                     reason=form.cleaned_data["reason"],
-                    trial=True,
+                    trial=trial,
                 )
             except RuleActionError as exc:
                 form.add_error(exc.field if exc.field in form.fields else None, str(exc))
             else:
                 return self._claimed(request, claim)
-        return self._form_page(
-            request,
-            rule,
-            form,
-            title=_("Trial run of %(rule)s") % {"rule": rule.name},
-            submit_label=_("Start trial run"),
-            intro=_(
+        if trial:
+            title = _("Trial run of %(rule)s") % {"rule": rule.name}
+            submit_label = _("Start trial run")
+            intro = _(
                 'A trial is a real run flagged as trial, with its business key in the "trial:" namespace: it '
                 "never dedupes against or blocks the real run. It works on paused rules too (gray release)."
-            ),
-        )
+            )
+        else:
+            title = _("Run %(rule)s now") % {"rule": rule.name}
+            submit_label = _("Run now")
+            intro = _(
+                "A real run through the same claim as the scheduler: a second click for the same slot or key "
+                "changes nothing. Times are in %(zone)s."
+            ) % {"zone": rule.timezone}
+        return self._form_page(request, rule, form, title=title, submit_label=submit_label, intro=intro)
 
     def _claimed(self, request, claim):
         run = claim.run
