@@ -16,8 +16,8 @@ from tasks.identities import identity_require
 from tasks.skills import ErrorKind, SkillContext, SkillError, registry
 from tasks.steps import RunParked
 
-from .backoff import RetryPolicy, decide_retry
 from .errors import ClassifiedError, classify
+from .failures import run_record_failure
 from .leases import object_gate_enter, object_gate_exit
 from .models import Attempt, TaskRun
 from .start_window import start_window_passed
@@ -175,51 +175,21 @@ def _finish_success(run: TaskRun, attempt: Attempt, result: object, *, now: date
 def _finish_failure(
     run: TaskRun, attempt: Attempt, error: ClassifiedError, *, now: datetime, draw: float, retry_after: float | None
 ) -> ExecuteOutcome:
-    from deadletters.services import deadletter_open
-
-    first_failure_at = run.first_failure_at or now
-    decision = decide_retry(
-        RetryPolicy.from_dict(run.policy),
-        attempt=attempt.number,
-        error_kind=error.kind,
-        first_failure_at=first_failure_at,
-        now=now,
-        draw=draw,
-        retry_after=retry_after,
-    )
-    common = {
-        "first_failure_at": first_failure_at,
-        "last_error": error.message,
-        "last_error_kind": error.kind,
-    }
     with transaction.atomic():
-        if decision.retry:
-            done = _fenced_update(run, state=TaskRun.State.WAITING_RETRY, run_after=decision.run_after, **common)
-        else:
-            done = _fenced_update(run, state=TaskRun.State.FAILED, finish_at=now, **common)
-        if not done:
-            return _mark_fenced(attempt, now)
-        Attempt.objects.filter(id=attempt.id).update(
-            outcome=Attempt.Outcome.RETRY if decision.retry else Attempt.Outcome.FAILED,
-            finished_at=now,
-            error_kind=error.kind,
-            error_digest=error.digest,
-            error=error.message,
+        decision = run_record_failure(
+            run=run,
+            attempt_number=attempt.number,
+            attempts=Attempt.objects.filter(id=attempt.id),
+            error=error,
+            now=now,
+            draw=draw,
+            retry_after=retry_after,
+            # Fenced: written only while this attempt still holds the lease (invariant 2).
+            where={"fence": run.fence, "state": TaskRun.State.RUNNING},
+            extra={},
         )
-        if not decision.retry:
-            run.refresh_from_db()
-            deadletter_open(run=run, error=error, reason=decision.reason, now=now)
-        else:
-            from deadletters.alerts import alert_retry
-
-            # Recorded with the outcome (an outbox row); sent by a worker after commit.
-            alert_retry(
-                run=run,
-                attempt=attempt.number,
-                max_attempts=RetryPolicy.from_dict(run.policy).max_attempts,
-                error=error,
-                now=now,
-            )
+        if decision is None:
+            return _mark_fenced(attempt, now)
     status = "retry" if decision.retry else "failed"
     log.info("run %s attempt %s %s: %s (%s)", run.id, attempt.number, status, error.kind, decision.reason)
     return ExecuteOutcome(run.id, status, decision.reason)

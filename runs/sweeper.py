@@ -11,9 +11,9 @@ from django.db.models import F, Q
 
 from tasks.skills import ErrorKind
 
-from .backoff import RetryPolicy, decide_retry
 from .dispatch import run_dispatch_on_commit
 from .errors import ClassifiedError
+from .failures import run_record_failure
 from .models import Attempt, TaskRun
 
 log = logging.getLogger("harness.sweeper")
@@ -47,8 +47,6 @@ def _expired_leases(now: datetime) -> list[tuple[int, int]]:
 def _expire_one(run_id: int, fence: int, *, now: datetime, draw: float) -> bool:
     """Take the lease back from a lost worker: bump the fence so it can never commit, count the
     attempt, then retry or dead-letter by the run's policy."""
-    from deadletters.services import deadletter_open
-
     with transaction.atomic():
         run = (
             TaskRun.objects.select_for_update(skip_locked=True)
@@ -62,49 +60,20 @@ def _expire_one(run_id: int, fence: int, *, now: datetime, draw: float) -> bool:
             message=f"lease held by {run.lease_owner or '?'} expired at {run.lease_expires_at:%Y-%m-%dT%H:%M:%SZ}",
             digest="lease-expired",
         )
-        first_failure_at = run.first_failure_at or now
-        decision = decide_retry(
-            RetryPolicy.from_dict(run.policy),
-            attempt=run.attempts,
-            error_kind=error.kind,
-            first_failure_at=first_failure_at,
+        # Bumping the fence means the lost worker can never commit.
+        decision = run_record_failure(
+            run=run,
+            attempt_number=run.attempts,
+            attempts=Attempt.objects.filter(run=run, number=run.attempts, outcome=Attempt.Outcome.RUNNING),
+            error=error,
             now=now,
             draw=draw,
+            where={"fence": fence, "state": TaskRun.State.RUNNING},
+            extra={"fence": F("fence") + 1},
+            attempt_outcome=Attempt.Outcome.LEASE_EXPIRED,
         )
-        fields = {
-            "fence": F("fence") + 1,
-            "lease_owner": "",
-            "lease_expires_at": None,
-            "first_failure_at": first_failure_at,
-            "last_error": error.message,
-            "last_error_kind": error.kind,
-        }
-        if decision.retry:
-            fields.update(state=TaskRun.State.WAITING_RETRY, run_after=decision.run_after)
-        else:
-            fields.update(state=TaskRun.State.FAILED, finish_at=now)
-        TaskRun.objects.filter(id=run.id).update(**fields)
-        Attempt.objects.filter(run=run, number=run.attempts, outcome=Attempt.Outcome.RUNNING).update(
-            outcome=Attempt.Outcome.LEASE_EXPIRED,
-            finished_at=now,
-            error_kind=error.kind,
-            error_digest=error.digest,
-            error=error.message,
-        )
-        if not decision.retry:
-            run.refresh_from_db()
-            deadletter_open(run=run, error=error, reason=decision.reason, now=now)
-        else:
-            from deadletters.alerts import alert_retry
-
-            # A lost worker is a failed attempt too: the same escalation as the executor's retries.
-            alert_retry(
-                run=run,
-                attempt=run.attempts,
-                max_attempts=RetryPolicy.from_dict(run.policy).max_attempts,
-                error=error,
-                now=now,
-            )
+        if decision is None:
+            return False
     log.warning("run %s: lease expired, %s", run_id, decision.reason)
     return True
 
