@@ -9,8 +9,8 @@ import httpx
 from django.conf import settings
 from django.core.mail import send_mail
 
-from . import alert_rules as rules
-from .models import AlertChannel
+from deadletters import alert_rules as rules
+from deadletters.models import AlertChannel
 
 log = logging.getLogger("harness.alerts.channel")
 

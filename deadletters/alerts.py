@@ -14,8 +14,8 @@ from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.urls import reverse
 
-from . import alert_rules as rules
-from .models import Alert, AlertChannel, DeadLetter
+from deadletters import alert_rules as rules
+from deadletters.models import Alert, AlertChannel, DeadLetter
 
 log = logging.getLogger("harness.alerts")
 
@@ -89,7 +89,7 @@ def _after_commit(payload: dict, pending: list[int]) -> None:
     fields = " ".join(f"{f}={payload.get(f)}" for f in rules.PAYLOAD_FIELDS)
     log.log(LOG_LEVEL.get(payload["severity"], logging.ERROR), "%s | %s", msg.title, fields)
     if pending:
-        from .jobs import alert_deliver_task
+        from deadletters.jobs import alert_deliver_task
 
         for alert_id in pending:  # a lost message is picked up by the periodic alerts_check
             alert_deliver_task.delay(alert_id)
@@ -251,7 +251,7 @@ def alert_deliver(*, alert_id: int, now: datetime) -> str:
     Compare-and-set claim: only one of the on-commit task and the periodic sweep sends it.
     Returns "sent", "retry", "failed" or "not_due" (sent, folded, claimed elsewhere or not yet due).
     """
-    from .alert_delivery import DeliveryError, deliver
+    from deadletters.alert_delivery import DeliveryError, deliver
 
     claimed = Alert.objects.filter(id=alert_id, state=Alert.State.PENDING, next_attempt_at__lte=now).update(
         next_attempt_at=now + DELIVERY_CLAIM, attempts=F("attempts") + 1

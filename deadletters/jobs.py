@@ -3,7 +3,7 @@
 from celery import shared_task
 from django.utils import timezone
 
-from . import alerts
+from deadletters import alerts
 
 
 # Queued on commit of the event that recorded the alert. One try per message: a failed send is

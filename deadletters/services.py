@@ -4,11 +4,10 @@ from datetime import datetime
 
 from django.db import IntegrityError, transaction
 
-from runs.errors import ClassifiedError
+from deadletters.alerts import alert_final_failure
+from deadletters.models import DeadLetter
 from runs.models import TaskRun
-
-from .alerts import alert_final_failure
-from .models import DeadLetter
+from tasks.skills.errors import ClassifiedError
 
 
 def deadletter_open(*, run: TaskRun, error: ClassifiedError, reason: str, now: datetime) -> DeadLetter:
@@ -54,8 +53,8 @@ def deadletter_replay(*, ticket_id: int, actor, now: datetime, reason: str = "")
     so the unique constraint keeps holding. Raises DeadLetterError if the run is no longer failed
     (retried from the run page meanwhile); nothing is changed then.
     """
-    from audit.models import AuditEntry
-    from audit.services import audit_record
+    from harness_site.audit.models import AuditEntry
+    from harness_site.audit.services import audit_record
     from runs.dispatch import run_dispatch_on_commit
 
     with transaction.atomic():
@@ -85,8 +84,8 @@ def deadletter_replay(*, ticket_id: int, actor, now: datetime, reason: str = "")
 
 def deadletter_close(*, ticket_id: int, actor, now: datetime, note: str) -> bool:
     """Close an open ticket with a note saying why. False: it was not open."""
-    from audit.models import AuditEntry
-    from audit.services import audit_record
+    from harness_site.audit.models import AuditEntry
+    from harness_site.audit.services import audit_record
 
     if not (note or "").strip():
         raise DeadLetterError("A note is required to close a ticket.")
@@ -110,8 +109,8 @@ def deadletter_close(*, ticket_id: int, actor, now: datetime, note: str) -> bool
 
 def deadletter_assign(*, ticket_id: int, owner, actor, now: datetime, reason: str = "") -> bool:
     """Give a ticket an owner (None: unassign). False: no such ticket."""
-    from audit.models import AuditEntry
-    from audit.services import audit_record
+    from harness_site.audit.models import AuditEntry
+    from harness_site.audit.services import audit_record
 
     with transaction.atomic():
         if not DeadLetter.objects.filter(id=ticket_id).update(owner=owner, updated_at=now):

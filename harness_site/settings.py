@@ -30,7 +30,7 @@ INSTALLED_APPS = [
     "tasks",
     "runs",
     "deadletters",
-    "audit",
+    "harness_site.audit",
 ]
 
 MIDDLEWARE = [
@@ -96,7 +96,7 @@ LANGUAGE_CODE = env.str("LANGUAGE_CODE", default="en-us")
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
 if LANGUAGE_CODE.lower() not in {"en", "en-us", "zh-hans"}:
     raise environ.ImproperlyConfigured(f"LANGUAGE_CODE={LANGUAGE_CODE!r}: use en-us or zh-hans")
-LOCALE_PATHS = [BASE_DIR / "locale"]
+LOCALE_PATHS = [BASE_DIR / "harness_site" / "locale"]
 # Stored instants are UTC; a rule's own IANA zone is a field on the rule, the host zone never matters.
 TIME_ZONE = "UTC"
 USE_I18N = True

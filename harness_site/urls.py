@@ -4,8 +4,8 @@ from django.utils.translation import gettext_lazy as _
 
 from runs.dashboard_view import dashboard_view
 from runs.views import healthz
-from tasks.api import flags_clear_view, flags_list_view, flags_set_view, ping_view
-from tasks.webhooks import webhook
+from tasks.triggers.webhook import webhook
+from tasks.views import flags_clear_view, flags_list_view, flags_set_view, ping_view
 
 admin.site.site_header = "Agent Harness"
 admin.site.site_title = "Agent Harness"

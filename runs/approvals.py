@@ -12,9 +12,9 @@ from django.db import transaction
 from django.db.models import DateTimeField, F, Value
 from django.db.models.functions import Coalesce
 
-from .dispatch import run_dispatch_on_commit
-from .errors import ClassifiedError
-from .models import ActionProposal, TaskRun
+from runs.dispatch import run_dispatch_on_commit
+from runs.models import ActionProposal, TaskRun
+from tasks.skills.errors import ClassifiedError
 
 log = logging.getLogger("harness.approvals")
 
@@ -31,7 +31,7 @@ def _actor_name(actor) -> str:
 def proposal_approve(*, proposal_id: int, actor, now: datetime, note: str = "") -> bool:
     """Approve a pending, unexpired proposal and make its run due now. False if it was already
     decided, expired, or its run is no longer waiting (nothing is changed then)."""
-    from audit.services import audit_record
+    from harness_site.audit.services import audit_record
 
     with transaction.atomic():
         # Compare-and-set: a row count of 0 means someone decided first (or it expired).
@@ -64,7 +64,7 @@ def proposal_approve(*, proposal_id: int, actor, now: datetime, note: str = "") 
 
 def proposal_reject(*, proposal_id: int, actor, now: datetime, note: str = "") -> bool:
     """Reject a pending proposal and cancel its run. False if it was already decided."""
-    from audit.services import audit_record
+    from harness_site.audit.services import audit_record
 
     with transaction.atomic():
         won = ActionProposal.objects.filter(id=proposal_id, status=ActionProposal.Status.PENDING).update(

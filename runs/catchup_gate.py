@@ -7,8 +7,8 @@ from django.contrib import admin, messages
 from django.db import transaction
 from django.utils import timezone
 
-from .dispatch import run_dispatch_on_commit
-from .models import TaskRun
+from runs.dispatch import run_dispatch_on_commit
+from runs.models import TaskRun
 
 APPROVE_PERM = "runs.approve_catchup"
 

@@ -6,8 +6,8 @@ from datetime import datetime
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
-from .dispatch import run_dispatch_on_commit
-from .models import TaskRun
+from runs.dispatch import run_dispatch_on_commit
+from runs.models import TaskRun
 
 
 @dataclass(frozen=True)

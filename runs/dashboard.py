@@ -15,10 +15,9 @@ from django.db.models.functions import TruncHour
 from django.utils.translation import gettext as _
 
 from deadletters.models import DeadLetter
+from runs.models import TaskRun
+from runs.selectors import scheduler_health
 from tasks.models import TriggerRule
-
-from .models import TaskRun
-from .selectors import scheduler_health
 
 WINDOW = timedelta(hours=24)
 PERCENTILE_WINDOW = 10_000

@@ -7,9 +7,8 @@ from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _
 
 from harness_site.desk import now
-
-from .dashboard import dashboard_build
-from .models import TaskRun
+from runs.dashboard import dashboard_build
+from runs.models import TaskRun
 
 STATE_COLOURS = {
     TaskRun.State.PENDING: "#79aec8",

@@ -4,7 +4,7 @@ from datetime import datetime
 
 from django.db import transaction
 
-from .models import TaskRun
+from runs.models import TaskRun
 
 
 def run_dispatch_on_commit(*, run_ids: list[int], now: datetime) -> None:
@@ -15,7 +15,7 @@ def run_dispatch_on_commit(*, run_ids: list[int], now: datetime) -> None:
     TaskRun.objects.filter(id__in=run_ids).update(dispatched_at=now)
 
     def send() -> None:
-        from .jobs import run_execute_task
+        from runs.jobs import run_execute_task
 
         for run_id in run_ids:
             run_execute_task.delay(run_id)

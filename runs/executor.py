@@ -12,15 +12,14 @@ from django.db import close_old_connections, connection, transaction
 from django.db.models import F
 from django.db.models.functions import Coalesce
 
-from tasks.identities import identity_require
-from tasks.skills import ErrorKind, SkillContext, SkillError, registry
-from tasks.steps import RunParked
-
-from .errors import ClassifiedError, classify
-from .failures import run_record_failure
-from .leases import object_gate_enter, object_gate_exit
-from .models import Attempt, TaskRun
-from .start_window import start_window_passed
+from runs.leases import object_gate_enter, object_gate_exit
+from runs.models import Attempt, TaskRun
+from runs.outcome import run_record_failure
+from runs.start_window import start_window_passed
+from runs.steps import RunParked
+from tasks.skills.errors import ClassifiedError, classify
+from tasks.skills.identities import identity_require
+from tasks.skills.sdk import ErrorKind, SkillContext, SkillError, registry
 
 log = logging.getLogger("harness.executor")
 
@@ -80,7 +79,7 @@ def _execute_claimed(*, run_id: int, worker: str, clock: Clock, rand: Callable[[
     if error is None:
         return _finish_success(run, attempt, result, now=clock())
     if isinstance(error, RunParked):  # waiting for a human or a budget window, not a failure
-        from .parking import run_park
+        from runs.parking import run_park
 
         return run_park(run, attempt, error, now=clock())
     return _finish_failure(run, attempt, classify(error), now=clock(), draw=rand(), retry_after=_retry_after(error))

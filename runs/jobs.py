@@ -6,9 +6,8 @@ import socket
 from celery import shared_task
 from django.utils import timezone
 
-from tasks.scheduler import scheduler_tick
-
-from . import executor, sweeper
+from runs import executor, sweeper
+from tasks.triggers.scheduler import scheduler_tick
 
 
 def _worker_identity(task) -> str:
@@ -30,8 +29,8 @@ def scheduler_tick_task() -> dict:
 
 @shared_task(name="runs.sweep", acks_late=False, ignore_result=True, expires=30)
 def sweep_task() -> dict:
-    from .approvals import approval_expire_due
-    from .retention import decision_sweep
+    from runs.approvals import approval_expire_due
+    from runs.retention import decision_sweep
 
     now = timezone.now()
     result = vars(sweeper.sweep(now=now))

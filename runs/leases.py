@@ -15,8 +15,8 @@ from datetime import datetime, timedelta
 from django.db import IntegrityError, connection, transaction
 from django.db.models import F, Q
 
-from .dispatch import run_dispatch_on_commit
-from .models import Lease, TaskRun
+from runs.dispatch import run_dispatch_on_commit
+from runs.models import Lease, TaskRun
 
 log = logging.getLogger("harness.leases")
 

@@ -292,4 +292,4 @@ class SchedulerTick(models.Model):
 
 
 # Step, external-call and proposal records live in their own module (issue 5).
-from .step_models import ActionProposal, ExternalCall, RunStep  # noqa: E402, F401
+from runs.step_models import ActionProposal, ExternalCall, RunStep  # noqa: E402, F401

@@ -7,12 +7,11 @@ from datetime import datetime
 from django.db import transaction
 from django.db.models import F
 
-from audit.models import AuditEntry
-from audit.services import audit_record
-from tasks.skills import ErrorKind
-
-from .dispatch import run_dispatch_on_commit
-from .models import Attempt, Lease, TaskRun
+from harness_site.audit.models import AuditEntry
+from harness_site.audit.services import audit_record
+from runs.dispatch import run_dispatch_on_commit
+from runs.models import Attempt, Lease, TaskRun
+from tasks.skills.sdk import ErrorKind
 
 RETRYABLE_STATES = (TaskRun.State.WAITING_RETRY, TaskRun.State.FAILED)
 CANCELLABLE_STATES = (TaskRun.State.PENDING, TaskRun.State.WAITING_RETRY)

@@ -7,10 +7,9 @@ from datetime import datetime
 from django.db import transaction
 from django.db.models import F
 
-from tasks.steps import AwaitApproval, BudgetWait, RunParked
-
-from .executor import ExecuteOutcome, _mark_fenced
-from .models import ActionProposal, Attempt, TaskRun
+from runs.executor import ExecuteOutcome, _mark_fenced
+from runs.models import ActionProposal, Attempt, TaskRun
+from runs.steps import AwaitApproval, BudgetWait, RunParked
 
 log = logging.getLogger("harness.parking")
 

@@ -4,7 +4,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
-from .models import Decision
+from runs.models import Decision
 
 # Deleted per sweep at most, so one sweep after a long pause stays short; the next continues.
 RETENTION_BATCH = 5000

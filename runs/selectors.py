@@ -4,7 +4,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
-from .models import SchedulerTick, TaskRun
+from runs.models import SchedulerTick, TaskRun
 
 # A scheduler that has not ticked for this many tick periods is considered stalled.
 STALL_FACTOR = 10

@@ -5,7 +5,7 @@ from datetime import datetime
 
 from django.utils.dateparse import parse_datetime
 
-from .models import TaskRun
+from runs.models import TaskRun
 
 
 def start_window_passed(*, run_id: int, now: datetime) -> bool:

@@ -9,12 +9,11 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models import F, Q
 
-from tasks.skills import ErrorKind
-
-from .dispatch import run_dispatch_on_commit
-from .errors import ClassifiedError
-from .failures import run_record_failure
-from .models import Attempt, TaskRun
+from runs.dispatch import run_dispatch_on_commit
+from runs.models import Attempt, TaskRun
+from runs.outcome import run_record_failure
+from tasks.skills.errors import ClassifiedError
+from tasks.skills.sdk import ErrorKind
 
 log = logging.getLogger("harness.sweeper")
 

@@ -3,7 +3,7 @@
 from django.http import JsonResponse
 from django.utils import timezone
 
-from . import selectors
+from runs import selectors
 
 
 def healthz(request):

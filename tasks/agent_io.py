@@ -6,7 +6,7 @@ are safe to commit. Rules name their agent by name ("agent": "demo-echo").
 
 from django.core.exceptions import ValidationError
 
-from .agent_models import Agent
+from tasks.models.agent import Agent
 
 AGENT_FIELDS = (
     "name",

@@ -8,4 +8,4 @@ class TasksConfig(AppConfig):
 
     def ready(self) -> None:
         # Registers the built-in diagnostic skills, the actions and the llm_json skill.
-        from . import actions, builtin_skills, llm_skills  # noqa: F401
+        from tasks.skills import actions, builtin, llm_json  # noqa: F401

@@ -7,7 +7,7 @@ from datetime import datetime
 
 from django.db import IntegrityError, transaction
 
-from .models import ReadinessFlag
+from tasks.models import ReadinessFlag
 
 log = logging.getLogger("harness.flags")
 

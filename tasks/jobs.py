@@ -3,9 +3,9 @@
 from celery import shared_task
 from django.utils import timezone
 
-from .intake import event_intake, event_records_prune
-from .models import TriggerSource
-from .sensors import sensors_scan_all
+from tasks.models import TriggerSource
+from tasks.triggers.events import event_intake, event_records_prune
+from tasks.triggers.sensors import sensors_scan_all
 
 
 # For queue producers: send_task("tasks.event_intake", kwargs={"source": ..., "payload": {...}}).

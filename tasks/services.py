@@ -10,13 +10,12 @@ from django.utils.dateparse import parse_datetime
 
 from runs.claims import ClaimResult, run_claim
 from runs.models import TaskRun
-
-from . import schedule
-from .agent_io import agent_export, agent_resolve, agent_save, agent_stage
-from .guards import rule_object_key
-from .models import TriggerRule
-from .scheduler import rule_identity, rule_payload, rule_render_key
-from .slots import key_values
+from tasks.agent_io import agent_export, agent_resolve, agent_save, agent_stage
+from tasks.models import TriggerRule
+from tasks.rules import schedule
+from tasks.rules.guards import rule_object_key
+from tasks.triggers.scheduler import rule_identity, rule_payload, rule_render_key
+from tasks.triggers.slot import key_values
 
 # Fields that travel in an export/import file, in the order they are written.
 EXPORT_FIELDS = (
@@ -232,7 +231,7 @@ _TYPE_NAMES = {
 
 def _identity_resolve(item: dict) -> str | None:
     """Replace a rule item's identity name by the ServiceIdentity; an error text if there is none."""
-    from .models import ServiceIdentity
+    from tasks.models import ServiceIdentity
 
     name = item.get("identity")
     if not isinstance(name, str) or not name:

@@ -262,7 +262,7 @@ class Migration(migrations.Migration):
                 ('id', models.BigAutoField(auto_created=True, primary_key=True, serialize=False, verbose_name='ID')),
                 ('name', models.SlugField(help_text='In the URL /hooks/<name>/ and {source} in keys.', max_length=100, unique=True)),
                 ('enabled', models.BooleanField(default=True)),
-                ('kind', models.CharField(choices=[('webhook', 'Webhook: signed HTTP POST to /hooks/<name>/'), ('queue', 'Queue: Celery task tasks.event_intake'), ('file', 'File arrival: folder sensor'), ('python', 'Python: tasks.intake.event_intake()')], default='webhook', max_length=10)),
+                ('kind', models.CharField(choices=[('webhook', 'Webhook: signed HTTP POST to /hooks/<name>/'), ('queue', 'Queue: Celery task tasks.event_intake'), ('file', 'File arrival: folder sensor'), ('python', 'Python: tasks.triggers.events.event_intake()')], default='webhook', max_length=10)),
                 ('description', models.CharField(blank=True, max_length=500)),
                 ('identity', models.CharField(help_text="Who this source stands for; recorded as the run's triggered_by, e.g. svc:billing.", max_length=150)),
                 ('secret_env', models.CharField(blank=True, help_text='Webhook sources: NAME of the environment variable holding the HMAC secret (never the secret).', max_length=100)),

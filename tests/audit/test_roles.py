@@ -5,7 +5,7 @@ import pytest
 from django.contrib.auth.models import Group
 from django.urls import reverse
 
-from audit.roles import GROUPS
+from harness_site.audit.roles import GROUPS
 from tests.support.desk import (  # noqa: F401
     make_rule,
     oncall,
@@ -40,8 +40,8 @@ def test_it_lets_operators_edit_rules_and_viewers_only_look(operator_client, vie
 def test_it_keeps_the_audit_log_read_only(operator_client, operator):
     from django.utils import timezone
 
-    from audit.models import AuditEntry
-    from tasks.rule_actions import rule_pause
+    from harness_site.audit.models import AuditEntry
+    from tasks.triggers.operator import rule_pause
 
     rule = make_rule()
     rule_pause(rule=rule, actor=operator, now=timezone.now(), reason="maintenance")
@@ -100,7 +100,7 @@ def _decide(client, proposal, action: str):
 
 
 def test_it_lets_on_call_approve_a_proposed_action_and_viewers_not(oncall_client, viewer_client):
-    from audit.models import AuditEntry
+    from harness_site.audit.models import AuditEntry
     from runs.models import ActionProposal, TaskRun
 
     proposal = _awaiting_proposal()

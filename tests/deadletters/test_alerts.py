@@ -22,12 +22,12 @@ from deadletters.alerts import (
 from deadletters.models import Alert, AlertChannel, DeadLetter
 from deadletters.services import deadletter_open
 from runs.claims import run_claim
-from runs.errors import classify
 from runs.executor import run_execute
 from runs.models import SchedulerTick, TaskRun
 from tasks.models import TriggerRule
-from tasks.scheduler import scheduler_tick
-from tasks.skills import SkillError
+from tasks.skills.errors import classify
+from tasks.skills.sdk import SkillError
+from tasks.triggers.scheduler import scheduler_tick
 from tests.support.receiver import start_receiver
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -12,9 +12,9 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import strip_tags
 
-from audit.models import AuditEntry
 from deadletters.models import DeadLetter
 from deadletters.services import deadletter_replay
+from harness_site.audit.models import AuditEntry
 from runs.models import TaskRun
 from tests.support.desk import (  # noqa: F401 - fixtures
     make_failed_run,

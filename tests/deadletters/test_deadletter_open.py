@@ -15,9 +15,9 @@ from deadletters.alerts import alert_deliver_due, alert_final_failure
 from deadletters.models import Alert, AlertChannel, DeadLetter
 from deadletters.services import deadletter_open
 from runs.claims import run_claim
-from runs.errors import classify
 from runs.models import TaskRun
-from tasks.skills import SkillError
+from tasks.skills.errors import classify
+from tasks.skills.sdk import SkillError
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

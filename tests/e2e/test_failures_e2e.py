@@ -8,7 +8,7 @@ from django.utils import timezone
 
 from deadletters.models import DeadLetter
 from runs.models import Attempt, SchedulerTick, TaskRun
-from tasks.skills import ErrorKind
+from tasks.skills.sdk import ErrorKind
 from tests.e2e.helpers import (
     RUN_TIMEOUT,
     make_rule,

@@ -9,9 +9,9 @@ from django.urls import reverse
 from deadletters.models import DeadLetter
 from deadletters.services import deadletter_open
 from runs.claims import run_claim
-from runs.errors import classify
 from runs.models import Attempt, TaskRun
-from tasks.skills import ErrorKind, SkillError
+from tasks.skills.errors import classify
+from tasks.skills.sdk import ErrorKind, SkillError
 
 pytestmark = pytest.mark.django_db
 

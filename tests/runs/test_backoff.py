@@ -5,8 +5,8 @@ from itertools import pairwise
 
 import pytest
 
-from runs.backoff import RetryPolicy, backoff_delay, decide_retry
-from tasks.skills import ErrorKind
+from runs.retry import RetryPolicy, backoff_delay, decide_retry
+from tasks.skills.sdk import ErrorKind
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 ALMOST_ONE = 1 - 1e-9  # the largest draws random.random() can return

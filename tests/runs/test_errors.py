@@ -4,8 +4,8 @@ import socket
 
 import pytest
 
-from runs.errors import MAX_ERROR_TEXT, classify, fingerprint
-from tasks.skills import ErrorKind, SkillError
+from tasks.skills.errors import MAX_ERROR_TEXT, classify, fingerprint
+from tasks.skills.sdk import ErrorKind, SkillError
 
 
 @pytest.mark.parametrize("kind", sorted(ErrorKind.ALL))

@@ -17,13 +17,13 @@ from deadletters.alerts import alert_deliver_due
 from deadletters.models import AlertChannel, DeadLetter
 from deadletters.services import deadletter_open
 from runs.claims import run_claim
-from runs.errors import classify
 from runs.executor import LeaseLost, _claim, fenced, run_execute
 from runs.models import Attempt, TaskRun
 from runs.sweeper import sweep
-from tasks import builtin_skills
 from tasks.models import DiagnosticRecord
-from tasks.skills import SkillContext, SkillError, registry
+from tasks.skills import builtin as builtin_skills
+from tasks.skills.errors import classify
+from tasks.skills.sdk import SkillContext, SkillError, registry
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

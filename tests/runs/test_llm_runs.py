@@ -19,9 +19,9 @@ from runs.claims import run_claim
 from runs.executor import run_execute
 from runs.models import ActionProposal, Attempt, ExternalCall, RunStep, TaskRun
 from runs.sweeper import sweep
-from tasks.actions import action
 from tasks.models import Agent, DiagnosticRecord
-from tasks.skills import ErrorKind, SkillContext
+from tasks.skills.actions import action
+from tasks.skills.sdk import ErrorKind, SkillContext
 from tests.support.fake_model import FakeModelServer, Reply, completion, json_completion
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -353,7 +353,7 @@ def test_it_runs_an_approved_action_once_even_when_approved_twice(server, admin_
     assert len(server.requests) == 1  # the model was not asked again after approval
     proposal.refresh_from_db()
     assert (proposal.status, proposal.decided_by) == ("approved", admin_user.username)
-    from audit.models import AuditEntry
+    from harness_site.audit.models import AuditEntry
 
     assert AuditEntry.objects.filter(action="proposal.approve", actor=admin_user.username).count() == 1
 
@@ -410,7 +410,7 @@ def test_it_lets_a_rule_raise_but_never_lower_an_actions_risk(server):
 def test_it_approves_and_rejects_from_the_admin_with_the_user_audited(server, admin_client, admin_user):
     from django.urls import reverse
 
-    from audit.models import AuditEntry
+    from harness_site.audit.models import AuditEntry
 
     run, proposal = _proposed(server, at=timezone.now())  # the admin decides at the real now
     url = reverse("admin:runs_actionproposal_changelist")

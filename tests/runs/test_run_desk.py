@@ -10,8 +10,8 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import strip_tags
 
-from audit.models import AuditEntry
 from deadletters.models import DeadLetter
+from harness_site.audit.models import AuditEntry
 from runs import executor
 from runs.models import Attempt, Lease, TaskRun
 from runs.operations import run_lease_force_release

@@ -6,11 +6,11 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
-from audit.roles import roles_ensure
 from deadletters.services import deadletter_open
-from runs.errors import ClassifiedError
+from harness_site.audit.roles import roles_ensure
 from runs.models import Attempt, TaskRun
 from tasks.models import TriggerRule
+from tasks.skills.errors import ClassifiedError
 
 PASSWORD = "desk-pass-123"
 

@@ -9,13 +9,13 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-from tasks.budgets import Spend, agent_budget_list, budget_decide, budget_window
-from tasks.llm_skills import render_prompt
+from tasks.agents.budgets import Spend, agent_budget_list, budget_decide, budget_window
 from tasks.models import Agent, TriggerRule
 from tasks.services import RuleImportError, rule_export, rule_import
-from tasks.skills import SkillError
+from tasks.skills.llm_json import render_prompt
+from tasks.skills.sdk import SkillError
 
-DEMO = Path(__file__).resolve().parents[2] / "demo" / "rules.json"
+DEMO = Path(__file__).resolve().parents[2] / "tasks" / "fixtures" / "demo_rules.json"
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 

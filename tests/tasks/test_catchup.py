@@ -5,7 +5,7 @@ from itertools import product
 
 import pytest
 
-from tasks.catchup import CATCHUP, MISSED, RUN, SUPERSEDED, plan_due_slots
+from tasks.rules.catchup import CATCHUP, MISSED, RUN, SUPERSEDED, plan_due_slots
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 GRACE = timedelta(seconds=10)

@@ -9,7 +9,7 @@ from django.urls import reverse
 from runs.models import Decision, TaskRun
 from runs.sweeper import sweep
 from tasks.models import TriggerRule
-from tasks.scheduler import scheduler_tick
+from tasks.triggers.scheduler import scheduler_tick
 
 pytestmark = pytest.mark.django_db
 

@@ -4,8 +4,8 @@ from datetime import UTC, date, datetime, time, timedelta
 
 import pytest
 
-from tasks import catchup
-from tasks.evaluation import (
+from tasks.rules import catchup
+from tasks.rules.evaluation import (
     CALENDAR,
     DECIDE,
     FAIL,

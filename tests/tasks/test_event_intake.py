@@ -1,4 +1,4 @@
-"""Python intake (tasks.intake.event_intake), event rules and the event admin pages, on the real database."""
+"""Python intake (tasks.triggers.events.event_intake), event rules and the event admin pages, on the real database."""
 
 import json
 from datetime import UTC, datetime, timedelta
@@ -8,9 +8,9 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 
 from runs.models import TaskRun
-from tasks.intake import event_intake, event_records_prune
 from tasks.models import EventDelivery, EventMetric, EventRefusal, TriggerRule, TriggerSource
-from tasks.scheduler import scheduler_tick
+from tasks.triggers.events import event_intake, event_records_prune
+from tasks.triggers.scheduler import scheduler_tick
 
 pytestmark = pytest.mark.django_db
 

@@ -7,8 +7,8 @@ import pytest
 from django.db import connection
 
 from runs.models import TaskRun
-from tasks.intake import event_intake
 from tasks.models import EventDelivery, TriggerRule, TriggerSource
+from tasks.triggers.events import event_intake
 
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 PAYLOAD = {"object_id": "o-1", "action": "created", "version": 1}

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from tasks import events, keys
-from tasks.events import FileEntry, Mapping, Refused
+from tasks.rules import events, keys
+from tasks.rules.events import FileEntry, Mapping, Refused
 
 NOW = datetime(2026, 12, 1, 9, 0, tzinfo=UTC)
 TS = str(int(NOW.timestamp()))

@@ -13,7 +13,7 @@ from django.urls import reverse
 from runs.models import TaskRun
 from tasks.flags import flag_set
 from tasks.models import TriggerRule
-from tasks.scheduler import scheduler_tick
+from tasks.triggers.scheduler import scheduler_tick
 
 pytestmark = pytest.mark.django_db
 
@@ -150,7 +150,7 @@ def test_preview_shows_dst_and_windows():
     )
     rule.full_clean()
     rule.save()
-    from tasks.explain import rule_preview
+    from tasks.triggers.explain import rule_preview
 
     rows = rule_preview(rule=rule, now=datetime(2026, 3, 6, 0, 0, tzinfo=UTC), count=4)
     # Fri 6th, Sat 7th (weekend), Sun 8th (DST gap: 02:30 shifted to 03:00, and weekend), Mon 9th.

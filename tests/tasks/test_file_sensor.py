@@ -8,7 +8,7 @@ from django.core.management import call_command
 
 from runs.models import TaskRun
 from tasks.models import EventDelivery, TriggerRule, TriggerSource
-from tasks.sensors import sensor_scan, sensors_scan_all
+from tasks.triggers.sensors import sensor_scan, sensors_scan_all
 
 pytestmark = pytest.mark.django_db
 

@@ -9,8 +9,8 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.utils import timezone
 
-from tasks.api import token_create
 from tasks.models import ApiToken, ReadinessFlag, TriggerRule
+from tasks.views import token_create
 
 pytestmark = pytest.mark.django_db
 

@@ -2,7 +2,7 @@
 
 import pytest
 
-from tasks.keys import MAX_KEY_LENGTH, KeyTemplateError, placeholders, render, validate_template
+from tasks.rules.keys import MAX_KEY_LENGTH, KeyTemplateError, placeholders, render, validate_template
 
 SLOT = "2026-12-01T09:00:00+08:00"
 DATE = "2026-12-01"

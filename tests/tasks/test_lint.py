@@ -4,7 +4,7 @@ from dataclasses import replace
 
 import pytest
 
-from tasks import lint
+from tasks.rules import lint
 
 GOOD = lint.LintInput(
     timezone="Asia/Shanghai",

@@ -12,8 +12,8 @@ from types import SimpleNamespace
 
 import pytest
 
-from tasks.model_client import ModelCallError, build_messages, chat, input_sha256, kind_for_status, parse_retry_after
-from tasks.skills import ErrorKind
+from tasks.agents.client import ModelCallError, build_messages, chat, input_sha256, kind_for_status, parse_retry_after
+from tasks.skills.sdk import ErrorKind
 from tests.support.fake_model import FakeModelServer, Reply, completion
 
 KEY_ENV = "H9_TEST_MODEL_KEY"

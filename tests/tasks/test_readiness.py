@@ -12,7 +12,7 @@ from deadletters.models import Alert, DeadLetter
 from runs.models import Decision, SlotHold, TaskRun
 from tasks.flags import flag_clear, flag_set
 from tasks.models import TriggerRule
-from tasks.scheduler import scheduler_tick
+from tasks.triggers.scheduler import scheduler_tick
 
 pytestmark = pytest.mark.django_db
 

@@ -9,11 +9,11 @@ import pytest
 from django.urls import reverse
 
 from deadletters.services import deadletter_open
-from runs.errors import classify
 from runs.models import Attempt, Decision, Lease, SchedulerTick, TaskRun
 from tasks import services
 from tasks.models import DiagnosticRecord, TriggerRule
-from tasks.skills import ErrorKind, SkillError
+from tasks.skills.errors import classify
+from tasks.skills.sdk import ErrorKind, SkillError
 
 pytestmark = pytest.mark.django_db
 

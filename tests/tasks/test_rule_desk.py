@@ -9,11 +9,11 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from audit.models import AuditEntry
+from harness_site.audit.models import AuditEntry
 from runs.models import TaskRun
-from tasks.admin_desk import schedule_preview
+from tasks.admin.rules import schedule_preview
 from tasks.models import TriggerRule
-from tasks.rule_actions import MAX_BACKFILL_RUNS
+from tasks.triggers.operator import MAX_BACKFILL_RUNS
 from tests.support.desk import (  # noqa: F401 - fixtures
     make_rule,
     oncall,

@@ -12,9 +12,9 @@ from runs.models import Decision, SlotHold, TaskRun
 from runs.retention import decision_sweep
 from runs.selectors import scheduler_health
 from tasks.models import ServiceIdentity, TriggerRule
-from tasks.scheduler import scheduler_tick
 from tasks.services import rule_fire
-from tasks.slots import rule_ping
+from tasks.triggers.scheduler import scheduler_tick
+from tasks.triggers.slot import rule_ping
 
 pytestmark = pytest.mark.django_db
 
@@ -269,7 +269,7 @@ def test_a_scheduled_run_that_cannot_start_within_its_window_is_cancelled_by_the
 
 
 def test_resuming_a_paused_rule_records_a_paused_decision_for_each_skipped_slot():
-    from tasks import schedule
+    from tasks.rules import schedule
 
     rule = make_rule("pausable", due=None)
     rule.enabled = False
@@ -289,7 +289,7 @@ def test_resuming_a_paused_rule_records_a_paused_decision_for_each_skipped_slot(
     assert len(decisions) >= 4
     assert {d.reason for d in decisions} == {Decision.Reason.PAUSED}
     assert TriggerRule.objects.get(pk=rule.pk).paused_at is None
-    from tasks.explain import slot_explain
+    from tasks.triggers.explain import slot_explain
 
     answer = slot_explain(rule=rule, slot=decisions[0].slot, now=resumed)
     assert (answer["outcome"], answer["reason"]) == ("decision", "paused")

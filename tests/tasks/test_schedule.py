@@ -1,4 +1,4 @@
-"""Pure tests of tasks.schedule: slots in UTC, DST gaps and repeats, validation.
+"""Pure tests of tasks.rules.schedule: slots in UTC, DST gaps and repeats, validation.
 
 Expected instants are written out in UTC so that a wrong conversion cannot agree
 with itself. No database, no Django settings.
@@ -13,7 +13,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from cronsim import CronSim
 
-from tasks.schedule import (
+from tasks.rules.schedule import (
     DST_GAP_POLICIES,
     DST_REPEAT_POLICIES,
     KINDS,

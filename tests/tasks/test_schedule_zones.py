@@ -6,8 +6,8 @@ from zoneinfo import ZoneInfo
 
 import pytest
 
-from tasks.evaluation import Facts, Guards, evaluate_slot
-from tasks.schedule import DST_GAP_POLICIES, DST_REPEAT_POLICIES, ScheduleSpec, slots_between
+from tasks.rules.evaluation import Facts, Guards, evaluate_slot
+from tasks.rules.schedule import DST_GAP_POLICIES, DST_REPEAT_POLICIES, ScheduleSpec, slots_between
 
 TRANSITION_DAYS = [
     date(2026, 3, 8),

@@ -11,9 +11,9 @@ import pytest
 from django.db import connection
 
 from runs.models import Decision, SchedulerTick, TaskRun
-from tasks import schedule
 from tasks.models import TriggerRule
-from tasks.scheduler import ON_TIME_GRACE, scheduler_tick
+from tasks.rules import schedule
+from tasks.triggers.scheduler import ON_TIME_GRACE, scheduler_tick
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)

@@ -13,9 +13,9 @@ from django.urls import reverse
 from django.utils import timezone
 
 from runs.models import TaskRun
-from tasks import events
-from tasks.intake import webhook_intake
 from tasks.models import EventDelivery, EventMetric, EventRefusal, TriggerRule, TriggerSource
+from tasks.rules import events
+from tasks.triggers.events import webhook_intake
 
 pytestmark = pytest.mark.django_db
 

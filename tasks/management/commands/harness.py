@@ -12,10 +12,10 @@ from django.utils.dateparse import parse_datetime
 
 from runs.selectors import run_list_recent
 from tasks import services
-from tasks.guard_cli import GuardCommandsMixin, add_guard_parsers
+from tasks.management.subcommands import GuardCommandsMixin, add_guard_parsers
 from tasks.models import DiagnosticRecord, TriggerRule
 
-DEMO_RULES = Path(__file__).resolve().parents[3] / "demo" / "rules.json"
+DEMO_RULES = Path(__file__).resolve().parents[2] / "fixtures" / "demo_rules.json"
 
 
 class Command(GuardCommandsMixin, BaseCommand):
@@ -152,7 +152,7 @@ class Command(GuardCommandsMixin, BaseCommand):
 
     def _sensors(self, *, sensors_command, source, **opts):
         from tasks.models import TriggerSource
-        from tasks.sensors import sensor_scan, sensors_scan_all
+        from tasks.triggers.sensors import sensor_scan, sensors_scan_all
 
         now = timezone.now()
         if source:

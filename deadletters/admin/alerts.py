@@ -1,0 +1,143 @@
+"""Admin pages for alert channels (with "send test alert") and the alert outbox (read-only)."""
+
+from django import forms
+from django.contrib import admin, messages
+from django.core.exceptions import ValidationError
+from django.core.validators import validate_email
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
+
+from deadletters import alert_rules as rules
+from deadletters.alert_delivery import recipients_of
+from deadletters.alerts import alert_send_test
+from deadletters.models import Alert, AlertChannel
+
+
+class AlertChannelForm(forms.ModelForm):
+    # The URL may carry a token: never rendered back into the page; blank on edit keeps it.
+    url = forms.URLField(
+        label=_("webhook URL"),
+        required=False,
+        max_length=1000,
+        assume_scheme="https",
+        widget=forms.PasswordInput(render_value=False, attrs={"size": 80, "autocomplete": "off"}),
+        help_text=_(
+            "Webhook channels only. Not shown again once saved (it may carry a token); "
+            "leave blank to keep the current one."
+        ),
+    )
+
+    class Meta:
+        model = AlertChannel
+        fields = ("name", "kind", "url", "format", "recipients", "min_severity", "enabled")
+
+    def clean_url(self) -> str:
+        url = self.cleaned_data.get("url") or ""
+        if not url and self.instance.pk:
+            return self.instance.url
+        if url and not url.startswith(("http://", "https://")):
+            raise ValidationError(_("The webhook URL must start with http:// or https://."))
+        return url
+
+    def clean(self):
+        data = super().clean()
+        kind = data.get("kind")
+        if kind == AlertChannel.Kind.WEBHOOK and not data.get("url"):
+            self.add_error("url", _("A webhook channel needs a URL."))
+        if kind == AlertChannel.Kind.EMAIL:
+            for address in recipients_of(AlertChannel(recipients=data.get("recipients") or "")):
+                try:
+                    validate_email(address)
+                except ValidationError:
+                    self.add_error("recipients", _("%(address)s is not an email address.") % {"address": address})
+        return data
+
+
+@admin.register(AlertChannel)
+class AlertChannelAdmin(admin.ModelAdmin):
+    form = AlertChannelForm
+    list_display = ("name", "kind", "target", "format", "min_severity", "enabled", "updated_at")
+    list_filter = ("kind", "enabled", "min_severity")
+    search_fields = ("name",)
+    actions = ["send_test_alert"]
+
+    @admin.display(description=_("target"))
+    def target(self, obj: AlertChannel) -> str:
+        if obj.kind == AlertChannel.Kind.WEBHOOK:
+            return rules.redact_url(obj.url)
+        if obj.kind == AlertChannel.Kind.EMAIL:
+            return ", ".join(recipients_of(obj)) or _("site ADMINS")
+        return "harness.alerts.channel"
+
+    @admin.action(description=_("Send a test alert"), permissions=["change"])
+    def send_test_alert(self, request, queryset):
+        now = timezone.now()
+        count = 0
+        for channel in queryset:
+            alert_send_test(channel=channel, now=now)
+            count += 1
+        self.message_user(
+            request,
+            ngettext(
+                "A test alert was queued for %(count)d channel; see the alert outbox for the outcome.",
+                "A test alert was queued for %(count)d channels; see the alert outbox for the outcome.",
+                count,
+            )
+            % {"count": count},
+            messages.SUCCESS,
+        )
+
+
+@admin.register(Alert)
+class AlertAdmin(admin.ModelAdmin):
+    """The outbox, read-only: what was recorded, where it went, and why a delivery failed."""
+
+    list_display = (
+        "created_at",
+        "severity",
+        "kind",
+        "channel_name",
+        "state",
+        "attempts",
+        "sent_at",
+        "title",
+        "last_error",
+    )
+    list_filter = ("state", "severity", "kind", "channel")
+    search_fields = ("dedupe_key", "group_key", "payload__biz_key")
+    date_hierarchy = "created_at"
+    list_select_related = ("channel",)
+    readonly_fields = (
+        "channel",
+        "severity",
+        "kind",
+        "state",
+        "dedupe_key",
+        "group_key",
+        "window_start",
+        "payload",
+        "summary",
+        "created_at",
+        "next_attempt_at",
+        "sent_at",
+        "attempts",
+        "last_error",
+    )
+
+    @admin.display(description=_("channel"), ordering="channel__name")
+    def channel_name(self, obj: Alert) -> str:
+        return obj.channel.name if obj.channel_id else _("log (built in)")
+
+    @admin.display(description=_("title"))
+    def title(self, obj: Alert) -> str:
+        return (obj.payload or {}).get("title", "")
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False

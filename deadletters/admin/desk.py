@@ -1,0 +1,219 @@
+"""The dead-letter desk: the open backlog counted by rule, error kind and fingerprint; a ticket page
+with everything needed to act; replay / close / assign, single or bulk, with confirmation."""
+
+from django import forms
+from django.contrib import admin
+from django.contrib.auth import get_user_model
+from django.urls import path, reverse
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from deadletters.models import DeadLetter
+from deadletters.services import deadletter_assign, deadletter_close, deadletter_replay
+from harness_site.desk import OptionalReasonForm, confirm_bulk, confirm_object, has_perm_method, now
+from runs.dashboard import deadletter_backlog
+
+
+class CloseForm(forms.Form):
+    note = forms.CharField(
+        label=gettext_lazy("Note"),
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text=gettext_lazy("Why it needs no replay; kept on the ticket and in the audit log."),
+    )
+
+
+class AssignForm(forms.Form):
+    owner = forms.ModelChoiceField(
+        queryset=get_user_model().objects.none(),
+        required=False,
+        label=gettext_lazy("Owner"),
+        help_text=gettext_lazy("Empty: unassign."),
+    )
+    reason = forms.CharField(
+        required=False, label=gettext_lazy("Reason"), widget=forms.Textarea(attrs={"rows": 2, "cols": 60})
+    )
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.fields["owner"].queryset = (
+            get_user_model().objects.filter(is_active=True, is_staff=True).order_by("username")
+        )
+
+
+class DeadLetterDeskMixin:
+    change_form_template = "admin/deadletters/deadletter/change_form.html"
+    change_list_template = "admin/deadletters/deadletter/change_list.html"
+    actions = ["replay", "close", "assign"]
+
+    has_replay_permission = has_perm_method("deadletters.replay_deadletter")
+    has_close_permission = has_perm_method("deadletters.close_deadletter")
+    has_assign_permission = has_perm_method("deadletters.assign_deadletter")
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        # Tickets change only through the actions below (compare-and-set, audited).
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    def get_list_display(self, request):
+        return (*super().get_list_display(request), "owner", "last_error_digest")
+
+    def get_list_filter(self, request):
+        return (*super().get_list_filter(request), "last_error_digest", "owner")
+
+    def changelist_view(self, request, extra_context=None):
+        extra = {**(extra_context or {}), "backlog": deadletter_backlog()}
+        extra["backlog_total"] = DeadLetter.objects.filter(state=DeadLetter.State.PENDING_MANUAL).count()
+        return super().changelist_view(request, extra)
+
+    @admin.action(description=gettext_lazy("Replay selected with their original business keys"), permissions=["replay"])
+    def replay(self, request, queryset):
+        at = now()
+        return confirm_bulk(
+            self,
+            request,
+            queryset,
+            action="replay",
+            title=_("Replay dead letters"),
+            verb=_("Replayed"),
+            eligible=lambda t: t.state == DeadLetter.State.PENDING_MANUAL,
+            do=lambda t, form: _replay(t, request, at, form),
+        )
+
+    @admin.action(description=gettext_lazy("Close selected with a note"), permissions=["close"])
+    def close(self, request, queryset):
+        at = now()
+        return confirm_bulk(
+            self,
+            request,
+            queryset,
+            action="close",
+            title=_("Close dead letters"),
+            verb=_("Closed"),
+            form_class=CloseForm,
+            eligible=lambda t: t.state == DeadLetter.State.PENDING_MANUAL,
+            do=lambda t, form: deadletter_close(
+                ticket_id=t.id, actor=request.user, now=at, note=form.cleaned_data["note"]
+            ),
+        )
+
+    @admin.action(description=gettext_lazy("Assign selected to an owner"), permissions=["assign"])
+    def assign(self, request, queryset):
+        at = now()
+        return confirm_bulk(
+            self,
+            request,
+            queryset,
+            action="assign",
+            title=_("Assign dead letters"),
+            verb=_("Assigned"),
+            form_class=AssignForm,
+            do=lambda t, form: deadletter_assign(
+                ticket_id=t.id,
+                owner=form.cleaned_data["owner"],
+                actor=request.user,
+                now=at,
+                reason=form.cleaned_data["reason"],
+            ),
+        )
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        mine = [
+            path("<path:object_id>/replay/", wrap(self.replay_view), name="deadletters_deadletter_replay"),
+            path("<path:object_id>/close/", wrap(self.close_view), name="deadletters_deadletter_close"),
+            path("<path:object_id>/assign/", wrap(self.assign_view), name="deadletters_deadletter_assign"),
+        ]
+        return mine + super().get_urls()
+
+    def replay_view(self, request, object_id):
+        ticket = self.get_object(request, object_id)
+        return confirm_object(
+            self,
+            request,
+            ticket,
+            perm="deadletters.replay_deadletter",
+            title=_("Replay dead letter"),
+            verb=_("Replay queued"),
+            summary=[
+                _("Run #%(id)s %(biz_key)s gets a new attempt (number %(n)s) under its original business key.")
+                % {"id": ticket.run_id, "biz_key": ticket.biz_key, "n": ticket.run.attempts + 1},
+                _("A second click, or a colleague replaying at the same time, queues nothing more."),
+            ],
+            do=lambda form: _replay(ticket, request, now(), form),
+            failed_message=_("Nothing queued: this ticket was already replayed or closed."),
+        )
+
+    def close_view(self, request, object_id):
+        ticket = self.get_object(request, object_id)
+        return confirm_object(
+            self,
+            request,
+            ticket,
+            perm="deadletters.close_deadletter",
+            title=_("Close dead letter"),
+            verb=_("Closed"),
+            form_class=CloseForm,
+            summary=[
+                _("Run #%(id)s %(biz_key)s stays failed; no replay.") % {"id": ticket.run_id, "biz_key": ticket.biz_key}
+            ],
+            do=lambda form: deadletter_close(
+                ticket_id=ticket.id, actor=request.user, now=now(), note=form.cleaned_data["note"]
+            ),
+            failed_message=_("Nothing changed: this ticket was already replayed or closed."),
+        )
+
+    def assign_view(self, request, object_id):
+        ticket = self.get_object(request, object_id)
+        return confirm_object(
+            self,
+            request,
+            ticket,
+            perm="deadletters.assign_deadletter",
+            title=_("Assign dead letter"),
+            verb=_("Assigned"),
+            form_class=AssignForm,
+            form_kwargs={"initial": {"owner": ticket.owner_id}},
+            summary=[_("Currently: %(owner)s.") % {"owner": ticket.owner or _("nobody")}],
+            do=lambda form: deadletter_assign(
+                ticket_id=ticket.id,
+                owner=form.cleaned_data["owner"],
+                actor=request.user,
+                now=now(),
+                reason=form.cleaned_data["reason"],
+            ),
+        )
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        ticket = self.get_object(request, object_id)
+        extra = {**(extra_context or {})}
+        if ticket is not None:
+            from runs.admin.desk import run_timeline
+
+            extra["timeline"] = run_timeline(ticket.run)
+            extra["run_url"] = reverse("admin:runs_taskrun_change", args=[ticket.run_id])
+            user, buttons = request.user, []
+            if ticket.state == DeadLetter.State.PENDING_MANUAL:
+                for label, name, perm in (
+                    (_("Replay"), "replay", "replay_deadletter"),
+                    (_("Close"), "close", "close_deadletter"),
+                ):
+                    if user.has_perm(f"deadletters.{perm}"):
+                        buttons.append(
+                            (label, reverse(f"admin:deadletters_deadletter_{name}", args=[ticket.pk]), f"ticket-{name}")
+                        )
+            if user.has_perm("deadletters.assign_deadletter"):
+                buttons.append(
+                    (_("Assign"), reverse("admin:deadletters_deadletter_assign", args=[ticket.pk]), "ticket-assign")
+                )
+            extra["desk_buttons"] = buttons
+        return super().change_view(request, object_id, form_url, extra)
+
+
+def _replay(ticket: DeadLetter, request, at, form) -> bool:
+    reason = form.cleaned_data["reason"] if form is not None else ""
+    return deadletter_replay(ticket_id=ticket.id, actor=request.user, now=at, reason=reason)
+
+
+__all__ = ["DeadLetterDeskMixin", "OptionalReasonForm"]

@@ -1,0 +1,328 @@
+"""The run and lease pages of the operator's desk: run filters, the run timeline, retry now and
+cancel with confirmation, and the live leases with force-release. Mixed into runs/admin.py."""
+
+from django.contrib import admin
+from django.contrib.admin import DateFieldListFilter
+from django.db.models import Max
+from django.urls import path, reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from harness_site.audit.models import AuditEntry
+from harness_site.desk import (
+    OptionalReasonForm,
+    ReasonForm,
+    confirm_bulk,
+    confirm_object,
+    has_perm_method,
+    now,
+)
+from runs.models import Decision, Lease, RunLease, TaskRun
+from runs.operations import (
+    CANCELLABLE_STATES,
+    RETRYABLE_STATES,
+    lease_force_release,
+    run_cancel,
+    run_lease_force_release,
+    run_retry_now,
+)
+
+
+def _seconds(delta) -> str:
+    if delta is None:
+        return "-"
+    s = delta.total_seconds()
+    if abs(s) < 60:
+        return f"{s:.3f}s"
+    if abs(s) < 3600:
+        return _("%(n).1f min") % {"n": s / 60}
+    return _("%(n).1f h") % {"n": s / 3600} if abs(s) < 86400 else _("%(n).1f days") % {"n": s / 86400}
+
+
+class RunDeskMixin:
+    change_form_template = "admin/runs/taskrun/change_form.html"
+    actions = ["retry_now", "cancel"]
+
+    has_retry_permission = has_perm_method("runs.retry_run")
+    has_cancel_permission = has_perm_method("runs.cancel_run")
+
+    def get_list_display(self, request):
+        return (*super().get_list_display(request), "trial_flag")
+
+    def get_list_filter(self, request):
+        base = tuple(super().get_list_filter(request))
+        extra = ["is_trial", ("trigger_at", DateFieldListFilter), "rule"]
+        return (*base, *[f for f in extra if f not in base])
+
+    @admin.display(description=gettext_lazy("trial"), boolean=True, ordering="is_trial")
+    def trial_flag(self, run: TaskRun) -> bool:
+        return run.is_trial
+
+    @admin.action(description=gettext_lazy("Retry selected runs now (waiting or failed)"), permissions=["retry"])
+    def retry_now(self, request, queryset):
+        at = now()
+        return confirm_bulk(
+            self,
+            request,
+            queryset,
+            action="retry_now",
+            title=_("Retry runs now"),
+            verb=_("Retried"),
+            eligible=lambda r: r.state in RETRYABLE_STATES,
+            do=lambda r, form: run_retry_now(
+                run_id=r.id, actor=request.user, now=at, reason=form.cleaned_data["reason"]
+            ),
+        )
+
+    @admin.action(description=gettext_lazy("Cancel selected runs (pending or waiting)"), permissions=["cancel"])
+    def cancel(self, request, queryset):
+        at = now()
+        return confirm_bulk(
+            self,
+            request,
+            queryset,
+            action="cancel",
+            title=_("Cancel runs"),
+            verb=_("Cancelled"),
+            eligible=lambda r: r.state in CANCELLABLE_STATES,
+            do=lambda r, form: run_cancel(run_id=r.id, actor=request.user, now=at, reason=form.cleaned_data["reason"]),
+        )
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        mine = [
+            path("<path:object_id>/retry/", wrap(self.retry_view), name="runs_taskrun_retry"),
+            path("<path:object_id>/cancel/", wrap(self.cancel_view), name="runs_taskrun_cancel"),
+            path("<path:object_id>/release/", wrap(self.release_view), name="runs_taskrun_release"),
+        ]
+        return mine + super().get_urls()
+
+    def retry_view(self, request, object_id):
+        run = self.get_object(request, object_id)
+        return confirm_object(
+            self,
+            request,
+            run,
+            perm="runs.retry_run",
+            title=_("Retry run now"),
+            verb=_("Retried now"),
+            summary=[
+                _run_is(run),
+                _("It becomes pending and due now; the next attempt is number %(n)s.") % {"n": run.attempts + 1},
+            ],
+            do=lambda form: run_retry_now(
+                run_id=run.id, actor=request.user, now=now(), reason=form.cleaned_data["reason"]
+            ),
+        )
+
+    def cancel_view(self, request, object_id):
+        run = self.get_object(request, object_id)
+        return confirm_object(
+            self,
+            request,
+            run,
+            perm="runs.cancel_run",
+            title=_("Cancel run"),
+            verb=_("Cancelled"),
+            summary=[
+                _run_is(run),
+                _("Cancelled runs never start; the business key stays taken."),
+            ],
+            do=lambda form: run_cancel(
+                run_id=run.id, actor=request.user, now=now(), reason=form.cleaned_data["reason"]
+            ),
+        )
+
+    def release_view(self, request, object_id):
+        run = self.get_object(request, object_id)
+        return confirm_object(
+            self,
+            request,
+            run,
+            perm="runs.force_release_lease",
+            title=_("Force-release lease"),
+            verb=_("Lease force-released"),
+            form_class=ReasonForm,
+            summary=_lease_summary(run),
+            do=lambda form: run_lease_force_release(
+                run_id=run.id, actor=request.user, now=now(), reason=form.cleaned_data["reason"]
+            ),
+        )
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        run = self.get_object(request, object_id)
+        extra = {**(extra_context or {})}
+        if run is not None:
+            extra["timeline"] = run_timeline(run)
+            user = request.user
+            buttons = []
+            if run.state in RETRYABLE_STATES and user.has_perm("runs.retry_run"):
+                buttons.append((_("Retry now"), reverse("admin:runs_taskrun_retry", args=[run.id]), "run-retry"))
+            if run.state in CANCELLABLE_STATES and user.has_perm("runs.cancel_run"):
+                buttons.append((_("Cancel"), reverse("admin:runs_taskrun_cancel", args=[run.id]), "run-cancel"))
+            if run.state == TaskRun.State.RUNNING and user.has_perm("runs.force_release_lease"):
+                buttons.append(
+                    (_("Force-release lease"), reverse("admin:runs_taskrun_release", args=[run.id]), "run-release")
+                )
+            extra["desk_buttons"] = buttons
+        return super().change_view(request, object_id, form_url, extra)
+
+
+def _run_is(run: TaskRun) -> str:
+    return _("Run #%(id)s %(biz_key)s is %(state)s.") % {
+        "id": run.id,
+        "biz_key": run.biz_key,
+        "state": run.get_state_display().lower(),
+    }
+
+
+def _lease_summary(run: TaskRun) -> list[str]:
+    return [
+        _run_is(run),
+        _("Lease holder: %(owner)s, fence %(fence)s, expires %(expires)s.")
+        % {"owner": run.lease_owner or "-", "fence": run.fence, "expires": run.lease_expires_at or "-"},
+        _("The run goes back to waiting_retry, due now; the fence is bumped so the old holder cannot commit."),
+    ]
+
+
+def run_timeline(run: TaskRun) -> dict:
+    """Everything the run page shows, in reading order (a handful of queries)."""
+    from deadletters.models import DeadLetter
+
+    attempts = list(run.attempt_set.order_by("number"))
+    decisions = list(Decision.objects.filter(rule_id=run.rule_id, slot=run.slot)) if run.rule_id and run.slot else []
+    audit = list(AuditEntry.objects.filter(target_type="run", target_id=str(run.id)).order_by("at"))
+    tickets = list(DeadLetter.objects.filter(run=run).order_by("created_at"))
+    return {
+        "steps": [
+            (
+                _("triggered"),
+                run.trigger_at,
+                _("%(source)s by %(who)s") % {"source": run.get_source_display(), "who": run.triggered_by or "-"},
+            ),
+            (
+                _("started"),
+                run.start_at,
+                _("first attempt on %(worker)s") % {"worker": attempts[0].worker} if attempts else _("not yet"),
+            ),
+            (_("finished"), run.finish_at, run.get_state_display()),
+        ],
+        "queue_delay": _seconds(run.start_at - run.trigger_at) if run.start_at else "-",
+        "execution_time": _seconds(run.finish_at - run.start_at) if run.finish_at and run.start_at else "-",
+        "attempts": [
+            {"a": a, "duration": _seconds(a.finished_at - a.started_at) if a.finished_at else _("running")}
+            for a in attempts
+        ],
+        "decisions": decisions,
+        "audit": audit,
+        "tickets": tickets,
+        "payload": run.payload,
+        "is_trial": run.is_trial,
+        "state": run.get_state_display(),
+    }
+
+
+@admin.register(RunLease)
+class RunLeaseAdmin(admin.ModelAdmin):
+    """Live run leases: running runs, their holder, how long held, when the lease expires."""
+
+    list_display = ("id", "biz_key", "rule_name", "lease_owner", "held_for", "lease_expires_at", "expires_in", "fence")
+    search_fields = ("=id", "biz_key", "lease_owner")
+    actions = ["force_release"]
+    has_force_release_permission = has_perm_method("runs.force_release_lease")
+
+    def get_queryset(self, request):
+        # run_lease_idx: running runs only.
+        return (
+            super()
+            .get_queryset(request)
+            .filter(state=TaskRun.State.RUNNING)
+            .annotate(held_since=Max("attempt_set__started_at"))
+        )
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
+
+    @admin.display(description=gettext_lazy("held for"))
+    def held_for(self, run) -> str:
+        return _seconds(now() - run.held_since) if run.held_since else "-"
+
+    @admin.display(description=gettext_lazy("expires in"))
+    def expires_in(self, run) -> str:
+        if not run.lease_expires_at:
+            return "-"
+        left = run.lease_expires_at - now()
+        return (
+            format_html('<span style="color:#ba2121">{}</span>', _("expired %(ago)s ago") % {"ago": _seconds(-left)})
+            if (left.total_seconds() < 0)
+            else _seconds(left)
+        )
+
+    @admin.action(description=gettext_lazy("Force-release selected leases"), permissions=["force_release"])
+    def force_release(self, request, queryset):
+        at = now()
+        return confirm_bulk(
+            self,
+            request,
+            queryset,
+            action="force_release",
+            title=_("Force-release leases"),
+            verb=_("Released"),
+            form_class=ReasonForm,
+            do=lambda r, form: run_lease_force_release(
+                run_id=r.id, actor=request.user, now=at, reason=form.cleaned_data["reason"]
+            ),
+        )
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        # The run page has the timeline and the release button.
+        from django.http import HttpResponseRedirect
+
+        return HttpResponseRedirect(reverse("admin:runs_taskrun_change", args=[object_id]))
+
+
+class LeaseDeskMixin:
+    """Key leases (rule:…, object:…): owner, age, expiry, force-release."""
+
+    actions = ["force_release"]
+    has_force_release_permission = has_perm_method("runs.force_release_lease")
+
+    def get_list_display(self, request):
+        return (*super().get_list_display(request), "age", "state")
+
+    @admin.display(description=gettext_lazy("age"))
+    def age(self, lease: Lease) -> str:
+        return _seconds(now() - lease.acquired_at) if lease.acquired_at and lease.owner else "-"
+
+    @admin.display(description=gettext_lazy("state"))
+    def state(self, lease: Lease) -> str:
+        if not lease.owner:
+            return _("free")
+        return _("live") if lease.expires_at and lease.expires_at > now() else _("expired")
+
+    @admin.action(description=gettext_lazy("Force-release selected leases"), permissions=["force_release"])
+    def force_release(self, request, queryset):
+        at = now()
+        return confirm_bulk(
+            self,
+            request,
+            queryset,
+            action="force_release",
+            title=_("Force-release leases"),
+            verb=_("Released"),
+            form_class=ReasonForm,
+            eligible=lambda lease: bool(lease.owner),
+            do=lambda lease, form: lease_force_release(
+                lease_id=lease.id, actor=request.user, now=at, reason=form.cleaned_data["reason"]
+            ),
+        )
+
+
+__all__ = ["LeaseDeskMixin", "OptionalReasonForm", "RunDeskMixin", "RunLeaseAdmin", "run_timeline"]

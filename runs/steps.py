@@ -1,0 +1,134 @@
+"""Skills in steps: checkpointed outputs, dry-run write skipping, and actions that wait for a human.
+
+A step's output is checkpointed as a RunStep row under the run's fence. A retried or replayed
+attempt finds the row and returns its output instead of doing the step again, so a run killed
+after `call_model` resumes at `write_result` without calling the model a second time.
+
+- A read step (`write=False`, e.g. a model call) runs outside any transaction (never hold a database
+  lock across a network call) and is checkpointed afterwards.
+- A write step runs inside the fenced transaction together with its checkpoint: the write and the
+  record that it happened commit together or not at all, and only while this attempt holds the lease.
+"""
+
+import hashlib
+import json
+from collections.abc import Callable
+from datetime import datetime, timedelta
+from typing import Any
+
+from tasks.skills.actions import APPROVAL_RISKS, action_get, effective_risk
+from tasks.skills.sdk import ErrorKind, SkillContext, SkillError
+
+# An unanswered approval expires after this long (params.approval_ttl_seconds overrides it per rule).
+DEFAULT_APPROVAL_TTL = timedelta(hours=24)
+
+
+class RunParked(Exception):
+    """Raised by a skill to park its run without failing the attempt."""
+
+
+class AwaitApproval(RunParked):
+    """A medium/high-risk action needs a human: the run waits in awaiting_approval."""
+
+    def __init__(self, *, step: str, action: str, risk: str, args: dict[str, Any], ttl: timedelta):
+        super().__init__(f"action {action!r} ({risk} risk) awaits approval")
+        self.step, self.action, self.risk, self.action_args, self.ttl = step, action, risk, args, ttl
+
+
+class BudgetWait(RunParked):
+    """The agent's hourly budget is spent: the run waits until the window resets."""
+
+    def __init__(self, *, agent: str, until: datetime, reason: str):
+        super().__init__(f"agent {agent!r}: {reason}; waiting until {until:%Y-%m-%dT%H:%M:%SZ}")
+        self.agent, self.until, self.reason = agent, until, reason
+
+
+def digest(value: Any) -> str:
+    """SHA-256 of the canonical JSON of `value` (sorted keys, no spaces)."""
+    return hashlib.sha256(_canonical(value).encode()).hexdigest()
+
+
+def _canonical(value: Any) -> str:
+    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+
+
+def step_done(ctx: SkillContext, name: str):
+    from runs.models import RunStep
+
+    return RunStep.objects.filter(run_id=ctx.run_id, name=name).first()
+
+
+def run_step(ctx: SkillContext, name: str, fn: Callable[[], Any], *, write: bool = False) -> Any:
+    """Run step `name` of this run once and checkpoint its output; return the checkpoint if it exists.
+
+    A write step in a dry run is not run: it is recorded as skipped and returns None.
+    Raises LeaseLost (via ctx.fenced) if this attempt no longer holds the run: nothing is written.
+    """
+    done = step_done(ctx, name)
+    if done is not None:
+        ctx.logger.info("run %s: step %s completed in attempt %s; resuming after it", ctx.run_id, name, done.attempt)
+        return done.output
+    if write and ctx.dry_run:
+        with ctx.fenced():
+            _checkpoint(ctx, name, None, skipped=True)
+        ctx.logger.info("run %s: dry run, write step %s skipped", ctx.run_id, name)
+        return None
+    if write:
+        with ctx.fenced():
+            output = fn()
+            _checkpoint(ctx, name, output)
+        return output
+    output = fn()
+    with ctx.fenced():
+        _checkpoint(ctx, name, output)
+    return output
+
+
+def _checkpoint(ctx: SkillContext, name: str, output: Any, *, skipped: bool = False) -> None:
+    from runs.models import RunStep
+
+    RunStep.objects.create(
+        run_id=ctx.run_id,
+        name=name,
+        attempt=ctx.attempt,
+        output=output,
+        digest=digest(output),  # TypeError here means the step returned something that is not JSON
+        skipped=skipped,
+        completed_at=ctx.now,
+    )
+
+
+def propose_action(
+    ctx: SkillContext, action: str, args: dict[str, Any], *, step: str | None = None, risk: str | None = None
+) -> Any:
+    """Run `action` once for this run, as step `step` (default "action:<name>").
+
+    Low risk runs at once. Medium and high park the run (AwaitApproval) until a human approves;
+    the approved proposal's args, the ones the human saw, are what runs. A rejected or expired
+    proposal fails the attempt (state_precondition). In a dry run the action is skipped.
+    """
+    from runs.models import ActionProposal
+
+    step = step or f"action:{action}"
+    handler = action_get(action)
+    grade = effective_risk(handler.risk, risk)
+    if step_done(ctx, step) is None and not ctx.dry_run and grade in APPROVAL_RISKS:
+        proposal = ActionProposal.objects.filter(run_id=ctx.run_id, step=step).first()
+        if proposal is None or proposal.status == ActionProposal.Status.PENDING:
+            raise AwaitApproval(step=step, action=action, risk=grade, args=args, ttl=_approval_ttl(ctx))
+        if proposal.status != ActionProposal.Status.APPROVED:
+            who = f" by {proposal.decided_by}" if proposal.decided_by else ""
+            raise SkillError(ErrorKind.STATE_PRECONDITION, f"action {action!r} was {proposal.status}{who}")
+        args = proposal.args
+    return run_step(ctx, step, lambda: handler.fn(ctx, args), write=True)
+
+
+def _approval_ttl(ctx: SkillContext) -> timedelta:
+    value = ctx.params.get("approval_ttl_seconds")
+    if value is None:
+        return DEFAULT_APPROVAL_TTL
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise SkillError(
+            ErrorKind.INVALID_PARAM, f"params.approval_ttl_seconds must be a positive number, got {value!r}"
+        )
+    return timedelta(seconds=value)

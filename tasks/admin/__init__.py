@@ -1,0 +1,75 @@
+from django.contrib import admin
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+from simple_history.admin import SimpleHistoryAdmin
+
+from tasks.admin import agents  # noqa: F401  (registers the Agent admin)
+from tasks.admin.guards import GuardAdminMixin  # also registers flags, identities and API tokens
+from tasks.admin.rules import RuleDeskMixin
+from tasks.models import DiagnosticRecord, TriggerRule
+
+
+@admin.register(TriggerRule)
+class TriggerRuleAdmin(GuardAdminMixin, RuleDeskMixin, SimpleHistoryAdmin):
+    """Rule pages: the desk mixin adds preview, lint and action buttons; SimpleHistoryAdmin adds the
+    version history with a field diff ("History" button)."""
+
+    list_display = ("name", "enabled", "kind", "schedule_text", "timezone", "skill", "next_fire_at", "version")
+    list_filter = ("enabled", "kind", "catchup", "timezone")
+    search_fields = ("name", "skill", "reason")
+    readonly_fields = ("next_fire_at", "last_slot_at", "version", "created_at", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("name", "enabled", "reason")}),
+        (
+            _("Schedule"),
+            {"fields": ("kind", "cron", "interval_seconds", "run_at", "timezone", "dst_gap", "dst_repeat")},
+        ),
+        (_("Dedupe"), {"fields": ("dedupe_key_template",)}),
+        (_("Skill"), {"fields": ("skill", "params", "agent", "output_schema")}),
+        (
+            _("Retry"),
+            {
+                "fields": (
+                    "max_attempts",
+                    "backoff_base_seconds",
+                    "max_delay_seconds",
+                    "max_retry_window_seconds",
+                    "jitter_min",
+                    "jitter_max",
+                )
+            },
+        ),
+        (_("Lease"), {"fields": ("lease_ttl_seconds",)}),
+        (_("Catch-up"), {"fields": ("catchup", "catchup_max_delay_seconds")}),
+        (_("State"), {"fields": ("next_fire_at", "last_slot_at", "version", "created_at", "updated_at")}),
+    )
+
+    @admin.display(description=_("schedule"))
+    def schedule_text(self, rule: TriggerRule) -> str:
+        if rule.kind == TriggerRule.Kind.CRON:
+            return rule.cron
+        if rule.kind == TriggerRule.Kind.INTERVAL:
+            return gettext("every %(n)ss") % {"n": rule.interval_seconds}
+        if rule.kind == TriggerRule.Kind.EVENT:
+            sources = ", ".join(s.name for s in rule.sources.all()) or gettext("no source yet")
+            return gettext("on event: %(sources)s") % {"sources": sources}
+        if rule.run_at:
+            return gettext("once at %(at)s") % {"at": f"{rule.run_at:%Y-%m-%d %H:%M:%S %Z}"}
+        return gettext("once")
+
+
+@admin.register(DiagnosticRecord)
+class DiagnosticRecordAdmin(admin.ModelAdmin):
+    list_display = ("id", "biz_key", "rule_name", "slot", "attempt", "fence", "worker", "created_at")
+    list_filter = ("rule_name",)
+    search_fields = ("biz_key",)
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+# Event intake: sources, deliveries, refusals, counters (issue 3, item 7).
+from tasks.admin import events  # noqa: E402, F401

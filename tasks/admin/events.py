@@ -1,0 +1,126 @@
+"""Admin pages for event intake: sources (editable), deliveries, refusals and counters (read-only)."""
+
+from django.contrib import admin
+from django.db.models import Sum
+from django.urls import reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from tasks.models import EventDelivery, EventMetric, EventRefusal, TriggerSource
+from tasks.triggers.events import ACCEPTED, DUPLICATE, REDELIVERY
+
+NOT_REFUSALS = (ACCEPTED, DUPLICATE, REDELIVERY)
+
+
+class _RecordAdmin(admin.ModelAdmin):
+    """Records are written by the intake only; the admin shows them."""
+
+    def has_add_permission(self, request) -> bool:
+        return False
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False
+
+
+@admin.register(TriggerSource)
+class TriggerSourceAdmin(admin.ModelAdmin):
+    list_display = ("name", "kind", "enabled", "rule", "identity", "secret_status", "accepted", "refused")
+    list_filter = ("kind", "enabled")
+    search_fields = ("name", "identity", "description")
+    readonly_fields = ("endpoint", "secret_status", "counters", "created_at", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("name", "enabled", "kind", "description", "identity", "rule")}),
+        (_("Webhook"), {"fields": ("endpoint", "secret_env", "secret_status", "max_body_bytes")}),
+        (
+            _("Payload"),
+            {"fields": ("object_id_path", "action_path", "version_path", "snapshot_fields", "reference_fields")},
+        ),
+        (_("File sensor"), {"fields": ("watch_dir", "require_ready_marker", "settle_seconds")}),
+        (_("Counters"), {"fields": ("counters", "created_at", "updated_at")}),
+    )
+
+    @admin.display(description=_("secret"))
+    def secret_status(self, source: TriggerSource) -> str:
+        # Whether the variable is set in this process, never its value.
+        if not source.secret_env:
+            return "-"
+        variable = f"${source.secret_env}"
+        if source.secret():
+            return gettext("%(variable)s set") % {"variable": variable}
+        return gettext("%(variable)s NOT SET") % {"variable": variable}
+
+    @admin.display(description=_("webhook URL"))
+    def endpoint(self, source: TriggerSource) -> str:
+        if source.kind != TriggerSource.Kind.WEBHOOK or not source.name:
+            return "-"
+        return reverse("event-webhook", kwargs={"source": source.name})
+
+    @admin.display(description=_("accepted"))
+    def accepted(self, source: TriggerSource) -> int:
+        return _sum(source.name, outcome__in=[ACCEPTED])
+
+    @admin.display(description=_("refused"))
+    def refused(self, source: TriggerSource) -> int:
+        return _sum(source.name, exclude=NOT_REFUSALS)
+
+    @admin.display(description=_("intake counters"))
+    def counters(self, source: TriggerSource) -> str:
+        rows = EventMetric.objects.filter(source_name=source.name).order_by("outcome")
+        if not source.pk or not rows:
+            return gettext("none yet")
+        return format_html(
+            "<table>{}</table>",
+            format_html_join(
+                "",
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+                ((m.outcome, m.count, f"{m.last_at:%Y-%m-%d %H:%M:%S} UTC") for m in rows),
+            ),
+        )
+
+
+def _sum(source_name: str, *, outcome__in=None, exclude=()) -> int:
+    qs = EventMetric.objects.filter(source_name=source_name)
+    if outcome__in is not None:
+        qs = qs.filter(outcome__in=outcome__in)
+    if exclude:
+        qs = qs.exclude(outcome__in=exclude)
+    return qs.aggregate(n=Sum("count"))["n"] or 0
+
+
+@admin.register(EventDelivery)
+class EventDeliveryAdmin(_RecordAdmin):
+    list_display = ("received_at", "source", "delivery_id", "channel", "biz_key", "run_link", "run_created")
+    list_filter = ("source", "channel", "run_created")
+    search_fields = ("delivery_id", "biz_key")
+    date_hierarchy = "received_at"
+
+    @admin.display(description=_("run"))
+    def run_link(self, delivery: EventDelivery) -> str:
+        if delivery.run_id is None:
+            return "-"
+        return format_html(
+            '<a href="{}">{}</a>', reverse("admin:runs_taskrun_change", args=[delivery.run_id]), delivery.run_id
+        )
+
+
+@admin.register(EventRefusal)
+class EventRefusalAdmin(_RecordAdmin):
+    list_display = ("created_at", "source_name", "channel", "reason", "status", "delivery_id", "detail")
+    list_filter = ("reason", "channel", "source_name")
+    search_fields = ("source_name", "delivery_id", "detail")
+    date_hierarchy = "created_at"
+
+
+@admin.register(EventMetric)
+class EventMetricAdmin(_RecordAdmin):
+    list_display = ("source_label", "outcome", "count", "last_at")
+    list_filter = ("outcome",)
+    search_fields = ("source_name",)
+
+    @admin.display(description=_("source"), ordering="source_name")
+    def source_label(self, metric: EventMetric) -> str:
+        return metric.source_name or gettext("(unknown sources)")
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False

@@ -1,0 +1,210 @@
+"""Admin for issue 3's guards: the rule page's guard fieldsets, next fires with guards, the "why did or
+didn't it run at that slot?" view; readiness flags, service identities and API tokens."""
+
+from django import forms
+from django.contrib import admin, messages
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils import timezone
+from django.utils.html import format_html, format_html_join
+from django.utils.translation import gettext
+from django.utils.translation import gettext_lazy as _
+
+from tasks.flags import FlagError, flag_clear, flag_set
+from tasks.models import ApiToken, ReadinessFlag, ServiceIdentity, TriggerRule
+from tasks.triggers.explain import SlotParseError, parse_slot, rule_preview, slot_explain
+
+GUARD_FIELDSETS = (
+    (
+        _("Readiness"),
+        {"fields": ("depends_on", "depends_scope", "not_ready_policy", "ready_recheck_seconds", "ready_deadline")},
+    ),
+    (
+        _("Windows and calendar"),
+        {"fields": ("start_window_seconds", "hours_start", "hours_end", "outside_hours", "weekdays", "excluded_dates")},
+    ),
+    (_("Overlap"), {"fields": ("overlap", "object_key_template")}),
+    (_("Heartbeat"), {"fields": ("heartbeat_every_seconds", "heartbeat_grace_seconds", "last_ping_at")}),
+    (_("Snapshot and identity"), {"fields": ("snapshot_fields", "identity")}),
+    (_("Next fires (DST and guards)"), {"fields": ("guard_preview",)}),
+)
+CATCHUP_EXTRA = ("catchup_max_count", "catchup_spacing_seconds", "catchup_approval_threshold")
+
+
+def _defaults() -> dict:
+    """Guard fields a form may leave out: a missing value means the model default."""
+    out = {}
+    for name in (
+        "not_ready_policy",
+        "ready_recheck_seconds",
+        "outside_hours",
+        "overlap",
+        "catchup_spacing_seconds",
+        "heartbeat_grace_seconds",
+        "depends_on",
+        "excluded_dates",
+        "snapshot_fields",
+        "depends_scope",
+    ):
+        out[name] = TriggerRule._meta.get_field(name).get_default()
+    return out
+
+
+class GuardAdminMixin:
+    """Mixed into TriggerRuleAdmin (first, so its fieldsets and URLs are added to the desk's)."""
+
+    def get_readonly_fields(self, request, obj=None):
+        return (*super().get_readonly_fields(request, obj), "guard_preview", "last_ping_at")
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = [(name, dict(opts)) for name, opts in super().get_fieldsets(request, obj)]
+        for _name, opts in fieldsets:
+            if "catchup" in opts.get("fields", ()):  # by field, not by its (translated) title
+                opts["fields"] = [*opts.get("fields", ()), *(f for f in CATCHUP_EXTRA if f not in opts["fields"])]
+        present = {f for _n, o in fieldsets for f in o.get("fields", ())}
+        for name, opts in GUARD_FIELDSETS:
+            if not present.intersection(opts["fields"]):
+                fieldsets.append((name, {**opts, "classes": ("collapse",)} if name != GUARD_FIELDSETS[-1][0] else opts))
+        return fieldsets
+
+    def get_form(self, request, obj=None, **kwargs):
+        base = super().get_form(request, obj, **kwargs)
+        defaults = _defaults()
+
+        class GuardDefaultsForm(base):
+            def __init__(self, *args, **kw):
+                super().__init__(*args, **kw)
+                for name in defaults:
+                    if name in self.fields:
+                        self.fields[name].required = False
+
+            def clean(self):
+                data = super().clean()
+                for name, default in defaults.items():
+                    if name in self.fields and data.get(name) in (None, ""):
+                        data[name] = default
+                return data
+
+        return GuardDefaultsForm
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        mine = [path("<path:object_id>/explain/", wrap(self.explain_view), name="tasks_triggerrule_explain")]
+        return mine + super().get_urls()
+
+    @admin.display(description=_("Next fires"))
+    def guard_preview(self, rule: TriggerRule) -> str:
+        if rule.pk is None:
+            return gettext("Save the rule to see its next fires with windows and calendar applied.")
+        try:
+            rows = rule_preview(rule=rule, now=timezone.now(), count=10)
+        except Exception as exc:  # a rule saved without full_clean (shell, import bypass) must not 500 the page
+            return gettext("Cannot preview: %(error)s") % {"error": exc}
+        body = format_html_join(
+            "",
+            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
+            (
+                (f"{r['local']:%a %Y-%m-%d %H:%M %Z}", f"{r['utc']:%Y-%m-%d %H:%M} UTC", r["note"] or "", r["guards"])
+                for r in rows
+            ),
+        )
+        url = reverse("admin:tasks_triggerrule_explain", args=[rule.pk])
+        return format_html(
+            '<table id="guard-preview"><thead><tr><th>{}</th><th>UTC</th><th>DST</th><th>{}</th></tr></thead>'
+            '<tbody>{}</tbody></table><p><a href="{}">{}</a></p>',
+            gettext("local"),
+            gettext("guards"),
+            body,
+            url,
+            gettext("Why did or didn't it run at a slot? Explain →"),
+        )
+
+    def explain_view(self, request, object_id):
+        rule = get_object_or_404(TriggerRule, pk=object_id)
+        if not self.has_view_permission(request, rule):
+            from django.core.exceptions import PermissionDenied
+
+            raise PermissionDenied
+        text = request.GET.get("slot", "").strip()
+        result, error = None, ""
+        if text:
+            try:
+                result = slot_explain(rule=rule, slot=parse_slot(text, rule=rule), now=timezone.now())
+            except SlotParseError as exc:
+                error = str(exc)
+        context = {
+            **self.admin_site.each_context(request),
+            "title": gettext("Explain a slot of %(rule)s") % {"rule": rule.name},
+            "opts": self.opts,
+            "object": rule,
+            "slot_text": text,
+            "result": result,
+            "error": error,
+            "recent": rule.decisions.order_by("-slot")[:20],
+            "change_url": reverse("admin:tasks_triggerrule_change", args=[rule.pk]),
+        }
+        return TemplateResponse(request, "admin/tasks/triggerrule/explain.html", context)
+
+
+class FlagForm(forms.ModelForm):
+    class Meta:
+        model = ReadinessFlag
+        fields = ("name", "scope", "note")
+
+
+@admin.register(ReadinessFlag)
+class ReadinessFlagAdmin(admin.ModelAdmin):
+    """Set a flag with "Add", clear it with "Delete" (or the bulk action); both go through the services."""
+
+    form = FlagForm
+    list_display = ("name", "scope", "set_at", "set_by", "note")
+    list_filter = ("name",)
+    search_fields = ("name", "scope")
+    actions = ["clear_flags"]
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False  # a flag is set or cleared, never edited into another flag
+
+    def save_model(self, request, obj, form, change):
+        try:
+            flag, _ = flag_set(
+                name=obj.name,
+                scope=obj.scope,
+                note=obj.note or "",
+                actor=request.user.get_username(),
+                now=timezone.now(),
+            )
+        except FlagError as exc:  # the form validated shape already; this is the service's stricter check
+            messages.error(request, str(exc))
+            return
+        obj.pk = flag.pk
+
+    def delete_model(self, request, obj):
+        flag_clear(name=obj.name, scope=obj.scope, actor=request.user.get_username())
+
+    def delete_queryset(self, request, queryset):
+        for flag in queryset:
+            flag_clear(name=flag.name, scope=flag.scope, actor=request.user.get_username())
+
+    @admin.action(description=_("Clear selected flags"), permissions=["delete"])
+    def clear_flags(self, request, queryset):
+        n = sum(flag_clear(name=f.name, scope=f.scope, actor=request.user.get_username()) for f in queryset)
+        self.message_user(request, gettext("Cleared %(n)s flag(s).") % {"n": n})
+
+
+@admin.register(ServiceIdentity)
+class ServiceIdentityAdmin(admin.ModelAdmin):
+    list_display = ("name", "enabled", "allowed_skills", "description")
+    search_fields = ("name",)
+
+
+@admin.register(ApiToken)
+class ApiTokenAdmin(admin.ModelAdmin):
+    """Tokens are created with `manage.py harness token create` (shown once); the admin lists and revokes."""
+
+    list_display = ("name", "user", "created_at", "last_used_at")
+    readonly_fields = ("name", "user", "created_at", "last_used_at")
+
+    def has_add_permission(self, request) -> bool:
+        return False

@@ -1,0 +1,564 @@
+"""The rule pages of the operator's desk: schedule preview (live, as the operator types), the lint
+checklist, and the buttons Run now, Trial run, Pause/Resume and Backfill. Mixed into
+TriggerRuleAdmin; every button is a get_urls view with a form or a confirmation page."""
+
+import threading
+from datetime import UTC, datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from cron_descriptor import ExpressionDescriptor, FormatException, Options
+from django import forms
+from django.contrib import messages
+from django.http import HttpResponseRedirect, JsonResponse
+from django.shortcuts import get_object_or_404
+from django.template.response import TemplateResponse
+from django.urls import path, reverse
+from django.utils.html import format_html, format_html_join
+from django.utils.text import format_lazy
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from deadletters.alerts import ALERT_FIELDS
+from harness_site.desk import FORM_TEMPLATE, change_url, now, posted, require_perm
+from runs.dashboard import skill_duration_p99s
+from tasks.models import ReadinessFlag, TriggerRule
+from tasks.rules import lint, schedule
+from tasks.triggers.operator import (
+    DEFAULT_BACKFILL_SPACING,
+    MAX_BACKFILL_RUNS,
+    RuleActionError,
+    rule_backfill,
+    rule_backfill_plan,
+    rule_pause,
+    rule_resume,
+    rule_run_now,
+)
+
+PREVIEW_COUNT = 10
+PREVIEW_FIELDS = ("kind", "cron", "interval_seconds", "timezone", "dst_gap", "dst_repeat")
+SLOT_FORMATS = ("%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S")
+
+
+# --- pure-ish helpers (no request) ---------------------------------------------------------
+
+
+def cron_description(expr: str) -> str:
+    """Human words for a cron expression, or "" if cron-descriptor cannot read it."""
+    options = Options()
+    options.use_24hour_time_format = True
+    try:
+        return ExpressionDescriptor(expr, options).get_description()
+    except (FormatException, ValueError, IndexError, KeyError):
+        return ""
+
+
+def schedule_preview(data: dict, *, at: datetime, count: int = PREVIEW_COUNT) -> dict:
+    """The preview for a (possibly unsaved) schedule: {"ok", "errors", "description", "fires", "dst_notes"}.
+
+    `data` holds the form's raw strings; every problem is reported per field, never raised.
+    """
+    try:
+        interval = int(data.get("interval_seconds") or 0) or None
+    except (TypeError, ValueError):
+        return {"ok": False, "errors": {"interval_seconds": _("must be a whole number")}, "fires": []}
+    spec = schedule.ScheduleSpec(
+        kind=data.get("kind") or "cron",
+        timezone=(data.get("timezone") or "").strip(),
+        cron=(data.get("cron") or "").strip(),
+        interval_seconds=interval,
+        run_at=data.get("run_at"),
+        dst_gap=data.get("dst_gap") or "shift",
+        dst_repeat=data.get("dst_repeat") or "first",
+    )
+    try:
+        fires = schedule.preview(spec, at, count)
+    except schedule.ScheduleError as exc:
+        return {"ok": False, "errors": {exc.field: exc.message}, "fires": []}
+    except (OverflowError, ValueError, TypeError) as exc:
+        # e.g. an interval so long the next slot is past year 9999: the form says why; the preview
+        # must not turn that into an error page.
+        field = "interval_seconds" if spec.kind == "interval" else "kind"
+        return {"ok": False, "errors": {field: _("no preview: %(error)s") % {"error": exc}}, "fires": []}
+    if spec.kind == "cron":
+        description = cron_description(spec.cron)
+    elif spec.kind == "interval":
+        description = _("Every %(n)s seconds (aligned to UTC, so DST never moves it)") % {"n": spec.interval_seconds}
+    else:
+        description = _("Once")
+    items = [
+        {
+            "local": f["local"].strftime("%a %Y-%m-%d %H:%M:%S %Z (UTC%z)"),
+            "utc": f["utc"].strftime("%Y-%m-%d %H:%M:%S UTC"),
+            "note": f["note"],
+        }
+        for f in fires
+    ]
+    return {
+        "ok": True,
+        "errors": {},
+        "description": description,
+        "timezone": spec.timezone,
+        "fires": items,
+        "dst_notes": _dst_notes(spec, at),
+    }
+
+
+def _dst_notes(spec: schedule.ScheduleSpec, at: datetime) -> list[str]:
+    """The zone's next offset changes within a year, and what the rule's DST policies do then."""
+    zone = ZoneInfo(spec.timezone)
+    notes = []
+    day = at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    offset = day.astimezone(zone).utcoffset()
+    for _day in range(366):
+        nxt = day + timedelta(days=1)
+        if nxt.astimezone(zone).utcoffset() != offset:
+            # Bisect to the hour of the change.
+            lo, hi = day, nxt
+            while hi - lo > timedelta(hours=1):
+                mid = lo + (hi - lo) / 2
+                if mid.astimezone(zone).utcoffset() == offset:
+                    lo = mid
+                else:
+                    hi = mid
+            new = nxt.astimezone(zone).utcoffset()
+            forward = new > offset
+            when = hi.astimezone(zone).strftime("%Y-%m-%d")
+            if forward:
+                what = _("skipped") if spec.dst_gap == "skip" else _("shifted to the first valid time after the gap")
+                notes.append(
+                    _("%(when)s: clocks go forward (UTC%(old)s → UTC%(new)s); wall times in the gap are %(what)s.")
+                    % {"when": when, "old": _fmt(offset), "new": _fmt(new), "what": what}
+                )
+            else:
+                notes.append(
+                    _(
+                        "%(when)s: clocks go back (UTC%(old)s → UTC%(new)s); "
+                        "a repeated wall time runs: %(repeat)s occurrence(s)."
+                    )
+                    % {"when": when, "old": _fmt(offset), "new": _fmt(new), "repeat": spec.dst_repeat}
+                )
+            offset = new
+            if len(notes) == 2:
+                break
+        day = nxt
+    return notes or [_("%(zone)s has no DST change in the next year.") % {"zone": spec.timezone}]
+
+
+def _fmt(offset: timedelta) -> str:
+    minutes = int(offset.total_seconds() // 60)
+    sign = "+" if minutes >= 0 else "-"
+    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
+
+
+def lint_input(rule: TriggerRule, p99: float | None) -> lint.LintInput:
+    depends = tuple(f for f in (rule.depends_on or []) if isinstance(f, str))
+    return lint.LintInput(
+        timezone=rule.timezone,
+        dedupe_key_template=rule.dedupe_key_template,
+        params=rule.params if isinstance(rule.params, dict) else {},
+        max_attempts=rule.max_attempts,
+        max_retry_window_seconds=rule.max_retry_window_seconds,
+        max_delay_seconds=rule.max_delay_seconds,
+        jitter_min=rule.jitter_min,
+        jitter_max=rule.jitter_max,
+        catchup_max_delay_seconds=rule.catchup_max_delay_seconds,
+        lease_ttl_seconds=rule.lease_ttl_seconds,
+        skill_p99_seconds=p99,
+        alert_fields=ALERT_FIELDS,
+        depends_on=depends,
+        flags_seen=frozenset(
+            ReadinessFlag.objects.filter(name__in=depends).values_list("name", flat=True) if depends else ()
+        ),
+    )
+
+
+def _parse_slot(text: str, zone_name: str) -> datetime:
+    """A wall-clock time typed in the rule's zone → an aware UTC instant."""
+    zone = schedule.validate_timezone(zone_name)
+    for fmt in SLOT_FORMATS:
+        try:
+            wall = datetime.strptime(text.strip(), fmt)  # noqa: DTZ007 - a wall time in the rule's zone
+        except ValueError:
+            continue
+        return wall.replace(tzinfo=zone).astimezone(UTC)
+    raise forms.ValidationError(
+        _("%(text)s is not a time like 2026-12-01 09:00 (in %(zone)s).") % {"text": repr(text), "zone": zone_name}
+    )
+
+
+# --- forms ----------------------------------------------------------------------------------
+
+
+class RunNowForm(forms.Form):
+    slot = forms.CharField(
+        required=False,
+        label=gettext_lazy("Slot"),
+        help_text=gettext_lazy("Wall time in the rule's zone, e.g. 2026-12-01 09:00. Empty: this minute."),
+    )
+    biz_key = forms.CharField(
+        required=False,
+        max_length=255,
+        label=gettext_lazy("Business key"),
+        help_text=gettext_lazy("Instead of a slot: run exactly this business key."),
+    )
+    reason = forms.CharField(
+        required=False, label=gettext_lazy("Reason"), widget=forms.Textarea(attrs={"rows": 2, "cols": 60})
+    )
+
+    def __init__(self, *args, rule: TriggerRule, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rule = rule
+
+    def clean_slot(self):
+        text = self.cleaned_data["slot"]
+        if not text:
+            return None
+        try:
+            return _parse_slot(text, self.rule.timezone)
+        except schedule.ScheduleError as exc:
+            raise forms.ValidationError(_("The rule's zone is invalid: %(error)s") % {"error": exc.message}) from exc
+
+    def clean(self):
+        data = super().clean()
+        if data.get("slot") and data.get("biz_key"):
+            raise forms.ValidationError(_("Give a slot or a business key, not both."))
+        return data
+
+
+class PauseForm(forms.Form):
+    reason = forms.CharField(
+        label=gettext_lazy("Reason"),
+        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
+        help_text=gettext_lazy("Recorded in the audit log."),
+    )
+
+
+class BackfillForm(forms.Form):
+    start = forms.DateField(
+        label=gettext_lazy("Start"), help_text=gettext_lazy("First local date (rule's zone), e.g. 2026-11-01.")
+    )
+    end = forms.DateField(
+        label=gettext_lazy("End"),
+        help_text=format_lazy(
+            gettext_lazy("Last local date, inclusive. At most {max} slots in all."), max=MAX_BACKFILL_RUNS
+        ),
+    )
+    spacing = forms.IntegerField(
+        min_value=0,
+        max_value=3600,
+        initial=int(DEFAULT_BACKFILL_SPACING.total_seconds()),
+        label=gettext_lazy("Spacing"),
+        help_text=gettext_lazy("Seconds between the runs becoming due, so the backfill does not flood the workers."),
+    )
+    reason = forms.CharField(
+        required=False, label=gettext_lazy("Reason"), widget=forms.Textarea(attrs={"rows": 2, "cols": 60})
+    )
+
+
+# --- the admin mixin ------------------------------------------------------------------------
+
+
+class RuleDeskMixin:
+    change_form_template = "admin/tasks/triggerrule/change_form.html"
+    _request_local = threading.local()
+
+    # Injected beside the cron and in a checklist fieldset; see get_fieldsets.
+    def get_readonly_fields(self, request, obj=None):
+        return (*super().get_readonly_fields(request, obj), "schedule_preview", "lint_checklist")
+
+    def get_fieldsets(self, request, obj=None):
+        fieldsets = [(name, dict(opts)) for name, opts in super().get_fieldsets(request, obj)]
+        placed = False
+        for _name, opts in fieldsets:
+            fields = list(opts.get("fields", ()))
+            if "cron" in fields and "schedule_preview" not in fields:
+                fields.insert(fields.index("timezone") + 1 if "timezone" in fields else len(fields), "schedule_preview")
+                opts["fields"] = fields
+                placed = True
+        if not placed:
+            fieldsets.append((gettext_lazy("Schedule preview"), {"fields": ["schedule_preview"]}))
+        fieldsets = [
+            (n, {**o, "fields": [f for f in o.get("fields", ()) if f != "lint_checklist"]}) for n, o in fieldsets
+        ]
+        fieldsets.insert(1, (gettext_lazy("Checklist"), {"fields": ["lint_checklist"]}))
+        return fieldsets
+
+    def get_list_display(self, request):
+        return (*super().get_list_display(request), "lint_column")
+
+    def changelist_view(self, request, extra_context=None):
+        # One p99 query per distinct skill for the whole page, not one per row.
+        skills = list(TriggerRule.objects.values_list("skill", flat=True).distinct())
+        self._request_local.p99 = skill_duration_p99s(skills)
+        try:
+            return super().changelist_view(request, extra_context)
+        finally:
+            self._request_local.p99 = None
+
+    def _lint(self, rule: TriggerRule) -> list[lint.LintItem]:
+        cache = getattr(self._request_local, "p99", None)
+        p99 = cache.get(rule.skill) if cache is not None else skill_duration_p99s([rule.skill]).get(rule.skill)
+        return lint.rule_lint(lint_input(rule, p99))
+
+    @staticmethod
+    def _preview_data(rule: TriggerRule) -> dict:
+        data = {f: getattr(rule, f) for f in PREVIEW_FIELDS}
+        data["run_at"] = rule.run_at
+        return schedule_preview(data, at=now())
+
+    def schedule_preview(self, rule: TriggerRule) -> str:
+        preview = self._preview_data(rule)
+        url = reverse("admin:tasks_triggerrule_preview")
+        return format_html('<div id="rule-preview" data-url="{}">{}</div>', url, _preview_html(preview))
+
+    schedule_preview.short_description = gettext_lazy("Preview")
+
+    def lint_checklist(self, rule: TriggerRule) -> str:
+        items = self._lint(rule)
+        rows = format_html_join(
+            "",
+            '<li class="lint-{}"><strong>{} {}</strong>: {}</li>',
+            ((i.status, _ICON[i.status], i.check, i.message) for i in items),
+        )
+        return format_html('<ul id="rule-lint" class="rule-lint">{}</ul>', rows)
+
+    lint_checklist.short_description = gettext_lazy("Lint")
+
+    def lint_column(self, rule: TriggerRule) -> str:
+        summary = lint.lint_summary(self._lint(rule))
+        status = "pass" if summary == "ok" else ("fail" if "fail" in summary else "warn")
+        return format_html('<span class="lint-{}">{} {}</span>', status, _ICON[status], summary)
+
+    lint_column.short_description = gettext_lazy("lint")
+
+    def get_urls(self):
+        wrap = self.admin_site.admin_view
+        mine = [
+            path("preview.json", wrap(self.preview_view), name="tasks_triggerrule_preview"),
+            path("<path:object_id>/run-now/", wrap(self.run_now_view), name="tasks_triggerrule_run_now"),
+            path("<path:object_id>/trial/", wrap(self.trial_view), name="tasks_triggerrule_trial"),
+            path("<path:object_id>/pause/", wrap(self.pause_view), name="tasks_triggerrule_pause"),
+            path("<path:object_id>/backfill/", wrap(self.backfill_view), name="tasks_triggerrule_backfill"),
+        ]
+        return mine + super().get_urls()
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        extra = {**(extra_context or {})}
+        rule = TriggerRule.objects.filter(pk=object_id).first() if object_id.isdigit() else None
+        if rule is not None:
+            user = request.user
+            extra["desk_buttons"] = [
+                (label, reverse(f"admin:tasks_triggerrule_{name}", args=[rule.pk]), f"rule-{name}")
+                for label, name, perm in (
+                    (_("Run now"), "run_now", "tasks.run_rule_now"),
+                    (_("Trial run"), "trial", "tasks.trial_run_rule"),
+                    (_("Pause") if rule.enabled else _("Resume"), "pause", "tasks.pause_rule"),
+                    (_("Backfill"), "backfill", "tasks.backfill_rule"),
+                )
+                if user.has_perm(perm)
+            ]
+            extra["runs_url"] = reverse("admin:runs_taskrun_changelist") + f"?rule__id__exact={rule.pk}"
+        return super().change_view(request, object_id, form_url, extra)
+
+    # --- views ---
+
+    def preview_view(self, request):
+        """JSON for the live preview: 200 with the fires, or 400 naming the bad field."""
+        if not request.user.has_perm("tasks.view_triggerrule"):
+            return JsonResponse({"ok": False, "errors": {"": _("permission denied")}}, status=403)
+        result = schedule_preview({f: request.GET.get(f, "") for f in PREVIEW_FIELDS}, at=now())
+        if request.GET.get("kind") == "once":
+            result = {
+                "ok": True,
+                "errors": {},
+                "description": _("Once, at the run-at instant"),
+                "fires": [],
+                "dst_notes": [],
+            }
+        return JsonResponse(result, status=200 if result["ok"] else 400)
+
+    def _form_page(
+        self, request, rule, form, *, title, submit_label, intro="", plan_lines=None, hidden=(), submit_name="_submit"
+    ):
+        context = {
+            **self.admin_site.each_context(request),
+            "title": title,
+            "opts": self.opts,
+            "object": rule,
+            "form": form,
+            "submit_label": submit_label,
+            "intro": intro,
+            "plan_lines": plan_lines or [],
+            "hidden": list(hidden),
+            "cancel_url": change_url(rule),
+            "submit_name": submit_name,
+        }
+        return TemplateResponse(request, FORM_TEMPLATE, context)
+
+    def run_now_view(self, request, object_id):
+        return self._run_now_page(request, object_id, trial=False)
+
+    def trial_view(self, request, object_id):
+        return self._run_now_page(request, object_id, trial=True)
+
+    def _run_now_page(self, request, object_id, *, trial: bool):
+        """Run now and trial run: the same form and the same claim; a trial gets its own key namespace."""
+        require_perm(request, "tasks.trial_run_rule" if trial else "tasks.run_rule_now")
+        rule = get_object_or_404(TriggerRule, pk=object_id)
+        form = RunNowForm(posted(request), rule=rule)
+        if request.method == "POST" and form.is_valid():
+            try:
+                claim = rule_run_now(
+                    rule=rule,
+                    actor=request.user,
+                    now=now(),
+                    slot=form.cleaned_data["slot"],
+                    biz_key=form.cleaned_data["biz_key"],
+                    reason=form.cleaned_data["reason"],
+                    trial=trial,
+                )
+            except RuleActionError as exc:
+                form.add_error(exc.field if exc.field in form.fields else None, str(exc))
+            else:
+                return self._claimed(request, claim)
+        if trial:
+            title = _("Trial run of %(rule)s") % {"rule": rule.name}
+            submit_label = _("Start trial run")
+            intro = _(
+                'A trial is a real run flagged as trial, with its business key in the "trial:" namespace: it '
+                "never dedupes against or blocks the real run. It works on paused rules too (gray release)."
+            )
+        else:
+            title = _("Run %(rule)s now") % {"rule": rule.name}
+            submit_label = _("Run now")
+            intro = _(
+                "A real run through the same claim as the scheduler: a second click for the same slot or key "
+                "changes nothing. Times are in %(zone)s."
+            ) % {"zone": rule.timezone}
+        return self._form_page(request, rule, form, title=title, submit_label=submit_label, intro=intro)
+
+    def _claimed(self, request, claim):
+        run = claim.run
+        text = (
+            _("Trial run #%(id)s created for %(biz_key)s.")
+            if run.is_trial
+            else _("Run #%(id)s created for %(biz_key)s.")
+        )
+        if claim.created:
+            self.message_user(request, text % {"id": run.id, "biz_key": run.biz_key}, messages.SUCCESS)
+        else:
+            self.message_user(
+                request,
+                _("%(biz_key)s already has run #%(id)s (%(state)s): counted as a dedupe hit, nothing new started.")
+                % {"biz_key": run.biz_key, "id": run.id, "state": run.get_state_display()},
+                messages.WARNING,
+            )
+        return HttpResponseRedirect(reverse("admin:runs_taskrun_change", args=[run.id]))
+
+    def pause_view(self, request, object_id):
+        require_perm(request, "tasks.pause_rule")
+        rule = get_object_or_404(TriggerRule, pk=object_id)
+        form = PauseForm(posted(request))
+        verb = _("Pause") if rule.enabled else _("Resume")
+        if request.method == "POST" and form.is_valid():
+            service = rule_pause if rule.enabled else rule_resume
+            try:
+                service(rule=rule, actor=request.user, now=now(), reason=form.cleaned_data["reason"])
+            except RuleActionError as exc:
+                form.add_error("reason" if exc.field == "reason" else None, str(exc))
+            else:
+                done = _("%(rule)s paused.") if rule.enabled else _("%(rule)s resumed.")
+                self.message_user(request, done % {"rule": rule.name}, messages.SUCCESS)
+                return HttpResponseRedirect(change_url(rule))
+        intro = (
+            _("Paused rules create no runs; slots while paused are not caught up on resume.")
+            if rule.enabled
+            else _("Paused: %(reason)s. Resuming reads the schedule again from now.")
+            % {"reason": rule.pause_reason or _("no reason recorded")}
+        )
+        title = (_("Pause %(rule)s") if rule.enabled else _("Resume %(rule)s")) % {"rule": rule.name}
+        return self._form_page(request, rule, form, title=title, submit_label=verb, intro=intro)
+
+    def backfill_view(self, request, object_id):
+        require_perm(request, "tasks.backfill_rule")
+        rule = get_object_or_404(TriggerRule, pk=object_id)
+        form = BackfillForm(posted(request))
+        if request.method == "POST" and form.is_valid():
+            data = form.cleaned_data
+            try:
+                plan = rule_backfill_plan(
+                    rule=rule,
+                    start=data["start"],
+                    end=data["end"],
+                    now=now(),
+                    spacing=timedelta(seconds=data["spacing"]),
+                )
+            except RuleActionError as exc:
+                form.add_error(exc.field if exc.field in form.fields else None, str(exc))
+            else:
+                if request.POST.get("confirm") == "yes":
+                    done = rule_backfill(plan=plan, actor=request.user, now=now(), reason=data["reason"])
+                    self.message_user(
+                        request,
+                        _("Backfill of %(rule)s: %(created)s run(s) created, %(hits)s slot(s) already had a run.")
+                        % {"rule": rule.name, "created": done["created"], "hits": done["dedupe_hits"]},
+                        messages.SUCCESS,
+                    )
+                    return HttpResponseRedirect(
+                        reverse("admin:runs_taskrun_changelist") + f"?rule__id__exact={rule.pk}&source__exact=backfill"
+                    )
+                lines = [
+                    _("%(n)s slot(s) from %(start)s to %(end)s (%(zone)s), up to now.")
+                    % {"n": len(plan.slots), "start": plan.start, "end": plan.end, "zone": rule.timezone},
+                    _("%(n)s already have a run (dedupe hits, nothing new).") % {"n": plan.existing},
+                    _("This will create %(n)s run(s), released one every %(spacing)ss over %(total)ss.")
+                    % {
+                        "n": plan.new_runs,
+                        "spacing": data["spacing"],
+                        "total": f"{plan.last_run_after_seconds:.0f}",
+                    },
+                ]
+                hidden = [("confirm", "yes")]
+                return self._form_page(
+                    request,
+                    rule,
+                    form,
+                    title=_("Confirm backfill of %(rule)s") % {"rule": rule.name},
+                    submit_label=_("Yes, create %(n)s run(s)") % {"n": plan.new_runs},
+                    plan_lines=lines,
+                    hidden=hidden,
+                )
+        return self._form_page(
+            request,
+            rule,
+            form,
+            title=_("Backfill %(rule)s") % {"rule": rule.name},
+            submit_label=_("Show what it will create"),
+            intro=_("Claims every slot in a date range (in %(zone)s), paced; at most %(max)s.")
+            % {"zone": rule.timezone, "max": MAX_BACKFILL_RUNS},
+        )
+
+
+_ICON = {lint.PASS: "✔", lint.WARN: "⚠", lint.FAIL: "✘"}
+
+
+def _preview_html(preview: dict) -> str:
+    if not preview["ok"]:
+        errors = format_html_join("", "<li>{}: {}</li>", preview["errors"].items())
+        return format_html('<ul class="errorlist preview-errors">{}</ul>', errors)
+    rows = format_html_join(
+        "",
+        "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+        ((f["local"], f["utc"], f["note"]) for f in preview["fires"]),
+    )
+    notes = format_html_join("", "<li>{}</li>", ((n,) for n in preview["dst_notes"]))
+    return format_html(
+        '<p class="preview-description"><strong>{}</strong></p>'
+        '<table class="preview-fires"><thead><tr><th>{} ({})</th><th>UTC</th><th>DST</th></tr></thead>'
+        '<tbody>{}</tbody></table><ul class="preview-dst">{}</ul>',
+        preview["description"] or "-",
+        _("Next fires"),
+        preview.get("timezone", ""),
+        rows,
+        notes,
+    )

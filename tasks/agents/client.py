@@ -1,0 +1,272 @@
+"""The model client: one place where the harness talks to a model provider.
+
+`chat()` speaks OpenAI-compatible chat completions over httpx (or answers locally for the built-in
+`echo` provider) and maps every failure to an error kind:
+
+    429                     → rate_limited (Retry-After honoured as a floor on the next delay)
+    5xx                     → dependency_unreachable
+    401 / 403               → permission_denied
+    400, other 4xx          → invalid_param
+    connect error / timeout → dependency_unreachable
+    read timeout            → timeout
+    body not chat JSON      → model_invalid_output (raw text attached)
+
+`model_call()` wraps it for a run: checks the agent's budget, then records one ExternalCall row per
+call, with a SHA-256 of the input and never the key (nor the prompt, unless the agent opts in).
+The API key is read from the environment variable the agent names, at call time, and is redacted
+from anything the provider sends back before it can reach an error message, a log or a ticket.
+"""
+
+import hashlib
+import json
+import os
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from email.utils import parsedate_to_datetime
+from typing import Any
+
+import httpx
+
+from runs.steps import BudgetWait
+from tasks.agents.budgets import agent_spend, budget_decide
+from tasks.skills.sdk import ErrorKind, SkillContext, SkillError
+
+MAX_RAW_OUTPUT = 20_000
+MAX_ERROR_BODY = 500
+REDACTED = "[redacted]"
+
+
+class ModelCallError(SkillError):
+    """A failed model call, with what the executor and the dead-letter desk need."""
+
+    def __init__(
+        self,
+        kind: str,
+        message: str,
+        *,
+        status: int | None = None,
+        retry_after: float | None = None,
+        raw_output: str = "",
+    ):
+        super().__init__(kind, message)
+        self.status = status
+        self.retry_after = retry_after  # read by runs.executor._retry_after
+        self.raw_output = raw_output[:MAX_RAW_OUTPUT]  # attached to the dead-letter ticket
+
+
+@dataclass(frozen=True)
+class ModelReply:
+    content: str
+    status: int | None
+    prompt_tokens: int | None
+    completion_tokens: int | None
+
+
+def kind_for_status(status: int) -> str | None:
+    """The error kind of an HTTP status, or None for success."""
+    if 200 <= status < 300:
+        return None
+    if status == 429:
+        return ErrorKind.RATE_LIMITED
+    if status >= 500:
+        return ErrorKind.DEPENDENCY_UNREACHABLE
+    if status in (401, 403):
+        return ErrorKind.PERMISSION_DENIED
+    if status == 408:
+        return ErrorKind.TIMEOUT
+    return ErrorKind.INVALID_PARAM
+
+
+def parse_retry_after(value: str | None, *, now: datetime) -> float | None:
+    """Seconds to wait from a Retry-After header (delta-seconds or an HTTP date); None if absent or bad."""
+    if not value:
+        return None
+    value = value.strip()
+    if value.isdigit():
+        return float(value)
+    try:
+        when = parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    if when.tzinfo is None:
+        return None
+    return max((when - now).total_seconds(), 0.0)
+
+
+def input_sha256(model: str, messages: list[dict[str, str]]) -> str:
+    text = json.dumps({"model": model, "messages": messages}, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def redact(text: str, secret: str | None) -> str:
+    return text.replace(secret, REDACTED) if secret else text
+
+
+def api_key(agent) -> str:
+    """The key from the environment variable the agent names. Raises invalid_param if it is unset;
+    the message names the variable, never a value."""
+    value = os.environ.get(agent.api_key_env or "", "")
+    if not value:
+        raise ModelCallError(
+            ErrorKind.INVALID_PARAM,
+            f"agent {agent.name!r}: environment variable {agent.api_key_env or '(none)'} is not set in the worker",
+        )
+    return value
+
+
+def build_messages(agent, prompt: str) -> list[dict[str, str]]:
+    messages = [{"role": "system", "content": agent.system_prompt}] if agent.system_prompt else []
+    messages.append({"role": "user", "content": prompt})
+    return messages
+
+
+def chat(agent, messages: list[dict[str, str]], *, now: datetime) -> ModelReply:
+    """One chat-completions call for `agent`. Raises ModelCallError with the mapped kind."""
+    if agent.provider == "echo":
+        return _echo(agent, messages)
+    key = api_key(agent)
+    url = agent.base_url.rstrip("/") + "/chat/completions"
+    timeout = httpx.Timeout(
+        connect=agent.connect_timeout_seconds,
+        read=agent.read_timeout_seconds,
+        write=agent.read_timeout_seconds,
+        pool=agent.connect_timeout_seconds,
+    )
+    body: dict[str, Any] = {"model": agent.model, "messages": messages}
+    try:
+        with httpx.Client(timeout=timeout, follow_redirects=False) as client:
+            response = client.post(url, json=body, headers={"Authorization": f"Bearer {key}"})
+    except httpx.ReadTimeout:
+        raise ModelCallError(
+            ErrorKind.TIMEOUT, f"{url}: no response within the read timeout of {agent.read_timeout_seconds:g}s"
+        ) from None
+    except (httpx.ConnectError, httpx.ConnectTimeout, httpx.PoolTimeout) as exc:
+        raise ModelCallError(
+            ErrorKind.DEPENDENCY_UNREACHABLE, f"{url}: cannot connect: {redact(str(exc), key)}"
+        ) from None
+    except httpx.HTTPError as exc:  # the connection broke mid-exchange (reset, protocol error, write timeout)
+        raise ModelCallError(
+            ErrorKind.DEPENDENCY_UNREACHABLE, f"{url}: {type(exc).__name__}: {redact(str(exc), key)}"
+        ) from None
+    text = redact(response.text, key)
+    kind = kind_for_status(response.status_code)
+    if kind is not None:
+        retry_after = parse_retry_after(response.headers.get("retry-after"), now=now)
+        raise ModelCallError(
+            kind,
+            f"{url}: HTTP {response.status_code}: {text[:MAX_ERROR_BODY]}",
+            status=response.status_code,
+            retry_after=retry_after,
+        )
+    return _parse_completion(url, response.status_code, text)
+
+
+def _parse_completion(url: str, status: int, text: str) -> ModelReply:
+    try:
+        data = json.loads(text)
+        content = data["choices"][0]["message"]["content"]
+        if not isinstance(content, str):
+            raise TypeError("content is not a string")
+    except (ValueError, KeyError, IndexError, TypeError) as exc:
+        raise ModelCallError(
+            ErrorKind.MODEL_INVALID_OUTPUT,
+            f"{url}: response is not a chat completion ({type(exc).__name__}: {exc})",
+            status=status,
+            raw_output=text,
+        ) from None
+    usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
+    return ModelReply(
+        content=content,
+        status=status,
+        prompt_tokens=_count(usage.get("prompt_tokens")),
+        completion_tokens=_count(usage.get("completion_tokens")),
+    )
+
+
+def _count(value: Any) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
+def _echo(agent, messages: list[dict[str, str]]) -> ModelReply:
+    """The built-in echo provider: no network, no key. A user message that is a JSON object comes back
+    as itself; any other text comes back as {"echo": text}. Token counts are whitespace words."""
+    prompt = messages[-1]["content"] if messages else ""
+    try:
+        parsed = json.loads(prompt)
+    except ValueError:
+        parsed = None
+    reply = parsed if isinstance(parsed, dict) else {"echo": prompt}
+    content = json.dumps(reply, sort_keys=True)
+    return ModelReply(
+        content=content, status=None, prompt_tokens=len(prompt.split()), completion_tokens=len(content.split())
+    )
+
+
+def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model") -> tuple[ModelReply, int]:
+    """Call `agent` for run `ctx` and record the call; returns the reply and the ExternalCall id.
+
+    Raises BudgetWait (before calling) when the agent's hourly budget is spent, and ModelCallError
+    (after recording the failed call) when the call fails.
+    """
+    from runs.models import ExternalCall
+    from tasks.skills.errors import fingerprint
+
+    decision = budget_decide(
+        max_calls=agent.max_calls_per_hour,
+        max_tokens=agent.max_tokens_per_hour,
+        spend=agent_spend(agent_id=agent.id, now=ctx.now),
+        now=ctx.now,
+    )
+    if not decision.allowed:
+        raise BudgetWait(agent=agent.name, until=decision.reset_at, reason=decision.reason)
+
+    messages = build_messages(agent, prompt)
+    record = ExternalCall(
+        run_id=ctx.run_id,
+        attempt=ctx.attempt,
+        step=step,
+        agent=agent,
+        agent_name=agent.name,
+        provider=agent.provider,
+        endpoint="echo:" if agent.provider == "echo" else agent.base_url.rstrip("/") + "/chat/completions",
+        model=agent.model,
+        input_sha256=input_sha256(agent.model, messages),
+        prompt_text=json.dumps(messages, ensure_ascii=False) if agent.store_prompts else "",
+        started_at=ctx.now,
+    )
+    started = time.monotonic()
+    try:
+        reply = chat(agent, messages, now=ctx.now)
+    except ModelCallError as exc:
+        record.status = exc.status
+        record.error_kind = exc.kind
+        record.error_digest = fingerprint(exc.kind, exc)
+        if exc.kind == ErrorKind.MODEL_INVALID_OUTPUT:
+            record.output_valid = False
+        raise
+    else:
+        record.status = reply.status
+        record.prompt_tokens = reply.prompt_tokens
+        record.completion_tokens = reply.completion_tokens
+    finally:
+        record.latency_ms = round((time.monotonic() - started) * 1000)
+        # Recorded whatever happens next: the call was made (and maybe paid for) even if the lease is lost.
+        record.save()
+    ctx.logger.info(
+        "run %s: %s called %s in %sms (tokens %s+%s)",
+        ctx.run_id,
+        agent.name,
+        agent.model,
+        record.latency_ms,
+        reply.prompt_tokens,
+        reply.completion_tokens,
+    )
+    return reply, record.id
+
+
+def call_mark_output(call_id: int, *, valid: bool) -> None:
+    """Record whether the call's output passed validation."""
+    from runs.models import ExternalCall
+
+    ExternalCall.objects.filter(id=call_id).update(output_valid=valid)

@@ -1,0 +1,122 @@
+"""`manage.py harness flags|explain|preview|ping|token`: mixed into the harness command."""
+
+import json
+
+from django.core.management.base import CommandError
+from django.core.serializers.json import DjangoJSONEncoder
+from django.utils import timezone
+
+from tasks.flags import FlagError, flag_clear, flag_json, flag_list, flag_set
+from tasks.models import TriggerRule
+from tasks.triggers.explain import SlotParseError, parse_slot, rule_preview, slot_explain
+
+
+def add_guard_parsers(sub) -> None:
+    flags = sub.add_parser("flags", help="set, clear or list readiness flags")
+    flags_sub = flags.add_subparsers(dest="flags_command", required=True)
+    for name, text in (
+        ("set", "set NAME for SCOPE (a business date such as 2026-12-01, or a key)"),
+        ("clear", "clear NAME for SCOPE"),
+    ):
+        p = flags_sub.add_parser(name, help=text)
+        p.add_argument("name")
+        p.add_argument("scope")
+        p.add_argument("--actor", default="cli")
+        if name == "set":
+            p.add_argument("--note", default="")
+    p = flags_sub.add_parser("list", help="flags that are set")
+    p.add_argument("--name")
+    p.add_argument("--scope")
+    p.add_argument("--json", action="store_true", dest="as_json")
+
+    explain = sub.add_parser("explain", help="why did or didn't RULE run at SLOT?")
+    explain.add_argument("rule")
+    explain.add_argument("slot", help="ISO 8601; without an offset it is read in the rule's timezone")
+    explain.add_argument("--json", action="store_true", dest="as_json")
+
+    preview = sub.add_parser("preview", help="the next fires of RULE across DST changes and windows")
+    preview.add_argument("rule")
+    preview.add_argument("--next", type=int, default=10, dest="count")
+
+    ping = sub.add_parser("ping", help="heartbeat ping for RULE (a heartbeat rule)")
+    ping.add_argument("rule")
+
+    token = sub.add_parser("token", help="create an API token for USER (printed once)")
+    token.add_argument("action", choices=["create"])
+    token.add_argument("name")
+    token.add_argument("--user", required=True)
+
+
+def _rule(name: str) -> TriggerRule:
+    try:
+        return TriggerRule.objects.get(name=name)
+    except TriggerRule.DoesNotExist:
+        raise CommandError(f"no rule named {name!r}") from None
+
+
+class GuardCommandsMixin:
+    def _flags(self, *, flags_command, **opts):
+        try:
+            if flags_command == "set":
+                flag, created = flag_set(
+                    name=opts["name"], scope=opts["scope"], note=opts["note"], actor=opts["actor"], now=timezone.now()
+                )
+                self.stdout.write(f"{'set' if created else 'already set (refreshed)'}: {flag.name} for {flag.scope}")
+            elif flags_command == "clear":
+                cleared = flag_clear(name=opts["name"], scope=opts["scope"], actor=opts["actor"])
+                self.stdout.write(f"{'cleared' if cleared else 'was not set'}: {opts['name']} for {opts['scope']}")
+            else:
+                rows = [flag_json(f) for f in flag_list(name=opts["name"], scope=opts["scope"])]
+                if opts["as_json"]:
+                    self.stdout.write(json.dumps(rows, indent=2))
+                for r in [] if opts["as_json"] else rows:
+                    self.stdout.write(f"{r['name']}  {r['scope']}  set {r['set_at']} by {r['set_by'] or '-'}")
+        except FlagError as exc:
+            raise CommandError(str(exc)) from None
+
+    def _explain(self, *, rule, slot, as_json, **opts):
+        obj = _rule(rule)
+        try:
+            at = parse_slot(slot, rule=obj)
+        except SlotParseError as exc:
+            raise CommandError(str(exc)) from None
+        result = slot_explain(rule=obj, slot=at, now=timezone.now())
+        if as_json:
+            self.stdout.write(json.dumps(result, indent=2, cls=DjangoJSONEncoder))
+            return
+        self.stdout.write(f"{obj.name} @ {result['slot_local']} ({result['slot_utc']})")
+        self.stdout.write(f"  {result['outcome']}: {result['summary']}")
+        if result["reason"]:
+            self.stdout.write(f"  reason: {result['reason']}")
+        for key, value in (result.get("details") or {}).items():
+            self.stdout.write(f"  {key}: {value}")
+
+    def _preview(self, *, rule, count, **opts):
+        obj = _rule(rule)
+        if count < 1 or count > 1000:
+            raise CommandError("--next must be between 1 and 1000")
+        for row in rule_preview(rule=obj, now=timezone.now(), count=count):
+            note = f"  [{row['note']}]" if row["note"] else ""
+            self.stdout.write(
+                f"{row['local']:%a %Y-%m-%d %H:%M %Z}  {row['utc']:%Y-%m-%dT%H:%MZ}  {row['guards']}{note}"
+            )
+
+    def _ping(self, *, rule, **opts):
+        from tasks.triggers.slot import rule_ping
+
+        try:
+            deadline = rule_ping(rule=_rule(rule), now=timezone.now())
+        except ValueError as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(f"pinged {rule}; fires if silent until {deadline.isoformat()}")
+
+    def _token(self, *, action, name, user, **opts):
+        from django.contrib.auth import get_user_model
+
+        from tasks.views import token_create
+
+        found = get_user_model().objects.filter(username=user).first()
+        if found is None:
+            raise CommandError(f"no user named {user!r}")
+        token = token_create(name=name, user=found, now=timezone.now())
+        self.stdout.write(f"token {name!r} for {user} (shown once, store it now): {token}")

@@ -1,0 +1,21 @@
+"""The definitions app's models, one module per concern; imported from here."""
+
+from tasks.models.access import ApiToken, ServiceIdentity
+from tasks.models.agent import Agent
+from tasks.models.diagnostic import DiagnosticRecord
+from tasks.models.event import EventDelivery, EventMetric, EventRefusal, TriggerSource
+from tasks.models.flag import ReadinessFlag
+from tasks.models.rule import TriggerRule
+
+__all__ = [
+    "Agent",
+    "ApiToken",
+    "DiagnosticRecord",
+    "EventDelivery",
+    "EventMetric",
+    "EventRefusal",
+    "ReadinessFlag",
+    "ServiceIdentity",
+    "TriggerRule",
+    "TriggerSource",
+]

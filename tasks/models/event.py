@@ -1,0 +1,202 @@
+"""Event sources and what their deliveries left behind (docs/events.md)."""
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MaxValueValidator, MinValueValidator
+from django.db import models
+from django.utils.translation import gettext_lazy as _
+
+from tasks.models.rule import TriggerRule
+
+
+class TriggerSource(models.Model):
+    """Who may fire an event rule, and how its events are read (issue 3, item 7; docs/events.md).
+
+    The HMAC secret is never stored: `secret_env` names the environment variable that holds it,
+    so the database, the admin and the logs never see it.
+    """
+
+    class Kind(models.TextChoices):
+        WEBHOOK = "webhook", _("Webhook: signed HTTP POST to /hooks/<name>/")
+        QUEUE = "queue", _("Queue: Celery task tasks.event_intake")
+        FILE = "file", _("File arrival: folder sensor")
+        PYTHON = "python", _("Python: tasks.triggers.events.event_intake()")
+
+    name = models.SlugField(max_length=100, unique=True, help_text=_("In the URL /hooks/<name>/ and {source} in keys."))
+    enabled = models.BooleanField(default=True)
+    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.WEBHOOK)
+    description = models.CharField(max_length=500, blank=True)
+    identity = models.CharField(
+        max_length=150, help_text=_("Who this source stands for; recorded as the run's triggered_by, e.g. svc:billing.")
+    )
+    rule = models.ForeignKey(
+        TriggerRule,
+        on_delete=models.PROTECT,
+        related_name="sources",
+        limit_choices_to={"kind": "event"},
+        help_text=_("The event rule each accepted event triggers."),
+    )
+    secret_env = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text=_("Webhook sources: NAME of the environment variable holding the HMAC secret (never the secret)."),
+    )
+    object_id_path = models.CharField(max_length=200, default="object_id", help_text=_("Dotted payload path."))
+    action_path = models.CharField(max_length=200, default="action", help_text=_("Dotted payload path."))
+    version_path = models.CharField(max_length=200, default="version", help_text=_("Dotted payload path."))
+    snapshot_fields = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=_('Payload fields copied into the run at intake, e.g. ["amount", "customer.tier"].'),
+    )
+    reference_fields = models.JSONField(
+        default=list,
+        blank=True,
+        help_text=_('Payload fields kept as references, e.g. ["document_url"]; not documents.'),
+    )
+    max_body_bytes = models.PositiveIntegerField(
+        default=65536,
+        validators=[MinValueValidator(1), MaxValueValidator(10 * 1024 * 1024)],
+        help_text=_("Larger bodies are refused unread (413)."),
+    )
+    watch_dir = models.CharField(max_length=500, blank=True, help_text=_("File sources: absolute folder path."))
+    require_ready_marker = models.BooleanField(
+        default=False, help_text=_("File sources: only files with a <name>.ready marker next to them count.")
+    )
+    settle_seconds = models.PositiveIntegerField(
+        default=5, help_text=_("File sources without a marker: the file must be unchanged this long.")
+    )
+    created_at = models.DateTimeField(auto_now_add=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    class Meta:
+        verbose_name = _("trigger source")
+        verbose_name_plural = _("trigger sources")
+        ordering = ["name"]
+
+    def __str__(self) -> str:
+        return self.name
+
+    def mapping(self):
+        from tasks.rules.events import Mapping
+
+        return Mapping(
+            object_id_path=self.object_id_path,
+            action_path=self.action_path,
+            version_path=self.version_path,
+            snapshot_fields=tuple(self.snapshot_fields or ()),
+            reference_fields=tuple(self.reference_fields or ()),
+        )
+
+    def secret(self) -> str | None:
+        import os
+
+        return (os.environ.get(self.secret_env) or None) if self.secret_env else None
+
+    def clean(self) -> None:
+        from pathlib import Path
+
+        from tasks.rules.events import ENV_NAME_RE, validate_field_paths
+
+        errors: dict[str, list[str]] = {}
+        if self.kind == self.Kind.WEBHOOK and not ENV_NAME_RE.fullmatch(self.secret_env or ""):
+            errors.setdefault("secret_env", []).append(
+                "A webhook source needs the NAME of an environment variable holding its secret, "
+                "e.g. HOOK_BILLING_SECRET."
+            )
+        if self.kind == self.Kind.FILE and not (self.watch_dir and Path(self.watch_dir).is_absolute()):
+            errors.setdefault("watch_dir", []).append(
+                _("A file source needs an absolute folder path, e.g. /data/inbox.")
+            )
+        for field in ("snapshot_fields", "reference_fields"):
+            try:
+                validate_field_paths(getattr(self, field), field=field)
+            except ValueError as exc:
+                errors.setdefault(field, []).append(str(exc))
+        for field in ("object_id_path", "action_path", "version_path"):
+            try:
+                validate_field_paths([getattr(self, field)], field=field)
+            except ValueError as exc:
+                errors.setdefault(field, []).append(str(exc))
+        if self.rule_id and self.rule.kind != TriggerRule.Kind.EVENT:
+            errors.setdefault("rule", []).append(
+                f"Rule {self.rule.name!r} is a {self.rule.kind} rule; pick an event rule."
+            )
+        if errors:
+            raise ValidationError(errors)
+
+
+class EventDelivery(models.Model):
+    """An accepted event: which delivery, which business key, which run. Also the replay memory:
+    a delivery id is remembered per source by a unique constraint, not by a check."""
+
+    source = models.ForeignKey(TriggerSource, on_delete=models.CASCADE, related_name="deliveries")
+    # NULL, not "": callers that send no id must never collide on the unique constraint.
+    delivery_id = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
+    channel = models.CharField(max_length=10)
+    body_sha256 = models.CharField(max_length=64)
+    received_at = models.DateTimeField()
+    criteria = models.JSONField(default=dict)
+    biz_key = models.CharField(max_length=255)
+    # An id, not a foreign key: runs/ depends on tasks/, not the other way round.
+    run_id = models.BigIntegerField(null=True, blank=True)
+    run_created = models.BooleanField(help_text=_("False: the business event already had a run (dedupe hit)."))
+
+    class Meta:
+        ordering = ["-received_at", "-id"]
+        verbose_name = _("event delivery")
+        verbose_name_plural = _("event deliveries")
+        constraints = [
+            # NULL delivery ids (Python callers that send none) never collide.
+            models.UniqueConstraint(fields=["source", "delivery_id"], name="delivery_unique_per_source"),
+        ]
+        indexes = [models.Index(fields=["received_at"], name="delivery_received_idx")]  # event_records_prune
+
+    def __str__(self) -> str:
+        return f"{self.source_id}:{self.delivery_id or '-'}"
+
+
+class EventRefusal(models.Model):
+    """An event that was refused and not run, with the reason: "why didn't it run?" for events."""
+
+    source = models.ForeignKey(TriggerSource, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    source_name = models.CharField(max_length=100, help_text=_("The source as the sender named it."))
+    channel = models.CharField(max_length=10)
+    reason = models.CharField(max_length=40)
+    status = models.PositiveSmallIntegerField()
+    detail = models.TextField()
+    delivery_id = models.CharField(max_length=200, blank=True)
+    body_sha256 = models.CharField(max_length=64, blank=True)
+    body_bytes = models.PositiveBigIntegerField(null=True, blank=True)
+    remote_addr = models.CharField(max_length=64, blank=True)
+    created_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = _("event refusal")
+        verbose_name_plural = _("event refusals")
+        ordering = ["-created_at", "-id"]
+        indexes = [
+            models.Index(fields=["created_at"], name="refusal_created_idx"),  # event_records_prune
+            models.Index(fields=["source_name", "-created_at"], name="refusal_source_recent_idx"),  # admin
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.source_name}: {self.reason}"
+
+
+class EventMetric(models.Model):
+    """Counter of intake outcomes per source. Unknown source names share one row (source_name ""),
+    so a flood of made-up names cannot grow this table."""
+
+    source_name = models.CharField(max_length=100, blank=True)
+    outcome = models.CharField(max_length=40, help_text=_("accepted, duplicate, redelivery or a refusal reason."))
+    count = models.PositiveBigIntegerField(default=0)
+    last_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = _("event metric")
+        verbose_name_plural = _("event metrics")
+        ordering = ["source_name", "outcome"]
+        constraints = [models.UniqueConstraint(fields=["source_name", "outcome"], name="event_metric_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.source_name or '(unknown)'} {self.outcome}: {self.count}"

@@ -1,0 +1,437 @@
+"""Definitions: trigger rules and the diagnostic side-effect table."""
+
+from django.core.exceptions import ValidationError
+from django.core.validators import MinValueValidator
+from django.db import models, transaction
+from django.db.models import Q
+from django.utils import timezone
+from django.utils.translation import gettext_lazy as _
+from simple_history.models import HistoricalRecords
+
+from tasks.models.agent import Agent, rule_agent_errors  # noqa: F401  (Agent: a model of this app)
+from tasks.rules import keys, schedule
+from tasks.skills.sdk import registry
+
+DEFAULT_LEASE_TTL_SECONDS = 300
+DEFAULT_DEDUPE_TEMPLATE = "{rule}:{slot}"
+
+
+class TriggerRule(models.Model):
+    class Kind(models.TextChoices):
+        CRON = "cron", _("Cron")
+        INTERVAL = "interval", _("Interval")
+        ONCE = "once", _("One time")
+        HEARTBEAT = "heartbeat", _("Heartbeat: fire when no ping arrives in time")
+        EVENT = "event", _("Event: fired by its trigger sources (webhook, queue, file)")
+
+    class CatchUp(models.TextChoices):
+        NONE = "none", _("None: missed slots become decisions")
+        LATEST = "latest", _("Latest: run only the most recent missed slot within the max delay")
+        ALL = "all", _("All: run every missed slot within the max delay (capped, paced, maybe gated)")
+
+    class NotReady(models.TextChoices):
+        WAIT = "wait", _("Wait: re-check until the deadline, then expire with an alert")
+        SKIP = "skip", _("Skip: record a decision")
+        FAIL = "fail", _("Fail: a failed run with a dead-letter ticket")
+
+    class OutsideHours(models.TextChoices):
+        DEFER = "defer", _("Defer to the next opening")
+        SKIP = "skip", _("Skip: record a decision")
+        RUN = "run", _("Run anyway")
+
+    class Overlap(models.TextChoices):
+        ALLOW = "allow", _("Allow concurrent runs")
+        SKIP = "skip", _("Skip while a run of this rule is active")
+        BUFFER = "buffer", _("Buffer one: run once after the active one ends")
+
+    class DstGap(models.TextChoices):
+        SHIFT = "shift", _("Shift to the first valid time after the gap")
+        SKIP = "skip", _("Skip")
+
+    class DstRepeat(models.TextChoices):
+        FIRST = "first", _("First occurrence")
+        LAST = "last", _("Last occurrence")
+        BOTH = "both", _("Both occurrences")
+
+    name = models.SlugField(
+        _("name"),
+        max_length=100,
+        unique=True,
+        help_text=_("Unique name; appears in business keys."),
+    )
+    enabled = models.BooleanField(_("enabled"), default=True)
+    reason = models.TextField(_("reason"), help_text=_("Why this rule is configured as it is (required)."))
+
+    kind = models.CharField(_("kind"), max_length=10, choices=Kind.choices, default=Kind.CRON)
+    cron = models.CharField(
+        _("cron"),
+        max_length=100,
+        blank=True,
+        help_text=_("5 fields: minute hour day-of-month month day-of-week."),
+    )
+    interval_seconds = models.PositiveIntegerField(
+        _("interval seconds"),
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+    )
+    run_at = models.DateTimeField(
+        _("run at"),
+        null=True,
+        blank=True,
+        help_text=_("For one-time rules: the instant to run."),
+    )
+    timezone = models.CharField(
+        _("timezone"),
+        max_length=64,
+        help_text=_("IANA zone the schedule is read in, e.g. Europe/Berlin."),
+    )
+    dst_gap = models.CharField(_("dst gap"), max_length=10, choices=DstGap.choices, default=DstGap.SHIFT)
+    dst_repeat = models.CharField(_("dst repeat"), max_length=10, choices=DstRepeat.choices, default=DstRepeat.FIRST)
+
+    dedupe_key_template = models.CharField(
+        _("dedupe key template"),
+        max_length=200,
+        default=DEFAULT_DEDUPE_TEMPLATE,
+        help_text=_("Business key of one unit of work. Placeholders: {rule} {slot} {business_date} and params."),
+    )
+    skill = models.CharField(_("skill"), max_length=100, help_text=_("Registered skill name, e.g. harness.noop."))
+    params = models.JSONField(_("params"), default=dict, blank=True)
+    # The model binding the rule's skill calls (issue 5); PROTECT so a rule never loses its agent silently.
+    agent = models.ForeignKey(
+        "tasks.Agent",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="rules",
+        verbose_name=_("agent"),
+        help_text=_("The agent (model binding) the skill calls, e.g. for llm_json."),
+    )
+    output_schema = models.JSONField(
+        _("output schema"),
+        null=True,
+        blank=True,
+        help_text=_("JSON Schema the model's output must validate against (llm_json)."),
+    )
+
+    max_attempts = models.PositiveIntegerField(_("max attempts"), default=3, validators=[MinValueValidator(1)])
+    backoff_base_seconds = models.FloatField(
+        _("backoff base seconds"),
+        default=2.0,
+        validators=[MinValueValidator(1.0)],
+    )
+    max_delay_seconds = models.PositiveIntegerField(_("max delay seconds"), default=300)
+    max_retry_window_seconds = models.PositiveIntegerField(_("max retry window seconds"), default=3600)
+    jitter_min = models.FloatField(_("jitter min"), default=0.5, validators=[MinValueValidator(0.0)])
+    jitter_max = models.FloatField(_("jitter max"), default=1.5, validators=[MinValueValidator(0.0)])
+    lease_ttl_seconds = models.PositiveIntegerField(
+        _("lease ttl seconds"),
+        default=DEFAULT_LEASE_TTL_SECONDS,
+        validators=[MinValueValidator(1)],
+    )
+
+    catchup = models.CharField(_("catchup"), max_length=10, choices=CatchUp.choices, default=CatchUp.NONE)
+    catchup_max_delay_seconds = models.PositiveIntegerField(
+        _("catchup max delay seconds"),
+        default=300,
+        help_text=_("Slots older than this when first seen are recorded as missed."),
+    )
+
+    # --- Issue 3 guards: evaluated by tasks/evaluation.py (pure), applied by tasks/slots.py. ---
+    catchup_max_count = models.PositiveIntegerField(
+        _("catchup max count"),
+        null=True,
+        blank=True,
+        help_text=_("Catch-up all: run at most this many missed slots (the most recent)."),
+    )
+    catchup_spacing_seconds = models.PositiveIntegerField(
+        _("catchup spacing seconds"),
+        default=0,
+        help_text=_("Minimum spacing between catch-up runs, so an outage is not replayed in one burst."),
+    )
+    catchup_approval_threshold = models.PositiveIntegerField(
+        _("catchup approval threshold"),
+        null=True,
+        blank=True,
+        help_text=_("Above this many missed slots, catch-up runs wait for approval in the admin."),
+    )
+    depends_on = models.JSONField(
+        _("depends on"),
+        default=list,
+        blank=True,
+        help_text=_('Readiness flag names that must be set, e.g. ["pipeline.raw_data.ready"].'),
+    )
+    depends_scope = models.CharField(
+        _("depends scope"),
+        max_length=200,
+        default="{business_date}",
+        blank=True,
+        help_text=_("Scope the flags are looked up in; same placeholders as the dedupe key."),
+    )
+    not_ready_policy = models.CharField(
+        _("not ready policy"),
+        max_length=10,
+        choices=NotReady.choices,
+        default=NotReady.WAIT,
+    )
+    ready_recheck_seconds = models.PositiveIntegerField(
+        _("ready recheck seconds"),
+        default=300,
+        validators=[MinValueValidator(1)],
+        help_text=_("Wait policy: re-check readiness this often."),
+    )
+    ready_deadline = models.TimeField(
+        _("ready deadline"),
+        null=True,
+        blank=True,
+        help_text=_("Wait policy: local time (rule zone) after which a waiting slot expires."),
+    )
+    start_window_seconds = models.PositiveIntegerField(
+        _("start window seconds"),
+        null=True,
+        blank=True,
+        help_text=_("A run may start only within this long after its slot."),
+    )
+    hours_start = models.TimeField(
+        _("hours start"),
+        null=True,
+        blank=True,
+        help_text=_("Business hours start (rule zone)."),
+    )
+    hours_end = models.TimeField(
+        _("hours end"),
+        null=True,
+        blank=True,
+        help_text=_("Business hours end (rule zone), exclusive."),
+    )
+    outside_hours = models.CharField(
+        _("outside hours"),
+        max_length=10,
+        choices=OutsideHours.choices,
+        default=OutsideHours.DEFER,
+    )
+    weekdays = models.CharField(
+        _("weekdays"),
+        max_length=60,
+        blank=True,
+        help_text=_('Allowed weekdays (rule zone), e.g. "mon-fri" or "mon,wed"; blank: all.'),
+    )
+    excluded_dates = models.JSONField(
+        _("excluded dates"),
+        default=list,
+        blank=True,
+        help_text=_('Local dates with no runs, e.g. ["2026-12-25"].'),
+    )
+    overlap = models.CharField(_("overlap"), max_length=10, choices=Overlap.choices, default=Overlap.ALLOW)
+    object_key_template = models.CharField(
+        _("object key template"),
+        max_length=200,
+        blank=True,
+        help_text=_("Runs with the same rendered object key never execute at once (object lease); blank: no limit."),
+    )
+    snapshot_fields = models.JSONField(
+        _("snapshot fields"),
+        default=list,
+        blank=True,
+        help_text=_("Param names copied into each run's snapshot at trigger time."),
+    )
+    identity = models.ForeignKey(
+        "tasks.ServiceIdentity",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="rules",
+        verbose_name=_("identity"),
+        help_text=_("Executing identity; its allow-list must include the skill. Blank: unrestricted."),
+    )
+    heartbeat_every_seconds = models.PositiveIntegerField(
+        _("heartbeat every seconds"),
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text=_("Heartbeat: a ping is expected this often."),
+    )
+    heartbeat_grace_seconds = models.PositiveIntegerField(
+        _("heartbeat grace seconds"),
+        default=0,
+        help_text=_("Heartbeat: extra time before firing."),
+    )
+    last_ping_at = models.DateTimeField(_("last ping at"), null=True, blank=True, editable=False)
+    # When the rule was last switched off; on resume its skipped slots become "paused" decisions.
+    paused_at = models.DateTimeField(_("paused at"), null=True, blank=True, editable=False)
+
+    next_fire_at = models.DateTimeField(_("next fire at"), null=True, blank=True, editable=False)
+    # The last slot the scheduler handled (run or decision); catch-up is computed from it.
+    last_slot_at = models.DateTimeField(_("last slot at"), null=True, blank=True, editable=False)
+    version = models.PositiveIntegerField(_("version"), default=1, editable=False)
+    # Why the rule was last paused or resumed (the audit log keeps every reason; this is the latest).
+    pause_reason = models.CharField(_("pause reason"), max_length=500, blank=True, editable=False)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+    # Version history with a field diff in the admin (django-simple-history). Queryset .update()
+    # calls (the scheduler advancing next_fire_at) write no history: only edits and actions do.
+    history = HistoricalRecords(excluded_fields=["next_fire_at", "last_slot_at", "updated_at"])
+
+    class Meta:
+        verbose_name = _("trigger rule")
+        verbose_name_plural = _("trigger rules")
+        ordering = ["name"]
+        permissions = [
+            ("run_rule_now", "Can run a rule now"),
+            ("trial_run_rule", "Can trial-run a rule"),
+            ("pause_rule", "Can pause and resume a rule"),
+            ("backfill_rule", "Can backfill a rule"),
+        ]
+        indexes = [
+            # rule_list_due: the tick takes enabled rules by next_fire_at.
+            models.Index(fields=["next_fire_at"], condition=Q(enabled=True), name="rule_due_idx"),
+        ]
+        constraints = [
+            models.CheckConstraint(condition=Q(jitter_min__lte=models.F("jitter_max")), name="rule_jitter_range"),
+        ]
+
+    def __str__(self) -> str:
+        return self.name
+
+    SCHEDULE_FIELDS = (
+        "kind",
+        "cron",
+        "interval_seconds",
+        "run_at",
+        "timezone",
+        "dst_gap",
+        "dst_repeat",
+        "enabled",
+        "heartbeat_every_seconds",
+        "heartbeat_grace_seconds",
+    )
+
+    def save(self, *args, **kwargs) -> None:
+        """Keep derived fields consistent: a changed rule gets a new version, and a changed schedule
+        (or a rule switched back on) is read again from now, so paused time is not caught up."""
+        with transaction.atomic():
+            # Locked, so a tick that advanced next_fire_at meanwhile is not rolled back by this save.
+            previous = type(self).objects.select_for_update().filter(pk=self.pk).first() if self.pk else None
+            schedule_changed = previous is None or any(
+                getattr(previous, f) != getattr(self, f) for f in self.SCHEDULE_FIELDS
+            )
+            if previous is not None and _editable_values(previous) != _editable_values(self):
+                self.version = previous.version + 1
+            # Slots while paused are not caught up, but each gets a "paused" decision on resume (invariant 3).
+            paused_since = None
+            if previous is not None:
+                self.last_ping_at = previous.last_ping_at  # written by rule_ping only, never by a form
+                if previous.enabled and not self.enabled:
+                    self.paused_at = timezone.now()
+                elif not previous.enabled and self.enabled:
+                    paused_since, self.paused_at = previous.paused_at, None
+            if schedule_changed:
+                self.next_fire_at = self.first_fire_after(timezone.now()) if self.enabled else None
+                self.last_slot_at = None
+            else:
+                self.next_fire_at, self.last_slot_at = previous.next_fire_at, previous.last_slot_at
+            super().save(*args, **kwargs)
+            if paused_since is not None:
+                from tasks.triggers.slot import record_paused_slots
+
+                record_paused_slots(self, since=paused_since, until=timezone.now())
+
+    def first_fire_after(self, now):
+        """The next slot after `now`; a heartbeat rule fires when its ping is overdue, not on a clock."""
+        if self.kind == self.Kind.EVENT:
+            return None  # fired by its trigger sources (tasks/intake.py), never by the clock
+        if self.kind == self.Kind.HEARTBEAT:
+            if not self.heartbeat_every_seconds:
+                return None
+            return (self.last_ping_at or now) + self.heartbeat_deadline()
+        return schedule.next_slot(self.schedule_spec(), now)
+
+    def heartbeat_deadline(self):
+        from datetime import timedelta
+
+        return timedelta(seconds=(self.heartbeat_every_seconds or 0) + (self.heartbeat_grace_seconds or 0))
+
+    def schedule_spec(self) -> schedule.ScheduleSpec:
+        # A heartbeat rule is read as an interval of its period for validation and slot labels;
+        # its slots come from pings (first_fire_after), never from the interval.
+        heartbeat = self.kind == self.Kind.HEARTBEAT
+        return schedule.ScheduleSpec(
+            kind="interval" if heartbeat else self.kind,
+            timezone=self.timezone,
+            cron=self.cron,
+            interval_seconds=self.heartbeat_every_seconds if heartbeat else self.interval_seconds,
+            run_at=self.run_at,
+            dst_gap=self.dst_gap,
+            dst_repeat=self.dst_repeat,
+        )
+
+    def retry_policy(self) -> dict:
+        return {
+            "max_attempts": self.max_attempts,
+            "backoff_base_seconds": self.backoff_base_seconds,
+            "max_delay_seconds": self.max_delay_seconds,
+            "max_retry_window_seconds": self.max_retry_window_seconds,
+            "jitter_min": self.jitter_min,
+            "jitter_max": self.jitter_max,
+            "lease_ttl_seconds": self.lease_ttl_seconds,
+        }
+
+    def clean(self) -> None:
+        """Field-level messages for everything a schedule, key or skill can get wrong."""
+        errors: dict[str, list[str]] = {}
+        if self.kind == self.Kind.CRON and not self.cron:
+            errors.setdefault("cron", []).append(_("A cron rule needs a cron expression."))
+        if self.kind == self.Kind.INTERVAL and not self.interval_seconds:
+            errors.setdefault("interval_seconds", []).append(_("An interval rule needs interval seconds."))
+        if self.kind == self.Kind.ONCE and not self.run_at:
+            errors.setdefault("run_at", []).append(_("A one-time rule needs a run-at instant."))
+        if self.kind == self.Kind.HEARTBEAT and not self.heartbeat_every_seconds:
+            errors.setdefault("heartbeat_every_seconds", []).append(
+                _("A heartbeat rule needs the expected ping period.")
+            )
+        if self.kind == self.Kind.EVENT:
+            try:  # an event rule has no schedule, but its zone still gives {business_date}
+                schedule.validate_timezone(self.timezone)
+            except schedule.ScheduleError as exc:
+                errors.setdefault("timezone", []).append(exc.message)
+        elif not errors:
+            try:
+                schedule.validate_spec(self.schedule_spec())
+            except schedule.ScheduleError as exc:
+                field = (
+                    exc.field
+                    if exc.field in {"cron", "timezone", "interval_seconds", "run_at", "dst_gap", "dst_repeat"}
+                    else "kind"
+                )
+                errors.setdefault(field, []).append(exc.message)
+        try:
+            params = self.params if isinstance(self.params, dict) else {}
+            if self.kind == self.Kind.EVENT:
+                from tasks.rules.events import validate_key_template
+
+                validate_key_template(self.dedupe_key_template, params=params)
+            else:
+                keys.validate_template(self.dedupe_key_template, params=params)
+        except keys.KeyTemplateError as exc:
+            errors.setdefault("dedupe_key_template", []).append(str(exc))
+        if not isinstance(self.params, dict):
+            errors.setdefault("params", []).append(_('Params must be a JSON object, e.g. {"channel": "email"}.'))
+        if self.skill and self.skill not in registry:
+            known = ", ".join(sorted(registry.names()))
+            errors.setdefault("skill", []).append(f"Unknown skill {self.skill!r}. Registered: {known}.")
+        for f, messages in rule_agent_errors(self).items():
+            errors.setdefault(f, []).extend(messages)
+        if self.jitter_min is not None and self.jitter_max is not None and self.jitter_min > self.jitter_max:
+            errors.setdefault("jitter_max", []).append(_("Jitter max must be at least jitter min."))
+        if not (self.reason or "").strip():
+            errors.setdefault("reason", []).append(_("Say why this rule is configured so."))
+        from tasks.rules.guards import guard_errors  # issue 3 guards: windows, calendar, readiness, identity
+
+        for field, messages in guard_errors(self).items():
+            errors.setdefault(field, []).extend(messages)
+        if errors:
+            raise ValidationError(errors)
+
+
+def _editable_values(rule: TriggerRule) -> dict:
+    return {f.attname: getattr(rule, f.attname) for f in rule._meta.concrete_fields if f.editable and not f.primary_key}

@@ -1,0 +1,57 @@
+"""Diagnostic skills operators use to test the pipeline end to end."""
+
+import time
+
+from tasks.skills.sdk import ErrorKind, SkillContext, SkillError, skill
+
+
+@skill("harness.noop")
+def noop(ctx: SkillContext) -> dict:
+    """Do nothing and succeed."""
+    return {"ok": True}
+
+
+@skill("harness.sleep")
+def sleep(ctx: SkillContext) -> dict:
+    """Sleep for params.seconds (default 1), then succeed."""
+    seconds = _number(ctx.params, "seconds", default=1.0)
+    time.sleep(seconds)
+    return {"slept": seconds}
+
+
+@skill("harness.fail")
+def fail(ctx: SkillContext) -> dict:
+    """Fail the first params.fail_attempts attempts (default: all) with params.error_kind."""
+    kind = ctx.params.get("error_kind", ErrorKind.TIMEOUT)
+    fail_attempts = ctx.params.get("fail_attempts")
+    if fail_attempts is None or ctx.attempt <= int(fail_attempts):
+        if kind == ErrorKind.UNCLASSIFIED:
+            raise RuntimeError(f"harness.fail: unclassified failure on attempt {ctx.attempt}")
+        raise SkillError(kind, f"harness.fail: {kind} on attempt {ctx.attempt}")
+    return {"succeeded_on_attempt": ctx.attempt}
+
+
+@skill("harness.record")
+def record(ctx: SkillContext) -> dict:
+    """Write one DiagnosticRecord row per execution, under the run's fence, so duplicates are countable."""
+    from tasks.models import DiagnosticRecord
+
+    with ctx.fenced():
+        row = DiagnosticRecord.objects.create(
+            run_id=ctx.run_id,
+            biz_key=ctx.biz_key,
+            rule_name=ctx.rule_name,
+            slot=ctx.slot,
+            fence=ctx.fence,
+            attempt=ctx.attempt,
+            worker=ctx.worker,
+            created_at=ctx.now,
+        )
+    return {"record_id": row.id}
+
+
+def _number(params: dict, name: str, *, default: float) -> float:
+    value = params.get(name, default)
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise SkillError(ErrorKind.INVALID_PARAM, f"params.{name} must be a non-negative number, got {value!r}")
+    return float(value)

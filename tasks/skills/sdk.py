@@ -1,0 +1,134 @@
+"""The skill registry: named, versioned callables that a run executes.
+
+A skill is registered with ``@skill("name")`` and called as ``fn(ctx)`` where ``ctx`` is a
+:class:`SkillContext`. It returns a JSON-serialisable result (or None) and signals failure by
+raising :class:`SkillError` with an error kind; any other exception is "unclassified" and fails
+the run for good. Writes that must not happen twice go inside ``with ctx.fenced():``, which
+commits only while this attempt still holds the run's lease (invariant 2).
+"""
+
+import logging
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+
+class ErrorKind:
+    TIMEOUT = "timeout"
+    RATE_LIMITED = "rate_limited"
+    DEPENDENCY_UNREACHABLE = "dependency_unreachable"
+    INVALID_PARAM = "invalid_param"
+    PERMISSION_DENIED = "permission_denied"
+    STATE_PRECONDITION = "state_precondition"
+    LEASE_LOST = "lease_lost"
+    # The model answered, but its output did not parse or failed the rule's schema. Retried within
+    # the rule's max_attempts (a model may do better next time), then dead-lettered with the raw output.
+    MODEL_INVALID_OUTPUT = "model_invalid_output"
+    UNCLASSIFIED = "unclassified"
+
+    RETRYABLE = frozenset({TIMEOUT, RATE_LIMITED, DEPENDENCY_UNREACHABLE, LEASE_LOST, MODEL_INVALID_OUTPUT})
+    NEVER_RETRIED = frozenset({INVALID_PARAM, PERMISSION_DENIED, STATE_PRECONDITION})
+    ALL = RETRYABLE | NEVER_RETRIED | {UNCLASSIFIED}
+
+
+class SkillError(Exception):
+    """Raised by a skill to fail an attempt with a known error kind."""
+
+    def __init__(self, kind: str, message: str = ""):
+        if kind not in ErrorKind.ALL:
+            raise ValueError(f"unknown error kind {kind!r}; one of {sorted(ErrorKind.ALL)}")
+        super().__init__(message or kind)
+        self.kind = kind
+
+
+@dataclass(frozen=True)
+class SkillContext:
+    run_id: int
+    biz_key: str
+    fence: int
+    attempt: int
+    params: dict[str, Any]
+    now: datetime
+    logger: logging.Logger
+    worker: str = ""
+    rule_name: str = ""
+    slot: datetime | None = None
+    payload: dict[str, Any] = field(default_factory=dict)
+    # Supplied by the executor: a transaction that first checks this attempt still holds the lease.
+    fenced: Callable[[], AbstractContextManager[None]] = field(default=lambda: _unfenced())
+
+    # Checkpointed steps and risky actions (issue 5); the logic lives in tasks/steps.py.
+    @property
+    def snapshot(self) -> dict[str, Any]:
+        """The rule's declared snapshot fields as they were at trigger time (not as the rule is now)."""
+        return dict(self.payload.get("snapshot") or {})
+
+    @property
+    def dry_run(self) -> bool:
+        """A dry (trial) run: model calls are real, write steps are skipped and marked so."""
+        return bool(self.payload.get("dry_run") or self.payload.get("trial"))
+
+    def step(self, name: str, fn: Callable[[], Any], *, write: bool = False) -> Any:
+        """Run `fn` once per run: a completed step's checkpointed output is returned instead."""
+        from runs.steps import run_step
+
+        return run_step(self, name, fn, write=write)
+
+    def propose(self, action: str, args: dict[str, Any], *, step: str | None = None, risk: str | None = None) -> Any:
+        """Run a registered action once: low risk at once, medium/high after a human approves."""
+        from runs.steps import propose_action
+
+        return propose_action(self, action, args, step=step, risk=risk)
+
+
+def _unfenced() -> AbstractContextManager[None]:
+    raise RuntimeError("fenced() is only available inside a run executed by the harness")
+
+
+@dataclass(frozen=True)
+class Skill:
+    name: str
+    fn: Callable[[SkillContext], Any]
+    version: str
+    description: str
+
+
+class SkillRegistry:
+    def __init__(self) -> None:
+        self._skills: dict[str, Skill] = {}
+
+    def register(self, name: str, fn: Callable[[SkillContext], Any], *, version: str = "1") -> None:
+        if name in self._skills and self._skills[name].fn is not fn:
+            raise ValueError(f"skill {name!r} is already registered")
+        doc = (fn.__doc__ or "").strip().splitlines()
+        self._skills[name] = Skill(name=name, fn=fn, version=version, description=doc[0] if doc else "")
+
+    def get(self, name: str) -> Skill:
+        try:
+            return self._skills[name]
+        except KeyError:
+            raise SkillError(ErrorKind.INVALID_PARAM, f"no skill named {name!r} is registered") from None
+
+    def names(self) -> list[str]:
+        return sorted(self._skills)
+
+    def __contains__(self, name: object) -> bool:
+        return name in self._skills
+
+    def __iter__(self) -> Iterator[Skill]:
+        return iter(self._skills[n] for n in self.names())
+
+
+registry = SkillRegistry()
+
+
+def skill(name: str, *, version: str = "1") -> Callable[[Callable[[SkillContext], Any]], Callable[[SkillContext], Any]]:
+    """Register ``fn(ctx) -> result`` under ``name``."""
+
+    def decorator(fn: Callable[[SkillContext], Any]) -> Callable[[SkillContext], Any]:
+        registry.register(name, fn, version=version)
+        return fn
+
+    return decorator

@@ -1,0 +1,297 @@
+"""Event intake: one path for webhooks, queue messages, file arrivals and Python callers.
+
+An event is refused (recorded, counted, nothing run) or accepted: mapped to object id, action
+and version, rendered into the rule's biz_key and claimed through runs.claims.run_claim, so the
+same business event is one run however often and however it arrives (invariants 1 and 7).
+docs/events.md describes the protocol and every refusal code.
+"""
+
+import json
+import logging
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from django.db import IntegrityError, transaction
+from django.db.models import F
+
+from runs.claims import run_claim
+from runs.models import TaskRun
+from tasks.models import EventDelivery, EventMetric, EventRefusal, TriggerSource
+from tasks.rules import events
+from tasks.rules.events import Refused
+from tasks.triggers.scheduler import rule_payload
+
+log = logging.getLogger("harness.events")
+
+ACCEPTED = "accepted"  # a new run
+DUPLICATE = "duplicate"  # the business event (biz_key) already had a run: 200 with that run
+REDELIVERY = "redelivery"  # the same delivery id with the same body again: 200 with its run
+# Delivery and refusal rows are kept this long. A webhook delivery id only has to be remembered
+# for the timestamp tolerance (an older signed request is refused as stale), so this is ample.
+EVENT_RECORD_RETENTION = timedelta(days=30)
+UNKNOWN_SOURCE_METRIC = ""
+
+
+@dataclass(frozen=True)
+class IntakeResult:
+    status: int  # the HTTP status the webhook answers with
+    outcome: str  # accepted | duplicate | redelivery | a refusal code
+    detail: str = ""
+    run_id: int | None = None
+    biz_key: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.status < 400
+
+    @property
+    def created(self) -> bool:
+        return self.outcome == ACCEPTED
+
+    def as_json(self) -> dict:
+        if not self.ok:
+            return {"error": self.outcome, "detail": self.detail}
+        return {"outcome": self.outcome, "run_id": self.run_id, "biz_key": self.biz_key, "created": self.created}
+
+
+@dataclass
+class _Attempt:
+    """What is known about an event so far, for the refusal record."""
+
+    source_name: str
+    channel: str
+    source: TriggerSource | None = None
+    delivery_id: str = ""
+    body_sha256: str = ""
+    body_bytes: int | None = None
+    remote_addr: str = ""
+
+
+def webhook_intake(
+    *,
+    source_name: str,
+    headers: Mapping[str, str],
+    read_body: Callable[[int], bytes],
+    content_length: int | None,
+    now: datetime,
+    remote_addr: str = "",
+) -> IntakeResult:
+    """Authenticate and accept one HTTP delivery, or refuse it with a reason.
+
+    1. The source must exist, be enabled and be a webhook source.
+    2. The body is refused unread when Content-Length is over the limit, and never read past it.
+    3. Headers: timestamp (Unix seconds), delivery id, signature; then HMAC-SHA256 over
+       "<timestamp>.<body>" compared in constant time; then the timestamp within 5 minutes.
+    4. The body must be a JSON object; then the common acceptance path (_accept).
+    """
+    attempt = _Attempt(source_name=source_name[:100], channel=TriggerSource.Kind.WEBHOOK, remote_addr=remote_addr)
+    try:
+        source = _source(source_name, channel=TriggerSource.Kind.WEBHOOK, attempt=attempt)
+        limit = source.max_body_bytes
+        if content_length is not None and content_length > limit:
+            attempt.body_bytes = content_length
+            raise Refused(
+                "body_too_large", f"Content-Length {content_length} exceeds this source's {limit} bytes", status=413
+            )
+        try:
+            body = read_body(limit + 1)
+        except OSError as exc:  # the client went away mid-body (Django's UnreadablePostError)
+            raise Refused("body_unreadable", f"the body could not be read: {exc}") from None
+        attempt.body_bytes = len(body)
+        if len(body) > limit:
+            raise Refused("body_too_large", f"body exceeds this source's {limit} bytes", status=413)
+        attempt.body_sha256 = events.body_digest(body)
+        timestamp, delivery_id, signature = (
+            _header(headers, name)
+            for name in (events.HEADER_TIMESTAMP, events.HEADER_DELIVERY, events.HEADER_SIGNATURE)
+        )
+        attempt.delivery_id = delivery_id[:200]
+        sent = events.parse_timestamp(timestamp)
+        events.check_delivery_id(delivery_id)
+        secret = source.secret()
+        if secret is None:
+            # Our configuration, not the sender's fault: 503 tells a sender to retry later.
+            raise Refused("secret_unavailable", "this source's secret is not configured on the server", status=503)
+        events.verify_signature(secret, timestamp, body, signature)
+        events.check_freshness(sent, now=now)
+        payload = events.parse_body(body)
+        return _accept(source, payload, attempt=attempt, now=now)
+    except Refused as refused:
+        return _refuse(attempt, refused, now=now)
+
+
+def event_intake(
+    *,
+    source: str | TriggerSource,
+    payload: object,
+    now: datetime,
+    delivery_id: str | None = None,
+    channel: str = TriggerSource.Kind.PYTHON,
+) -> IntakeResult:
+    """Accept an event from inside the system (Python caller, queue message, file sensor).
+
+    No signature: the caller is already trusted code. Everything else is as for a webhook:
+    source checks, size limit (of the payload as canonical JSON), mapping, replay memory when a
+    delivery id is given, and one run per biz_key.
+    """
+    name = source.name if isinstance(source, TriggerSource) else str(source)
+    attempt = _Attempt(source_name=name[:100], channel=channel)
+    try:
+        obj = _source(source if isinstance(source, TriggerSource) else name, channel=channel, attempt=attempt)
+        if not isinstance(payload, dict):
+            raise Refused("malformed_json", f"payload must be a JSON object, got {type(payload).__name__}")
+        body = events.canonical_json(payload)
+        attempt.body_bytes = len(body)
+        attempt.body_sha256 = events.body_digest(body)
+        if len(body) > obj.max_body_bytes:
+            raise Refused(
+                "body_too_large", f"payload is {len(body)} bytes as JSON; the limit is {obj.max_body_bytes}", status=413
+            )
+        if delivery_id is not None:
+            attempt.delivery_id = str(delivery_id)[:200]
+            events.check_delivery_id(str(delivery_id))
+        # Round-trip, so what the run stores is plain JSON whatever Python objects came in.
+        return _accept(obj, json.loads(body), attempt=attempt, now=now)
+    except Refused as refused:
+        return _refuse(attempt, refused, now=now)
+
+
+def _source(source: str | TriggerSource, *, channel: str, attempt: _Attempt) -> TriggerSource:
+    if isinstance(source, str):
+        obj = TriggerSource.objects.select_related("rule").filter(name=source).first()
+        if obj is None:
+            raise Refused("unknown_source", f"no trigger source named {source[:100]!r}", status=404)
+    else:
+        obj = source
+    attempt.source = obj
+    if not obj.enabled:
+        raise Refused("source_disabled", f"trigger source {obj.name!r} is disabled", status=403)
+    if obj.kind != channel:
+        raise Refused("wrong_channel", f"trigger source {obj.name!r} is a {obj.kind} source, not {channel}", status=403)
+    return obj
+
+
+def _header(headers: Mapping[str, str], name: str) -> str:
+    value = headers.get(name)
+    if not value:
+        raise Refused("missing_header", f"header {name} is required")
+    return value
+
+
+def _accept(source: TriggerSource, payload: dict, *, attempt: _Attempt, now: datetime) -> IntakeResult:
+    """Map, render the biz_key, remember the delivery and claim the run, in one transaction.
+
+    The delivery id is remembered by the unique (source, delivery_id) constraint: insert and
+    catch the conflict, never check first, so two concurrent copies of a delivery get one answer.
+    The same id with the same body is the sender retrying: 200 with the run. The same id with
+    another body is a replay: 409, nothing run.
+    """
+    mapped = events.map_payload(payload, source.mapping())
+    rule = source.rule
+    if not rule.enabled:
+        raise Refused("rule_paused", f"rule {rule.name!r} is paused; the event was not run", status=409)
+    business_date = now.astimezone(ZoneInfo(rule.timezone)).date().isoformat()
+    biz_key = events.render_key(
+        rule.dedupe_key_template,
+        rule=rule.name,
+        source=source.name,
+        criteria=mapped.criteria,
+        business_date=business_date,
+        params=rule.params if isinstance(rule.params, dict) else {},
+    )
+    delivery_id = attempt.delivery_id or None
+    with transaction.atomic():
+        try:
+            with transaction.atomic():  # a savepoint, so the conflict leaves the outer transaction usable
+                delivery = EventDelivery.objects.create(
+                    source=source,
+                    delivery_id=delivery_id,
+                    channel=attempt.channel,
+                    body_sha256=attempt.body_sha256,
+                    received_at=now,
+                    criteria=mapped.criteria,
+                    biz_key=biz_key,
+                    run_created=False,
+                )
+        except IntegrityError:
+            earlier = EventDelivery.objects.get(source=source, delivery_id=delivery_id)
+            if earlier.body_sha256 != attempt.body_sha256:
+                raise Refused(
+                    "replayed_delivery",
+                    f"delivery {delivery_id!r} was already received at {earlier.received_at:%Y-%m-%dT%H:%M:%SZ} "
+                    "with a different body",
+                    status=409,
+                ) from None
+            event_metric_count(source.name, REDELIVERY, now=now)
+            return IntakeResult(200, REDELIVERY, "this delivery was already accepted", earlier.run_id, earlier.biz_key)
+        run_payload = rule_payload(rule, None)
+        run_payload["event"] = {
+            "source": source.name,
+            "channel": attempt.channel,
+            "delivery_id": delivery_id,
+            "received_at": now.isoformat(),
+            "criteria": mapped.criteria,
+            "snapshot": mapped.snapshot,
+            "refs": mapped.refs,
+        }
+        claim = run_claim(
+            biz_key=biz_key,
+            rule=rule,
+            skill=rule.skill,
+            source=TaskRun.Source.EVENT,
+            triggered_by=source.identity,
+            now=now,
+            payload=run_payload,
+        )
+        delivery.run_id = claim.run.id
+        delivery.run_created = claim.created
+        delivery.save(update_fields=["run_id", "run_created"])
+        outcome = ACCEPTED if claim.created else DUPLICATE
+        event_metric_count(source.name, outcome, now=now)
+    log.info("event %s from %s: %s run %s %s", delivery_id or "-", source.name, outcome, claim.run.id, biz_key)
+    status = 202 if claim.created else 200
+    return IntakeResult(status, outcome, "", claim.run.id, biz_key)
+
+
+def _refuse(attempt: _Attempt, refused: Refused, *, now: datetime) -> IntakeResult:
+    """Record and count a refusal; its own transaction, so nothing of the refused event survives."""
+    known = attempt.source is not None
+    with transaction.atomic():
+        EventRefusal.objects.create(
+            source=attempt.source,
+            source_name=attempt.source_name,
+            channel=attempt.channel,
+            reason=refused.code,
+            status=refused.status,
+            detail=refused.detail,
+            delivery_id=attempt.delivery_id,
+            body_sha256=attempt.body_sha256,
+            body_bytes=attempt.body_bytes,
+            remote_addr=attempt.remote_addr[:64],
+            created_at=now,
+        )
+        event_metric_count(attempt.source_name if known else UNKNOWN_SOURCE_METRIC, refused.code, now=now)
+    # Never the body or the secret: the sender's data stays out of the logs.
+    log.warning(
+        "event refused from %r (%s): %s: %s", attempt.source_name, attempt.channel, refused.code, refused.detail
+    )
+    return IntakeResult(refused.status, refused.code, refused.detail)
+
+
+def event_metric_count(source_name: str, outcome: str, *, now: datetime) -> None:
+    with transaction.atomic():
+        metric, _ = EventMetric.objects.get_or_create(
+            source_name=source_name, outcome=outcome, defaults={"last_at": now}
+        )
+        # Increment in SQL, so concurrent intakes never lose a count.
+        EventMetric.objects.filter(pk=metric.pk).update(count=F("count") + 1, last_at=now)
+
+
+def event_records_prune(*, now: datetime, keep: timedelta = EVENT_RECORD_RETENTION) -> int:
+    """Delete deliveries and refusals older than `keep` (bounded retention); return how many."""
+    cutoff = now - keep
+    deliveries, _ = EventDelivery.objects.filter(received_at__lt=cutoff).delete()
+    refusals, _ = EventRefusal.objects.filter(created_at__lt=cutoff).delete()
+    return deliveries + refusals

@@ -1,0 +1,143 @@
+"""Selectors that answer operators: "why did or didn't it run at that slot?" and "when will it fire?"."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+from django.utils.dateparse import parse_datetime
+
+from runs.models import Decision, SlotHold, TaskRun
+from tasks.models import TriggerRule
+from tasks.rules import evaluation, schedule
+from tasks.rules.guards import rule_guards
+
+# How far around the asked instant explain looks for the nearest real slots.
+NEAR = timedelta(days=2)
+
+
+class SlotParseError(ValueError):
+    pass
+
+
+def parse_slot(text: str, *, rule: TriggerRule) -> datetime:
+    """An ISO 8601 instant; without an offset it is read on the rule zone's wall clock (first
+    occurrence in a repeated hour)."""
+    value = parse_datetime(text.strip()) if isinstance(text, str) else None
+    if value is None:
+        raise SlotParseError(
+            f"{text!r} is not a date-time; write e.g. 2026-12-01T08:00 (read in {rule.timezone}) "
+            "or 2026-12-01T08:00:00+01:00"
+        )
+    if value.tzinfo is None:
+        value = value.replace(tzinfo=ZoneInfo(rule.timezone))
+    return value.astimezone(ZoneInfo("UTC"))
+
+
+def slot_explain(*, rule: TriggerRule, slot: datetime, now: datetime) -> dict:
+    """What happened to one slot: {"outcome", "reason", "summary", "details", ...}.
+
+    outcome is one of run | decision | waiting | not_due | not_a_slot | no_record.
+    """
+    spec = rule.schedule_spec()
+    local = schedule.slot_label(spec, slot)
+    base = {"rule": rule.name, "slot_utc": slot.isoformat(), "slot_local": local}
+    run = TaskRun.objects.filter(rule=rule, slot=slot, is_trial=False).order_by("id").first()
+    if run is not None:
+        summary = f"ran: run {run.id} ({run.get_state_display()}), source {run.source}, biz_key {run.biz_key}"
+        if run.state == TaskRun.State.AWAITING_APPROVAL:
+            summary = f"waiting for operator approval: run {run.id} (catch-up above the approval threshold)"
+        elif run.state in (TaskRun.State.CANCELLED, TaskRun.State.FAILED) and run.last_error:
+            summary += f"; {run.last_error}"
+        elif run.state == TaskRun.State.PENDING and run.run_after > now:
+            summary += f"; starts at {run.run_after.isoformat()} (deferred or paced)"
+        return {
+            **base,
+            "outcome": "run",
+            "reason": run.state,
+            "summary": summary,
+            "details": {
+                "run_id": run.id,
+                "biz_key": run.biz_key,
+                "source": run.source,
+                "triggered_by": run.triggered_by,
+                "identity": run.identity,
+                "rule_version": run.rule_version,
+                "run_after": run.run_after.isoformat(),
+            },
+        }
+    decision = Decision.objects.filter(rule=rule, slot=slot).first()
+    if decision is not None:
+        why = decision.details.get("why") if isinstance(decision.details, dict) else None
+        summary = f"did not run: {decision.get_reason_display()}" + (f" ({why})" if why else "")
+        return {
+            **base,
+            "outcome": "decision",
+            "reason": decision.reason,
+            "summary": summary,
+            "details": decision.details,
+            "decided_at": decision.created_at.isoformat(),
+        }
+    hold = SlotHold.objects.filter(rule=rule, slot=slot).first()
+    if hold is not None:
+        summary = f"not yet: {hold.get_reason_display()}; next check {hold.recheck_at.isoformat()}"
+        if hold.deadline:
+            summary += f", expires {hold.deadline.isoformat()}"
+        return {**base, "outcome": "waiting", "reason": hold.reason, "summary": summary, "details": hold.details}
+    if rule.kind != TriggerRule.Kind.HEARTBEAT and not _is_slot(rule, slot):
+        before, after = _nearest(rule, slot)
+        summary = (
+            "not a slot of this rule"
+            + (f"; nearest before {before.isoformat()}" if before else "")
+            + (f"; nearest after {after.isoformat()}" if after else "")
+        )
+        return {**base, "outcome": "not_a_slot", "reason": "", "summary": summary, "details": {}}
+    if slot > now or (rule.next_fire_at is not None and slot >= rule.next_fire_at):
+        verdict = evaluation.describe_slot(rule_guards(rule), slot)
+        return {
+            **base,
+            "outcome": "not_due",
+            "reason": "",
+            "summary": f"not due yet; expected: {verdict}",
+            "details": {"next_fire_at": rule.next_fire_at.isoformat() if rule.next_fire_at else None},
+        }
+    return {
+        **base,
+        "outcome": "no_record",
+        "reason": "",
+        "summary": "no record: the slot is before the rule's schedule was last set (created, edited or "
+        "resumed), or its decision is older than the retention period",
+        "details": {"rule_updated_at": rule.updated_at.isoformat() if rule.updated_at else None},
+    }
+
+
+def rule_preview(*, rule: TriggerRule, now: datetime, count: int = 10) -> list[dict]:
+    """The next `count` fires with DST notes and what the windows and calendar do to each."""
+    guards = rule_guards(rule)
+    zone = ZoneInfo(rule.timezone)
+    if rule.kind == TriggerRule.Kind.HEARTBEAT:
+        fire = rule.next_fire_at
+        return (
+            [
+                {
+                    "utc": fire,
+                    "local": fire.astimezone(zone),
+                    "note": "if no ping arrives before",
+                    "guards": evaluation.describe_slot(guards, fire),
+                }
+            ]
+            if fire
+            else []
+        )
+    rows = schedule.preview(rule.schedule_spec(), now, count)
+    return [{**row, "guards": evaluation.describe_slot(guards, row["utc"])} for row in rows]
+
+
+def _is_slot(rule: TriggerRule, slot: datetime) -> bool:
+    return slot in schedule.slots_between(rule.schedule_spec(), slot - timedelta(microseconds=1), slot)
+
+
+def _nearest(rule: TriggerRule, slot: datetime) -> tuple[datetime | None, datetime | None]:
+    spec = rule.schedule_spec()
+    earlier = schedule.slots_between(spec, slot - NEAR, slot)
+    return (earlier[-1] if earlier else None), schedule.next_slot(spec, slot)

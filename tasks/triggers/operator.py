@@ -1,0 +1,180 @@
+"""Operator actions on rules: run now, trial run, pause/resume, backfill. Each claims through
+tasks.services.rule_fire (so it dedupes like every trigger) and writes an audit row in the same
+transaction."""
+
+from dataclasses import dataclass
+from datetime import date, datetime, time, timedelta
+from zoneinfo import ZoneInfo
+
+from django.db import transaction
+
+from harness_site.audit.models import AuditEntry
+from harness_site.audit.services import audit_record
+from runs.claims import ClaimResult
+from runs.models import TaskRun
+from tasks.models import TriggerRule
+from tasks.rules import schedule
+from tasks.services import rule_fire
+from tasks.triggers.scheduler import rule_render_key
+
+# A backfill creates at most this many runs; a larger range is refused with a clear message.
+MAX_BACKFILL_RUNS = 500
+DEFAULT_BACKFILL_SPACING = timedelta(seconds=10)
+MAX_BACKFILL_SPACING = timedelta(hours=1)
+
+
+class RuleActionError(ValueError):
+    """An action that cannot be done; `field` names the form field at fault, if any."""
+
+    def __init__(self, message: str, field: str | None = None):
+        super().__init__(message)
+        self.field = field
+
+
+def rule_run_now(
+    *,
+    rule: TriggerRule,
+    actor,
+    now: datetime,
+    slot: datetime | None = None,
+    biz_key: str = "",
+    reason: str = "",
+    trial: bool = False,
+) -> ClaimResult:
+    """A real run for a chosen slot or business key, claimed like any trigger: a second click with
+    the same slot or key is a dedupe hit, not a second run. A trial goes to the "trial:" keys."""
+    try:
+        with transaction.atomic():
+            claim = rule_fire(rule=rule, actor=_name(actor), now=now, slot=slot, biz_key=biz_key or None, trial=trial)
+            audit_record(
+                actor=actor,
+                action=AuditEntry.Action.RULE_TRIAL if trial else AuditEntry.Action.RULE_RUN_NOW,
+                target=rule,
+                now=now,
+                reason=reason,
+                details={
+                    "run_id": claim.run.id,
+                    "biz_key": claim.run.biz_key,
+                    "created": claim.created,
+                    "slot": slot.isoformat() if slot else None,
+                },
+            )
+    except schedule.ScheduleError as exc:
+        raise RuleActionError(f"The rule's schedule is invalid ({exc}); fix the rule first.") from exc
+    except (KeyError, ValueError) as exc:
+        raise RuleActionError(f"Cannot render the business key: {exc}", field="biz_key") from exc
+    return claim
+
+
+def rule_pause(*, rule: TriggerRule, actor, now: datetime, reason: str) -> None:
+    """Stop scheduling the rule. Slots while paused are not caught up on resume (the model re-reads
+    the schedule from now)."""
+    _set_enabled(rule, enabled=False, actor=actor, now=now, reason=reason, action=AuditEntry.Action.RULE_PAUSE)
+
+
+def rule_resume(*, rule: TriggerRule, actor, now: datetime, reason: str) -> None:
+    _set_enabled(rule, enabled=True, actor=actor, now=now, reason=reason, action=AuditEntry.Action.RULE_RESUME)
+
+
+def _set_enabled(rule: TriggerRule, *, enabled: bool, actor, now: datetime, reason: str, action: str) -> None:
+    if not (reason or "").strip():
+        raise RuleActionError("Say why (a reason is required).", field="reason")
+    with transaction.atomic():
+        rule = TriggerRule.objects.select_for_update().get(pk=rule.pk)
+        rule.enabled = enabled
+        rule.pause_reason = reason
+        # django-simple-history records this on the version row.
+        rule._change_reason = f"{'resumed' if enabled else 'paused'}: {reason}"
+        rule.save()
+        audit_record(actor=actor, action=action, target=rule, now=now, reason=reason)
+
+
+@dataclass(frozen=True)
+class BackfillPlan:
+    rule: TriggerRule
+    start: date
+    end: date
+    slots: list[datetime]
+    existing: int  # slots whose biz_key already has a run (they will be dedupe hits)
+    spacing: timedelta
+
+    @property
+    def new_runs(self) -> int:
+        return len(self.slots) - self.existing
+
+    @property
+    def last_run_after_seconds(self) -> float:
+        return max(self.new_runs - 1, 0) * self.spacing.total_seconds()
+
+
+def rule_backfill_plan(
+    *, rule: TriggerRule, start: date, end: date, now: datetime, spacing: timedelta = DEFAULT_BACKFILL_SPACING
+) -> BackfillPlan:
+    """The slots of [start, end] (local dates in the rule's zone) up to now, and how many already
+    have runs. Refuses ranges that are inverted, in the future, or above MAX_BACKFILL_RUNS slots."""
+    if end < start:
+        raise RuleActionError(f"The end date {end} is before the start date {start}.", field="end")
+    if spacing < timedelta(0) or spacing > MAX_BACKFILL_SPACING:
+        raise RuleActionError(
+            f"Spacing must be between 0 and {int(MAX_BACKFILL_SPACING.total_seconds())} seconds.", field="spacing"
+        )
+    spec = rule.schedule_spec()
+    try:
+        zone = ZoneInfo(schedule.validate_timezone(rule.timezone).key)
+        schedule.validate_spec(spec)
+    except schedule.ScheduleError as exc:
+        raise RuleActionError(f"The rule's schedule is invalid ({exc}); fix the rule first.") from exc
+    first = datetime.combine(start, time.min, tzinfo=zone)
+    after_last = datetime.combine(end + timedelta(days=1), time.min, tzinfo=zone)
+    if first > now:
+        raise RuleActionError("The range starts after now; a backfill is for the past.", field="start")
+    until = min(after_last - timedelta(microseconds=1), now)
+    # One more than the cap, to tell "exactly the cap" from "too many" without listing them all.
+    slots = schedule.slots_between(spec, first - timedelta(microseconds=1), until, limit=MAX_BACKFILL_RUNS + 1)
+    if len(slots) > MAX_BACKFILL_RUNS:
+        raise RuleActionError(
+            f"{start} to {end} has more than {MAX_BACKFILL_RUNS} slots; the limit for one backfill is "
+            f"{MAX_BACKFILL_RUNS}. Choose a shorter range.",
+            field="end",
+        )
+    keys = [rule_render_key(rule, s) for s in slots]
+    existing = TaskRun.objects.filter(biz_key__in=keys).count() if keys else 0
+    return BackfillPlan(rule=rule, start=start, end=end, slots=slots, existing=existing, spacing=spacing)
+
+
+def rule_backfill(*, plan: BackfillPlan, actor, now: datetime, reason: str = "") -> dict:
+    """Claim every planned slot, paced: the i-th new run becomes due at now + i x spacing, so the
+    sweeper releases them gradually instead of flooding the workers."""
+    created = hits = 0
+    with transaction.atomic():
+        for slot in plan.slots:
+            claim = rule_fire(
+                rule=plan.rule,
+                actor=_name(actor),
+                now=now,
+                slot=slot,
+                source=TaskRun.Source.BACKFILL,
+                run_after=now + plan.spacing * created,
+            )
+            created += claim.created
+            hits += not claim.created
+        audit_record(
+            actor=actor,
+            action=AuditEntry.Action.RULE_BACKFILL,
+            target=plan.rule,
+            now=now,
+            reason=reason,
+            details={
+                "start": plan.start.isoformat(),
+                "end": plan.end.isoformat(),
+                "slots": len(plan.slots),
+                "created": created,
+                "dedupe_hits": hits,
+                "spacing_seconds": plan.spacing.total_seconds(),
+            },
+        )
+    return {"created": created, "dedupe_hits": hits}
+
+
+def _name(actor) -> str:
+    return getattr(actor, "get_username", lambda: str(actor))()

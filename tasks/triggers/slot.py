@@ -1,0 +1,259 @@
+"""Slot services: evaluate one due slot against its rule's guards and act on the verdict.
+
+The verdict comes from tasks.rules.evaluation (pure); this module does the I/O inside the tick's
+transaction: claim a run, hold the slot (readiness wait, overlap buffer), or record a decision.
+A held slot is re-checked by every tick at its recheck_at (hold_due_idx) until it becomes a run
+or a decision; resolving deletes the hold in the same transaction (invariant 3).
+"""
+
+import logging
+from datetime import datetime, timedelta
+
+from django.db import IntegrityError, transaction
+
+from runs.models import Decision, SlotHold, TaskRun
+from tasks.models import ReadinessFlag, TriggerRule
+from tasks.rules import evaluation, keys, schedule
+from tasks.rules.guards import rule_flag_scope, rule_guards
+from tasks.skills.errors import ClassifiedError
+
+log = logging.getLogger("harness.scheduler")
+
+HOLD_BATCH = 200
+# Runs of a rule that still count as "active" for the overlap policy (not trials).
+ACTIVE_STATES = (
+    TaskRun.State.PENDING,
+    TaskRun.State.RUNNING,
+    TaskRun.State.WAITING_RETRY,
+    TaskRun.State.AWAITING_APPROVAL,
+)
+
+
+def key_values(rule: TriggerRule, slot: datetime) -> dict:
+    """The built-in placeholders of a rule's templates for one slot."""
+    spec = rule.schedule_spec()
+    return {
+        "rule": rule.name,
+        "slot": schedule.slot_label(spec, slot),
+        "business_date": schedule.business_date(spec, slot).isoformat(),
+    }
+
+
+def slot_facts(rule: TriggerRule, slot: datetime, *, hold: SlotHold | None = None) -> evaluation.Facts:
+    """Look up what the guards need to know about this slot now."""
+    missing: tuple[str, ...] = ()
+    if rule.depends_on:
+        scope = rule_flag_scope(rule, values=key_values(rule, slot))
+        present = set(
+            ReadinessFlag.objects.filter(name__in=rule.depends_on, scope=scope).values_list("name", flat=True)
+        )
+        missing = tuple(n for n in rule.depends_on if n not in present)
+    active = 0
+    buffered = False
+    if rule.overlap != TriggerRule.Overlap.ALLOW:
+        # Served by run_rule_recent_idx (rule first).
+        active = TaskRun.objects.filter(rule=rule, state__in=ACTIVE_STATES, is_trial=False).count()
+        buffered = SlotHold.objects.filter(rule=rule, reason=SlotHold.Reason.OVERLAP).exclude(slot=slot).exists()
+    return evaluation.Facts(
+        missing=missing, active_runs=active, buffered=buffered, held_as=hold.reason if hold else None
+    )
+
+
+def slot_handle(
+    rule: TriggerRule,
+    slot: datetime,
+    *,
+    source: str,
+    now: datetime,
+    result,
+    run_after: datetime | None = None,
+    approval: bool = False,
+    hold: SlotHold | None = None,
+) -> str:
+    """Evaluate the slot and act; returns the verdict's action. Call inside a transaction.
+
+    `run_after` is the earliest start the caller wants (catch-up pacing); `approval` makes the run
+    wait for an operator (catch-up above the rule's threshold); `hold` is the slot's own hold row
+    when the tick re-checks it.
+    """
+    from tasks.triggers.scheduler import _claim_slot, _record_decision
+
+    try:
+        guards = rule_guards(rule)
+        facts = slot_facts(rule, slot, hold=hold)
+    except (evaluation.GuardError, keys.KeyTemplateError, KeyError, ValueError) as exc:
+        # A rule saved around full_clean (shell, fixture): say so for this slot, never drop it or stop the tick.
+        _release(hold)
+        _record_decision(
+            rule, slot, reason=Decision.Reason.INVALID_RULE, details={"error": str(exc)}, now=now, result=result
+        )
+        return evaluation.DECIDE
+    verdict = evaluation.evaluate_slot(guards, slot, now=now, facts=facts)
+    details = {**verdict.details, "source": source}
+    if verdict.action == evaluation.HOLD:
+        _hold(rule, slot, verdict, source=source, now=now, hold=hold)
+        return verdict.action
+    _release(hold)
+    if hold is not None:
+        details["held_since"] = hold.created_at.isoformat()
+        details["checks"] = hold.checks + 1
+    if verdict.action == evaluation.RUN:
+        start = max(verdict.run_after or now, run_after or now)
+        _claim_slot(
+            rule,
+            slot,
+            source=source,
+            triggered_by="scheduler",
+            now=now,
+            result=result,
+            run_after=start,
+            state=TaskRun.State.AWAITING_APPROVAL if approval else None,
+        )
+    elif verdict.action == evaluation.FAIL:
+        _fail_slot(rule, slot, source=source, details=details, now=now, result=result)
+    else:
+        _record_decision(rule, slot, reason=verdict.reason, details=details, now=now, result=result)
+        if verdict.reason == evaluation.NOT_READY_EXPIRED:
+            from deadletters.alerts import alert_slot_expired
+
+            # Recorded in the decision's transaction (an outbox row); logged and sent after commit.
+            alert_slot_expired(rule_name=rule.name, slot=slot, missing=verdict.details.get("missing", []), now=now)
+    return verdict.action
+
+
+def _hold(rule, slot, verdict: evaluation.Verdict, *, source: str, now: datetime, hold: SlotHold | None) -> None:
+    if hold is not None:
+        SlotHold.objects.filter(pk=hold.pk).update(
+            recheck_at=verdict.recheck_at, checks=hold.checks + 1, details=verdict.details
+        )
+        return
+    try:
+        with transaction.atomic():
+            SlotHold.objects.create(
+                rule=rule,
+                slot=slot,
+                reason=verdict.reason,
+                source=source,
+                recheck_at=verdict.recheck_at,
+                deadline=verdict.deadline,
+                details=verdict.details,
+                created_at=now,
+            )
+    except IntegrityError:
+        pass  # another tick holds this slot already; it will be re-checked once
+
+
+def _release(hold: SlotHold | None) -> None:
+    if hold is not None:
+        SlotHold.objects.filter(pk=hold.pk).delete()
+
+
+def _fail_slot(rule, slot, *, source: str, details: dict, now: datetime, result) -> None:
+    """Readiness policy "fail": the slot becomes a failed run with a dead-letter ticket, so it is
+    visible on the desk and replayable (with the same biz_key) once the data is there."""
+    from deadletters.services import deadletter_open
+    from tasks.triggers.scheduler import _claim_slot
+
+    run = _claim_slot(
+        rule,
+        slot,
+        source=source,
+        triggered_by="scheduler",
+        now=now,
+        result=result,
+        state=TaskRun.State.FAILED,
+        dispatch=False,
+    )
+    if run is None:
+        return
+    message = "dependencies not ready at fire time: " + ", ".join(details.get("missing", []))
+    TaskRun.objects.filter(pk=run.pk).update(
+        finish_at=now, last_error=message, last_error_kind="state_precondition", first_failure_at=now
+    )
+    run.refresh_from_db()
+    error = ClassifiedError(kind="state_precondition", message=message, digest="not-ready")
+    deadletter_open(run=run, error=error, reason="readiness policy is fail", now=now)
+
+
+def holds_process(*, now: datetime, result) -> int:
+    """Re-check every hold that is due. Holds are taken with SKIP LOCKED so concurrent ticks split them."""
+    done = 0
+    while True:
+        with transaction.atomic():
+            # hold_list_due: served by hold_due_idx. The join locks the rule row too, so a hold is never
+            # re-checked while another tick evaluates the same rule (overlap counts stay exact).
+            holds = list(
+                SlotHold.objects.select_for_update(skip_locked=True)
+                .filter(recheck_at__lte=now)
+                .select_related("rule")
+                .order_by("recheck_at")[:HOLD_BATCH]
+            )
+            for hold in holds:
+                _recheck(hold, now=now, result=result)
+        done += len(holds)
+        if len(holds) < HOLD_BATCH:
+            return done
+
+
+def _recheck(hold: SlotHold, *, now: datetime, result) -> None:
+    from tasks.triggers.scheduler import _record_decision
+
+    rule = hold.rule
+    if not rule.enabled:
+        _release(hold)
+        _record_decision(
+            rule,
+            hold.slot,
+            reason=Decision.Reason.PAUSED,
+            details={"why": "rule paused while the slot was held", "held_as": hold.reason},
+            now=now,
+            result=result,
+        )
+        return
+    slot_handle(rule, hold.slot, source=hold.source, now=now, result=result, hold=hold)
+
+
+def heartbeat_tick(rule: TriggerRule, *, now: datetime, result) -> None:
+    """A heartbeat rule is due: no ping arrived within period + grace. Fire it once, then again every
+    period while the silence lasts; a ping moves next_fire_at forward (rule_ping)."""
+    slot = rule.next_fire_at
+    slot_handle(rule, slot, source=TaskRun.Source.HEARTBEAT, now=now, result=result)
+    every = timedelta(seconds=rule.heartbeat_every_seconds or 60)
+    following = slot + every
+    while following <= now:  # a long outage of the scheduler itself: fire once, not once per period
+        following += every
+    TriggerRule.objects.filter(pk=rule.pk).update(last_slot_at=slot, next_fire_at=following)
+
+
+def rule_ping(*, rule: TriggerRule, now: datetime) -> datetime | None:
+    """Record a heartbeat ping: the rule now fires only if the next ping is later than period + grace.
+    Returns the new deadline; raises ValueError for a rule that is not a heartbeat rule."""
+    if rule.kind != TriggerRule.Kind.HEARTBEAT:
+        raise ValueError(f"rule {rule.name!r} is a {rule.kind} rule, not a heartbeat rule")
+    deadline = now + rule.heartbeat_deadline()
+    TriggerRule.objects.filter(pk=rule.pk).update(last_ping_at=now, next_fire_at=deadline if rule.enabled else None)
+    return deadline
+
+
+# At most this many "paused" decisions per resume; a longer pause is summarised on the last one.
+MAX_PAUSED_DECISIONS = 1000
+
+
+def record_paused_slots(rule: TriggerRule, *, since: datetime, until: datetime) -> int:
+    """On resume: one "paused" decision per slot the rule skipped while switched off (bounded)."""
+    if rule.kind in (TriggerRule.Kind.HEARTBEAT, "event"):
+        return 0
+    try:
+        slots = schedule.slots_between(rule.schedule_spec(), since, until, limit=MAX_PAUSED_DECISIONS + 1)
+    except (schedule.ScheduleError, ValueError):
+        return 0
+    details = {"paused_at": since.isoformat(), "resumed_at": until.isoformat()}
+    rows = [
+        Decision(rule=rule, slot=s, reason=Decision.Reason.PAUSED, details=details, created_at=until)
+        for s in slots[:MAX_PAUSED_DECISIONS]
+    ]
+    if len(slots) > MAX_PAUSED_DECISIONS:
+        rows[-1].details = {**details, "truncated": f"only the first {MAX_PAUSED_DECISIONS} paused slots are recorded"}
+    # A slot that already has a decision (a held slot resolved as paused) keeps it.
+    Decision.objects.bulk_create(rows, ignore_conflicts=True)
+    return len(rows)

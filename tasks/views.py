@@ -1,0 +1,140 @@
+"""The HTTP API for readiness flags and heartbeat pings. JSON in, JSON out; every refusal a 4xx with a reason.
+
+Authentication: `Authorization: Bearer <token>` (an ApiToken, acting with its user's permissions) or a
+Django session, which must then pass the CSRF check like any form post. Permissions:
+tasks.view_readinessflag to list, tasks.add_readinessflag to set, tasks.delete_readinessflag to clear,
+tasks.send_ping to ping a heartbeat rule.
+"""
+
+import hashlib
+import json
+import secrets
+
+from django.http import JsonResponse
+from django.middleware.csrf import CsrfViewMiddleware
+from django.utils import timezone
+from django.views.decorators.csrf import csrf_exempt
+
+from tasks.flags import FlagError, flag_clear, flag_json, flag_list, flag_set
+from tasks.models import ApiToken, TriggerRule
+from tasks.triggers.slot import rule_ping
+
+MAX_BODY = 16 * 1024
+
+
+def token_hash(token: str) -> str:
+    return hashlib.sha256(token.encode()).hexdigest()
+
+
+def token_create(*, name: str, user, now) -> str:
+    """A new API token for `user`; the plaintext is returned once and only its hash is stored."""
+    token = "hk_" + secrets.token_urlsafe(32)
+    ApiToken.objects.create(name=name, user=user, token_hash=token_hash(token), created_at=now)
+    return token
+
+
+def _refuse(status: int, reason: str, **extra) -> JsonResponse:
+    return JsonResponse({"ok": False, "error": reason, **extra}, status=status)
+
+
+def _authenticate(request):
+    """(user, None) or (None, refusal)."""
+    header = request.headers.get("Authorization", "")
+    if header:
+        scheme, _, token = header.partition(" ")
+        if scheme.lower() != "bearer" or not token.strip():
+            return None, _refuse(401, "Authorization must be 'Bearer <token>'")
+        found = ApiToken.objects.select_related("user").filter(token_hash=token_hash(token.strip())).first()
+        if found is None or not found.user.is_active:
+            return None, _refuse(401, "unknown or revoked token")
+        ApiToken.objects.filter(pk=found.pk).update(last_used_at=timezone.now())
+        return found.user, None
+    if request.user.is_authenticated:
+        # A session is a browser: the same CSRF check as any form post.
+        refusal = CsrfViewMiddleware(lambda r: None).process_view(request, None, (), {})
+        if refusal is not None:
+            return None, _refuse(403, "CSRF check failed: send the csrftoken cookie and the X-CSRFToken header")
+        return request.user, None
+    return None, _refuse(401, "authentication required: a Bearer token or a logged-in session")
+
+
+def _guarded(perm: str, methods: tuple[str, ...]):
+    def decorator(view):
+        @csrf_exempt  # token clients have no CSRF cookie; sessions are checked in _authenticate
+        def wrapped(request, *args, **kwargs):
+            if request.method not in methods:
+                return _refuse(405, f"method {request.method} not allowed; use {' or '.join(methods)}")
+            user, refusal = _authenticate(request)
+            if refusal is not None:
+                return refusal
+            if not user.has_perm(perm):
+                return _refuse(403, f"permission {perm!r} required")
+            return view(request, user, *args, **kwargs)
+
+        return wrapped
+
+    return decorator
+
+
+def _body(request) -> tuple[dict | None, JsonResponse | None]:
+    if len(request.body) > MAX_BODY:
+        return None, _refuse(413, f"body larger than {MAX_BODY} bytes")
+    if not request.body:
+        return {}, None
+    try:
+        data = json.loads(request.body)
+    except (json.JSONDecodeError, UnicodeDecodeError) as exc:
+        return None, _refuse(400, f"body is not valid JSON: {exc}")
+    if not isinstance(data, dict):
+        return None, _refuse(
+            400, 'body must be a JSON object, e.g. {"name": "pipeline.raw_data.ready", "scope": "2026-12-01"}'
+        )
+    return data, None
+
+
+@_guarded("tasks.view_readinessflag", ("GET",))
+def flags_list_view(request, user):
+    flags = flag_list(name=request.GET.get("name") or None, scope=request.GET.get("scope") or None)
+    return JsonResponse({"ok": True, "flags": [flag_json(f) for f in flags]})
+
+
+@_guarded("tasks.add_readinessflag", ("POST",))
+def flags_set_view(request, user):
+    data, refusal = _body(request)
+    if refusal is not None:
+        return refusal
+    try:
+        flag, created = flag_set(
+            name=data.get("name"),
+            scope=data.get("scope"),
+            note=data.get("note", ""),
+            actor=user.get_username(),
+            now=timezone.now(),
+        )
+    except FlagError as exc:
+        return _refuse(400, str(exc), field=exc.field)
+    return JsonResponse({"ok": True, "created": created, "flag": flag_json(flag)}, status=201 if created else 200)
+
+
+@_guarded("tasks.delete_readinessflag", ("POST",))
+def flags_clear_view(request, user):
+    data, refusal = _body(request)
+    if refusal is not None:
+        return refusal
+    try:
+        cleared = flag_clear(name=data.get("name"), scope=data.get("scope"), actor=user.get_username())
+    except FlagError as exc:
+        return _refuse(400, str(exc), field=exc.field)
+    return JsonResponse({"ok": True, "cleared": cleared})
+
+
+@_guarded("tasks.send_ping", ("POST",))
+def ping_view(request, user, rule):
+    found = TriggerRule.objects.filter(name=rule).first()
+    if found is None:
+        return _refuse(404, f"no rule named {rule!r}")
+    try:
+        deadline = rule_ping(rule=found, now=timezone.now())
+    except ValueError as exc:
+        return _refuse(400, str(exc))
+    return JsonResponse({"ok": True, "rule": found.name, "fires_if_silent_until": deadline.isoformat()})
