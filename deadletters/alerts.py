@@ -9,13 +9,16 @@ bounded retries, storm summaries, and never in the way of the failure being reco
 import logging
 from datetime import datetime, timedelta
 
+from celery import current_app
 from django.conf import settings
 from django.db import IntegrityError, transaction
 from django.db.models import F, Q
 from django.urls import reverse
 
 from deadletters import alert_rules as rules
+from deadletters.alert_delivery import DeliveryError, deliver
 from deadletters.models import Alert, AlertChannel, DeadLetter
+from tasks.models import TriggerRule
 
 log = logging.getLogger("harness.alerts")
 
@@ -88,11 +91,8 @@ def _after_commit(payload: dict, pending: list[int]) -> None:
     msg = rules.message_for(payload)
     fields = " ".join(f"{f}={payload.get(f)}" for f in rules.PAYLOAD_FIELDS)
     log.log(LOG_LEVEL.get(payload["severity"], logging.ERROR), "%s | %s", msg.title, fields)
-    if pending:
-        from deadletters.jobs import alert_deliver_task
-
-        for alert_id in pending:  # a lost message is picked up by the periodic alerts_check
-            alert_deliver_task.delay(alert_id)
+    for alert_id in pending:  # a lost message is picked up by the periodic alerts_check
+        alert_send(alert_id)
 
 
 # --- the events -------------------------------------------------------------------------------
@@ -182,23 +182,20 @@ def alert_slot_missed(*, rule_name: str, slot: datetime, details: dict, now: dat
 
 
 def _rule_link(rule_name: str) -> str:
-    from tasks.models import TriggerRule
-
     rule_id = TriggerRule.objects.filter(name=rule_name).values_list("id", flat=True).first()
     if rule_id is None:
         return admin_link("admin:tasks_triggerrule_changelist")
     return admin_link("admin:tasks_triggerrule_change", rule_id)
 
 
-def alert_check_scheduler(*, now: datetime) -> Alert | None:
-    """Alert once per stall: the stall is named by the last tick it follows, so a check every
-    minute while it lasts finds its alert recorded; a new stall after recovery alerts again.
-    A scheduler that never ticked is starting, not stalled."""
-    from runs.models import SchedulerTick
-    from runs.selectors import scheduler_health
+def alert_check_scheduler(*, health: dict, now: datetime) -> Alert | None:
+    """Alert once per stall, from the scheduler's health figures (runs.selectors.scheduler_health).
 
-    health = scheduler_health(now=now)
-    last = SchedulerTick.objects.filter(name="scheduler").values_list("last_tick_at", flat=True).first()
+    The stall is named by the last tick it follows, so a check every minute while it lasts finds its
+    alert recorded; a new stall after recovery alerts again. A scheduler that never ticked is
+    starting, not stalled.
+    """
+    last = health.get("last_tick_at")
     if health["ok"] or last is None:
         return None
     return alert_record(
@@ -214,6 +211,11 @@ def alert_check_scheduler(*, now: datetime) -> Alert | None:
         },
         now=now,
     )
+
+
+def alert_send(alert_id: int) -> None:
+    """Queue one delivery, by task name: a message is a hint, the outbox row is the truth."""
+    current_app.send_task("deadletters.alert_deliver", args=[alert_id])
 
 
 def alert_send_test(*, channel: AlertChannel, now: datetime) -> Alert:
@@ -251,8 +253,6 @@ def alert_deliver(*, alert_id: int, now: datetime) -> str:
     Compare-and-set claim: only one of the on-commit task and the periodic sweep sends it.
     Returns "sent", "retry", "failed" or "not_due" (sent, folded, claimed elsewhere or not yet due).
     """
-    from deadletters.alert_delivery import DeliveryError, deliver
-
     claimed = Alert.objects.filter(id=alert_id, state=Alert.State.PENDING, next_attempt_at__lte=now).update(
         next_attempt_at=now + DELIVERY_CLAIM, attempts=F("attempts") + 1
     )

@@ -4,6 +4,7 @@ from celery import shared_task
 from django.utils import timezone
 
 from deadletters import alerts
+from runs.selectors import scheduler_health
 
 
 # Queued on commit of the event that recorded the alert. One try per message: a failed send is
@@ -17,11 +18,11 @@ def alert_deliver_task(alert_id: int) -> str:
 @shared_task(name="deadletters.alerts_check", acks_late=False, ignore_result=True, expires=60)
 def alerts_check_task() -> dict:
     now = timezone.now()
-    stalled = alerts.alert_check_scheduler(now=now)
+    stalled = alerts.alert_check_scheduler(health=scheduler_health(now=now), now=now)
     summaries = alerts.alert_summarise_due(now=now)
     due = alerts.alert_redispatch_due(now=now)
     for alert_id in due:  # a duplicate message is harmless: alert_deliver claims by compare-and-set
-        alert_deliver_task.delay(alert_id)
+        alerts.alert_send(alert_id)
     return {
         "stalled_alert": stalled is not None,
         "summaries": summaries,

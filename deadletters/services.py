@@ -1,16 +1,21 @@
-"""Opening dead-letter tickets (invariant 6)."""
+"""Dead-letter tickets (invariant 6): open, mark replayed, close, assign."""
 
 from datetime import datetime
+from typing import TYPE_CHECKING
 
 from django.db import IntegrityError, transaction
 
 from deadletters.alerts import alert_final_failure
 from deadletters.models import DeadLetter
-from runs.models import TaskRun
+from harness_site.audit.models import AuditEntry
+from harness_site.audit.services import audit_record
 from tasks.skills.errors import ClassifiedError
 
+if TYPE_CHECKING:
+    from runs.models import TaskRun  # a sink below runs: it reads the run it is handed, never imports it
 
-def deadletter_open(*, run: TaskRun, error: ClassifiedError, reason: str, now: datetime) -> DeadLetter:
+
+def deadletter_open(*, run: "TaskRun", error: ClassifiedError, reason: str, now: datetime) -> DeadLetter:
     """Open the one ticket for a run that failed for good, and alert after commit.
 
     A second call for the same run (a racing sweeper, a retried message) finds the open ticket
@@ -45,48 +50,25 @@ class DeadLetterError(ValueError):
     """A desk action that cannot be done, with the reason to show on-call."""
 
 
-def deadletter_replay(*, ticket_id: int, actor, now: datetime, reason: str = "") -> bool:
-    """Replay with the original biz_key: the same run gets a new attempt (back to pending, due now).
+def deadletter_mark_replayed(*, now: datetime, ticket_id: int | None = None, run_id: int | None = None) -> int | None:
+    """Mark the open ticket (by id, or the run's open one) replayed; its id, or None if none was open.
 
-    Compare-and-set on the ticket state: only an open ticket moves to replayed, so a double-click or
-    two on-call replaying at once queue ONE replay; the loser gets False. The run keeps its biz_key,
-    so the unique constraint keeps holding. Raises DeadLetterError if the run is no longer failed
-    (retried from the run page meanwhile); nothing is changed then.
+    Compare-and-set on the open state, so two replays of one ticket mark it once. Called by the one
+    replay, runs.operations.run_retry_now, in its transaction.
     """
-    from harness_site.audit.models import AuditEntry
-    from harness_site.audit.services import audit_record
-    from runs.dispatch import run_dispatch_on_commit
-
-    with transaction.atomic():
-        if not DeadLetter.objects.filter(id=ticket_id, state=DeadLetter.State.PENDING_MANUAL).update(
-            state=DeadLetter.State.REPLAYED, replayed_at=now, updated_at=now
-        ):
-            return False
-        ticket = DeadLetter.objects.select_related("run").get(id=ticket_id)
-        # A fresh retry window for the new attempt; attempt numbers go on from the last one.
-        moved = TaskRun.objects.filter(id=ticket.run_id, state=TaskRun.State.FAILED).update(
-            state=TaskRun.State.PENDING, run_after=now, finish_at=None, first_failure_at=None
-        )
-        if not moved:
-            raise DeadLetterError(f"run {ticket.run_id} is {ticket.run.get_state_display().lower()}, not failed")
-        audit_record(
-            actor=actor,
-            action=AuditEntry.Action.DEADLETTER_REPLAY,
-            target=ticket,
-            now=now,
-            reason=reason,
-            label=ticket.biz_key,
-            details={"run_id": ticket.run_id},
-        )
-        run_dispatch_on_commit(run_ids=[ticket.run_id], now=now)
-    return True
+    open_tickets = DeadLetter.objects.filter(state=DeadLetter.State.PENDING_MANUAL)
+    found = open_tickets.filter(id=ticket_id) if ticket_id is not None else open_tickets.filter(run_id=run_id)
+    ticket = found.values_list("id", flat=True).first()
+    if ticket is None:
+        return None
+    won = DeadLetter.objects.filter(id=ticket, state=DeadLetter.State.PENDING_MANUAL).update(
+        state=DeadLetter.State.REPLAYED, replayed_at=now, updated_at=now
+    )
+    return ticket if won else None
 
 
 def deadletter_close(*, ticket_id: int, actor, now: datetime, note: str) -> bool:
     """Close an open ticket with a note saying why. False: it was not open."""
-    from harness_site.audit.models import AuditEntry
-    from harness_site.audit.services import audit_record
-
     if not (note or "").strip():
         raise DeadLetterError("A note is required to close a ticket.")
     with transaction.atomic():
@@ -109,9 +91,6 @@ def deadletter_close(*, ticket_id: int, actor, now: datetime, note: str) -> bool
 
 def deadletter_assign(*, ticket_id: int, owner, actor, now: datetime, reason: str = "") -> bool:
     """Give a ticket an owner (None: unassign). False: no such ticket."""
-    from harness_site.audit.models import AuditEntry
-    from harness_site.audit.services import audit_record
-
     with transaction.atomic():
         if not DeadLetter.objects.filter(id=ticket_id).update(owner=owner, updated_at=now):
             return False

@@ -1,26 +1,27 @@
-"""Approving, rejecting and expiring proposed actions (issue 5).
+"""Approvals: a skill's proposed actions (issue 5) and the catch-up gate (issue 3).
 
-Every decision is a compare-and-set on the proposal's status, so a double-click or two people
-deciding at once act once: the loser gets `False` and nothing changes. Approve sends the run back to
-pending; its skill resumes after its last checkpointed step and runs the approved action once.
+Every decision is a compare-and-set on the proposal's (or run's) state, so a double-click or two
+people deciding at once act once: the loser gets `False` (or 0) and nothing changes. Approving a
+proposal sends the run back to pending; its skill resumes after its last checkpointed step and runs
+the approved action once. Catch-up runs above a rule's threshold wait until an operator releases
+them; approval re-paces them from the moment of approval. Every decision is audited.
 """
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import DateTimeField, F, Value
-from django.db.models.functions import Coalesce
 
+from harness_site.audit.models import AuditEntry
+from harness_site.audit.services import audit_record
 from runs.dispatch import run_dispatch_on_commit
 from runs.models import ActionProposal, TaskRun
+from runs.outcome import run_fail
 from tasks.skills.errors import ClassifiedError
 
 log = logging.getLogger("harness.approvals")
 
 APPROVAL_EXPIRED_KIND = "approval_expired"
-AUDIT_APPROVE = "proposal.approve"
-AUDIT_REJECT = "proposal.reject"
 EXPIRE_BATCH = 500
 
 
@@ -31,8 +32,6 @@ def _actor_name(actor) -> str:
 def proposal_approve(*, proposal_id: int, actor, now: datetime, note: str = "") -> bool:
     """Approve a pending, unexpired proposal and make its run due now. False if it was already
     decided, expired, or its run is no longer waiting (nothing is changed then)."""
-    from harness_site.audit.services import audit_record
-
     with transaction.atomic():
         # Compare-and-set: a row count of 0 means someone decided first (or it expired).
         won = ActionProposal.objects.filter(
@@ -49,7 +48,7 @@ def proposal_approve(*, proposal_id: int, actor, now: datetime, note: str = "") 
             return False
         audit_record(
             actor=actor,
-            action=AUDIT_APPROVE,
+            action=AuditEntry.Action.PROPOSAL_APPROVE,
             target=proposal.run,
             now=now,
             reason=note,
@@ -64,8 +63,6 @@ def proposal_approve(*, proposal_id: int, actor, now: datetime, note: str = "") 
 
 def proposal_reject(*, proposal_id: int, actor, now: datetime, note: str = "") -> bool:
     """Reject a pending proposal and cancel its run. False if it was already decided."""
-    from harness_site.audit.services import audit_record
-
     with transaction.atomic():
         won = ActionProposal.objects.filter(id=proposal_id, status=ActionProposal.Status.PENDING).update(
             status=ActionProposal.Status.REJECTED, decided_by=_actor_name(actor), decided_at=now, note=note
@@ -81,7 +78,7 @@ def proposal_reject(*, proposal_id: int, actor, now: datetime, note: str = "") -
         )
         audit_record(
             actor=actor,
-            action=AUDIT_REJECT,
+            action=AuditEntry.Action.PROPOSAL_REJECT,
             target=proposal.run,
             now=now,
             reason=note,
@@ -93,8 +90,6 @@ def proposal_reject(*, proposal_id: int, actor, now: datetime, note: str = "") -
 def approval_expire_due(*, now: datetime) -> int:
     """Expire unanswered proposals past their deadline: the run fails and gets a dead-letter ticket,
     whose alert tells on-call (invariant 6). Served by proposal_pending_idx."""
-    from deadletters.services import deadletter_open
-
     expired = 0
     ids = list(
         ActionProposal.objects.filter(status=ActionProposal.Status.PENDING, expires_at__lte=now)
@@ -112,16 +107,87 @@ def approval_expire_due(*, now: datetime) -> int:
                 f"action {proposal.action!r} ({proposal.risk} risk) was not approved by "
                 f"{proposal.expires_at:%Y-%m-%dT%H:%M:%SZ}"
             )
-            if TaskRun.objects.filter(id=proposal.run_id, state=TaskRun.State.AWAITING_APPROVAL).update(
-                state=TaskRun.State.FAILED,
-                finish_at=now,
-                first_failure_at=Coalesce(F("first_failure_at"), Value(now, output_field=DateTimeField())),
-                last_error=message,
-                last_error_kind=APPROVAL_EXPIRED_KIND,
-            ):
-                run = TaskRun.objects.get(id=proposal.run_id)
-                error = ClassifiedError(kind=APPROVAL_EXPIRED_KIND, message=message, digest="approval-expired")
-                deadletter_open(run=run, error=error, reason="approval expired unanswered", now=now)
+            run = TaskRun.objects.get(id=proposal.run_id)
+            error = ClassifiedError(kind=APPROVAL_EXPIRED_KIND, message=message, digest="approval-expired")
+            run_fail(
+                run,
+                error=error,
+                reason="approval expired unanswered",
+                now=now,
+                from_states=(TaskRun.State.AWAITING_APPROVAL,),
+            )
             expired += 1
         log.warning("proposal %s (run %s) expired unanswered", proposal_id, proposal.run_id)
     return expired
+
+
+# --- The catch-up gate ---
+
+APPROVE_PERM = "runs.approve_catchup"
+
+
+def _gated(ids: list[int]):
+    # Only gated catch-up runs: the same state is used by runs parked for an action approval,
+    # which have attempts and are approved elsewhere.
+    return TaskRun.objects.filter(
+        id__in=ids, state=TaskRun.State.AWAITING_APPROVAL, source=TaskRun.Source.CATCHUP, attempts=0
+    )
+
+
+def catchup_approve(*, run_ids: list[int], actor, now: datetime) -> int:
+    """Release gated catch-up runs; each rule's runs are paced again from `now` in slot order.
+    Returns how many were released (a run approved meanwhile by someone else is not counted)."""
+    released, due = 0, []
+    with transaction.atomic():
+        runs = list(
+            _gated(run_ids).select_for_update(of=("self",)).select_related("rule").order_by("rule_id", "slot", "id")
+        )
+        position: dict[int | None, int] = {}
+        for run in runs:
+            spacing = timedelta(seconds=run.rule.catchup_spacing_seconds if run.rule else 0)
+            i = position[run.rule_id] = position.get(run.rule_id, -1) + 1
+            run_after = now + spacing * i
+            # Compare-and-set: 0 rows means it was approved or rejected concurrently.
+            n = _gated([run.id]).update(
+                state=TaskRun.State.PENDING,
+                run_after=run_after,
+                approved_by=_actor_name(actor)[:150],
+                approved_at=now,
+                dispatched_at=None,
+            )
+            released += n
+            if n and run_after <= now:
+                due.append(run.id)
+        if released:
+            audit_record(
+                actor=actor,
+                action=AuditEntry.Action.CATCHUP_APPROVE,
+                target=runs[0].rule or runs[0],
+                now=now,
+                details={"run_ids": [r.id for r in runs], "released": released},
+            )
+        run_dispatch_on_commit(run_ids=due, now=now)
+    return released
+
+
+def catchup_reject(*, run_ids: list[int], actor, now: datetime) -> int:
+    """Cancel gated catch-up runs; the slot keeps its (cancelled) run, so it stays accounted for."""
+    name = _actor_name(actor)
+    with transaction.atomic():
+        runs = list(_gated(run_ids).select_related("rule").order_by("id"))
+        rejected = _gated([r.id for r in runs]).update(
+            state=TaskRun.State.CANCELLED,
+            finish_at=now,
+            approved_by=name[:150],
+            approved_at=now,
+            last_error=f"catch-up rejected by {name}",
+        )
+        if rejected:
+            audit_record(
+                actor=actor,
+                action=AuditEntry.Action.CATCHUP_REJECT,
+                target=runs[0].rule or runs[0],
+                now=now,
+                details={"run_ids": [r.id for r in runs], "rejected": rejected},
+            )
+    return rejected

@@ -1,6 +1,6 @@
 """Claiming a unit of work: one run per biz_key, ever (invariant 1)."""
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
@@ -8,6 +8,30 @@ from django.db.models import F
 
 from runs.dispatch import run_dispatch_on_commit
 from runs.models import TaskRun
+from tasks.models import TriggerRule
+
+
+@dataclass(frozen=True)
+class Work:
+    """What one trigger asks to be run, assembled by tasks.triggers.work for every trigger kind.
+
+    `identity` is the executing identity ("" for an unrestricted rule), `object_key` the object the
+    run is serialized on ("" for none); `payload` carries the rule's snapshot as it was at trigger
+    time; `start_by` the latest start of a first attempt (the rule's start window), if any.
+    """
+
+    biz_key: str
+    skill: str
+    source: str
+    triggered_by: str
+    payload: dict = field(hash=False)
+    rule: TriggerRule | None = None  # None: a run from the API or a test, with no rule behind it
+    identity: str = ""
+    object_key: str = ""
+    slot: datetime | None = None
+    run_after: datetime | None = None
+    start_by: datetime | None = None
+    is_trial: bool = False
 
 
 @dataclass(frozen=True)
@@ -16,53 +40,42 @@ class ClaimResult:
     created: bool
 
 
-def run_claim(
-    *,
-    biz_key: str,
-    skill: str,
-    source: str,
-    triggered_by: str,
-    now: datetime,
-    payload: dict,
-    rule=None,
-    slot: datetime | None = None,
-    run_after: datetime | None = None,
-    dispatch: bool = True,
-    is_trial: bool = False,
-    identity: str = "",
-    object_key: str = "",
-    state: str | None = None,
-) -> ClaimResult:
-    """Insert the run, or count a dedupe hit on the run that already has this biz_key.
+def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | None = None) -> ClaimResult:
+    """Insert the run for `work`, or count a dedupe hit on the run that already has its biz_key.
 
     Insert-and-catch-conflict, never check-then-insert: the unique constraint decides the winner
     even across processes. A dedupe hit is acknowledged (returned) and counted, never retried.
+    `state` other than pending (awaiting approval) is for runs that must not start on their own.
     """
+    payload = dict(work.payload)
+    if work.start_by is not None:
+        payload["start_by"] = work.start_by.isoformat()
+    rule = work.rule
     try:
         # A savepoint, so the conflict does not poison the caller's transaction.
         with transaction.atomic():
             run = TaskRun.objects.create(
-                biz_key=biz_key,
+                biz_key=work.biz_key,
                 rule=rule,
                 rule_name=rule.name if rule else "",
                 rule_version=rule.version if rule else None,
-                skill=skill,
-                source=source,
-                triggered_by=triggered_by,
-                slot=slot,
+                skill=work.skill,
+                source=work.source,
+                triggered_by=work.triggered_by,
+                slot=work.slot,
                 trigger_at=now,
-                run_after=run_after or now,
+                run_after=work.run_after or now,
                 payload=payload,
-                is_trial=is_trial,
-                identity=identity,
-                object_key=object_key,
+                is_trial=work.is_trial,
+                identity=work.identity,
+                object_key=work.object_key,
                 state=state or TaskRun.State.PENDING,
             )
     except IntegrityError:
-        updated = TaskRun.objects.filter(biz_key=biz_key).update(dedupe_hits=F("dedupe_hits") + 1)
+        updated = TaskRun.objects.filter(biz_key=work.biz_key).update(dedupe_hits=F("dedupe_hits") + 1)
         if not updated:  # the conflict was not on biz_key: a real error
             raise
-        return ClaimResult(run=TaskRun.objects.get(biz_key=biz_key), created=False)
+        return ClaimResult(run=TaskRun.objects.get(biz_key=work.biz_key), created=False)
     if dispatch and run.run_after <= now and run.state == TaskRun.State.PENDING:
         run_dispatch_on_commit(run_ids=[run.id], now=now)
     return ClaimResult(run=run, created=True)

@@ -1,111 +1,68 @@
-"""Executing one run under its lease (invariant 2), then recording the outcome."""
+"""Executing one run: the orchestration of one attempt, from start window to outcome.
+
+The lease lives in runs/leases.py, every outcome in runs/outcome.py; this module only decides the
+order: start window -> object gate -> run lease -> skill -> outcome.
+"""
 
 import logging
 import random
-import threading
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from dataclasses import dataclass
-from datetime import datetime, timedelta
+from collections.abc import Callable
+from datetime import datetime
 
-from django.db import close_old_connections, connection, transaction
-from django.db.models import F
-from django.db.models.functions import Coalesce
-
-from runs.leases import object_gate_enter, object_gate_exit
+from runs import outcome
+from runs.calls import SkillRuntime
+from runs.leases import LeaseRenewer, fenced, object_gate_enter, object_gate_exit, run_lease_claim, run_lease_ttl
 from runs.models import Attempt, TaskRun
-from runs.outcome import run_record_failure
-from runs.start_window import start_window_passed
-from runs.steps import RunParked
-from tasks.skills.errors import ClassifiedError, classify
+from tasks.skills.errors import classify
 from tasks.skills.identities import identity_require
-from tasks.skills.sdk import ErrorKind, SkillContext, SkillError, registry
+from tasks.skills.sdk import RunParked, SkillContext, SkillError, registry
 
 log = logging.getLogger("harness.executor")
 
-DEFAULT_LEASE_TTL_SECONDS = 300
 Clock = Callable[[], datetime]
-
-
-class LeaseLost(SkillError):
-    """This attempt no longer holds the run's lease: another worker may be executing it."""
-
-    def __init__(self, message: str = "the run's lease was lost to another worker"):
-        super().__init__(ErrorKind.LEASE_LOST, message)
-
-
-@dataclass(frozen=True)
-class ExecuteOutcome:
-    run_id: int
-    status: str  # "not_claimable" | "succeeded" | "retry" | "failed" | "fenced"
-    detail: str = ""
+ExecuteOutcome = outcome.ExecuteOutcome
 
 
 def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], float] = random.random) -> ExecuteOutcome:
-    """Claim the run, execute its skill while renewing the lease, commit the outcome under the fence.
+    """Execute one attempt of the run, if it is ours to execute.
 
-    1. Compare-and-set the run to running (claimable, due, no live lease) and bump its fence.
-    2. Run the skill in this thread while a second thread renews the lease.
-    3. Write the outcome only if the fence still matches; otherwise the attempt is marked fenced.
-    Returns "not_claimable" when another worker holds it, it is not due, or it has finished.
-    A run with an object key first takes that object's lease (runs/leases.py), so runs of one
-    object never execute at once; "object_busy" means it was pushed back for a later dispatch.
-    "start_window_passed": a scheduled run that missed its rule's start window was cancelled.
+    1. Read the run row (once per attempt; everything below works from it).
+    2. A first attempt past its start window is cancelled instead ("start_window_passed").
+    3. A run with an object key takes that object's lease first, so runs of one object never execute
+       at once; "object_busy" means it was pushed back for a later dispatch.
+    4. Take the run lease (compare-and-set, fence + 1); "not_claimable" when another worker holds
+       it, it is not due, or it has finished.
+    5. Run the skill in this thread while a second thread renews the lease.
+    6. Write the outcome under the fence; an attempt that lost its lease ends "fenced".
     """
-    if start_window_passed(run_id=run_id, now=clock()):
+    run = TaskRun.objects.filter(id=run_id).first()
+    if run is None or run.state not in TaskRun.CLAIMABLE:
+        return ExecuteOutcome(run_id, "not_claimable")
+    if outcome.run_cancel_late(run, now=clock()):
         return ExecuteOutcome(run_id, "start_window_passed")
-    gate = object_gate_enter(run_id=run_id, worker=worker, clock=clock)
+    gate = object_gate_enter(run=run, worker=worker, clock=clock)
     if gate is not None and gate.held is None:
         return ExecuteOutcome(run_id, "object_busy")
     try:
-        return _execute_claimed(run_id=run_id, worker=worker, clock=clock, rand=rand)
+        attempt = run_lease_claim(run, worker=worker, now=clock())
+        if attempt is None:
+            return ExecuteOutcome(run_id, "not_claimable")
+        renewer = LeaseRenewer(run_id=run.id, fence=run.fence, ttl=run_lease_ttl(run), clock=clock)
+        renewer.start()
+        try:
+            result, error = _call_skill(run, attempt, worker, clock)
+        finally:
+            renewer.stop()
+        now = clock()
+        if error is None:
+            return outcome.run_succeed(run, attempt, result, now=now)
+        if isinstance(error, RunParked):  # waiting for a human or a budget window, not a failure
+            return outcome.run_park(run, attempt, error, now=now)
+        return outcome.run_attempt_failed(
+            run, attempt, classify(error), now=now, draw=rand(), retry_after=_retry_after(error)
+        )
     finally:
         object_gate_exit(gate, now=clock())
-
-
-def _execute_claimed(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], float]) -> ExecuteOutcome:
-    claimed = _claim(run_id=run_id, worker=worker, now=clock())
-    if claimed is None:
-        return ExecuteOutcome(run_id, "not_claimable")
-    run, attempt = claimed
-    ttl = timedelta(seconds=run.policy.get("lease_ttl_seconds", DEFAULT_LEASE_TTL_SECONDS))
-
-    renewer = _LeaseRenewer(run_id=run.id, fence=run.fence, ttl=ttl, clock=clock)
-    renewer.start()
-    try:
-        result, error = _call_skill(run, attempt, worker, clock)
-    finally:
-        renewer.stop()
-    if error is None:
-        return _finish_success(run, attempt, result, now=clock())
-    if isinstance(error, RunParked):  # waiting for a human or a budget window, not a failure
-        from runs.parking import run_park
-
-        return run_park(run, attempt, error, now=clock())
-    return _finish_failure(run, attempt, classify(error), now=clock(), draw=rand(), retry_after=_retry_after(error))
-
-
-def _claim(*, run_id: int, worker: str, now: datetime) -> tuple[TaskRun, Attempt] | None:
-    with transaction.atomic():
-        policy_ttl = (
-            TaskRun.objects.filter(id=run_id).values_list("payload__policy__lease_ttl_seconds", flat=True).first()
-        )
-        ttl = timedelta(seconds=policy_ttl or DEFAULT_LEASE_TTL_SECONDS)
-        # Compare-and-set: a row count of 0 means another worker got there first (or it is not due).
-        claimed = TaskRun.objects.filter(id=run_id, state__in=TaskRun.CLAIMABLE, run_after__lte=now).update(
-            state=TaskRun.State.RUNNING,
-            attempts=F("attempts") + 1,
-            fence=F("fence") + 1,
-            lease_owner=worker,
-            lease_expires_at=now + ttl,
-            start_at=Coalesce(F("start_at"), now),
-            executed_by=worker,
-        )
-        if not claimed:
-            return None
-        run = TaskRun.objects.get(id=run_id)
-        attempt = Attempt.objects.create(run=run, number=run.attempts, fence=run.fence, worker=worker, started_at=now)
-    return run, attempt
 
 
 def _call_skill(run: TaskRun, attempt: Attempt, worker: str, clock: Clock) -> tuple[object, BaseException | None]:
@@ -123,6 +80,7 @@ def _call_skill(run: TaskRun, attempt: Attempt, worker: str, clock: Clock) -> tu
         slot=run.slot,
         payload=run.payload,
         fenced=lambda: fenced(run_id=run.id, fence=run.fence),
+        runtime=SkillRuntime(),
     )
     try:
         # Least privilege (invariant 8): the executing identity's allow-list is checked at run time too.
@@ -141,121 +99,6 @@ def _call_skill(run: TaskRun, attempt: Attempt, worker: str, clock: Clock) -> tu
         return None, exc
 
 
-@contextmanager
-def fenced(*, run_id: int, fence: int) -> Iterator[None]:
-    """A transaction that commits only while `fence` still holds the run's lease.
-
-    The row lock (PostgreSQL) or the IMMEDIATE write lock (SQLite) keeps the sweeper from
-    taking the lease between the check and the caller's writes.
-    """
-    with transaction.atomic():
-        holds = TaskRun.objects.select_for_update().filter(id=run_id, fence=fence, state=TaskRun.State.RUNNING).exists()
-        if not holds:
-            raise LeaseLost()
-        yield
-
-
-def _finish_success(run: TaskRun, attempt: Attempt, result: object, *, now: datetime) -> ExecuteOutcome:
-    with transaction.atomic():
-        done = _fenced_update(
-            run,
-            state=TaskRun.State.SUCCEEDED,
-            finish_at=now,
-            result=_jsonable(result),
-            last_error="",
-            last_error_kind="",
-        )
-        if not done:
-            return _mark_fenced(attempt, now)
-        Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.SUCCEEDED, finished_at=now)
-    return ExecuteOutcome(run.id, "succeeded")
-
-
-def _finish_failure(
-    run: TaskRun, attempt: Attempt, error: ClassifiedError, *, now: datetime, draw: float, retry_after: float | None
-) -> ExecuteOutcome:
-    with transaction.atomic():
-        decision = run_record_failure(
-            run=run,
-            attempt_number=attempt.number,
-            attempts=Attempt.objects.filter(id=attempt.id),
-            error=error,
-            now=now,
-            draw=draw,
-            retry_after=retry_after,
-            # Fenced: written only while this attempt still holds the lease (invariant 2).
-            where={"fence": run.fence, "state": TaskRun.State.RUNNING},
-            extra={},
-        )
-        if decision is None:
-            return _mark_fenced(attempt, now)
-    status = "retry" if decision.retry else "failed"
-    log.info("run %s attempt %s %s: %s (%s)", run.id, attempt.number, status, error.kind, decision.reason)
-    return ExecuteOutcome(run.id, status, decision.reason)
-
-
-def _fenced_update(run: TaskRun, **fields) -> bool:
-    """Write the outcome only if this attempt's fence still holds the lease (same statement)."""
-    return bool(
-        TaskRun.objects.filter(id=run.id, fence=run.fence, state=TaskRun.State.RUNNING).update(
-            lease_owner="", lease_expires_at=None, **fields
-        )
-    )
-
-
-def _mark_fenced(attempt: Attempt, now: datetime) -> ExecuteOutcome:
-    # Also over "lease_expired": the sweeper wrote that first, and "fenced" adds that the worker
-    # came back and tried to commit.
-    Attempt.objects.filter(id=attempt.id, outcome__in=[Attempt.Outcome.RUNNING, Attempt.Outcome.LEASE_EXPIRED]).update(
-        outcome=Attempt.Outcome.FENCED, finished_at=now, error_kind=ErrorKind.LEASE_LOST
-    )
-    log.warning("run %s attempt %s lost its lease; outcome discarded", attempt.run_id, attempt.number)
-    return ExecuteOutcome(attempt.run_id, "fenced", "lease lost before commit")
-
-
 def _retry_after(error: BaseException) -> float | None:
     value = getattr(error, "retry_after", None)
     return float(value) if isinstance(value, int | float) else None
-
-
-def _jsonable(value: object) -> object:
-    import json
-
-    try:
-        json.dumps(value)
-        return value
-    except (TypeError, ValueError):
-        return {"repr": repr(value)}
-
-
-class _LeaseRenewer:
-    """Extends the run lease every ttl/3 while the skill runs, on its own connection.
-
-    Renewal is conditional on the fence, so a worker that lost the lease stops renewing it.
-    """
-
-    def __init__(self, *, run_id: int, fence: int, ttl: timedelta, clock: Clock):
-        self.run_id, self.fence, self.ttl, self.clock = run_id, fence, ttl, clock
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"lease-renewer-{run_id}", daemon=True)
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
-
-    def _loop(self) -> None:
-        interval = max(self.ttl.total_seconds() / 3, 0.2)
-        try:
-            while not self._stop.wait(interval):
-                renewed = TaskRun.objects.filter(id=self.run_id, fence=self.fence, state=TaskRun.State.RUNNING).update(
-                    lease_expires_at=self.clock() + self.ttl
-                )
-                if not renewed:
-                    log.warning("run %s: lease lost (fence %s), renewal stopped", self.run_id, self.fence)
-                    return
-        finally:
-            close_old_connections()
-            connection.close()

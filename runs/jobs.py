@@ -7,7 +7,8 @@ from celery import shared_task
 from django.utils import timezone
 
 from runs import executor, sweeper
-from tasks.triggers.scheduler import scheduler_tick
+from runs.approvals import approval_expire_due
+from runs.retention import decision_sweep
 
 
 def _worker_identity(task) -> str:
@@ -20,18 +21,9 @@ def run_execute_task(self, run_id: int) -> str:
     return executor.run_execute(run_id=run_id, worker=_worker_identity(self), clock=timezone.now).status
 
 
-# Ticks and sweeps are idempotent and frequent: a lost or expired one is replaced by the next.
-@shared_task(name="runs.scheduler_tick", acks_late=False, ignore_result=True, expires=30)
-def scheduler_tick_task() -> dict:
-    result = scheduler_tick(now=timezone.now())
-    return vars(result)
-
-
+# Sweeps are idempotent and frequent: a lost or expired one is replaced by the next.
 @shared_task(name="runs.sweep", acks_late=False, ignore_result=True, expires=30)
 def sweep_task() -> dict:
-    from runs.approvals import approval_expire_due
-    from runs.retention import decision_sweep
-
     now = timezone.now()
     result = vars(sweeper.sweep(now=now))
     result["approvals_expired"] = approval_expire_due(now=now)

@@ -1,22 +1,26 @@
-"""Keyed leases ("object:<key>", "rule:<name>"): time-bounded, fenced claims in the Lease table.
+"""Leases: the run lease (on the TaskRun row) and keyed leases ("object:<key>") in the Lease table.
 
 Every change is a compare-and-set UPDATE on one row; no global lock, no lock held across the
 work. The fencing token grows on every acquisition, so a holder whose lease expired and was
-taken can tell (renew/release with its old token change nothing).
+taken can tell: its renewals and result writes (runs/outcome.py) change nothing.
 """
 
 import hashlib
 import logging
 import threading
 import uuid
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, close_old_connections, connection, transaction
 from django.db.models import F, Q
 
 from runs.dispatch import run_dispatch_on_commit
-from runs.models import Lease, TaskRun
+from runs.models import Attempt, Lease, TaskRun
+from tasks.models.rule import DEFAULT_LEASE_TTL_SECONDS
+from tasks.skills.sdk import ErrorKind, SkillError
 
 log = logging.getLogger("harness.leases")
 
@@ -111,17 +115,15 @@ class ObjectGate:
             connection.close()
 
 
-def object_gate_enter(*, run_id: int, worker: str, clock) -> ObjectGate | None:
+def object_gate_enter(*, run: TaskRun, worker: str, clock) -> ObjectGate | None:
     """Before executing a run with an object key, take that object's lease.
 
     None: the run names no object (nothing to serialize). A gate whose `held` is None: another run
     of the object holds the lease, so this run was pushed back (run_after) for a later dispatch.
     """
-    row = TaskRun.objects.filter(id=run_id).values_list("object_key", "payload__policy__lease_ttl_seconds").first()
-    if not row or not row[0]:
+    if not run.object_key:
         return None
-    object_key, ttl_seconds = row
-    ttl = timedelta(seconds=ttl_seconds or 300)
+    run_id, object_key, ttl = run.id, run.object_key, run_lease_ttl(run)
     now = clock()
     owner = f"{worker}:run:{run_id}:{uuid.uuid4().hex[:8]}"
     held = lease_acquire(key=object_lease_key(object_key), owner=owner, ttl=ttl, now=now, run_id=run_id)
@@ -153,3 +155,97 @@ def object_gate_exit(gate: ObjectGate | None, *, now: datetime) -> None:
         .values_list("id", flat=True)[:1]
     )
     run_dispatch_on_commit(run_ids=next_ids, now=now)
+
+
+# --- The run lease: on the TaskRun row itself, so the fence check and the result write are one row. ---
+
+Clock = Callable[[], datetime]
+
+
+class LeaseLost(SkillError):
+    """This attempt no longer holds the run's lease: another worker may be executing it."""
+
+    def __init__(self, message: str = "the run's lease was lost to another worker"):
+        super().__init__(ErrorKind.LEASE_LOST, message)
+
+
+def run_lease_ttl(run: TaskRun) -> timedelta:
+    """The lease length the run was triggered with (its rule's policy, snapshotted in the payload)."""
+    return timedelta(seconds=run.policy.get("lease_ttl_seconds") or DEFAULT_LEASE_TTL_SECONDS)
+
+
+def run_lease_claim(run: TaskRun, *, worker: str, now: datetime) -> Attempt | None:
+    """Take the run's lease and start its next attempt; None when the run is not ours to execute.
+
+    Compare-and-set on the state, attempt count and fence just read: 0 rows means another worker
+    got there first, the run is not due, or it changed meanwhile. On success `run` is updated in
+    memory (fence + 1, attempts + 1), so the attempt needs no second read of the row.
+    """
+    if run.state not in TaskRun.CLAIMABLE or run.run_after > now:
+        return None
+    expires = now + run_lease_ttl(run)
+    start_at = run.start_at or now
+    with transaction.atomic():
+        claimed = TaskRun.objects.filter(
+            id=run.id, state__in=TaskRun.CLAIMABLE, run_after__lte=now, fence=run.fence, attempts=run.attempts
+        ).update(
+            state=TaskRun.State.RUNNING,
+            attempts=run.attempts + 1,
+            fence=run.fence + 1,
+            lease_owner=worker,
+            lease_expires_at=expires,
+            start_at=start_at,
+            executed_by=worker,
+        )
+        if not claimed:
+            return None
+        run.state, run.attempts, run.fence = TaskRun.State.RUNNING, run.attempts + 1, run.fence + 1
+        run.lease_owner, run.lease_expires_at, run.start_at, run.executed_by = worker, expires, start_at, worker
+        return Attempt.objects.create(run=run, number=run.attempts, fence=run.fence, worker=worker, started_at=now)
+
+
+@contextmanager
+def fenced(*, run_id: int, fence: int) -> Iterator[None]:
+    """A transaction that commits only while `fence` still holds the run's lease.
+
+    The row lock (PostgreSQL) or the IMMEDIATE write lock (SQLite) keeps the sweeper from
+    taking the lease between the check and the caller's writes.
+    """
+    with transaction.atomic():
+        holds = TaskRun.objects.select_for_update().filter(id=run_id, fence=fence, state=TaskRun.State.RUNNING).exists()
+        if not holds:
+            raise LeaseLost()
+        yield
+
+
+class LeaseRenewer:
+    """Extends the run lease every ttl/3 while the skill runs, on its own connection.
+
+    Renewal is conditional on the fence, so a worker that lost the lease stops renewing it.
+    """
+
+    def __init__(self, *, run_id: int, fence: int, ttl: timedelta, clock: Clock):
+        self.run_id, self.fence, self.ttl, self.clock = run_id, fence, ttl, clock
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name=f"lease-renewer-{run_id}", daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def _loop(self) -> None:
+        interval = max(self.ttl.total_seconds() / 3, 0.2)
+        try:
+            while not self._stop.wait(interval):
+                renewed = TaskRun.objects.filter(id=self.run_id, fence=self.fence, state=TaskRun.State.RUNNING).update(
+                    lease_expires_at=self.clock() + self.ttl
+                )
+                if not renewed:
+                    log.warning("run %s: lease lost (fence %s), renewal stopped", self.run_id, self.fence)
+                    return
+        finally:
+            close_old_connections()
+            connection.close()

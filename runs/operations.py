@@ -7,6 +7,8 @@ from datetime import datetime
 from django.db import transaction
 from django.db.models import F
 
+from deadletters.models import DeadLetter
+from deadletters.services import deadletter_mark_replayed
 from harness_site.audit.models import AuditEntry
 from harness_site.audit.services import audit_record
 from runs.dispatch import run_dispatch_on_commit
@@ -21,35 +23,53 @@ class OperationError(ValueError):
     """An action that cannot be done, with the reason to show the operator."""
 
 
-def run_retry_now(*, run_id: int, actor, now: datetime, reason: str = "") -> bool:
-    """Make a waiting or failed run due now. False: it is in no such state (already retried, running…).
+def run_retry_now(*, run_id: int, actor, now: datetime, reason: str = "", ticket_id: int | None = None) -> bool:
+    """Make a waiting or failed run due now: the one replay, from the run page or the dead-letter desk.
 
-    A failed run's open dead-letter ticket is marked replayed, so the desk and the run agree.
+    The run keeps its biz_key, so the unique constraint keeps holding (invariant 6). A failed run's
+    open ticket is marked replayed in the same transaction, so the desk and the run agree. From the
+    desk (`ticket_id`), the ticket is compare-and-set first: a double-click or two on-call replaying
+    at once queue ONE replay, and the loser gets False; if that ticket's run is no longer failed,
+    OperationError is raised and nothing changes. False also: the run is in no retryable state.
     """
-    from deadletters.models import DeadLetter
-
     with transaction.atomic():
-        run = TaskRun.objects.filter(id=run_id, state__in=RETRYABLE_STATES).first()
-        if run is None:
+        if ticket_id is not None and not deadletter_mark_replayed(ticket_id=ticket_id, now=now):
             return False
+        run = TaskRun.objects.filter(id=run_id, state__in=RETRYABLE_STATES).first()
+        if run is None or (ticket_id is not None and run.state != TaskRun.State.FAILED):
+            if ticket_id is None:
+                return False
+            state = TaskRun.objects.filter(id=run_id).values_list("state", flat=True).first()
+            raise OperationError(f"run {run_id} is {TaskRun.State(state).label.lower()}, not failed")
         fields = {"state": TaskRun.State.PENDING, "run_after": now, "finish_at": None}
         if run.state == TaskRun.State.FAILED:
             # A fresh retry window for the new attempt; the attempt cap still counts every attempt.
             fields["first_failure_at"] = None
         # Compare-and-set on the state we read: 0 rows means someone else acted first.
         if not TaskRun.objects.filter(id=run.id, state=run.state).update(**fields):
+            if ticket_id is not None:
+                transaction.set_rollback(True)  # give the ticket back its open state
             return False
-        DeadLetter.objects.filter(run_id=run.id, state=DeadLetter.State.PENDING_MANUAL).update(
-            state=DeadLetter.State.REPLAYED, replayed_at=now, updated_at=now
-        )
-        audit_record(
-            actor=actor,
-            action=AuditEntry.Action.RUN_RETRY,
-            target=run,
-            now=now,
-            reason=reason,
-            details={"from_state": run.state},
-        )
+        ticket = deadletter_mark_replayed(run_id=run.id, now=now) if ticket_id is None else ticket_id
+        if ticket:
+            audit_record(
+                actor=actor,
+                action=AuditEntry.Action.DEADLETTER_REPLAY,
+                target=DeadLetter.objects.get(id=ticket),
+                now=now,
+                reason=reason,
+                label=run.biz_key,
+                details={"run_id": run.id, "from_state": run.state},
+            )
+        else:
+            audit_record(
+                actor=actor,
+                action=AuditEntry.Action.RUN_RETRY,
+                target=run,
+                now=now,
+                reason=reason,
+                details={"from_state": run.state},
+            )
         run_dispatch_on_commit(run_ids=[run.id], now=now)
     return True
 

@@ -1,61 +1,143 @@
-"""A failed attempt becomes a retry or a final failure: one rule for the executor and the sweeper."""
+"""Every outcome of a run, in one module: succeed, retry later, fail for good, park, cancel late.
 
+Each function is one state change written in the caller's transaction (or its own), and each one
+that follows an attempt is fenced: written only while that attempt still holds the run's lease
+(invariant 2), by `fenced_update`, the one helper that writes under the fence. `run_fail` is the
+only place that writes FAILED and opens the run's dead-letter ticket (invariant 6).
+"""
+
+import json
+import logging
+from dataclasses import dataclass
 from datetime import datetime
 
-from django.db.models import QuerySet
+from django.db import transaction
+from django.db.models import F
 
-from runs.models import Attempt, TaskRun
+from deadletters.alerts import alert_retry
+from deadletters.services import deadletter_open
+from runs.models import ActionProposal, Attempt, TaskRun
 from runs.retry import RetryDecision, RetryPolicy, decide_retry
 from tasks.skills.errors import ClassifiedError
+from tasks.skills.sdk import AwaitApproval, BudgetWait, ErrorKind, RunParked
+
+log = logging.getLogger("harness.outcome")
+
+BUDGET_WAIT_KIND = "budget"
+START_WINDOW_KIND = "start_window"
 
 
-def run_record_failure(
-    *,
+@dataclass(frozen=True)
+class ExecuteOutcome:
+    run_id: int
+    # not_claimable | start_window_passed | object_busy | succeeded | retry | failed | fenced
+    # | awaiting_approval | waiting_budget
+    status: str
+    detail: str = ""
+
+
+def fenced_update(run: TaskRun, **fields) -> bool:
+    """Write `fields` and release the lease, only if `run.fence` still holds it (one statement).
+
+    False: another worker or the sweeper took the run meanwhile; nothing was written.
+    """
+    return bool(
+        TaskRun.objects.filter(id=run.id, fence=run.fence, state=TaskRun.State.RUNNING).update(
+            lease_owner="", lease_expires_at=None, **fields
+        )
+    )
+
+
+def attempt_mark_fenced(attempt: Attempt, *, now: datetime) -> ExecuteOutcome:
+    """The attempt lost its lease before it could commit: its outcome is discarded."""
+    # Also over "lease_expired": the sweeper wrote that first, and "fenced" adds that the worker
+    # came back and tried to commit.
+    Attempt.objects.filter(id=attempt.id, outcome__in=[Attempt.Outcome.RUNNING, Attempt.Outcome.LEASE_EXPIRED]).update(
+        outcome=Attempt.Outcome.FENCED, finished_at=now, error_kind=ErrorKind.LEASE_LOST
+    )
+    log.warning("run %s attempt %s lost its lease; outcome discarded", attempt.run_id, attempt.number)
+    return ExecuteOutcome(attempt.run_id, "fenced", "lease lost before commit")
+
+
+def run_succeed(run: TaskRun, attempt: Attempt, result: object, *, now: datetime) -> ExecuteOutcome:
+    """The attempt succeeded: the run is done, with its result."""
+    with transaction.atomic():
+        done = fenced_update(
+            run,
+            state=TaskRun.State.SUCCEEDED,
+            finish_at=now,
+            result=_jsonable(result),
+            last_error="",
+            last_error_kind="",
+        )
+        if not done:
+            return attempt_mark_fenced(attempt, now=now)
+        Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.SUCCEEDED, finished_at=now)
+    return ExecuteOutcome(run.id, "succeeded")
+
+
+def run_attempt_failed(
     run: TaskRun,
-    attempt_number: int,
-    attempts: QuerySet[Attempt],
+    attempt: Attempt,
     error: ClassifiedError,
+    *,
     now: datetime,
     draw: float,
     retry_after: float | None = None,
-    where: dict,
-    extra: dict,
+) -> ExecuteOutcome:
+    """A worker's attempt failed: retry later or fail for good, by the run's policy (fenced)."""
+    with transaction.atomic():
+        decision = run_record_failure(
+            run,
+            error=error,
+            now=now,
+            draw=draw,
+            retry_after=retry_after,
+            attempts=Attempt.objects.filter(id=attempt.id),
+        )
+        if decision is None:
+            return attempt_mark_fenced(attempt, now=now)
+    status = "retry" if decision.retry else "failed"
+    log.info("run %s attempt %s %s: %s (%s)", run.id, attempt.number, status, error.kind, decision.reason)
+    return ExecuteOutcome(run.id, status, decision.reason)
+
+
+def run_record_failure(
+    run: TaskRun,
+    *,
+    error: ClassifiedError,
+    now: datetime,
+    draw: float,
+    attempts,
+    retry_after: float | None = None,
+    take_lease: bool = False,
     attempt_outcome: str | None = None,
 ) -> RetryDecision | None:
-    """Apply the run's retry policy (invariant 5) to a failed attempt, inside the caller's transaction.
+    """Apply the run's retry policy (invariant 5) to its failed latest attempt, fenced on `run.fence`.
 
-    The run row is updated only where `where` still matches (the executor's fence check); None means
-    it did not, and nothing was written. Otherwise `attempts` get their outcome (`attempt_outcome`,
-    or retry/failed by the decision), and a final failure opens its one ticket (invariant 6) while a
-    retry records its escalating alert.
+    Used by the executor (its own attempt failed) and by the sweeper (`take_lease`: the lease
+    expired, so the fence is bumped and the lost worker can never commit). None: the fence no longer
+    held and nothing was written. A retry waits in the database (run_after) and records its alert;
+    a final failure goes through `run_fail`, the one place that writes FAILED.
     """
-    from deadletters.alerts import alert_retry
-    from deadletters.services import deadletter_open
-
     policy = RetryPolicy.from_dict(run.policy)
     first_failure_at = run.first_failure_at or now
     decision = decide_retry(
         policy,
-        attempt=attempt_number,
+        attempt=run.attempts,
         error_kind=error.kind,
         first_failure_at=first_failure_at,
         now=now,
         draw=draw,
         retry_after=retry_after,
     )
-    fields = {
-        **extra,
-        "lease_owner": "",
-        "lease_expires_at": None,
-        "first_failure_at": first_failure_at,
-        "last_error": error.message,
-        "last_error_kind": error.kind,
-    }
+    fields = {"first_failure_at": first_failure_at, "last_error": error.message, "last_error_kind": error.kind}
+    if take_lease:
+        fields["fence"] = F("fence") + 1
     if decision.retry:
-        fields.update(state=TaskRun.State.WAITING_RETRY, run_after=decision.run_after)
-    else:
-        fields.update(state=TaskRun.State.FAILED, finish_at=now)
-    if not TaskRun.objects.filter(id=run.id, **where).update(**fields):
+        if not fenced_update(run, state=TaskRun.State.WAITING_RETRY, run_after=decision.run_after, **fields):
+            return None
+    elif not run_fail(run, error=error, reason=decision.reason, now=now, fenced=True, **fields):
         return None
     attempts.update(
         outcome=attempt_outcome or (Attempt.Outcome.RETRY if decision.retry else Attempt.Outcome.FAILED),
@@ -66,8 +148,112 @@ def run_record_failure(
     )
     if decision.retry:
         # Recorded with the outcome (an outbox row); sent by a worker after commit.
-        alert_retry(run=run, attempt=attempt_number, max_attempts=policy.max_attempts, error=error, now=now)
-    else:
-        run.refresh_from_db()
-        deadletter_open(run=run, error=error, reason=decision.reason, now=now)
+        alert_retry(run=run, attempt=run.attempts, max_attempts=policy.max_attempts, error=error, now=now)
     return decision
+
+
+def run_fail(
+    run: TaskRun,
+    *,
+    error: ClassifiedError,
+    reason: str,
+    now: datetime,
+    fenced: bool = False,
+    from_states: tuple[str, ...] = (),
+    **fields,
+) -> bool:
+    """Fail the run for good and open its one dead-letter ticket, in the caller's transaction.
+
+    The write is conditional: on the fence (`fenced`, for an attempt that holds the lease) or on
+    the run still being in one of `from_states` (a slot failed at fire time, an approval expired).
+    False: the condition no longer held; nothing was written and no ticket was opened.
+    """
+    fields = {
+        "first_failure_at": run.first_failure_at or now,
+        "last_error": error.message,
+        "last_error_kind": error.kind,
+        **fields,
+        "state": TaskRun.State.FAILED,
+        "finish_at": now,
+    }
+    if fenced:
+        written = fenced_update(run, **fields)
+    else:
+        written = bool(TaskRun.objects.filter(id=run.id, state__in=from_states).update(**fields))
+    if not written:
+        return False
+    run.refresh_from_db()
+    deadletter_open(run=run, error=error, reason=reason, now=now)
+    return True
+
+
+def run_park(run: TaskRun, attempt: Attempt, parked: RunParked, *, now: datetime) -> ExecuteOutcome:
+    """Release the lease and park the run (fenced): it is not failing, it must wait.
+
+    - AwaitApproval: awaiting_approval (not claimable, no lease: a DB check constraint); the
+      proposal is recorded once per (run, step). The attempt counts: it did work.
+    - BudgetWait: waiting_retry until the budget window resets. The attempt is taken back (deleted,
+      count decremented): no call was made, and waiting must not use up retries.
+    """
+    with transaction.atomic():
+        if isinstance(parked, AwaitApproval):
+            fields = {"state": TaskRun.State.AWAITING_APPROVAL, "last_error": "", "last_error_kind": ""}
+        elif isinstance(parked, BudgetWait):
+            fields = {
+                "state": TaskRun.State.WAITING_RETRY,
+                "run_after": parked.until,
+                "attempts": F("attempts") - 1,
+                "last_error": str(parked),
+                "last_error_kind": BUDGET_WAIT_KIND,
+            }
+        else:
+            raise TypeError(f"unknown parking reason {parked!r}")
+        if not fenced_update(run, **fields):
+            return attempt_mark_fenced(attempt, now=now)
+        if isinstance(parked, AwaitApproval):
+            Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.PARKED, finished_at=now)
+            ActionProposal.objects.get_or_create(
+                run_id=run.id,
+                step=parked.step,
+                defaults={
+                    "action": parked.action,
+                    "risk": parked.risk,
+                    "args": parked.action_args,
+                    "proposed_at": now,
+                    "expires_at": now + parked.ttl,
+                },
+            )
+            status = "awaiting_approval"
+        else:
+            Attempt.objects.filter(id=attempt.id).delete()
+            status = "waiting_budget"
+    log.info("run %s parked: %s", run.id, parked)
+    return ExecuteOutcome(run.id, status, str(parked))
+
+
+def run_cancel_late(run: TaskRun, *, now: datetime) -> bool:
+    """Cancel a first attempt whose start window (payload["start_by"]) has passed; True if cancelled.
+
+    Only first attempts: a retry is the same unit of work already started in time. The slot keeps
+    its (cancelled) run, so it stays accounted for (invariant 3); explain shows the reason.
+    """
+    start_by = run.start_by
+    if run.state != TaskRun.State.PENDING or run.attempts != 0 or start_by is None or now <= start_by:
+        return False
+    # Compare-and-set: 0 rows means a worker claimed it (in time) or it changed meanwhile.
+    return bool(
+        TaskRun.objects.filter(id=run.id, state=TaskRun.State.PENDING, attempts=0).update(
+            state=TaskRun.State.CANCELLED,
+            finish_at=now,
+            last_error=f"start window passed: it had to start by {start_by.isoformat()}",
+            last_error_kind=START_WINDOW_KIND,
+        )
+    )
+
+
+def _jsonable(value: object) -> object:
+    try:
+        json.dumps(value)
+        return value
+    except (TypeError, ValueError):
+        return {"repr": repr(value)}

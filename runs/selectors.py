@@ -5,6 +5,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 
 from runs.models import SchedulerTick, TaskRun
+from tasks.models import TriggerRule
 
 # A scheduler that has not ticked for this many tick periods is considered stalled.
 STALL_FACTOR = 10
@@ -24,6 +25,7 @@ def scheduler_health(*, now: datetime) -> dict:
     slot = oldest_unclaimed_slot(now=now)
     return {
         "ok": age is not None and age <= stall_after.total_seconds(),
+        "last_tick_at": tick.last_tick_at if tick else None,
         "last_tick_age_seconds": age,
         "stall_after_seconds": stall_after.total_seconds(),
         "oldest_pending_run_age_seconds": (now - oldest_due).total_seconds() if oldest_due else None,
@@ -35,8 +37,6 @@ def scheduler_health(*, now: datetime) -> dict:
 
 def oldest_unclaimed_slot(*, now: datetime) -> dict | None:
     """The oldest due slot of an enabled rule not yet claimed (rule_due_idx), or None."""
-    from tasks.models import TriggerRule
-
     row = (
         TriggerRule.objects.filter(enabled=True, next_fire_at__lte=now)
         .order_by("next_fire_at")

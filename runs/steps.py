@@ -10,51 +10,19 @@ after `call_model` resumes at `write_result` without calling the model a second 
   record that it happened commit together or not at all, and only while this attempt holds the lease.
 """
 
-import hashlib
-import json
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
+from runs.models import ActionProposal, RunStep
 from tasks.skills.actions import APPROVAL_RISKS, action_get, effective_risk
-from tasks.skills.sdk import ErrorKind, SkillContext, SkillError
+from tasks.skills.sdk import AwaitApproval, ErrorKind, SkillContext, SkillError, digest
 
 # An unanswered approval expires after this long (params.approval_ttl_seconds overrides it per rule).
 DEFAULT_APPROVAL_TTL = timedelta(hours=24)
 
 
-class RunParked(Exception):
-    """Raised by a skill to park its run without failing the attempt."""
-
-
-class AwaitApproval(RunParked):
-    """A medium/high-risk action needs a human: the run waits in awaiting_approval."""
-
-    def __init__(self, *, step: str, action: str, risk: str, args: dict[str, Any], ttl: timedelta):
-        super().__init__(f"action {action!r} ({risk} risk) awaits approval")
-        self.step, self.action, self.risk, self.action_args, self.ttl = step, action, risk, args, ttl
-
-
-class BudgetWait(RunParked):
-    """The agent's hourly budget is spent: the run waits until the window resets."""
-
-    def __init__(self, *, agent: str, until: datetime, reason: str):
-        super().__init__(f"agent {agent!r}: {reason}; waiting until {until:%Y-%m-%dT%H:%M:%SZ}")
-        self.agent, self.until, self.reason = agent, until, reason
-
-
-def digest(value: Any) -> str:
-    """SHA-256 of the canonical JSON of `value` (sorted keys, no spaces)."""
-    return hashlib.sha256(_canonical(value).encode()).hexdigest()
-
-
-def _canonical(value: Any) -> str:
-    return json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
-
-
 def step_done(ctx: SkillContext, name: str):
-    from runs.models import RunStep
-
     return RunStep.objects.filter(run_id=ctx.run_id, name=name).first()
 
 
@@ -85,8 +53,6 @@ def run_step(ctx: SkillContext, name: str, fn: Callable[[], Any], *, write: bool
 
 
 def _checkpoint(ctx: SkillContext, name: str, output: Any, *, skipped: bool = False) -> None:
-    from runs.models import RunStep
-
     RunStep.objects.create(
         run_id=ctx.run_id,
         name=name,
@@ -107,8 +73,6 @@ def propose_action(
     the approved proposal's args, the ones the human saw, are what runs. A rejected or expired
     proposal fails the attempt (state_precondition). In a dry run the action is skipped.
     """
-    from runs.models import ActionProposal
-
     step = step or f"action:{action}"
     handler = action_get(action)
     grade = effective_risk(handler.risk, risk)

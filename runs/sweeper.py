@@ -61,14 +61,12 @@ def _expire_one(run_id: int, fence: int, *, now: datetime, draw: float) -> bool:
         )
         # Bumping the fence means the lost worker can never commit.
         decision = run_record_failure(
-            run=run,
-            attempt_number=run.attempts,
-            attempts=Attempt.objects.filter(run=run, number=run.attempts, outcome=Attempt.Outcome.RUNNING),
+            run,
             error=error,
             now=now,
             draw=draw,
-            where={"fence": fence, "state": TaskRun.State.RUNNING},
-            extra={"fence": F("fence") + 1},
+            attempts=Attempt.objects.filter(run=run, number=run.attempts, outcome=Attempt.Outcome.RUNNING),
+            take_lease=True,
             attempt_outcome=Attempt.Outcome.LEASE_EXPIRED,
         )
         if decision is None:

@@ -5,6 +5,7 @@ from django.utils import timezone
 
 from tasks.models import TriggerSource
 from tasks.triggers.events import event_intake, event_records_prune
+from tasks.triggers.scheduler import scheduler_tick
 from tasks.triggers.sensors import sensors_scan_all
 
 
@@ -27,3 +28,10 @@ def sensors_scan_task() -> dict:
     result = sensors_scan_all(now=now)
     pruned = event_records_prune(now=now)
     return {**vars(result), "pruned": pruned}
+
+
+# The tick is idempotent and frequent: a lost or expired one is replaced by the next.
+@shared_task(name="runs.scheduler_tick", acks_late=False, ignore_result=True, expires=30)
+def scheduler_tick_task() -> dict:
+    result = scheduler_tick(now=timezone.now())
+    return vars(result)

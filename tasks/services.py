@@ -6,16 +6,12 @@ from datetime import datetime
 
 from django.core.exceptions import ValidationError
 from django.db import transaction
+from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from runs.claims import ClaimResult, run_claim
-from runs.models import TaskRun
 from tasks.agent_io import agent_export, agent_resolve, agent_save, agent_stage
-from tasks.models import TriggerRule
-from tasks.rules import schedule
-from tasks.rules.guards import rule_object_key
-from tasks.triggers.scheduler import rule_identity, rule_payload, rule_render_key
-from tasks.triggers.slot import key_values
+from tasks.models import ServiceIdentity, TriggerRule
+from tasks.triggers.operator import rule_save
 
 # Fields that travel in an export/import file, in the order they are written.
 EXPORT_FIELDS = (
@@ -67,8 +63,6 @@ EXPORT_FIELDS = (
 # Local times of day, written as "HH:MM:SS".
 TIME_FIELDS = ("ready_deadline", "hours_start", "hours_end")
 REQUIRED_IMPORT_FIELDS = ("name", "reason", "kind", "timezone", "skill")
-# Business keys of trial runs start with this, so trials and real runs never share a key.
-TRIAL_PREFIX = "trial:"
 
 
 class RuleImportError(ValueError):
@@ -98,9 +92,11 @@ def rule_export() -> dict:
     return {"version": 1, "agents": agents, "rules": rules} if agents else {"version": 1, "rules": rules}
 
 
-def rule_import(text: str) -> ImportResult:
+def rule_import(text: str, *, now: datetime | None = None) -> ImportResult:
     """Upsert rules by name from a JSON document. All or nothing: any error rejects the whole
-    file, and every error names the rule and the field at fault."""
+    file, and every error names the rule and the field at fault. `now` is when the import is
+    applied (a command passes its clock reading; by default the clock is read once here)."""
+    now = now or timezone.now()
     try:
         doc = json.loads(text)
     except json.JSONDecodeError as exc:
@@ -154,7 +150,7 @@ def rule_import(text: str) -> ImportResult:
         agent_save(agents)  # first: rules may name an agent new in this file
         for rule, created, changed in staged:
             if changed:
-                rule.save()
+                rule_save(rule, now=now)
             (result.created if created else result.updated if changed else result.unchanged).append(rule.name)
     return result
 
@@ -231,8 +227,6 @@ _TYPE_NAMES = {
 
 def _identity_resolve(item: dict) -> str | None:
     """Replace a rule item's identity name by the ServiceIdentity; an error text if there is none."""
-    from tasks.models import ServiceIdentity
-
     name = item.get("identity")
     if not isinstance(name, str) or not name:
         return None  # null, or a wrong type (reported by the type check)
@@ -280,49 +274,3 @@ def _check_shape(item: dict) -> list[str]:
         else:
             item["run_at"] = parsed
     return problems
-
-
-def rule_fire(
-    *,
-    rule: TriggerRule,
-    actor: str,
-    now: datetime,
-    slot: datetime | None = None,
-    biz_key: str | None = None,
-    trial: bool = False,
-    source: str = TaskRun.Source.MANUAL,
-    run_after: datetime | None = None,
-) -> ClaimResult:
-    """Manual trigger: a real claim, recorded as manual and deduped like any other.
-
-    Without a slot, the slot is `now` cut to the minute, so a double-click within a minute is one
-    run, and a manual fire of a scheduled minute is the same unit of work as the scheduled one.
-    `biz_key` overrides the rendered key (an operator naming one business unit). A trial's key is
-    put in the "trial:" namespace, so it never dedupes against the real unit of work.
-    """
-    if slot is None:
-        slot = now.replace(second=0, microsecond=0)
-    if slot.tzinfo is None:
-        raise ValueError("slot must be timezone-aware")
-    schedule.validate_spec(rule.schedule_spec())
-    key = biz_key or rule_render_key(rule, slot)
-    if trial and not key.startswith(TRIAL_PREFIX):
-        key = TRIAL_PREFIX + key
-    payload = rule_payload(rule, slot)
-    if trial:
-        payload["trial"] = True  # skills see it too, e.g. to write to a sandbox
-    return run_claim(
-        biz_key=key,
-        rule=rule,
-        skill=rule.skill,
-        source=source,
-        triggered_by=actor,
-        slot=slot,
-        now=now,
-        payload=payload,
-        run_after=run_after,
-        is_trial=trial,
-        # Manual runs execute as the rule's identity too, and serialize on the same object lease.
-        identity=rule_identity(rule),
-        object_key=rule_object_key(rule, values=key_values(rule, slot)),
-    )

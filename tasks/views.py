@@ -17,7 +17,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from tasks.flags import FlagError, flag_clear, flag_json, flag_list, flag_set
 from tasks.models import ApiToken, TriggerRule
-from tasks.triggers.slot import rule_ping
+from tasks.triggers.heartbeat import rule_ping
 
 MAX_BODY = 16 * 1024
 

@@ -9,9 +9,10 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from deadletters.models import DeadLetter
-from deadletters.services import deadletter_assign, deadletter_close, deadletter_replay
+from deadletters.services import deadletter_assign, deadletter_close
 from harness_site.desk import OptionalReasonForm, confirm_bulk, confirm_object, has_perm_method, now
 from runs.dashboard import deadletter_backlog
+from runs.operations import run_retry_now
 
 
 class CloseForm(forms.Form):
@@ -213,7 +214,7 @@ class DeadLetterDeskMixin:
 
 def _replay(ticket: DeadLetter, request, at, form) -> bool:
     reason = form.cleaned_data["reason"] if form is not None else ""
-    return deadletter_replay(ticket_id=ticket.id, actor=request.user, now=at, reason=reason)
+    return run_retry_now(run_id=ticket.run_id, ticket_id=ticket.id, actor=request.user, now=at, reason=reason)
 
 
 __all__ = ["DeadLetterDeskMixin", "OptionalReasonForm"]

@@ -20,6 +20,9 @@ class AuditEntry(models.Model):
         # Written by runs/approvals.py when someone decides a skill's proposed action.
         PROPOSAL_APPROVE = "proposal.approve", _("Proposed action approved")
         PROPOSAL_REJECT = "proposal.reject", _("Proposed action rejected")
+        # Written by runs/approvals.py when someone releases or rejects gated catch-up runs.
+        CATCHUP_APPROVE = "catchup.approve", _("Catch-up runs approved")
+        CATCHUP_REJECT = "catchup.reject", _("Catch-up runs rejected")
 
     at = models.DateTimeField(_("at"))
     # The username, not a foreign key: the record must outlive the account.

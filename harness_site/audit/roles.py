@@ -57,7 +57,7 @@ GROUPS = {
         "tasks.change_triggersource",
         "runs.retry_run",
         "runs.cancel_run",
-        # Catch-up runs held above the rule's approval threshold (runs/catchup_gate.py).
+        # Catch-up runs held above the rule's approval threshold (runs/approvals.py).
         "runs.approve_catchup",
         # Approve or reject a risky action a skill proposed (runs/approvals.py).
         "runs.decide_actionproposal",

@@ -1,9 +1,12 @@
 from django.contrib import admin
 from django.utils.translation import gettext_lazy as _
 
-from runs.admin.desk import LeaseDeskMixin, RunDeskMixin  # also registers the live run leases desk
+from runs.admin.desk import (  # also registers the live run leases desk
+    CatchupApprovalMixin,
+    LeaseDeskMixin,
+    RunDeskMixin,
+)
 from runs.admin.steps import ActionProposalInline, ExternalCallInline, RunStepInline
-from runs.catchup_gate import CatchupApprovalMixin
 from runs.models import Attempt, Decision, Lease, SchedulerTick, SlotHold, TaskRun
 
 

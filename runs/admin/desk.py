@@ -1,10 +1,11 @@
 """The run and lease pages of the operator's desk: run filters, the run timeline, retry now and
 cancel with confirmation, and the live leases with force-release. Mixed into runs/admin.py."""
 
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.admin import DateFieldListFilter
 from django.db.models import Max
 from django.urls import path, reverse
+from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -18,6 +19,7 @@ from harness_site.desk import (
     has_perm_method,
     now,
 )
+from runs.approvals import APPROVE_PERM, catchup_approve, catchup_reject
 from runs.models import Decision, Lease, RunLease, TaskRun
 from runs.operations import (
     CANCELLABLE_STATES,
@@ -326,3 +328,29 @@ class LeaseDeskMixin:
 
 
 __all__ = ["LeaseDeskMixin", "OptionalReasonForm", "RunDeskMixin", "RunLeaseAdmin", "run_timeline"]
+
+
+class CatchupApprovalMixin:
+    """Adds "Approve catch-up" and "Reject catch-up" to the run list for users with the permission."""
+
+    def get_actions(self, request):
+        actions = super().get_actions(request)
+        if request.user.has_perm(APPROVE_PERM):
+            for name in ("approve_catchup", "reject_catchup"):
+                func = getattr(type(self), name)
+                actions[name] = (func, name, func.short_description)
+        return actions
+
+    @admin.action(description="Approve selected catch-up runs (awaiting approval)")
+    def approve_catchup(self, request, queryset):
+        n = catchup_approve(run_ids=list(queryset.values_list("id", flat=True)), actor=request.user, now=timezone.now())
+        self.message_user(
+            request,
+            f"Approved {n} catch-up run(s); they start paced from now.",
+            messages.SUCCESS if n else messages.WARNING,
+        )
+
+    @admin.action(description="Reject selected catch-up runs (awaiting approval)")
+    def reject_catchup(self, request, queryset):
+        n = catchup_reject(run_ids=list(queryset.values_list("id", flat=True)), actor=request.user, now=timezone.now())
+        self.message_user(request, f"Rejected {n} catch-up run(s).", messages.SUCCESS if n else messages.WARNING)

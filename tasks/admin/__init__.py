@@ -1,12 +1,14 @@
 from django.contrib import admin
+from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from simple_history.admin import SimpleHistoryAdmin
 
-from tasks.admin import agents  # noqa: F401  (registers the Agent admin)
+from tasks.admin import agents, events  # noqa: F401  (register the Agent and event admins)
 from tasks.admin.guards import GuardAdminMixin  # also registers flags, identities and API tokens
 from tasks.admin.rules import RuleDeskMixin
 from tasks.models import DiagnosticRecord, TriggerRule
+from tasks.triggers.operator import rule_save
 
 
 @admin.register(TriggerRule)
@@ -44,6 +46,10 @@ class TriggerRuleAdmin(GuardAdminMixin, RuleDeskMixin, SimpleHistoryAdmin):
         (_("State"), {"fields": ("next_fire_at", "last_slot_at", "version", "created_at", "updated_at")}),
     )
 
+    def save_model(self, request, obj, form, change):
+        # Through the service, so a rule switched back on records its paused slots (invariant 3).
+        rule_save(obj, now=timezone.now())
+
     @admin.display(description=_("schedule"))
     def schedule_text(self, rule: TriggerRule) -> str:
         if rule.kind == TriggerRule.Kind.CRON:
@@ -72,4 +78,3 @@ class DiagnosticRecordAdmin(admin.ModelAdmin):
 
 
 # Event intake: sources, deliveries, refusals, counters (issue 3, item 7).
-from tasks.admin import events  # noqa: E402, F401

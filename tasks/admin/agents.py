@@ -11,7 +11,8 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from tasks.agents.budgets import agent_spend, budget_window
+from runs.calls import agent_spend
+from tasks.agents.budgets import budget_window
 from tasks.models.agent import ENV_NAME, ENV_NAME_MESSAGE, Agent
 
 

@@ -11,7 +11,7 @@
     read timeout            → timeout
     body not chat JSON      → model_invalid_output (raw text attached)
 
-`model_call()` wraps it for a run: checks the agent's budget, then records one ExternalCall row per
+runs/calls.py wraps it for a run: checks the agent's budget, then records one ExternalCall row per
 call, with a SHA-256 of the input and never the key (nor the prompt, unless the agent opts in).
 The API key is read from the environment variable the agent names, at call time, and is redacted
 from anything the provider sends back before it can reach an error message, a log or a ticket.
@@ -20,7 +20,6 @@ from anything the provider sends back before it can reach an error message, a lo
 import hashlib
 import json
 import os
-import time
 from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parsedate_to_datetime
@@ -28,9 +27,7 @@ from typing import Any
 
 import httpx
 
-from runs.steps import BudgetWait
-from tasks.agents.budgets import agent_spend, budget_decide
-from tasks.skills.sdk import ErrorKind, SkillContext, SkillError
+from tasks.skills.sdk import ErrorKind, SkillError
 
 MAX_RAW_OUTPUT = 20_000
 MAX_ERROR_BODY = 500
@@ -201,72 +198,3 @@ def _echo(agent, messages: list[dict[str, str]]) -> ModelReply:
     return ModelReply(
         content=content, status=None, prompt_tokens=len(prompt.split()), completion_tokens=len(content.split())
     )
-
-
-def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model") -> tuple[ModelReply, int]:
-    """Call `agent` for run `ctx` and record the call; returns the reply and the ExternalCall id.
-
-    Raises BudgetWait (before calling) when the agent's hourly budget is spent, and ModelCallError
-    (after recording the failed call) when the call fails.
-    """
-    from runs.models import ExternalCall
-    from tasks.skills.errors import fingerprint
-
-    decision = budget_decide(
-        max_calls=agent.max_calls_per_hour,
-        max_tokens=agent.max_tokens_per_hour,
-        spend=agent_spend(agent_id=agent.id, now=ctx.now),
-        now=ctx.now,
-    )
-    if not decision.allowed:
-        raise BudgetWait(agent=agent.name, until=decision.reset_at, reason=decision.reason)
-
-    messages = build_messages(agent, prompt)
-    record = ExternalCall(
-        run_id=ctx.run_id,
-        attempt=ctx.attempt,
-        step=step,
-        agent=agent,
-        agent_name=agent.name,
-        provider=agent.provider,
-        endpoint="echo:" if agent.provider == "echo" else agent.base_url.rstrip("/") + "/chat/completions",
-        model=agent.model,
-        input_sha256=input_sha256(agent.model, messages),
-        prompt_text=json.dumps(messages, ensure_ascii=False) if agent.store_prompts else "",
-        started_at=ctx.now,
-    )
-    started = time.monotonic()
-    try:
-        reply = chat(agent, messages, now=ctx.now)
-    except ModelCallError as exc:
-        record.status = exc.status
-        record.error_kind = exc.kind
-        record.error_digest = fingerprint(exc.kind, exc)
-        if exc.kind == ErrorKind.MODEL_INVALID_OUTPUT:
-            record.output_valid = False
-        raise
-    else:
-        record.status = reply.status
-        record.prompt_tokens = reply.prompt_tokens
-        record.completion_tokens = reply.completion_tokens
-    finally:
-        record.latency_ms = round((time.monotonic() - started) * 1000)
-        # Recorded whatever happens next: the call was made (and maybe paid for) even if the lease is lost.
-        record.save()
-    ctx.logger.info(
-        "run %s: %s called %s in %sms (tokens %s+%s)",
-        ctx.run_id,
-        agent.name,
-        agent.model,
-        record.latency_ms,
-        reply.prompt_tokens,
-        reply.completion_tokens,
-    )
-    return reply, record.id
-
-
-def call_mark_output(call_id: int, *, valid: bool) -> None:
-    """Record whether the call's output passed validation."""
-    from runs.models import ExternalCall
-
-    ExternalCall.objects.filter(id=call_id).update(output_valid=valid)

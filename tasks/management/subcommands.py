@@ -102,7 +102,7 @@ class GuardCommandsMixin:
             )
 
     def _ping(self, *, rule, **opts):
-        from tasks.triggers.slot import rule_ping
+        from tasks.triggers.heartbeat import rule_ping
 
         try:
             deadline = rule_ping(rule=_rule(rule), now=timezone.now())

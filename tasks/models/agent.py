@@ -12,6 +12,8 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+from jsonschema import Draft202012Validator
+from jsonschema.exceptions import SchemaError
 
 ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$")
 # Real key formats (sk-…, long base64) never match ENV_NAME, but an all-caps token could: a name
@@ -119,9 +121,6 @@ AGENT_SKILLS = frozenset({"llm_json"})
 def rule_agent_errors(rule) -> dict[str, list[str]]:
     """Field messages for a rule's agent and output schema: the schema must itself be a valid
     JSON Schema, and a skill that calls a model needs an agent."""
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import SchemaError
-
     errors: dict[str, list[str]] = {}
     schema = rule.output_schema
     if schema is not None:

@@ -1,11 +1,15 @@
 """Event sources and what their deliveries left behind (docs/events.md)."""
 
+import os
+from pathlib import Path
+
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
 from tasks.models.rule import TriggerRule
+from tasks.rules import events
 
 
 class TriggerSource(models.Model):
@@ -76,10 +80,8 @@ class TriggerSource(models.Model):
     def __str__(self) -> str:
         return self.name
 
-    def mapping(self):
-        from tasks.rules.events import Mapping
-
-        return Mapping(
+    def mapping(self) -> events.Mapping:
+        return events.Mapping(
             object_id_path=self.object_id_path,
             action_path=self.action_path,
             version_path=self.version_path,
@@ -88,17 +90,11 @@ class TriggerSource(models.Model):
         )
 
     def secret(self) -> str | None:
-        import os
-
         return (os.environ.get(self.secret_env) or None) if self.secret_env else None
 
     def clean(self) -> None:
-        from pathlib import Path
-
-        from tasks.rules.events import ENV_NAME_RE, validate_field_paths
-
         errors: dict[str, list[str]] = {}
-        if self.kind == self.Kind.WEBHOOK and not ENV_NAME_RE.fullmatch(self.secret_env or ""):
+        if self.kind == self.Kind.WEBHOOK and not events.ENV_NAME_RE.fullmatch(self.secret_env or ""):
             errors.setdefault("secret_env", []).append(
                 "A webhook source needs the NAME of an environment variable holding its secret, "
                 "e.g. HOOK_BILLING_SECRET."
@@ -109,12 +105,12 @@ class TriggerSource(models.Model):
             )
         for field in ("snapshot_fields", "reference_fields"):
             try:
-                validate_field_paths(getattr(self, field), field=field)
+                events.validate_field_paths(getattr(self, field), field=field)
             except ValueError as exc:
                 errors.setdefault(field, []).append(str(exc))
         for field in ("object_id_path", "action_path", "version_path"):
             try:
-                validate_field_paths([getattr(self, field)], field=field)
+                events.validate_field_paths([getattr(self, field)], field=field)
             except ValueError as exc:
                 errors.setdefault(field, []).append(str(exc))
         if self.rule_id and self.rule.kind != TriggerRule.Kind.EVENT:

@@ -1,4 +1,6 @@
-"""Definitions: trigger rules and the diagnostic side-effect table."""
+"""Trigger rules: when, in which zone, under which guards, with which key, running which skill."""
+
+from datetime import timedelta
 
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
@@ -8,8 +10,9 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from simple_history.models import HistoricalRecords
 
-from tasks.models.agent import Agent, rule_agent_errors  # noqa: F401  (Agent: a model of this app)
-from tasks.rules import keys, schedule
+from tasks.models.agent import rule_agent_errors
+from tasks.rules import events, keys, schedule
+from tasks.rules.guards import guard_errors
 from tasks.skills.sdk import registry
 
 DEFAULT_LEASE_TTL_SECONDS = 300
@@ -306,9 +309,16 @@ class TriggerRule(models.Model):
         "heartbeat_grace_seconds",
     )
 
-    def save(self, *args, **kwargs) -> None:
-        """Keep derived fields consistent: a changed rule gets a new version, and a changed schedule
-        (or a rule switched back on) is read again from now, so paused time is not caught up."""
+    def save(self, *args, now=None, **kwargs) -> None:
+        """Keep derived fields consistent; decides nothing else and writes no other table.
+
+        A changed rule gets a new version; a changed schedule (or a rule switched back on) is read
+        again from `now`, so paused time is not caught up; switching off stamps `paused_at`. The
+        "paused" decisions for the skipped slots are the resume service's job
+        (tasks.triggers.operator.rule_save). `now` comes from that service; a bare save (shell,
+        fixture) reads the clock once.
+        """
+        now = now or timezone.now()
         with transaction.atomic():
             # Locked, so a tick that advanced next_fire_at meanwhile is not rolled back by this save.
             previous = type(self).objects.select_for_update().filter(pk=self.pk).first() if self.pk else None
@@ -317,24 +327,18 @@ class TriggerRule(models.Model):
             )
             if previous is not None and _editable_values(previous) != _editable_values(self):
                 self.version = previous.version + 1
-            # Slots while paused are not caught up, but each gets a "paused" decision on resume (invariant 3).
-            paused_since = None
             if previous is not None:
                 self.last_ping_at = previous.last_ping_at  # written by rule_ping only, never by a form
                 if previous.enabled and not self.enabled:
-                    self.paused_at = timezone.now()
+                    self.paused_at = now
                 elif not previous.enabled and self.enabled:
-                    paused_since, self.paused_at = previous.paused_at, None
+                    self.paused_at = None
             if schedule_changed:
-                self.next_fire_at = self.first_fire_after(timezone.now()) if self.enabled else None
+                self.next_fire_at = self.first_fire_after(now) if self.enabled else None
                 self.last_slot_at = None
             else:
                 self.next_fire_at, self.last_slot_at = previous.next_fire_at, previous.last_slot_at
             super().save(*args, **kwargs)
-            if paused_since is not None:
-                from tasks.triggers.slot import record_paused_slots
-
-                record_paused_slots(self, since=paused_since, until=timezone.now())
 
     def first_fire_after(self, now):
         """The next slot after `now`; a heartbeat rule fires when its ping is overdue, not on a clock."""
@@ -347,8 +351,6 @@ class TriggerRule(models.Model):
         return schedule.next_slot(self.schedule_spec(), now)
 
     def heartbeat_deadline(self):
-        from datetime import timedelta
-
         return timedelta(seconds=(self.heartbeat_every_seconds or 0) + (self.heartbeat_grace_seconds or 0))
 
     def schedule_spec(self) -> schedule.ScheduleSpec:
@@ -407,9 +409,7 @@ class TriggerRule(models.Model):
         try:
             params = self.params if isinstance(self.params, dict) else {}
             if self.kind == self.Kind.EVENT:
-                from tasks.rules.events import validate_key_template
-
-                validate_key_template(self.dedupe_key_template, params=params)
+                events.validate_key_template(self.dedupe_key_template, params=params)
             else:
                 keys.validate_template(self.dedupe_key_template, params=params)
         except keys.KeyTemplateError as exc:
@@ -425,8 +425,6 @@ class TriggerRule(models.Model):
             errors.setdefault("jitter_max", []).append(_("Jitter max must be at least jitter min."))
         if not (self.reason or "").strip():
             errors.setdefault("reason", []).append(_("Say why this rule is configured so."))
-        from tasks.rules.guards import guard_errors  # issue 3 guards: windows, calendar, readiness, identity
-
         for field, messages in guard_errors(self).items():
             errors.setdefault(field, []).extend(messages)
         if errors:

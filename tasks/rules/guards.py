@@ -94,20 +94,3 @@ def guard_errors(rule) -> dict[str, list[str]]:
         )
         add("identity", f"Identity {identity.name!r} {why}.")
     return errors
-
-
-def rule_object_key(rule, *, values: dict) -> str:
-    """The rendered object key ("" when the rule names none); same placeholders as the dedupe key."""
-    if not rule.object_key_template:
-        return ""
-    return keys.render(rule.object_key_template, params=rule.params, **values)
-
-
-def rule_flag_scope(rule, *, values: dict) -> str:
-    return keys.render(rule.depends_scope or "{business_date}", params=rule.params, **values)
-
-
-def rule_snapshot(rule) -> dict:
-    """The declared snapshot fields, copied from the rule's params at trigger time."""
-    params = rule.params if isinstance(rule.params, dict) else {}
-    return {name: params.get(name) for name in (rule.snapshot_fields or []) if isinstance(name, str)}

@@ -10,6 +10,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
+from tasks.models import DiagnosticRecord
 from tasks.skills.sdk import ErrorKind, SkillContext, SkillError
 
 RISKS = ("low", "medium", "high")
@@ -64,8 +65,6 @@ def effective_risk(registered: str, requested: str | None) -> str:
 
 
 def _record(ctx: SkillContext, args: dict[str, Any]) -> dict:
-    from tasks.models import DiagnosticRecord
-
     row = DiagnosticRecord.objects.create(
         run_id=ctx.run_id,
         biz_key=ctx.biz_key,

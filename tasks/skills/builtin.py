@@ -2,6 +2,7 @@
 
 import time
 
+from tasks.models import DiagnosticRecord
 from tasks.skills.sdk import ErrorKind, SkillContext, SkillError, skill
 
 
@@ -34,8 +35,6 @@ def fail(ctx: SkillContext) -> dict:
 @skill("harness.record")
 def record(ctx: SkillContext) -> dict:
     """Write one DiagnosticRecord row per execution, under the run's fence, so duplicates are countable."""
-    from tasks.models import DiagnosticRecord
-
     with ctx.fenced():
         row = DiagnosticRecord.objects.create(
             run_id=ctx.run_id,

@@ -1,5 +1,6 @@
 """Executing identities: which skills a run may execute as its rule's ServiceIdentity (invariant 8)."""
 
+from tasks.models import ServiceIdentity
 from tasks.skills.sdk import ErrorKind, SkillError
 
 
@@ -12,8 +13,6 @@ def identity_require(*, identity: str, skill: str) -> None:
     """
     if not identity:
         return
-    from tasks.models import ServiceIdentity
-
     found = ServiceIdentity.objects.filter(name=identity).first()
     if found is None:
         raise SkillError(ErrorKind.PERMISSION_DENIED, f"executing identity {identity!r} does not exist")

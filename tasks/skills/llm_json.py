@@ -1,7 +1,7 @@
 """The generic `llm_json` skill: prompt from the run's snapshot → the rule's agent → JSON validated
 against the rule's schema → one write.
 
-Steps (each checkpointed; see tasks/steps.py):
+Steps (each checkpointed; see runs/steps.py):
   fetch_input   which agent and schema this run uses (from the payload snapshot taken at trigger time)
   call_model    render the prompt, call the agent, parse and validate; invalid output is not checkpointed,
                 so the retry asks the model again (model_invalid_output, bounded by max_attempts)
@@ -9,6 +9,7 @@ Steps (each checkpointed; see tasks/steps.py):
                 low risk runs at once, medium/high waits for approval; skipped in a dry run
 """
 
+import hashlib
 import json
 import re
 import time
@@ -17,9 +18,8 @@ from typing import Any
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
-from runs.steps import digest
-from tasks.agents.client import ModelCallError, call_mark_output, model_call
-from tasks.skills.sdk import ErrorKind, SkillContext, SkillError, skill
+from tasks.agents.client import ModelCallError
+from tasks.skills.sdk import ErrorKind, SkillContext, SkillError, digest, skill
 
 PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # Params that configure the skill rather than feed the prompt.
@@ -91,33 +91,24 @@ def _diagnostic_pause(ctx: SkillContext) -> None:
 
 
 def _fetch_input(ctx: SkillContext) -> dict:
-    import hashlib
-
-    from runs.models import TaskRun
-
     agent = ctx.payload.get("agent")
-    schema = ctx.payload.get("output_schema")
-    if agent is None:  # a run triggered before the rule snapshot carried its agent
-        run = TaskRun.objects.select_related("rule__agent").get(id=ctx.run_id)
-        if run.rule is None or run.rule.agent is None:
-            raise SkillError(ErrorKind.INVALID_PARAM, "llm_json: the rule names no agent")
-        agent, schema = run.rule.agent.name, run.rule.output_schema
+    if agent is None:
+        raise SkillError(ErrorKind.INVALID_PARAM, "llm_json: the rule names no agent")
     prompt = render_prompt(ctx.params.get("prompt") or DEFAULT_PROMPT, prompt_values(ctx))
-    return {"agent": agent, "output_schema": schema, "prompt_sha256": hashlib.sha256(prompt.encode()).hexdigest()}
+    return {
+        "agent": agent,
+        "output_schema": ctx.payload.get("output_schema"),
+        "prompt_sha256": hashlib.sha256(prompt.encode()).hexdigest(),
+    }
 
 
 def _call_model(ctx: SkillContext, spec: dict) -> Any:
-    from tasks.models import Agent
-
-    agent = Agent.objects.filter(name=spec["agent"]).first()
-    if agent is None:
-        raise SkillError(ErrorKind.INVALID_PARAM, f"llm_json: no agent named {spec['agent']!r}")
     prompt = render_prompt(ctx.params.get("prompt") or DEFAULT_PROMPT, prompt_values(ctx))
-    reply, call_id = model_call(ctx, agent, prompt, step="call_model")
+    reply, call_id = ctx.call_model(spec["agent"], prompt, step="call_model")
     try:
         output = json.loads(reply.content)
     except ValueError as exc:
-        call_mark_output(call_id, valid=False)
+        ctx.mark_output(call_id, valid=False)
         raise ModelCallError(
             ErrorKind.MODEL_INVALID_OUTPUT, f"model output is not JSON: {exc}", raw_output=reply.content
         ) from None
@@ -125,12 +116,12 @@ def _call_model(ctx: SkillContext, spec: dict) -> Any:
     if schema is not None:
         error = best_match(Draft202012Validator(schema).iter_errors(output))
         if error is not None:
-            call_mark_output(call_id, valid=False)
+            ctx.mark_output(call_id, valid=False)
             where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
             raise ModelCallError(
                 ErrorKind.MODEL_INVALID_OUTPUT,
                 f"model output fails the rule's schema at {where}: {error.message}",
                 raw_output=reply.content,
             )
-    call_mark_output(call_id, valid=True)
+    ctx.mark_output(call_id, valid=True)
     return output

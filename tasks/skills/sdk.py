@@ -7,12 +7,14 @@ the run for good. Writes that must not happen twice go inside ``with ctx.fenced(
 commits only while this attempt still holds the run's lease (invariant 2).
 """
 
+import hashlib
+import json
 import logging
 from collections.abc import Callable, Iterator
 from contextlib import AbstractContextManager
 from dataclasses import dataclass, field
-from datetime import datetime
-from typing import Any
+from datetime import datetime, timedelta
+from typing import Any, Protocol
 
 
 class ErrorKind:
@@ -43,6 +45,53 @@ class SkillError(Exception):
         self.kind = kind
 
 
+class RunParked(Exception):
+    """Raised by a skill to park its run without failing the attempt."""
+
+
+class AwaitApproval(RunParked):
+    """A medium/high-risk action needs a human: the run waits in awaiting_approval."""
+
+    def __init__(self, *, step: str, action: str, risk: str, args: dict[str, Any], ttl: timedelta):
+        super().__init__(f"action {action!r} ({risk} risk) awaits approval")
+        self.step, self.action, self.risk, self.action_args, self.ttl = step, action, risk, args, ttl
+
+
+class BudgetWait(RunParked):
+    """The agent's hourly budget is spent: the run waits until the window resets."""
+
+    def __init__(self, *, agent: str, until: datetime, reason: str):
+        super().__init__(f"agent {agent!r}: {reason}; waiting until {until:%Y-%m-%dT%H:%M:%SZ}")
+        self.agent, self.until, self.reason = agent, until, reason
+
+
+def digest(value: Any) -> str:
+    """SHA-256 of the canonical JSON of `value` (sorted keys, no spaces)."""
+    return hashlib.sha256(
+        json.dumps(value, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode()
+    ).hexdigest()
+
+
+class SkillRuntime(Protocol):
+    """What the executor supplies behind a context: checkpoints, proposals and recorded model calls
+    (runs/calls.py). A protocol, so skills and this SDK never import the execution app."""
+
+    def step(self, ctx: "SkillContext", name: str, fn: Callable[[], Any], *, write: bool) -> Any: ...
+
+    def propose(
+        self, ctx: "SkillContext", action: str, args: dict[str, Any], *, step: str | None, risk: str | None
+    ) -> Any: ...
+
+    def call_model(self, ctx: "SkillContext", agent: str, prompt: str, *, step: str) -> tuple[Any, int]: ...
+
+    def mark_output(self, call_id: int, *, valid: bool) -> None: ...
+
+
+class _NoRuntime:
+    def __getattr__(self, name: str):
+        raise RuntimeError(f"ctx.{name} is only available inside a run executed by the harness")
+
+
 @dataclass(frozen=True)
 class SkillContext:
     run_id: int
@@ -58,8 +107,9 @@ class SkillContext:
     payload: dict[str, Any] = field(default_factory=dict)
     # Supplied by the executor: a transaction that first checks this attempt still holds the lease.
     fenced: Callable[[], AbstractContextManager[None]] = field(default=lambda: _unfenced())
+    # Supplied by the executor: checkpointed steps, proposals and model calls (runs/calls.py).
+    runtime: SkillRuntime = field(default_factory=_NoRuntime)
 
-    # Checkpointed steps and risky actions (issue 5); the logic lives in tasks/steps.py.
     @property
     def snapshot(self) -> dict[str, Any]:
         """The rule's declared snapshot fields as they were at trigger time (not as the rule is now)."""
@@ -72,15 +122,20 @@ class SkillContext:
 
     def step(self, name: str, fn: Callable[[], Any], *, write: bool = False) -> Any:
         """Run `fn` once per run: a completed step's checkpointed output is returned instead."""
-        from runs.steps import run_step
-
-        return run_step(self, name, fn, write=write)
+        return self.runtime.step(self, name, fn, write=write)
 
     def propose(self, action: str, args: dict[str, Any], *, step: str | None = None, risk: str | None = None) -> Any:
         """Run a registered action once: low risk at once, medium/high after a human approves."""
-        from runs.steps import propose_action
+        return self.runtime.propose(self, action, args, step=step, risk=risk)
 
-        return propose_action(self, action, args, step=step, risk=risk)
+    def call_model(self, agent: str, prompt: str, *, step: str) -> tuple[Any, int]:
+        """Call the named agent and record the call; returns the reply and the call record's id.
+        Raises BudgetWait when the agent's budget is spent, ModelCallError when the call fails."""
+        return self.runtime.call_model(self, agent, prompt, step=step)
+
+    def mark_output(self, call_id: int, *, valid: bool) -> None:
+        """Record whether a model call's output passed validation."""
+        self.runtime.mark_output(call_id, valid=valid)
 
 
 def _unfenced() -> AbstractContextManager[None]:

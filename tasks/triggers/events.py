@@ -11,17 +11,15 @@ import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from zoneinfo import ZoneInfo
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from runs.claims import run_claim
-from runs.models import TaskRun
 from tasks.models import EventDelivery, EventMetric, EventRefusal, TriggerSource
 from tasks.rules import events
 from tasks.rules.events import Refused
-from tasks.triggers.scheduler import rule_payload
+from tasks.triggers.work import work_for_event
 
 log = logging.getLogger("harness.events")
 
@@ -192,16 +190,9 @@ def _accept(source: TriggerSource, payload: dict, *, attempt: _Attempt, now: dat
     rule = source.rule
     if not rule.enabled:
         raise Refused("rule_paused", f"rule {rule.name!r} is paused; the event was not run", status=409)
-    business_date = now.astimezone(ZoneInfo(rule.timezone)).date().isoformat()
-    biz_key = events.render_key(
-        rule.dedupe_key_template,
-        rule=rule.name,
-        source=source.name,
-        criteria=mapped.criteria,
-        business_date=business_date,
-        params=rule.params if isinstance(rule.params, dict) else {},
-    )
     delivery_id = attempt.delivery_id or None
+    work = work_for_event(rule, source, mapped, channel=attempt.channel, delivery_id=delivery_id, now=now)
+    biz_key = work.biz_key
     with transaction.atomic():
         try:
             with transaction.atomic():  # a savepoint, so the conflict leaves the outer transaction usable
@@ -226,25 +217,7 @@ def _accept(source: TriggerSource, payload: dict, *, attempt: _Attempt, now: dat
                 ) from None
             event_metric_count(source.name, REDELIVERY, now=now)
             return IntakeResult(200, REDELIVERY, "this delivery was already accepted", earlier.run_id, earlier.biz_key)
-        run_payload = rule_payload(rule, None)
-        run_payload["event"] = {
-            "source": source.name,
-            "channel": attempt.channel,
-            "delivery_id": delivery_id,
-            "received_at": now.isoformat(),
-            "criteria": mapped.criteria,
-            "snapshot": mapped.snapshot,
-            "refs": mapped.refs,
-        }
-        claim = run_claim(
-            biz_key=biz_key,
-            rule=rule,
-            skill=rule.skill,
-            source=TaskRun.Source.EVENT,
-            triggered_by=source.identity,
-            now=now,
-            payload=run_payload,
-        )
+        claim = run_claim(work, now=now)
         delivery.run_id = claim.run.id
         delivery.run_created = claim.created
         delivery.save(update_fields=["run_id", "run_created"])

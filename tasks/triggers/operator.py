@@ -1,5 +1,5 @@
-"""Operator actions on rules: run now, trial run, pause/resume, backfill. Each claims through
-tasks.services.rule_fire (so it dedupes like every trigger) and writes an audit row in the same
+"""Operator actions on rules: run now, trial run, pause/resume, backfill, and saving a rule. Each
+claims through rule_fire (so it dedupes like every trigger) and writes an audit row in the same
 transaction."""
 
 from dataclasses import dataclass
@@ -10,12 +10,12 @@ from django.db import transaction
 
 from harness_site.audit.models import AuditEntry
 from harness_site.audit.services import audit_record
-from runs.claims import ClaimResult
+from runs.claims import ClaimResult, run_claim
 from runs.models import TaskRun
 from tasks.models import TriggerRule
 from tasks.rules import schedule
-from tasks.services import rule_fire
-from tasks.triggers.scheduler import rule_render_key
+from tasks.triggers.slot import record_paused_slots
+from tasks.triggers.work import rule_render_key, work_for_operator
 
 # A backfill creates at most this many runs; a larger range is refused with a clear message.
 MAX_BACKFILL_RUNS = 500
@@ -66,6 +66,43 @@ def rule_run_now(
     return claim
 
 
+def rule_fire(
+    *,
+    rule: TriggerRule,
+    actor: str,
+    now: datetime,
+    slot: datetime | None = None,
+    biz_key: str | None = None,
+    trial: bool = False,
+    source: str = TaskRun.Source.MANUAL,
+    run_after: datetime | None = None,
+) -> ClaimResult:
+    """Manual trigger: a real claim, recorded as manual and deduped like any other (see
+    work_for_operator for the slot, key and trial rules)."""
+    work = work_for_operator(
+        rule, actor=actor, now=now, slot=slot, biz_key=biz_key, trial=trial, source=source, run_after=run_after
+    )
+    return run_claim(work, now=now)
+
+
+def rule_save(rule: TriggerRule, *, now: datetime) -> None:
+    """Save a rule (admin form, import, pause/resume). A rule switched back on gets one "paused"
+    decision per slot it skipped while off (invariant 3), in the save's transaction."""
+    with transaction.atomic():
+        paused_at = None
+        if rule.pk is not None:
+            # Locked, so two saves cannot both see the rule as paused and record its slots twice.
+            paused_at = (
+                TriggerRule.objects.select_for_update()
+                .filter(pk=rule.pk, enabled=False)
+                .values_list("paused_at", flat=True)
+                .first()
+            )
+        rule.save(now=now)
+        if rule.enabled and paused_at is not None:
+            record_paused_slots(rule, since=paused_at, until=now)
+
+
 def rule_pause(*, rule: TriggerRule, actor, now: datetime, reason: str) -> None:
     """Stop scheduling the rule. Slots while paused are not caught up on resume (the model re-reads
     the schedule from now)."""
@@ -85,7 +122,7 @@ def _set_enabled(rule: TriggerRule, *, enabled: bool, actor, now: datetime, reas
         rule.pause_reason = reason
         # django-simple-history records this on the version row.
         rule._change_reason = f"{'resumed' if enabled else 'paused'}: {reason}"
-        rule.save()
+        rule_save(rule, now=now)
         audit_record(actor=actor, action=action, target=rule, now=now, reason=reason)
 
 

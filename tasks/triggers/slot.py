@@ -7,15 +7,20 @@ or a decision; resolving deletes the hold in the same transaction (invariant 3).
 """
 
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 
 from django.db import IntegrityError, transaction
 
+from deadletters.alerts import alert_slot_expired, alert_slot_missed
+from runs.claims import run_claim
 from runs.models import Decision, SlotHold, TaskRun
+from runs.outcome import run_fail
 from tasks.models import ReadinessFlag, TriggerRule
 from tasks.rules import evaluation, keys, schedule
-from tasks.rules.guards import rule_flag_scope, rule_guards
+from tasks.rules.guards import rule_guards
 from tasks.skills.errors import ClassifiedError
+from tasks.skills.sdk import ErrorKind
+from tasks.triggers.work import rule_flag_scope, slot_values, work_for_slot
 
 log = logging.getLogger("harness.scheduler")
 
@@ -29,21 +34,11 @@ ACTIVE_STATES = (
 )
 
 
-def key_values(rule: TriggerRule, slot: datetime) -> dict:
-    """The built-in placeholders of a rule's templates for one slot."""
-    spec = rule.schedule_spec()
-    return {
-        "rule": rule.name,
-        "slot": schedule.slot_label(spec, slot),
-        "business_date": schedule.business_date(spec, slot).isoformat(),
-    }
-
-
 def slot_facts(rule: TriggerRule, slot: datetime, *, hold: SlotHold | None = None) -> evaluation.Facts:
     """Look up what the guards need to know about this slot now."""
     missing: tuple[str, ...] = ()
     if rule.depends_on:
-        scope = rule_flag_scope(rule, values=key_values(rule, slot))
+        scope = rule_flag_scope(rule, values=slot_values(rule, slot))
         present = set(
             ReadinessFlag.objects.filter(name__in=rule.depends_on, scope=scope).values_list("name", flat=True)
         )
@@ -76,15 +71,13 @@ def slot_handle(
     wait for an operator (catch-up above the rule's threshold); `hold` is the slot's own hold row
     when the tick re-checks it.
     """
-    from tasks.triggers.scheduler import _claim_slot, _record_decision
-
     try:
         guards = rule_guards(rule)
         facts = slot_facts(rule, slot, hold=hold)
     except (evaluation.GuardError, keys.KeyTemplateError, KeyError, ValueError) as exc:
         # A rule saved around full_clean (shell, fixture): say so for this slot, never drop it or stop the tick.
         _release(hold)
-        _record_decision(
+        slot_decide(
             rule, slot, reason=Decision.Reason.INVALID_RULE, details={"error": str(exc)}, now=now, result=result
         )
         return evaluation.DECIDE
@@ -99,11 +92,10 @@ def slot_handle(
         details["checks"] = hold.checks + 1
     if verdict.action == evaluation.RUN:
         start = max(verdict.run_after or now, run_after or now)
-        _claim_slot(
+        slot_claim(
             rule,
             slot,
             source=source,
-            triggered_by="scheduler",
             now=now,
             result=result,
             run_after=start,
@@ -112,10 +104,8 @@ def slot_handle(
     elif verdict.action == evaluation.FAIL:
         _fail_slot(rule, slot, source=source, details=details, now=now, result=result)
     else:
-        _record_decision(rule, slot, reason=verdict.reason, details=details, now=now, result=result)
+        slot_decide(rule, slot, reason=verdict.reason, details=details, now=now, result=result)
         if verdict.reason == evaluation.NOT_READY_EXPIRED:
-            from deadletters.alerts import alert_slot_expired
-
             # Recorded in the decision's transaction (an outbox row); logged and sent after commit.
             alert_slot_expired(rule_name=rule.name, slot=slot, missing=verdict.details.get("missing", []), now=now)
     return verdict.action
@@ -151,28 +141,13 @@ def _release(hold: SlotHold | None) -> None:
 def _fail_slot(rule, slot, *, source: str, details: dict, now: datetime, result) -> None:
     """Readiness policy "fail": the slot becomes a failed run with a dead-letter ticket, so it is
     visible on the desk and replayable (with the same biz_key) once the data is there."""
-    from deadletters.services import deadletter_open
-    from tasks.triggers.scheduler import _claim_slot
-
-    run = _claim_slot(
-        rule,
-        slot,
-        source=source,
-        triggered_by="scheduler",
-        now=now,
-        result=result,
-        state=TaskRun.State.FAILED,
-        dispatch=False,
-    )
+    run = slot_claim(rule, slot, source=source, now=now, result=result, dispatch=False)
     if run is None:
         return
     message = "dependencies not ready at fire time: " + ", ".join(details.get("missing", []))
-    TaskRun.objects.filter(pk=run.pk).update(
-        finish_at=now, last_error=message, last_error_kind="state_precondition", first_failure_at=now
-    )
-    run.refresh_from_db()
-    error = ClassifiedError(kind="state_precondition", message=message, digest="not-ready")
-    deadletter_open(run=run, error=error, reason="readiness policy is fail", now=now)
+    error = ClassifiedError(kind=ErrorKind.STATE_PRECONDITION, message=message, digest="not-ready")
+    # Not yet committed, so no worker can have taken it: it fails from pending, never started.
+    run_fail(run, error=error, reason="readiness policy is fail", now=now, from_states=(TaskRun.State.PENDING,))
 
 
 def holds_process(*, now: datetime, result) -> int:
@@ -196,12 +171,10 @@ def holds_process(*, now: datetime, result) -> int:
 
 
 def _recheck(hold: SlotHold, *, now: datetime, result) -> None:
-    from tasks.triggers.scheduler import _record_decision
-
     rule = hold.rule
     if not rule.enabled:
         _release(hold)
-        _record_decision(
+        slot_decide(
             rule,
             hold.slot,
             reason=Decision.Reason.PAUSED,
@@ -211,28 +184,6 @@ def _recheck(hold: SlotHold, *, now: datetime, result) -> None:
         )
         return
     slot_handle(rule, hold.slot, source=hold.source, now=now, result=result, hold=hold)
-
-
-def heartbeat_tick(rule: TriggerRule, *, now: datetime, result) -> None:
-    """A heartbeat rule is due: no ping arrived within period + grace. Fire it once, then again every
-    period while the silence lasts; a ping moves next_fire_at forward (rule_ping)."""
-    slot = rule.next_fire_at
-    slot_handle(rule, slot, source=TaskRun.Source.HEARTBEAT, now=now, result=result)
-    every = timedelta(seconds=rule.heartbeat_every_seconds or 60)
-    following = slot + every
-    while following <= now:  # a long outage of the scheduler itself: fire once, not once per period
-        following += every
-    TriggerRule.objects.filter(pk=rule.pk).update(last_slot_at=slot, next_fire_at=following)
-
-
-def rule_ping(*, rule: TriggerRule, now: datetime) -> datetime | None:
-    """Record a heartbeat ping: the rule now fires only if the next ping is later than period + grace.
-    Returns the new deadline; raises ValueError for a rule that is not a heartbeat rule."""
-    if rule.kind != TriggerRule.Kind.HEARTBEAT:
-        raise ValueError(f"rule {rule.name!r} is a {rule.kind} rule, not a heartbeat rule")
-    deadline = now + rule.heartbeat_deadline()
-    TriggerRule.objects.filter(pk=rule.pk).update(last_ping_at=now, next_fire_at=deadline if rule.enabled else None)
-    return deadline
 
 
 # At most this many "paused" decisions per resume; a longer pause is summarised on the last one.
@@ -257,3 +208,45 @@ def record_paused_slots(rule: TriggerRule, *, since: datetime, until: datetime) 
     # A slot that already has a decision (a held slot resolved as paused) keeps it.
     Decision.objects.bulk_create(rows, ignore_conflicts=True)
     return len(rows)
+
+
+def slot_claim(
+    rule: TriggerRule,
+    slot: datetime,
+    *,
+    source: str,
+    now: datetime,
+    result,
+    run_after: datetime | None = None,
+    state: str | None = None,
+    dispatch: bool = True,
+) -> TaskRun | None:
+    """Claim the slot's run; returns the run when this call created it, else None (a dedupe hit,
+    or a rule whose key cannot be rendered, which becomes an invalid_rule decision)."""
+    try:
+        work = work_for_slot(rule, slot, source=source, run_after=run_after)
+    except (keys.KeyTemplateError, KeyError, ValueError) as exc:
+        # Never drop a slot silently: the rule cannot be evaluated, so say so for this slot.
+        log.error("rule %s slot %s: cannot render business key: %s", rule.name, slot, exc)
+        slot_decide(
+            rule, slot, reason=Decision.Reason.INVALID_RULE, details={"error": str(exc)}, now=now, result=result
+        )
+        return None
+    claim = run_claim(work, now=now, dispatch=dispatch, state=state)
+    if claim.created:
+        result.claimed += 1
+        return claim.run
+    result.dedupe_hits += 1
+    return None
+
+
+def slot_decide(rule, slot, *, reason, details, now, result) -> None:
+    """Record why the slot did not run (invariant 3): one decision per (rule, slot)."""
+    try:
+        with transaction.atomic():
+            Decision.objects.create(rule=rule, slot=slot, reason=reason, details=details, created_at=now)
+            if reason == Decision.Reason.MISSED:
+                alert_slot_missed(rule_name=rule.name, slot=slot, details=details, now=now)
+        result.decisions += 1
+    except IntegrityError:
+        pass  # another tick recorded this slot's decision already

@@ -250,17 +250,19 @@ def harness_claim(tag: str, i: int, *, dispatch: bool = True):
     from django.db import transaction
     from django.utils import timezone
 
-    from runs.claims import run_claim
+    from runs.claims import Work, run_claim
     from runs.models import TaskRun
 
     with transaction.atomic():
         return run_claim(
-            biz_key=f"bench:{tag}:{i}",
-            skill="harness.noop",
-            source=TaskRun.Source.API,
-            triggered_by="benchmark",
+            Work(
+                biz_key=f"bench:{tag}:{i}",
+                skill="harness.noop",
+                source=TaskRun.Source.API,
+                triggered_by="benchmark",
+                payload={"params": {}},
+            ),
             now=timezone.now(),
-            payload={"params": {}},
             dispatch=dispatch,
         )
 

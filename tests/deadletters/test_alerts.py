@@ -21,9 +21,10 @@ from deadletters.alerts import (
 )
 from deadletters.models import Alert, AlertChannel, DeadLetter
 from deadletters.services import deadletter_open
-from runs.claims import run_claim
+from runs.claims import Work, run_claim
 from runs.executor import run_execute
 from runs.models import SchedulerTick, TaskRun
+from runs.selectors import scheduler_health
 from tasks.models import TriggerRule
 from tasks.skills.errors import classify
 from tasks.skills.sdk import SkillError
@@ -50,6 +51,10 @@ def receiver():
     server.server_close()
 
 
+def check_scheduler(at):
+    return alert_check_scheduler(health=scheduler_health(now=at), now=at)
+
+
 def webhook(receiver, fmt: str = "slack", min_severity: str = "notice", name: str = "hook") -> AlertChannel:
     return AlertChannel.objects.create(
         name=name, kind="webhook", url=receiver.url, format=fmt, min_severity=min_severity
@@ -58,12 +63,14 @@ def webhook(receiver, fmt: str = "slack", min_severity: str = "notice", name: st
 
 def failed_run(biz_key: str = "report:2026-03-01:email", rule: str = "daily-report") -> TaskRun:
     run = run_claim(
-        biz_key=biz_key,
-        skill="harness.fail",
-        source=TaskRun.Source.SCHEDULER,
-        triggered_by="scheduler",
+        Work(
+            biz_key=biz_key,
+            skill="harness.fail",
+            source=TaskRun.Source.SCHEDULER,
+            triggered_by="scheduler",
+            payload={"params": {}},
+        ),
         now=T0,
-        payload={"params": {}},
         dispatch=False,
     ).run
     TaskRun.objects.filter(id=run.id).update(
@@ -248,12 +255,8 @@ def test_a_storm_of_500_final_failures_sends_a_bounded_number_of_messages_and_on
 def make_run(params: dict, policy: dict, biz_key: str = "exec:2026-03-01") -> TaskRun:
     payload = {"params": params, "policy": {"backoff_base_seconds": 10.0, "lease_ttl_seconds": 60, **policy}}
     return run_claim(
-        biz_key=biz_key,
-        skill="harness.fail",
-        source=TaskRun.Source.API,
-        triggered_by="tests",
+        Work(biz_key=biz_key, skill="harness.fail", source=TaskRun.Source.API, triggered_by="tests", payload=payload),
         now=T0,
-        payload=payload,
         dispatch=False,
     ).run
 
@@ -386,19 +389,19 @@ def tick_at(at: datetime) -> None:
 
 def test_a_stalled_scheduler_alerts_once_while_stalled_and_again_after_a_new_stall(receiver):
     webhook(receiver)
-    assert alert_check_scheduler(now=T0) is None  # never ticked: starting, not stalled
+    assert check_scheduler(T0) is None  # never ticked: starting, not stalled
     tick_at(T0)
-    assert alert_check_scheduler(now=T0 + timedelta(seconds=5)) is None  # healthy
+    assert check_scheduler(T0 + timedelta(seconds=5)) is None  # healthy
 
-    checks = [alert_check_scheduler(now=T0 + timedelta(minutes=m)) for m in range(1, 31)]  # every minute
+    checks = [check_scheduler(T0 + timedelta(minutes=m)) for m in range(1, 31)]  # every minute
     assert sum(c is not None for c in checks) == 1
     [stalled] = Alert.objects.filter(channel__isnull=True, kind=rules.SCHEDULER_STALLED)
     assert stalled.severity == rules.URGENT
     assert_carries_the_fields(stalled.payload)
 
     tick_at(T0 + timedelta(minutes=31))  # recovered
-    assert alert_check_scheduler(now=T0 + timedelta(minutes=31, seconds=5)) is None
-    assert alert_check_scheduler(now=T0 + timedelta(minutes=40)) is not None  # a new stall
+    assert check_scheduler(T0 + timedelta(minutes=31, seconds=5)) is None
+    assert check_scheduler(T0 + timedelta(minutes=40)) is not None  # a new stall
     alert_deliver_due(now=T0 + timedelta(minutes=41))
     assert len(receiver.requests) == 2
     assert all("scheduler stalled" in r["text"] for r in receiver.requests)
@@ -410,7 +413,7 @@ def test_every_kind_of_alert_carries_run_id_biz_key_rule_error_kind_and_link():
     alert_retry(run=run, attempt=1, max_attempts=3, error=ERROR, now=T0)
     alert_slot_expired(rule_name="r", slot=T0, missing=[], now=T0)
     tick_at(T0 - timedelta(hours=1))
-    alert_check_scheduler(now=T0)
+    check_scheduler(T0)
     channel = AlertChannel.objects.create(name="log", kind="log", min_severity="notice")
     alert_send_test(channel=channel, now=T0)
     alert_record(kind="custom", severity=rules.NOTICE, dedupe_key="x", payload={"link": "http://x"}, now=T0)
@@ -445,12 +448,12 @@ def test_it_prunes_finished_alerts_after_the_retention_but_never_a_pending_one(r
 
 
 def test_a_lost_worker_alerts_like_a_failed_attempt():
-    from runs.executor import _claim
+    from runs.leases import run_lease_claim
     from runs.sweeper import sweep
 
     run = make_run({}, {"max_attempts": 3, "lease_ttl_seconds": 60})
     TaskRun.objects.filter(id=run.id).update(skill="harness.noop")
-    assert _claim(run_id=run.id, worker="A", now=T0) is not None
+    assert run_lease_claim(TaskRun.objects.get(id=run.id), worker="A", now=T0) is not None
 
     assert sweep(now=T0 + timedelta(seconds=61)).expired == 1
 

@@ -13,9 +13,9 @@ from django.utils import timezone
 from django.utils.html import strip_tags
 
 from deadletters.models import DeadLetter
-from deadletters.services import deadletter_replay
 from harness_site.audit.models import AuditEntry
 from runs.models import TaskRun
+from runs.operations import run_retry_now
 from tests.support.desk import (  # noqa: F401 - fixtures
     make_failed_run,
     oncall,
@@ -101,7 +101,7 @@ def test_it_queues_one_replay_for_two_concurrent_replays(oncall):
     def replay():
         try:
             barrier.wait(timeout=10)
-            results.append(deadletter_replay(ticket_id=ticket.id, actor=oncall, now=timezone.now()))
+            results.append(run_retry_now(run_id=ticket.run_id, ticket_id=ticket.id, actor=oncall, now=timezone.now()))
         finally:
             close_old_connections()
             connection.close()

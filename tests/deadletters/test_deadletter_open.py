@@ -14,7 +14,7 @@ from django.db import connection, transaction
 from deadletters.alerts import alert_deliver_due, alert_final_failure
 from deadletters.models import Alert, AlertChannel, DeadLetter
 from deadletters.services import deadletter_open
-from runs.claims import run_claim
+from runs.claims import Work, run_claim
 from runs.models import TaskRun
 from tasks.skills.errors import classify
 from tasks.skills.sdk import SkillError
@@ -41,12 +41,14 @@ def deliver() -> dict:
 
 def failed_run(biz_key: str = "report:2026-03-01:email") -> TaskRun:
     run = run_claim(
-        biz_key=biz_key,
-        skill="harness.fail",
-        source=TaskRun.Source.SCHEDULER,
-        triggered_by="scheduler",
+        Work(
+            biz_key=biz_key,
+            skill="harness.fail",
+            source=TaskRun.Source.SCHEDULER,
+            triggered_by="scheduler",
+            payload={"params": {"channel": "fax"}},
+        ),
         now=T0,
-        payload={"params": {"channel": "fax"}},
         dispatch=False,
     ).run
     TaskRun.objects.filter(id=run.id).update(state=TaskRun.State.FAILED, attempts=2, first_failure_at=T0, finish_at=T0)

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from runs.models import Attempt, Lease, TaskRun
 from tasks.models import TriggerRule
-from tasks.services import rule_fire
+from tasks.triggers.operator import rule_fire
 from tests.e2e.helpers import RUN_TIMEOUT, wait_ticking
 from tests.support.processes import wait_for
 

@@ -5,7 +5,7 @@ database and broker, and a real HTTP model provider on loopback."""
 import pytest
 from django.utils import timezone
 
-from runs.claims import run_claim
+from runs.claims import Work, run_claim
 from runs.models import ExternalCall, RunStep, TaskRun
 from runs.sweeper import sweep
 from tasks.models import Agent, DiagnosticRecord
@@ -51,12 +51,8 @@ def test_it_resumes_at_write_result_after_kill_9_with_one_model_call(harness, se
     }
     doomed = harness.worker("doomed", concurrency=1, extra_env={KEY_ENV: KEY})
     run = run_claim(
-        biz_key="e2e:steps",
-        skill="llm_json",
-        source=TaskRun.Source.API,
-        triggered_by="tests",
+        Work(biz_key="e2e:steps", skill="llm_json", source=TaskRun.Source.API, triggered_by="tests", payload=payload),
         now=timezone.now(),
-        payload=payload,
     ).run
 
     wait_for(

@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from deadletters.models import DeadLetter
 from deadletters.services import deadletter_open
-from runs.claims import run_claim
+from runs.claims import Work, run_claim
 from runs.models import Attempt, TaskRun
 from tasks.skills.errors import classify
 from tasks.skills.sdk import ErrorKind, SkillError
@@ -25,12 +25,14 @@ def _page(response) -> str:
 
 def _run(biz_key: str, *, now: datetime = NOW) -> TaskRun:
     return run_claim(
-        biz_key=biz_key,
-        skill="harness.fail",
-        source=TaskRun.Source.API,
-        triggered_by="webhook:crm",
+        Work(
+            biz_key=biz_key,
+            skill="harness.fail",
+            source=TaskRun.Source.API,
+            triggered_by="webhook:crm",
+            payload={"params": {"channel": "fax"}},
+        ),
         now=now,
-        payload={"params": {"channel": "fax"}},
         dispatch=False,
     ).run
 

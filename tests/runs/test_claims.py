@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection, transaction
 
-from runs.claims import run_claim
+from runs.claims import Work, run_claim
 from runs.models import TaskRun
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -15,15 +15,15 @@ RACERS = 50
 
 
 def claim(biz_key: str, *, now: datetime = NOW, **overrides):
-    kwargs = {
+    options = {k: overrides.pop(k) for k in ("dispatch", "state") if k in overrides}
+    fields = {
         "biz_key": biz_key,
         "skill": "harness.noop",
         "source": TaskRun.Source.API,
         "triggered_by": "tests",
-        "now": now,
         "payload": {"params": {"n": 1}},
     }
-    return run_claim(**{**kwargs, **overrides})
+    return run_claim(Work(**{**fields, **overrides}), now=now, **options)
 
 
 def run_concurrently(fn, n: int) -> list:

@@ -16,8 +16,9 @@ from django.utils import timezone
 from deadletters.alerts import alert_deliver_due
 from deadletters.models import AlertChannel, DeadLetter
 from deadletters.services import deadletter_open
-from runs.claims import run_claim
-from runs.executor import LeaseLost, _claim, fenced, run_execute
+from runs.claims import Work, run_claim
+from runs.executor import run_execute
+from runs.leases import LeaseLost, fenced, run_lease_claim
 from runs.models import Attempt, TaskRun
 from runs.sweeper import sweep
 from tasks.models import DiagnosticRecord
@@ -77,7 +78,7 @@ def delivered(mailoutbox):
 def make_run(skill: str, *, params=None, policy=None, biz_key="exec:2026-03-01", now=T0) -> TaskRun:
     payload = {"params": params or {}, "policy": {**POLICY, **(policy or {})}}
     return run_claim(
-        biz_key=biz_key, skill=skill, source=TaskRun.Source.API, triggered_by="tests", now=now, payload=payload
+        Work(biz_key=biz_key, skill=skill, source=TaskRun.Source.API, triggered_by="tests", payload=payload), now=now
     ).run
 
 
@@ -257,7 +258,7 @@ def test_it_does_not_claim_a_run_before_its_run_after():
 
 def test_it_does_not_claim_a_run_another_worker_holds():
     run = make_run("harness.noop")
-    assert _claim(run_id=run.id, worker="A", now=T0) is not None
+    assert run_lease_claim(TaskRun.objects.get(id=run.id), worker="A", now=T0) is not None
     held = fresh(run)
     assert (held.state, held.lease_owner, held.lease_expires_at) == ("running", "A", T0 + timedelta(seconds=60))
 
@@ -342,7 +343,7 @@ def test_a_worker_whose_lease_was_taken_cannot_commit():
 
 def test_fenced_refuses_a_write_once_the_fence_has_moved():
     run = make_run("harness.noop")
-    _claimed_run, _attempt = _claim(run_id=run.id, worker="A", now=T0)
+    assert run_lease_claim(TaskRun.objects.get(id=run.id), worker="A", now=T0) is not None
 
     def write(fence: int) -> None:
         with fenced(run_id=run.id, fence=fence):

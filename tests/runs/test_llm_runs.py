@@ -15,7 +15,7 @@ from django.utils import timezone
 from deadletters.alerts import alert_deliver_due
 from deadletters.models import AlertChannel, DeadLetter
 from runs.approvals import approval_expire_due, proposal_approve, proposal_reject
-from runs.claims import run_claim
+from runs.claims import Work, run_claim
 from runs.executor import run_execute
 from runs.models import ActionProposal, Attempt, ExternalCall, RunStep, TaskRun
 from runs.sweeper import sweep
@@ -92,7 +92,8 @@ def make_run(agent: Agent, *, params=None, policy=None, biz_key="llm:1", schema=
     if dry_run:
         payload["dry_run"] = True
     return run_claim(
-        biz_key=biz_key, skill="llm_json", source=TaskRun.Source.API, triggered_by="tests", now=now, payload=payload
+        Work(biz_key=biz_key, skill="llm_json", source=TaskRun.Source.API, triggered_by="tests", payload=payload),
+        now=now,
     ).run
 
 
@@ -451,7 +452,7 @@ def test_it_refuses_approval_to_a_user_without_the_permission(server, client, dj
 
 def test_it_runs_a_trial_of_an_llm_rule_as_a_dry_run_with_the_rules_agent_and_schema(server):
     from tasks.models import TriggerRule
-    from tasks.services import rule_fire
+    from tasks.triggers.operator import rule_fire
 
     server.respond(json_completion(GOOD))
     rule = TriggerRule.objects.create(

@@ -12,7 +12,7 @@ from django.utils.html import strip_tags
 
 from deadletters.models import DeadLetter
 from harness_site.audit.models import AuditEntry
-from runs import executor
+from runs import executor, leases
 from runs.models import Attempt, Lease, TaskRun
 from runs.operations import run_lease_force_release
 from tests.support.desk import (  # noqa: F401 - fixtures
@@ -180,7 +180,7 @@ def test_it_force_releases_a_run_lease_so_the_old_holder_cannot_commit(oncall_cl
         "w1@host:42",
     )
     # The old holder's commit is fenced out.
-    with pytest.raises(executor.LeaseLost), executor.fenced(run_id=run.id, fence=3):
+    with pytest.raises(leases.LeaseLost), leases.fenced(run_id=run.id, fence=3):
         pass
     assert run_lease_force_release(run_id=run.id, actor=oncall, now=timezone.now(), reason="again") is False
 

@@ -10,8 +10,9 @@ from django.db import connection
 
 from deadletters.alerts import alert_deliver_due
 from deadletters.models import DeadLetter
-from runs.claims import run_claim
-from runs.executor import _claim, run_execute
+from runs.claims import Work, run_claim
+from runs.executor import run_execute
+from runs.leases import run_lease_claim
 from runs.models import Attempt, TaskRun
 from runs.sweeper import REDISPATCH_AFTER, sweep
 
@@ -33,7 +34,7 @@ ADMIN_EMAIL = "oncall@example.com"
 def sent(monkeypatch) -> list[int]:
     """Run ids of the "execute run" messages sent to Celery (the boundary, not our storage)."""
     ids: list[int] = []
-    monkeypatch.setattr("runs.jobs.run_execute_task", SimpleNamespace(delay=ids.append))
+    monkeypatch.setattr("runs.dispatch.current_app", SimpleNamespace(send_task=lambda name, args: ids.append(args[0])))
     return ids
 
 
@@ -50,21 +51,17 @@ def sweep_committed(django_capture_on_commit_callbacks):
 
 def make_run(*, skill="harness.noop", params=None, policy=None, biz_key="sweep:2026-03-01", now=T0, **kwargs):
     payload = {"params": params or {}, "policy": {**POLICY, **(policy or {})}}
-    return run_claim(
-        biz_key=biz_key,
-        skill=skill,
-        source=TaskRun.Source.API,
-        triggered_by="tests",
-        now=now,
-        payload=payload,
-        **kwargs,
-    ).run
+    options = {k: kwargs.pop(k) for k in ("dispatch", "state") if k in kwargs}
+    work = Work(
+        biz_key=biz_key, skill=skill, source=TaskRun.Source.API, triggered_by="tests", payload=payload, **kwargs
+    )
+    return run_claim(work, now=now, **options).run
 
 
 def held_by(worker: str, **kwargs) -> TaskRun:
     """A run claimed by `worker` at T0 whose worker then went silent (no renewal, no outcome)."""
     run = make_run(dispatch=False, **kwargs)
-    assert _claim(run_id=run.id, worker=worker, now=T0) is not None
+    assert run_lease_claim(TaskRun.objects.get(id=run.id), worker=worker, now=T0) is not None
     return TaskRun.objects.get(id=run.id)
 
 

@@ -8,7 +8,7 @@ from django.db import connection
 from django.urls import reverse
 
 from deadletters.models import DeadLetter
-from runs.claims import run_claim
+from runs.claims import Work, run_claim
 from runs.executor import run_execute
 from runs.models import ActionProposal, ExternalCall, TaskRun
 from tasks.models import Agent, TriggerRule
@@ -38,7 +38,7 @@ def _run(agent: Agent, biz_key: str, *, action: str = "harness.record", max_atte
         "output_schema": SCHEMA,
     }
     run = run_claim(
-        biz_key=biz_key, skill="llm_json", source="api", triggered_by="tests", now=timezone.now(), payload=payload
+        Work(biz_key=biz_key, skill="llm_json", source="api", triggered_by="tests", payload=payload), now=timezone.now()
     ).run
     run_execute(run_id=run.id, worker="w1", clock=timezone.now)
     return TaskRun.objects.get(id=run.id)

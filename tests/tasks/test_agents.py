@@ -9,7 +9,8 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-from tasks.agents.budgets import Spend, agent_budget_list, budget_decide, budget_window
+from runs.calls import agent_budget_list
+from tasks.agents.budgets import Spend, budget_decide, budget_window
 from tasks.models import Agent, TriggerRule
 from tasks.services import RuleImportError, rule_export, rule_import
 from tasks.skills.llm_json import render_prompt

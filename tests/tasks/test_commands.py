@@ -13,6 +13,7 @@ from django.utils.dateparse import parse_datetime
 
 from runs.models import TaskRun
 from tasks import services
+from tasks.triggers.operator import rule_fire
 from tasks.management.commands import harness as harness_command
 from tasks.models import DiagnosticRecord, TriggerRule
 
@@ -119,10 +120,10 @@ def test_it_exports_to_a_file_that_imports_back(tmp_path):
 
 def test_it_lists_runs_as_json():
     rule = _make_rule("report")
-    first = services.rule_fire(rule=rule, actor="alice", now=NOW, slot=NOW - timedelta(days=1)).run
-    second = services.rule_fire(rule=rule, actor="bob", now=NOW + timedelta(seconds=1)).run
+    first = rule_fire(rule=rule, actor="alice", now=NOW, slot=NOW - timedelta(days=1)).run
+    second = rule_fire(rule=rule, actor="bob", now=NOW + timedelta(seconds=1)).run
     other = _make_rule("other")
-    services.rule_fire(rule=other, actor="carol", now=NOW - timedelta(hours=1))
+    rule_fire(rule=other, actor="carol", now=NOW - timedelta(hours=1))
 
     rows = json.loads(harness("runs", "--json", "--rule", "report"))
 
@@ -144,7 +145,7 @@ def test_it_lists_runs_as_json():
 
 
 def test_it_lists_runs_as_text():
-    run = services.rule_fire(rule=_make_rule("report"), actor="alice", now=NOW).run
+    run = rule_fire(rule=_make_rule("report"), actor="alice", now=NOW).run
 
     out = harness("runs")
 

@@ -11,6 +11,7 @@ from django.urls import reverse
 from deadletters.services import deadletter_open
 from runs.models import Attempt, Decision, Lease, SchedulerTick, TaskRun
 from tasks import services
+from tasks.triggers.operator import rule_fire
 from tasks.models import DiagnosticRecord, TriggerRule
 from tasks.skills.errors import classify
 from tasks.skills.sdk import ErrorKind, SkillError
@@ -212,7 +213,7 @@ def test_it_shows_the_add_form(admin_client):
 def operations_data():
     """One row of everything the admin lists, made through services where there is one."""
     rule = _make_rule("report")
-    claim = services.rule_fire(rule=rule, actor="alice", now=NOW)
+    claim = rule_fire(rule=rule, actor="alice", now=NOW)
     run = claim.run
     Attempt.objects.create(run=run, number=1, fence=1, worker="worker-a", started_at=NOW, outcome="failed")
     TaskRun.objects.filter(pk=run.pk).update(state=TaskRun.State.FAILED, attempts=1, first_failure_at=NOW)

@@ -12,9 +12,9 @@ from runs.models import Decision, SlotHold, TaskRun
 from runs.retention import decision_sweep
 from runs.selectors import scheduler_health
 from tasks.models import ServiceIdentity, TriggerRule
-from tasks.services import rule_fire
+from tasks.triggers.operator import rule_fire, rule_save
+from tasks.triggers.heartbeat import rule_ping
 from tasks.triggers.scheduler import scheduler_tick
-from tasks.triggers.slot import rule_ping
 
 pytestmark = pytest.mark.django_db
 
@@ -268,26 +268,36 @@ def test_a_scheduled_run_that_cannot_start_within_its_window_is_cancelled_by_the
     assert run_execute(run_id=ok.id, worker="w", clock=lambda: T0 + timedelta(seconds=60)).status == "succeeded"
 
 
+def test_saving_a_rule_writes_no_decision_itself():
+    """The model decides nothing with side effects: a bare save() keeps derived fields only."""
+    rule = make_rule("bare-save", due=None)
+    rule.enabled = False
+    rule.save(now=T0)
+    rule.refresh_from_db()
+    rule.enabled = True
+    rule.save(now=T0 + timedelta(minutes=5))
+    rule.refresh_from_db()
+    assert rule.paused_at is None and rule.enabled
+    assert not Decision.objects.filter(rule=rule).exists()
+
+
 def test_resuming_a_paused_rule_records_a_paused_decision_for_each_skipped_slot():
     from tasks.rules import schedule
 
     rule = make_rule("pausable", due=None)
     rule.enabled = False
-    rule.save()
-    paused_at = TriggerRule.objects.get(pk=rule.pk).paused_at
-    assert paused_at is not None
-    # As if paused five minutes ago (save() reads the real clock).
-    since = paused_at - timedelta(minutes=5)
-    TriggerRule.objects.filter(pk=rule.pk).update(paused_at=since)
+    rule_save(rule, now=T0)
+    assert TriggerRule.objects.get(pk=rule.pk).paused_at == T0
+    resumed = T0 + timedelta(minutes=5)
     rule.refresh_from_db()
     rule.enabled = True
-    rule.save()
+    rule_save(rule, now=resumed)
 
     decisions = list(Decision.objects.filter(rule=rule).order_by("slot"))
-    resumed = decisions[0].created_at
-    assert [d.slot for d in decisions] == schedule.slots_between(rule.schedule_spec(), since, resumed)
+    assert [d.slot for d in decisions] == schedule.slots_between(rule.schedule_spec(), T0, resumed)
     assert len(decisions) >= 4
     assert {d.reason for d in decisions} == {Decision.Reason.PAUSED}
+    assert {d.created_at for d in decisions} == {resumed}
     assert TriggerRule.objects.get(pk=rule.pk).paused_at is None
     from tasks.triggers.explain import slot_explain
 

@@ -14,6 +14,7 @@ from runs.selectors import run_list_recent
 from tasks import services
 from tasks.management.subcommands import GuardCommandsMixin, add_guard_parsers
 from tasks.models import DiagnosticRecord, TriggerRule
+from tasks.triggers.operator import rule_fire
 
 DEMO_RULES = Path(__file__).resolve().parents[2] / "fixtures" / "demo_rules.json"
 
@@ -69,7 +70,7 @@ class Command(GuardCommandsMixin, BaseCommand):
 
     def _import(self, text: str) -> None:
         try:
-            result = services.rule_import(text)
+            result = services.rule_import(text, now=timezone.now())
         except services.RuleImportError as exc:
             raise CommandError("rules rejected, nothing was saved:\n  " + "\n  ".join(exc.errors)) from None
         self.stdout.write(
@@ -146,7 +147,7 @@ class Command(GuardCommandsMixin, BaseCommand):
                 raise CommandError(
                     f"--slot {slot!r}: give an ISO 8601 instant with offset, e.g. 2026-12-01T09:00:00+08:00"
                 )
-        claim = services.rule_fire(rule=obj, actor=actor, now=timezone.now(), slot=at)
+        claim = rule_fire(rule=obj, actor=actor, now=timezone.now(), slot=at)
         verb = "created" if claim.created else "already exists (dedupe hit counted)"
         self.stdout.write(f"run {claim.run.id} {verb}: {claim.run.biz_key}")
 

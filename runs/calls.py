@@ -1,0 +1,140 @@
+"""Calls at the model boundary, recorded: one ExternalCall row per model call, budgets counted from them,
+and the runtime a SkillContext uses for steps, proposals and model calls (tasks.skills.sdk.SkillRuntime).
+"""
+
+import json
+import time
+from collections.abc import Callable
+from datetime import datetime
+from typing import Any
+
+from django.db.models import Count, Sum
+from django.db.models.functions import Coalesce
+
+from runs.models import ExternalCall
+from runs.steps import propose_action, run_step
+from tasks.agents.budgets import Spend, budget_decide, budget_window
+from tasks.agents.client import ModelCallError, ModelReply, build_messages, chat, input_sha256
+from tasks.models import Agent
+from tasks.skills.errors import fingerprint
+from tasks.skills.sdk import BudgetWait, ErrorKind, SkillContext, SkillError
+
+
+class SkillRuntime:
+    """The executor's runtime behind every SkillContext: checkpoints, proposals, recorded calls."""
+
+    def step(self, ctx: SkillContext, name: str, fn: Callable[[], Any], *, write: bool) -> Any:
+        return run_step(ctx, name, fn, write=write)
+
+    def propose(
+        self, ctx: SkillContext, action: str, args: dict[str, Any], *, step: str | None, risk: str | None
+    ) -> Any:
+        return propose_action(ctx, action, args, step=step, risk=risk)
+
+    def call_model(self, ctx: SkillContext, agent: str, prompt: str, *, step: str) -> tuple[ModelReply, int]:
+        found = Agent.objects.filter(name=agent).first()
+        if found is None:
+            raise SkillError(ErrorKind.INVALID_PARAM, f"no agent named {agent!r}")
+        return model_call(ctx, found, prompt, step=step)
+
+    def mark_output(self, call_id: int, *, valid: bool) -> None:
+        call_mark_output(call_id, valid=valid)
+
+
+def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model") -> tuple[ModelReply, int]:
+    """Call `agent` for run `ctx` and record the call; returns the reply and the ExternalCall id.
+
+    Raises BudgetWait (before calling) when the agent's hourly budget is spent, and ModelCallError
+    (after recording the failed call) when the call fails.
+    """
+    from runs.models import ExternalCall
+
+    decision = budget_decide(
+        max_calls=agent.max_calls_per_hour,
+        max_tokens=agent.max_tokens_per_hour,
+        spend=agent_spend(agent_id=agent.id, now=ctx.now),
+        now=ctx.now,
+    )
+    if not decision.allowed:
+        raise BudgetWait(agent=agent.name, until=decision.reset_at, reason=decision.reason)
+
+    messages = build_messages(agent, prompt)
+    record = ExternalCall(
+        run_id=ctx.run_id,
+        attempt=ctx.attempt,
+        step=step,
+        agent=agent,
+        agent_name=agent.name,
+        provider=agent.provider,
+        endpoint="echo:" if agent.provider == "echo" else agent.base_url.rstrip("/") + "/chat/completions",
+        model=agent.model,
+        input_sha256=input_sha256(agent.model, messages),
+        prompt_text=json.dumps(messages, ensure_ascii=False) if agent.store_prompts else "",
+        started_at=ctx.now,
+    )
+    started = time.monotonic()
+    try:
+        reply = chat(agent, messages, now=ctx.now)
+    except ModelCallError as exc:
+        record.status = exc.status
+        record.error_kind = exc.kind
+        record.error_digest = fingerprint(exc.kind, exc)
+        if exc.kind == ErrorKind.MODEL_INVALID_OUTPUT:
+            record.output_valid = False
+        raise
+    else:
+        record.status = reply.status
+        record.prompt_tokens = reply.prompt_tokens
+        record.completion_tokens = reply.completion_tokens
+    finally:
+        record.latency_ms = round((time.monotonic() - started) * 1000)
+        # Recorded whatever happens next: the call was made (and maybe paid for) even if the lease is lost.
+        record.save()
+    ctx.logger.info(
+        "run %s: %s called %s in %sms (tokens %s+%s)",
+        ctx.run_id,
+        agent.name,
+        agent.model,
+        record.latency_ms,
+        reply.prompt_tokens,
+        reply.completion_tokens,
+    )
+    return reply, record.id
+
+
+def call_mark_output(call_id: int, *, valid: bool) -> None:
+    """Record whether the call's output passed validation."""
+    ExternalCall.objects.filter(id=call_id).update(output_valid=valid)
+
+
+def agent_spend(*, agent_id: int, now: datetime) -> Spend:
+    """Calls and tokens the agent used in the current window (served by call_agent_window_idx)."""
+    start, end = budget_window(now)
+    row = ExternalCall.objects.filter(agent_id=agent_id, started_at__gte=start, started_at__lt=end).aggregate(
+        calls=Count("id"),
+        tokens=Coalesce(Sum("prompt_tokens"), 0) + Coalesce(Sum("completion_tokens"), 0),
+    )
+    return Spend(calls=row["calls"], tokens=row["tokens"] or 0)
+
+
+def agent_budget_list(*, now: datetime) -> list[dict]:
+    """Spend against budget for every agent, for the dashboard and the agent admin."""
+    rows = []
+    for agent in Agent.objects.order_by("name"):
+        spend = agent_spend(agent_id=agent.id, now=now)
+        decision = budget_decide(
+            max_calls=agent.max_calls_per_hour, max_tokens=agent.max_tokens_per_hour, spend=spend, now=now
+        )
+        rows.append(
+            {
+                "agent": agent.name,
+                "provider": agent.provider,
+                "calls": spend.calls,
+                "max_calls_per_hour": agent.max_calls_per_hour,
+                "tokens": spend.tokens,
+                "max_tokens_per_hour": agent.max_tokens_per_hour,
+                "exhausted": not decision.allowed,
+                "resets_at": decision.reset_at,
+            }
+        )
+    return rows

@@ -1,0 +1,214 @@
+"""What the run for a rule will be: one assembly of a Work value for every trigger kind.
+
+The tick (and catch-up, heartbeats, held slots), the operator's buttons (run now, trial, backfill)
+and event intake (webhook, queue, file, Python) all build their Work here, so every run of a rule
+carries the rule's executing identity, its object key and its snapshot, whoever triggered it
+(invariant 8), and is serialized per object the same way.
+"""
+
+from datetime import datetime, timedelta
+
+from runs.claims import Work
+from runs.models import TaskRun
+from tasks.models import TriggerRule, TriggerSource
+from tasks.rules import events, keys, schedule
+
+SCHEDULER_IDENTITY = "scheduler"
+# Business keys of trial runs start with this, so trials and real runs never share a key.
+TRIAL_PREFIX = "trial:"
+
+
+def rule_identity(rule: TriggerRule) -> str:
+    """The executing identity a run records (and the executor re-checks); "" for an unrestricted rule."""
+    return rule.identity.name if rule.identity_id else ""
+
+
+def slot_values(rule: TriggerRule, slot: datetime) -> dict:
+    """The built-in placeholders of a rule's templates for one slot."""
+    spec = rule.schedule_spec()
+    return {
+        "rule": rule.name,
+        "slot": schedule.slot_label(spec, slot),
+        "business_date": schedule.business_date(spec, slot).isoformat(),
+    }
+
+
+def rule_render_key(rule: TriggerRule, slot: datetime) -> str:
+    """The slot's biz_key from the rule's dedupe-key template."""
+    return keys.render(rule.dedupe_key_template, params=_params(rule), **slot_values(rule, slot))
+
+
+def rule_object_key(rule: TriggerRule, *, values: dict) -> str:
+    """The rendered object key ("" when the rule names none); same placeholders as the dedupe key."""
+    if not rule.object_key_template:
+        return ""
+    return keys.render(rule.object_key_template, params=_params(rule), **values)
+
+
+def rule_flag_scope(rule: TriggerRule, *, values: dict) -> str:
+    """The scope a rule's readiness flags are looked up in for one slot."""
+    return keys.render(rule.depends_scope or "{business_date}", params=_params(rule), **values)
+
+
+def rule_snapshot(rule: TriggerRule) -> dict:
+    """The declared snapshot fields, copied from the rule's params at trigger time."""
+    params = _params(rule)
+    return {name: params.get(name) for name in (rule.snapshot_fields or []) if isinstance(name, str)}
+
+
+def rule_payload(rule: TriggerRule, slot: datetime | None) -> dict:
+    """What the run keeps from the rule at trigger time, so later edits do not change it."""
+    payload = {
+        "params": rule.params,
+        "policy": rule.retry_policy(),
+        "rule_version": rule.version,
+        "snapshot": rule_snapshot(rule),
+    }
+    if slot is not None:
+        payload["slot_local"] = schedule.slot_label(rule.schedule_spec(), slot)
+    if rule.agent_id is not None:  # the model binding and output contract, as they were when triggered
+        payload["agent"] = rule.agent.name
+        payload["output_schema"] = rule.output_schema
+    return payload
+
+
+def work_for_slot(rule: TriggerRule, slot: datetime, *, source: str, run_after: datetime | None = None) -> Work:
+    """A scheduled slot's work (tick, catch-up, heartbeat, a held slot that became ready).
+
+    Raises keys.KeyTemplateError (or KeyError/ValueError) when the rule's templates cannot be rendered.
+    """
+    start_by = slot + timedelta(seconds=rule.start_window_seconds) if rule.start_window_seconds is not None else None
+    return _work(
+        rule,
+        biz_key=rule_render_key(rule, slot),
+        slot=slot,
+        values=slot_values(rule, slot),
+        source=source,
+        triggered_by=SCHEDULER_IDENTITY,
+        run_after=run_after,
+        start_by=start_by,
+    )
+
+
+def work_for_operator(
+    rule: TriggerRule,
+    *,
+    actor: str,
+    now: datetime,
+    slot: datetime | None = None,
+    biz_key: str | None = None,
+    trial: bool = False,
+    source: str = TaskRun.Source.MANUAL,
+    run_after: datetime | None = None,
+) -> Work:
+    """An operator's run of a rule (run now, trial run, backfill): the same unit of work as the slot.
+
+    Without a slot, the slot is `now` cut to the minute, so a double-click within a minute is one
+    run, and a manual fire of a scheduled minute is the same unit of work as the scheduled one.
+    `biz_key` overrides the rendered key (an operator naming one business unit). A trial's key is
+    put in the "trial:" namespace, so it never dedupes against the real unit of work.
+    """
+    if slot is None:
+        slot = now.replace(second=0, microsecond=0)
+    if slot.tzinfo is None:
+        raise ValueError("slot must be timezone-aware")
+    schedule.validate_spec(rule.schedule_spec())
+    key = biz_key or rule_render_key(rule, slot)
+    if trial and not key.startswith(TRIAL_PREFIX):
+        key = TRIAL_PREFIX + key
+    return _work(
+        rule,
+        biz_key=key,
+        slot=slot,
+        values=slot_values(rule, slot),
+        source=source,
+        triggered_by=actor,
+        run_after=run_after,
+        trial=trial,
+    )
+
+
+def work_for_event(
+    rule: TriggerRule,
+    source: TriggerSource,
+    mapped: events.MappedEvent,
+    *,
+    channel: str,
+    delivery_id: str | None,
+    now: datetime,
+) -> Work:
+    """An accepted event's work: keyed by the event's criteria, triggered by the source's identity,
+    executed as the rule's identity. Raises events.Refused when the key cannot be rendered."""
+    business_date = now.astimezone(schedule.validate_timezone(rule.timezone)).date().isoformat()
+    params = {**_params(rule), "source": source.name, **mapped.criteria}
+    biz_key = events.render_key(
+        rule.dedupe_key_template,
+        rule=rule.name,
+        source=source.name,
+        criteria=mapped.criteria,
+        business_date=business_date,
+        params=_params(rule),
+    )
+    try:
+        object_key = (
+            keys.render(rule.object_key_template, rule=rule.name, slot="", business_date=business_date, params=params)
+            if rule.object_key_template
+            else ""
+        )
+    except (keys.KeyTemplateError, KeyError, ValueError) as exc:
+        raise events.Refused("invalid_key", f"cannot render the object key: {exc}", status=422) from None
+    work = _work(
+        rule,
+        biz_key=biz_key,
+        slot=None,
+        values=None,
+        source=TaskRun.Source.EVENT,
+        triggered_by=source.identity,
+        object_key=object_key,
+    )
+    work.payload["event"] = {
+        "source": source.name,
+        "channel": channel,
+        "delivery_id": delivery_id,
+        "received_at": now.isoformat(),
+        "criteria": mapped.criteria,
+        "snapshot": mapped.snapshot,
+        "refs": mapped.refs,
+    }
+    return work
+
+
+def _work(
+    rule: TriggerRule,
+    *,
+    biz_key: str,
+    slot: datetime | None,
+    values: dict | None,
+    source: str,
+    triggered_by: str,
+    run_after: datetime | None = None,
+    start_by: datetime | None = None,
+    trial: bool = False,
+    object_key: str | None = None,
+) -> Work:
+    payload = rule_payload(rule, slot)
+    if trial:
+        payload["trial"] = True  # skills see it too, e.g. to write to a sandbox
+    return Work(
+        rule=rule,
+        biz_key=biz_key,
+        skill=rule.skill,
+        source=source,
+        triggered_by=triggered_by,
+        payload=payload,
+        identity=rule_identity(rule),
+        object_key=object_key if object_key is not None else rule_object_key(rule, values=values or {}),
+        slot=slot,
+        run_after=run_after,
+        start_by=start_by,
+        is_trial=trial,
+    )
+
+
+def _params(rule: TriggerRule) -> dict:
+    return rule.params if isinstance(rule.params, dict) else {}
