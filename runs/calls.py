@@ -47,8 +47,6 @@ def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model
     Raises BudgetWait (before calling) when the agent's hourly budget is spent, and ModelCallError
     (after recording the failed call) when the call fails.
     """
-    from runs.models import ExternalCall
-
     decision = budget_decide(
         max_calls=agent.max_calls_per_hour,
         max_tokens=agent.max_tokens_per_hour,

@@ -3,8 +3,11 @@
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.utils.translation import gettext as _
 
-from runs.models import SchedulerTick, TaskRun
+from deadletters.models import DeadLetter
+from harness_site.audit.models import AuditEntry
+from runs.models import Decision, SchedulerTick, TaskRun
 from tasks.models import TriggerRule
 
 # A scheduler that has not ticked for this many tick periods is considered stalled.
@@ -51,3 +54,50 @@ def run_list_recent(*, limit: int = 50, rule_name: str | None = None):
     if rule_name:
         qs = qs.filter(rule_name=rule_name)
     return qs[:limit]
+
+
+def run_timeline(run: TaskRun) -> dict:
+    """Everything the run page shows, in reading order (a handful of queries)."""
+    attempts = list(run.attempt_set.order_by("number"))
+    decisions = list(Decision.objects.filter(rule_id=run.rule_id, slot=run.slot)) if run.rule_id and run.slot else []
+    audit = list(AuditEntry.objects.filter(target_type="run", target_id=str(run.id)).order_by("at"))
+    tickets = list(DeadLetter.objects.filter(run=run).order_by("created_at"))
+    return {
+        "steps": [
+            (
+                _("triggered"),
+                run.trigger_at,
+                _("%(source)s by %(who)s") % {"source": run.get_source_display(), "who": run.triggered_by or "-"},
+            ),
+            (
+                _("started"),
+                run.start_at,
+                _("first attempt on %(worker)s") % {"worker": attempts[0].worker} if attempts else _("not yet"),
+            ),
+            (_("finished"), run.finish_at, run.get_state_display()),
+        ],
+        "queue_delay": duration_text(run.start_at - run.trigger_at) if run.start_at else "-",
+        "execution_time": duration_text(run.finish_at - run.start_at) if run.finish_at and run.start_at else "-",
+        "attempts": [
+            {"a": a, "duration": duration_text(a.finished_at - a.started_at) if a.finished_at else _("running")}
+            for a in attempts
+        ],
+        "decisions": decisions,
+        "audit": audit,
+        "tickets": tickets,
+        "payload": run.payload,
+        "is_trial": run.is_trial,
+        "state": run.get_state_display(),
+    }
+
+
+def duration_text(delta) -> str:
+    """A duration for reading: 1.234s, 2.5 min, 3.0 h, 2.0 days."""
+    if delta is None:
+        return "-"
+    s = delta.total_seconds()
+    if abs(s) < 60:
+        return f"{s:.3f}s"
+    if abs(s) < 3600:
+        return _("%(n).1f min") % {"n": s / 60}
+    return _("%(n).1f h") % {"n": s / 3600} if abs(s) < 86400 else _("%(n).1f days") % {"n": s / 86400}

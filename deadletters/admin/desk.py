@@ -13,6 +13,7 @@ from deadletters.services import deadletter_assign, deadletter_close
 from harness_site.desk import OptionalReasonForm, confirm_bulk, confirm_object, has_perm_method, now
 from runs.dashboard import deadletter_backlog
 from runs.operations import run_retry_now
+from runs.selectors import run_timeline
 
 
 class CloseForm(forms.Form):
@@ -190,8 +191,6 @@ class DeadLetterDeskMixin:
         ticket = self.get_object(request, object_id)
         extra = {**(extra_context or {})}
         if ticket is not None:
-            from runs.admin.desk import run_timeline
-
             extra["timeline"] = run_timeline(ticket.run)
             extra["run_url"] = reverse("admin:runs_taskrun_change", args=[ticket.run_id])
             user, buttons = request.user, []

@@ -4,13 +4,13 @@ cancel with confirmation, and the live leases with force-release. Mixed into run
 from django.contrib import admin, messages
 from django.contrib.admin import DateFieldListFilter
 from django.db.models import Max
+from django.http import HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from harness_site.audit.models import AuditEntry
 from harness_site.desk import (
     OptionalReasonForm,
     ReasonForm,
@@ -20,7 +20,7 @@ from harness_site.desk import (
     now,
 )
 from runs.approvals import APPROVE_PERM, catchup_approve, catchup_reject
-from runs.models import Decision, Lease, RunLease, TaskRun
+from runs.models import Lease, RunLease, TaskRun
 from runs.operations import (
     CANCELLABLE_STATES,
     RETRYABLE_STATES,
@@ -29,17 +29,8 @@ from runs.operations import (
     run_lease_force_release,
     run_retry_now,
 )
-
-
-def _seconds(delta) -> str:
-    if delta is None:
-        return "-"
-    s = delta.total_seconds()
-    if abs(s) < 60:
-        return f"{s:.3f}s"
-    if abs(s) < 3600:
-        return _("%(n).1f min") % {"n": s / 60}
-    return _("%(n).1f h") % {"n": s / 3600} if abs(s) < 86400 else _("%(n).1f days") % {"n": s / 86400}
+from runs.selectors import duration_text as _seconds
+from runs.selectors import run_timeline
 
 
 class RunDeskMixin:
@@ -188,43 +179,6 @@ def _lease_summary(run: TaskRun) -> list[str]:
     ]
 
 
-def run_timeline(run: TaskRun) -> dict:
-    """Everything the run page shows, in reading order (a handful of queries)."""
-    from deadletters.models import DeadLetter
-
-    attempts = list(run.attempt_set.order_by("number"))
-    decisions = list(Decision.objects.filter(rule_id=run.rule_id, slot=run.slot)) if run.rule_id and run.slot else []
-    audit = list(AuditEntry.objects.filter(target_type="run", target_id=str(run.id)).order_by("at"))
-    tickets = list(DeadLetter.objects.filter(run=run).order_by("created_at"))
-    return {
-        "steps": [
-            (
-                _("triggered"),
-                run.trigger_at,
-                _("%(source)s by %(who)s") % {"source": run.get_source_display(), "who": run.triggered_by or "-"},
-            ),
-            (
-                _("started"),
-                run.start_at,
-                _("first attempt on %(worker)s") % {"worker": attempts[0].worker} if attempts else _("not yet"),
-            ),
-            (_("finished"), run.finish_at, run.get_state_display()),
-        ],
-        "queue_delay": _seconds(run.start_at - run.trigger_at) if run.start_at else "-",
-        "execution_time": _seconds(run.finish_at - run.start_at) if run.finish_at and run.start_at else "-",
-        "attempts": [
-            {"a": a, "duration": _seconds(a.finished_at - a.started_at) if a.finished_at else _("running")}
-            for a in attempts
-        ],
-        "decisions": decisions,
-        "audit": audit,
-        "tickets": tickets,
-        "payload": run.payload,
-        "is_trial": run.is_trial,
-        "state": run.get_state_display(),
-    }
-
-
 @admin.register(RunLease)
 class RunLeaseAdmin(admin.ModelAdmin):
     """Live run leases: running runs, their holder, how long held, when the lease expires."""
@@ -285,8 +239,6 @@ class RunLeaseAdmin(admin.ModelAdmin):
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         # The run page has the timeline and the release button.
-        from django.http import HttpResponseRedirect
-
         return HttpResponseRedirect(reverse("admin:runs_taskrun_change", args=[object_id]))
 
 
@@ -327,9 +279,6 @@ class LeaseDeskMixin:
         )
 
 
-__all__ = ["LeaseDeskMixin", "OptionalReasonForm", "RunDeskMixin", "RunLeaseAdmin", "run_timeline"]
-
-
 class CatchupApprovalMixin:
     """Adds "Approve catch-up" and "Reject catch-up" to the run list for users with the permission."""
 
@@ -354,3 +303,6 @@ class CatchupApprovalMixin:
     def reject_catchup(self, request, queryset):
         n = catchup_reject(run_ids=list(queryset.values_list("id", flat=True)), actor=request.user, now=timezone.now())
         self.message_user(request, f"Rejected {n} catch-up run(s).", messages.SUCCESS if n else messages.WARNING)
+
+
+__all__ = ["CatchupApprovalMixin", "LeaseDeskMixin", "OptionalReasonForm", "RunDeskMixin", "RunLeaseAdmin"]

@@ -3,6 +3,7 @@ didn't it run at that slot?" view; readiness flags, service identities and API t
 
 from django import forms
 from django.contrib import admin, messages
+from django.core.exceptions import PermissionDenied
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -123,8 +124,6 @@ class GuardAdminMixin:
     def explain_view(self, request, object_id):
         rule = get_object_or_404(TriggerRule, pk=object_id)
         if not self.has_view_permission(request, rule):
-            from django.core.exceptions import PermissionDenied
-
             raise PermissionDenied
         text = request.GET.get("slot", "").strip()
         result, error = None, ""

@@ -2,6 +2,7 @@
 
 import json
 
+from django.contrib.auth import get_user_model
 from django.core.management.base import CommandError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
@@ -9,6 +10,8 @@ from django.utils import timezone
 from tasks.flags import FlagError, flag_clear, flag_json, flag_list, flag_set
 from tasks.models import TriggerRule
 from tasks.triggers.explain import SlotParseError, parse_slot, rule_preview, slot_explain
+from tasks.triggers.heartbeat import rule_ping
+from tasks.views import token_create
 
 
 def add_guard_parsers(sub) -> None:
@@ -102,8 +105,6 @@ class GuardCommandsMixin:
             )
 
     def _ping(self, *, rule, **opts):
-        from tasks.triggers.heartbeat import rule_ping
-
         try:
             deadline = rule_ping(rule=_rule(rule), now=timezone.now())
         except ValueError as exc:
@@ -111,10 +112,6 @@ class GuardCommandsMixin:
         self.stdout.write(f"pinged {rule}; fires if silent until {deadline.isoformat()}")
 
     def _token(self, *, action, name, user, **opts):
-        from django.contrib.auth import get_user_model
-
-        from tasks.views import token_create
-
         found = get_user_model().objects.filter(username=user).first()
         if found is None:
             raise CommandError(f"no user named {user!r}")

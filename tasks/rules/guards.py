@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from datetime import timedelta
 
-from tasks.rules import evaluation, keys
+from tasks.rules import evaluation, events, keys
 from tasks.skills.sdk import registry
 
 FLAG_NAME_MAX = 200
@@ -66,8 +66,10 @@ def guard_errors(rule) -> dict[str, list[str]]:
             add("ready_deadline", "The wait policy needs a local deadline (e.g. 12:00) after which the slot expires.")
 
     if rule.object_key_template:
+        # An event rule's runs are keyed by the event: its object key may use the event's fields too.
+        extra = dict.fromkeys(events.EVENT_PLACEHOLDERS) if rule.kind == "event" else {}
         try:
-            keys.validate_template(rule.object_key_template, params=params)
+            keys.validate_template(rule.object_key_template, params={**params, **extra})
         except keys.KeyTemplateError as exc:
             add("object_key_template", str(exc))
 

@@ -13,9 +13,9 @@ from django.utils.dateparse import parse_datetime
 
 from runs.models import TaskRun
 from tasks import services
-from tasks.triggers.operator import rule_fire
 from tasks.management.commands import harness as harness_command
 from tasks.models import DiagnosticRecord, TriggerRule
+from tasks.triggers.operator import rule_fire
 
 pytestmark = pytest.mark.django_db
 

@@ -11,10 +11,10 @@ from django.urls import reverse
 from deadletters.services import deadletter_open
 from runs.models import Attempt, Decision, Lease, SchedulerTick, TaskRun
 from tasks import services
-from tasks.triggers.operator import rule_fire
 from tasks.models import DiagnosticRecord, TriggerRule
 from tasks.skills.errors import classify
 from tasks.skills.sdk import ErrorKind, SkillError
+from tasks.triggers.operator import rule_fire
 
 pytestmark = pytest.mark.django_db
 

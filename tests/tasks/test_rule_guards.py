@@ -12,8 +12,8 @@ from runs.models import Decision, SlotHold, TaskRun
 from runs.retention import decision_sweep
 from runs.selectors import scheduler_health
 from tasks.models import ServiceIdentity, TriggerRule
-from tasks.triggers.operator import rule_fire, rule_save
 from tasks.triggers.heartbeat import rule_ping
+from tasks.triggers.operator import rule_fire, rule_save
 from tasks.triggers.scheduler import scheduler_tick
 
 pytestmark = pytest.mark.django_db

@@ -5,6 +5,8 @@ import secrets
 import sys
 from pathlib import Path
 
+from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.core.management.base import BaseCommand, CommandError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
@@ -13,8 +15,9 @@ from django.utils.dateparse import parse_datetime
 from runs.selectors import run_list_recent
 from tasks import services
 from tasks.management.subcommands import GuardCommandsMixin, add_guard_parsers
-from tasks.models import DiagnosticRecord, TriggerRule
+from tasks.models import DiagnosticRecord, TriggerRule, TriggerSource
 from tasks.triggers.operator import rule_fire
+from tasks.triggers.sensors import sensor_scan, sensors_scan_all
 
 DEMO_RULES = Path(__file__).resolve().parents[2] / "fixtures" / "demo_rules.json"
 
@@ -81,9 +84,6 @@ class Command(GuardCommandsMixin, BaseCommand):
         self._import(DEMO_RULES.read_text())
 
     def _admin_login(self, **opts):
-        from django.conf import settings
-        from django.contrib.auth import get_user_model
-
         secret = Path(settings.VAR_DIR) / "admin-password.txt"
         users = get_user_model().objects
         if not users.filter(username="admin").exists():
@@ -152,9 +152,6 @@ class Command(GuardCommandsMixin, BaseCommand):
         self.stdout.write(f"run {claim.run.id} {verb}: {claim.run.biz_key}")
 
     def _sensors(self, *, sensors_command, source, **opts):
-        from tasks.models import TriggerSource
-        from tasks.triggers.sensors import sensor_scan, sensors_scan_all
-
         now = timezone.now()
         if source:
             obj = TriggerSource.objects.filter(name=source, kind=TriggerSource.Kind.FILE).first()
