@@ -16,7 +16,7 @@ urlpatterns = [
     # Before admin/, so the admin's catch-all does not take it; admin_view requires a staff login.
     path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="harness-dashboard"),
     path("admin/", admin.site.urls),
-    # Readiness flags and heartbeat pings (tasks/api.py): token or session, JSON refusals.
+    # Readiness flags and heartbeat pings (tasks/views.py): token or session, JSON refusals.
     path("api/flags", flags_list_view, name="api-flags"),
     path("api/flags/set", flags_set_view, name="api-flags-set"),
     path("api/flags/clear", flags_clear_view, name="api-flags-clear"),

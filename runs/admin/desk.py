@@ -1,5 +1,5 @@
 """The run and lease pages of the operator's desk: run filters, the run timeline, retry now and
-cancel with confirmation, and the live leases with force-release. Mixed into runs/admin.py."""
+cancel with confirmation, and the live leases with force-release. Mixed into runs/admin/__init__.py."""
 
 from django.contrib import admin, messages
 from django.contrib.admin import DateFieldListFilter

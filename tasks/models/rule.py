@@ -140,7 +140,7 @@ class TriggerRule(models.Model):
         help_text=_("Slots older than this when first seen are recorded as missed."),
     )
 
-    # --- Issue 3 guards: evaluated by tasks/evaluation.py (pure), applied by tasks/slots.py. ---
+    # --- Issue 3 guards: evaluated by tasks/rules/evaluation.py (pure), applied by tasks/triggers/slot.py. ---
     catchup_max_count = models.PositiveIntegerField(
         _("catchup max count"),
         null=True,
@@ -343,7 +343,7 @@ class TriggerRule(models.Model):
     def first_fire_after(self, now):
         """The next slot after `now`; a heartbeat rule fires when its ping is overdue, not on a clock."""
         if self.kind == self.Kind.EVENT:
-            return None  # fired by its trigger sources (tasks/intake.py), never by the clock
+            return None  # fired by its trigger sources (tasks/triggers/events.py), never by the clock
         if self.kind == self.Kind.HEARTBEAT:
             if not self.heartbeat_every_seconds:
                 return None

@@ -54,7 +54,7 @@ class Command(GuardCommandsMixin, BaseCommand):
         scan.add_argument("--source", help="scan only this file source")
 
         sub.add_parser("demo", help="install the demo rules (idempotent)")
-        add_guard_parsers(sub)  # flags, explain, preview, ping, token (tasks/guard_cli.py)
+        add_guard_parsers(sub)  # flags, explain, preview, ping, token (tasks/management/subcommands.py)
         sub.add_parser("admin-login", help="create the admin user on first use and print its login")
 
     def handle(self, *args, command, **opts):
