@@ -6,6 +6,37 @@ from django.conf import settings
 from tests.support.processes import Harness
 
 
+def pytest_addoption(parser):
+    parser.addoption(
+        "--backend-only",
+        action="store_true",
+        help="run only the tests marked backend (every e2e and transactional test and those marked by hand): "
+        "the PostgreSQL + Redis pass of ./harness test",
+    )
+
+
+def _is_backend(item) -> bool:
+    """Where the database or broker matters: real processes, real commits and races between connections."""
+    if item.get_closest_marker("backend") or item.get_closest_marker("e2e"):
+        return True
+    if {"transactional_db", "live_server", "harness"} & set(getattr(item, "fixturenames", ())):
+        return True
+    db = item.get_closest_marker("django_db")
+    return bool(db and (db.kwargs.get("transaction") or (db.args and db.args[0])))
+
+
+def pytest_collection_modifyitems(config, items):
+    for item in items:
+        if _is_backend(item) and not item.get_closest_marker("backend"):
+            item.add_marker(pytest.mark.backend)
+    if config.getoption("backend_only"):
+        keep = [item for item in items if item.get_closest_marker("backend")]
+        deselected = [item for item in items if not item.get_closest_marker("backend")]
+        if deselected:
+            config.hook.pytest_deselected(items=deselected)
+            items[:] = keep
+
+
 def pytest_report_header(config):
     return [
         f"harness database: {settings.DATABASES['default']['ENGINE']}",
