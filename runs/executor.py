@@ -6,12 +6,21 @@ order: start window -> object gate -> run lease -> skill -> outcome.
 
 import logging
 import random
+import threading
 from collections.abc import Callable
 from datetime import datetime
 
 from runs import outcome
 from runs.calls import SkillRuntime
-from runs.leases import LeaseRenewer, fenced, object_gate_enter, object_gate_exit, run_lease_claim, run_lease_ttl
+from runs.leases import (
+    LeaseRenewer,
+    connection_refresh,
+    fenced,
+    object_gate_enter,
+    object_gate_exit,
+    run_lease_claim,
+    run_lease_ttl,
+)
 from runs.models import Attempt, TaskRun
 from tasks.skills.errors import classify
 from tasks.skills.identities import identity_require
@@ -47,12 +56,15 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
         attempt = run_lease_claim(run, worker=worker, now=clock())
         if attempt is None:
             return ExecuteOutcome(run_id, "not_claimable")
-        renewer = LeaseRenewer(run_id=run.id, fence=run.fence, ttl=run_lease_ttl(run), clock=clock)
+        renewer = LeaseRenewer(
+            run_id=run.id, fence=run.fence, ttl=run_lease_ttl(run), clock=clock, expires_at=run.lease_expires_at
+        )
         renewer.start()
         try:
-            result, error = _call_skill(run, attempt, worker, clock)
+            result, error = _call_skill(run, attempt, worker, clock, lost=renewer.lost)
         finally:
             renewer.stop()
+        connection_refresh()  # the skill may have run for minutes; its connection may be gone
         now = clock()
         if error is None:
             return outcome.run_succeed(run, attempt, result, now=now)
@@ -65,7 +77,9 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
         object_gate_exit(gate, now=clock())
 
 
-def _call_skill(run: TaskRun, attempt: Attempt, worker: str, clock: Clock) -> tuple[object, BaseException | None]:
+def _call_skill(
+    run: TaskRun, attempt: Attempt, worker: str, clock: Clock, *, lost: threading.Event
+) -> tuple[object, BaseException | None]:
     logger = logging.getLogger(f"harness.skill.{run.skill}")
     ctx = SkillContext(
         run_id=run.id,
@@ -79,7 +93,8 @@ def _call_skill(run: TaskRun, attempt: Attempt, worker: str, clock: Clock) -> tu
         rule_name=run.rule_name,
         slot=run.slot,
         payload=run.payload,
-        fenced=lambda: fenced(run_id=run.id, fence=run.fence),
+        fenced=lambda: fenced(run_id=run.id, fence=run.fence, lost=lost),
+        lease_lost=lost.is_set,
         runtime=SkillRuntime(),
     )
     try:

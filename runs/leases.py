@@ -14,7 +14,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import IntegrityError, close_old_connections, connection, transaction
+from django.db import DatabaseError, IntegrityError, close_old_connections, connection, transaction
 from django.db.models import F, Q
 
 from runs.dispatch import run_dispatch_on_commit
@@ -157,6 +157,14 @@ def object_gate_exit(gate: ObjectGate | None, *, now: datetime) -> None:
     run_dispatch_on_commit(run_ids=next_ids, now=now)
 
 
+def connection_refresh() -> None:
+    """Before a write that follows a long wait (a skill's run), check this thread's connection and
+    drop it if the server closed it meanwhile, so the write reconnects instead of failing.
+    Never inside a transaction (the transaction would be lost with it)."""
+    if not connection.in_atomic_block and connection.connection is not None and not connection.is_usable():
+        connection.close()
+
+
 # --- The run lease: on the TaskRun row itself, so the fence check and the result write are one row. ---
 
 Clock = Callable[[], datetime]
@@ -205,12 +213,16 @@ def run_lease_claim(run: TaskRun, *, worker: str, now: datetime) -> Attempt | No
 
 
 @contextmanager
-def fenced(*, run_id: int, fence: int) -> Iterator[None]:
+def fenced(*, run_id: int, fence: int, lost: threading.Event | None = None) -> Iterator[None]:
     """A transaction that commits only while `fence` still holds the run's lease.
 
     The row lock (PostgreSQL) or the IMMEDIATE write lock (SQLite) keeps the sweeper from
-    taking the lease between the check and the caller's writes.
+    taking the lease between the check and the caller's writes. `lost`: the renewer's flag; once
+    set, nothing is written even before the sweeper moved the fence.
     """
+    if lost is not None and lost.is_set():
+        raise LeaseLost()
+    connection_refresh()
     with transaction.atomic():
         holds = TaskRun.objects.select_for_update().filter(id=run_id, fence=fence, state=TaskRun.State.RUNNING).exists()
         if not holds:
@@ -221,11 +233,19 @@ def fenced(*, run_id: int, fence: int) -> Iterator[None]:
 class LeaseRenewer:
     """Extends the run lease every ttl/3 while the skill runs, on its own connection.
 
-    Renewal is conditional on the fence, so a worker that lost the lease stops renewing it.
+    Renewal is conditional on the fence, so a worker that lost the lease stops renewing it. A
+    database error (a dropped connection, a restart) is retried on a fresh connection for as long
+    as the lease last renewed is still valid; only a renewal that finds the fence moved, or a lease
+    that ran out while the database was unreachable, counts as lost. Then `lost` is set: the
+    running skill sees it (ctx.lease_lost, ctx.step, ctx.fenced) and the attempt commits nothing.
     """
 
-    def __init__(self, *, run_id: int, fence: int, ttl: timedelta, clock: Clock):
+    RETRY_INTERVAL = 0.5  # seconds between renewal tries while the database is unreachable
+
+    def __init__(self, *, run_id: int, fence: int, ttl: timedelta, clock: Clock, expires_at: datetime | None = None):
         self.run_id, self.fence, self.ttl, self.clock = run_id, fence, ttl, clock
+        self.expires_at = expires_at or clock() + ttl
+        self.lost = threading.Event()
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name=f"lease-renewer-{run_id}", daemon=True)
 
@@ -238,14 +258,47 @@ class LeaseRenewer:
 
     def _loop(self) -> None:
         interval = max(self.ttl.total_seconds() / 3, 0.2)
+        wait = interval
+        failing_since: datetime | None = None
         try:
-            while not self._stop.wait(interval):
-                renewed = TaskRun.objects.filter(id=self.run_id, fence=self.fence, state=TaskRun.State.RUNNING).update(
-                    lease_expires_at=self.clock() + self.ttl
-                )
+            while not self._stop.wait(wait):
+                try:
+                    renewed = self._renew()
+                except DatabaseError as exc:
+                    # Transient until the lease runs out: retry on a new connection, log once per outage.
+                    connection.close()
+                    if failing_since is None:
+                        failing_since = self.clock()
+                        log.warning("run %s: lease renewal failed (%s); retrying", self.run_id, _one_line(exc))
+                    if self.clock() >= self.expires_at:
+                        log.warning("run %s: lease expired while the database was unreachable", self.run_id)
+                        self.lost.set()
+                        return
+                    wait = min(self.RETRY_INTERVAL, interval)
+                    continue
+                if failing_since is not None:
+                    log.info("run %s: lease renewed again after %s", self.run_id, self.clock() - failing_since)
+                    failing_since = None
                 if not renewed:
                     log.warning("run %s: lease lost (fence %s), renewal stopped", self.run_id, self.fence)
+                    self.lost.set()
                     return
+                wait = interval
         finally:
             close_old_connections()
             connection.close()
+
+    def _renew(self) -> bool:
+        expires = self.clock() + self.ttl
+        renewed = TaskRun.objects.filter(id=self.run_id, fence=self.fence, state=TaskRun.State.RUNNING).update(
+            lease_expires_at=expires
+        )
+        if renewed:
+            self.expires_at = expires
+        return bool(renewed)
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error as one short line: a database error's text can span lines (and a log line must not)."""
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text[:200]}"

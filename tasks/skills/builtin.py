@@ -34,7 +34,12 @@ def fail(ctx: SkillContext) -> dict:
 
 @skill("harness.record")
 def record(ctx: SkillContext) -> dict:
-    """Write one DiagnosticRecord row per execution, under the run's fence, so duplicates are countable."""
+    """Write one DiagnosticRecord row per execution, under the run's fence, so duplicates are countable.
+    params.seconds (default 0): work this long first, checking the lease every 0.1 s."""
+    deadline = time.monotonic() + _number(ctx.params, "seconds", default=0.0)
+    while time.monotonic() < deadline:
+        ctx.check_lease()
+        time.sleep(min(0.1, max(deadline - time.monotonic(), 0)))
     with ctx.fenced():
         row = DiagnosticRecord.objects.create(
             run_id=ctx.run_id,

@@ -109,6 +109,9 @@ class SkillContext:
     fenced: Callable[[], AbstractContextManager[None]] = field(default=lambda: _unfenced())
     # Supplied by the executor: checkpointed steps, proposals and model calls (runs/calls.py).
     runtime: SkillRuntime = field(default_factory=_NoRuntime)
+    # Supplied by the executor: True once this attempt's lease is lost (another worker may run it).
+    # A long skill checks it between units of work; ctx.step and ctx.fenced() check it for you.
+    lease_lost: Callable[[], bool] = field(default=lambda: False)
 
     @property
     def snapshot(self) -> dict[str, Any]:
@@ -121,8 +124,15 @@ class SkillContext:
         return bool(self.payload.get("dry_run") or self.payload.get("trial"))
 
     def step(self, name: str, fn: Callable[[], Any], *, write: bool = False) -> Any:
-        """Run `fn` once per run: a completed step's checkpointed output is returned instead."""
+        """Run `fn` once per run: a completed step's checkpointed output is returned instead.
+        Raises LeaseLost (a SkillError of kind lease_lost) before starting once the lease is lost."""
+        self.check_lease()
         return self.runtime.step(self, name, fn, write=write)
+
+    def check_lease(self) -> None:
+        """Raise SkillError(lease_lost) if this attempt no longer holds the run's lease."""
+        if self.lease_lost():
+            raise SkillError(ErrorKind.LEASE_LOST, "the run's lease was lost; this attempt stops")
 
     def propose(self, action: str, args: dict[str, Any], *, step: str | None = None, risk: str | None = None) -> Any:
         """Run a registered action once: low risk at once, medium/high after a human approves."""

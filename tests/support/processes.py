@@ -43,6 +43,7 @@ class Proc:
             args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
         self.paused = False
+        self.stopped = False
 
     @property
     def pid(self) -> int:
@@ -50,6 +51,7 @@ class Proc:
 
     def kill9(self) -> None:
         """SIGKILL the whole group: the worker and its pool children die without cleanup."""
+        self.stopped = True
         try:
             os.killpg(self.popen.pid, signal.SIGKILL)
         except ProcessLookupError:
@@ -67,6 +69,7 @@ class Proc:
         self.paused = False
 
     def stop(self, timeout: float = 10) -> None:
+        self.stopped = True
         if self.popen.poll() is None:
             try:
                 os.killpg(self.popen.pid, signal.SIGTERM)
@@ -142,6 +145,10 @@ class Harness:
         for proc in reversed(self.procs):
             proc.stop()
         self.procs.clear()
+
+    def crashed(self) -> list[str]:
+        """Names of the processes that exited on their own (still running, or stopped by us, is fine)."""
+        return [p.name for p in self.procs if p.popen.poll() is not None and not p.stopped]
 
     def logs(self) -> str:
         return "\n".join(f"===== {p.name}\n{p.log()[-6000:]}" for p in self.procs)

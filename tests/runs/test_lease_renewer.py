@@ -1,0 +1,63 @@
+"""The lease renewer (runs/leases.py): it tells the running skill when the lease is lost, and the
+attempt then stops and commits nothing (invariant 2). Real database, real threads."""
+
+import threading
+import time
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from runs.claims import Work, run_claim
+from runs.executor import run_execute
+from runs.leases import LeaseRenewer, run_lease_claim
+from runs.models import Attempt, TaskRun
+from runs.operations import run_lease_force_release
+from tasks.models import DiagnosticRecord
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+
+def make_run(*, seconds: float, ttl: float) -> TaskRun:
+    payload = {"params": {"seconds": seconds}, "policy": {"lease_ttl_seconds": ttl, "max_attempts": 1}}
+    work = Work(biz_key="renew:1", skill="harness.record", source="api", triggered_by="tests", payload=payload)
+    return run_claim(work, now=timezone.now(), dispatch=False).run
+
+
+def test_the_renewer_flags_a_lease_whose_fence_moved():
+    run = make_run(seconds=0, ttl=1)
+    assert run_lease_claim(run, worker="A", now=timezone.now()) is not None
+    renewer = LeaseRenewer(run_id=run.id, fence=run.fence, ttl=timedelta(seconds=0.6), clock=timezone.now)
+    renewer.start()
+    try:
+        time.sleep(0.5)
+        assert not renewer.lost.is_set()  # renewed while the fence holds
+        TaskRun.objects.filter(id=run.id).update(fence=run.fence + 1)  # taken by another worker
+        assert renewer.lost.wait(timeout=5), "the renewer never noticed the lease was gone"
+    finally:
+        renewer.stop()
+
+
+def test_a_skill_stops_and_commits_nothing_once_its_lease_is_taken():
+    run = make_run(seconds=3, ttl=0.6)
+
+    def take_it_away():
+        deadline = time.monotonic() + 10
+        while TaskRun.objects.get(id=run.id).state != TaskRun.State.RUNNING and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.3)
+        run_lease_force_release(run_id=run.id, actor="oncall", now=timezone.now(), reason="test")
+        connection.close()
+
+    thief = threading.Thread(target=take_it_away)
+    thief.start()
+    started = time.monotonic()
+    outcome = run_execute(run_id=run.id, worker="A", clock=timezone.now)
+    elapsed = time.monotonic() - started
+    thief.join()
+    assert outcome.status == "fenced"
+    assert elapsed < 2.5, f"the skill kept working {elapsed:.1f}s after losing its lease"
+    assert not DiagnosticRecord.objects.filter(run_id=run.id).exists()
+    [attempt] = Attempt.objects.filter(run_id=run.id)
+    assert attempt.outcome == Attempt.Outcome.FENCED
