@@ -13,7 +13,7 @@ one run or one decision; a HOLD is only ever a temporary state of a slot.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from datetime import date, datetime, time, timedelta
+from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
 RUN = "run"
@@ -145,32 +145,72 @@ def in_hours(g: Guards, local: datetime) -> bool:
 
 
 def next_opening(g: Guards, local: datetime) -> datetime | None:
-    """The first business-hours opening after `local` on a day the calendar allows, in UTC."""
-    zone = local.tzinfo
+    """The first business-hours opening at or after `local`, on a day the calendar allows, in UTC.
+
+    The opening is the local `hours_start` on the rule zone's wall clock (local_time_instants): in a
+    repeated hour it happens twice and the first occurrence at or after the slot counts (a slot in
+    the second pass waits for the second pass, not for the next day); inside a gap it is the gap's
+    end (New York 02:30 on a spring-forward day opens at 03:00 EDT).
+    """
     assert g.hours_start is not None
+    zone = ZoneInfo(g.timezone)
+    after = local.astimezone(UTC)
+    first_day = local.astimezone(zone).date()
     for offset in range(MAX_DEFER_DAYS + 1):
-        day = local.date() + timedelta(days=offset)
+        day = first_day + timedelta(days=offset)
         if day in g.excluded_dates or (g.weekdays is not None and day.weekday() not in g.weekdays):
             continue
-        # fold=0 and a round trip through UTC: an opening inside a DST gap moves to the gap's end.
-        opening = datetime.combine(day, g.hours_start, tzinfo=zone).astimezone(ZoneInfo("UTC"))
-        if opening > local:
-            return opening
+        for opening in local_time_instants(zone, day, g.hours_start):
+            if opening >= after:
+                return opening
     return None
 
 
 def ready_deadline_at(g: Guards, slot: datetime) -> datetime:
-    """When a waiting slot expires: the first local `ready_deadline` at or after the slot (UTC)."""
+    """When a waiting slot expires: the first local `ready_deadline` at or after the slot (UTC).
+
+    Read on the wall clock like an opening: a slot in the second pass of a repeated hour expires at
+    the second occurrence of the deadline the same day; a deadline inside a gap is the gap's end.
+    """
     if g.ready_deadline is None:
         return slot + DEFAULT_READY_WAIT
     zone = ZoneInfo(g.timezone)
-    local = slot.astimezone(zone)
+    first_day = slot.astimezone(zone).date()
     for offset in (0, 1, 2):
-        candidate = datetime.combine(local.date() + timedelta(days=offset), g.ready_deadline, tzinfo=zone)
-        candidate = candidate.astimezone(ZoneInfo("UTC"))
-        if candidate >= slot:
-            return candidate
+        for candidate in local_time_instants(zone, first_day + timedelta(days=offset), g.ready_deadline):
+            if candidate >= slot:
+                return candidate
     return slot + DEFAULT_READY_WAIT  # unreachable: some day within two has the time after the slot
+
+
+def local_time_instants(zone: ZoneInfo, day: date, wall: time) -> list[datetime]:
+    """The UTC instants (ascending) at which a local time of day happens on `day` in `zone`.
+
+    Usually one. In a repeated hour (fall back) two: the first and the second pass. In a gap
+    (spring forward), where the wall clock never reads it, one: the gap's end, the first instant
+    after the jump. Compared as instants, never as wall times (PEP 495 folds).
+    """
+    naive = datetime.combine(day, wall.replace(tzinfo=None))
+    first = naive.replace(tzinfo=zone, fold=0).astimezone(UTC)
+    second = naive.replace(tzinfo=zone, fold=1).astimezone(UTC)
+    if first.astimezone(zone).replace(tzinfo=None) != naive:
+        # zoneinfo maps a wall time in a gap with the offsets either side of it: the jump is between.
+        return [_gap_end(zone, min(first, second), max(first, second))]
+    return [first] if first == second else [first, second]
+
+
+def _gap_end(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:
+    """The first instant with the offset in force at `after`, bisected to the second (tzdata
+    transitions fall on whole seconds)."""
+    target = after.astimezone(zone).utcoffset()
+    lo, hi = int(before.timestamp()), int(after.timestamp())
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        if datetime.fromtimestamp(mid, UTC).astimezone(zone).utcoffset() == target:
+            hi = mid
+        else:
+            lo = mid
+    return datetime.fromtimestamp(hi, UTC)
 
 
 def describe_slot(g: Guards, slot: datetime) -> str:
