@@ -1,0 +1,133 @@
+"""Private Redis and PostgreSQL servers for fault tests: started by the test, restarted by the test,
+stopped afterwards. The machine's own servers are never touched."""
+
+import os
+import shutil
+import socket
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+import psycopg
+import redis
+
+PG_BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"))), None)
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _wait(check, *, timeout: float, what: str) -> None:
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            if check():
+                return
+        except Exception:  # not up yet
+            pass
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out after {timeout}s waiting for {what}")
+        time.sleep(0.1)
+
+
+class PrivateRedis:
+    def __init__(self, folder: Path):
+        self.port = free_port()
+        self.folder = folder
+        self.proc: subprocess.Popen | None = None
+
+    @property
+    def url(self) -> str:
+        return f"redis://127.0.0.1:{self.port}/0"
+
+    def start(self) -> None:
+        self._log = (self.folder / "redis.log").open("ab")
+        log = self._log
+        args = ["redis-server", "--port", str(self.port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no"]
+        self.proc = subprocess.Popen([*args, "--dir", str(self.folder)], stdout=log, stderr=subprocess.STDOUT)
+        _wait(lambda: redis.Redis(port=self.port, socket_connect_timeout=0.5).ping(), timeout=20, what="redis up")
+
+    def stop(self) -> None:
+        if self.proc and self.proc.poll() is None:
+            self.proc.terminate()
+            self.proc.wait(timeout=10)
+        if self.proc is not None:
+            self._log.close()
+
+    def restart(self, *, down: float = 2.0) -> None:
+        self.stop()
+        time.sleep(down)
+        self.start()
+
+
+class PrivatePostgres:
+    """A throwaway cluster owned by the `postgres` OS user (initdb refuses to run as root)."""
+
+    def __init__(self):
+        # Not under pytest's tmp_path: its parents are private to root, and the server runs as postgres.
+        folder = Path(tempfile.mkdtemp(prefix="harness-pg-"))
+        folder.chmod(0o755)
+        self.port = free_port()
+        self.data = folder / "pgdata"
+        self.socket_dir = folder / "pgsock"
+        self.log = folder / "postgres.log"
+        self.folder = folder
+
+    @property
+    def url(self) -> str:
+        return f"postgres://postgres@127.0.0.1:{self.port}/harness"
+
+    def _as_postgres(self, *args: str) -> None:
+        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        subprocess.run([*prefix, *args], check=True, capture_output=True, timeout=120)
+
+    def start(self) -> None:
+        if not self.data.exists():
+            for path in (self.data, self.socket_dir):
+                path.mkdir(parents=True)
+            if os.geteuid() == 0:
+                shutil.chown(self.folder, "postgres")
+                for path in (self.data, self.socket_dir):
+                    shutil.chown(path, "postgres")
+            self._as_postgres(str(PG_BIN / "initdb"), "-D", str(self.data), "-A", "trust", "-U", "postgres")
+            first = True
+        else:
+            first = False
+        self._ctl("start", "-w", "-o", f"-p {self.port} -k {self.socket_dir} -c listen_addresses=127.0.0.1")
+        _wait(self._up, timeout=30, what="postgres up")
+        if first:
+            with psycopg.connect(self._dsn("postgres"), autocommit=True) as conn:
+                conn.execute("CREATE DATABASE harness")
+
+    def _ctl(self, *args: str) -> None:
+        if os.geteuid() == 0:
+            shutil.chown(self.folder, "postgres")
+        self._as_postgres(str(PG_BIN / "pg_ctl"), "-D", str(self.data), "-l", str(self.log), *args)
+
+    def _dsn(self, db: str = "harness") -> str:
+        return f"postgresql://postgres@127.0.0.1:{self.port}/{db}"
+
+    def _up(self) -> bool:
+        with psycopg.connect(self._dsn("postgres"), connect_timeout=1):
+            return True
+
+    def connect(self) -> psycopg.Connection:
+        return psycopg.connect(self._dsn(), autocommit=True)
+
+    def restart(self, *, down: float = 2.0) -> None:
+        self._ctl("stop", "-m", "fast", "-w")
+        time.sleep(down)
+        self._ctl("start", "-w", "-o", f"-p {self.port} -k {self.socket_dir} -c listen_addresses=127.0.0.1")
+        _wait(self._up, timeout=30, what="postgres up again")
+
+    def stop(self) -> None:
+        if self.data.exists():
+            try:
+                self._ctl("stop", "-m", "immediate", "-w")
+            except subprocess.CalledProcessError:
+                pass  # not running
+        shutil.rmtree(self.folder, ignore_errors=True)
