@@ -23,6 +23,10 @@ DST_GAP_POLICIES = ("shift", "skip")
 DST_REPEAT_POLICIES = ("first", "last", "both")
 
 EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
+# No slot after this: a day of margin below datetime.max, for offsets of any zone.
+CALENDAR_END = datetime(9999, 12, 30, tzinfo=UTC)
+# User input quoted back in an error message is cut to this many characters.
+MAX_QUOTED = 60
 # How far next_slot/preview look before answering "never" (a cron whose only
 # wall times fall into DST gaps under "skip" would otherwise search forever).
 LOOKAHEAD = timedelta(days=366 * 50)
@@ -88,11 +92,17 @@ def validate_timezone(name: str) -> ZoneInfo:
     if bad or name not in _iana_names():
         hint = next((n for n in _iana_names() if n.lower() == name.lower()), None)
         extra = f'; did you mean "{hint}"?' if hint and not bad else ""
-        raise ScheduleError("timezone", f'"{name}" is not a known zone: use {TZ_EXAMPLE}{extra}')
+        raise ScheduleError("timezone", f"{_quoted(name)} is not a known zone: use {TZ_EXAMPLE}{extra}")
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise ScheduleError("timezone", f'"{name}" cannot be loaded ({exc})') from exc
+        raise ScheduleError("timezone", f"{_quoted(name)} cannot be loaded ({exc})") from exc
+
+
+def _quoted(text: str) -> str:
+    """User input for an error message: quoted, and cut, so a 6 KB input gives a short message."""
+    text = " ".join(str(text).split())
+    return f'"{text[:MAX_QUOTED]}…"' if len(text) > MAX_QUOTED else f'"{text}"'
 
 
 def validate_cron(expr: str) -> None:
@@ -103,10 +113,10 @@ def validate_cron(expr: str) -> None:
     if parts[0].startswith("@"):
         macro = CRON_MACROS.get(parts[0].lower())
         alt = f'; write "{macro}" instead' if macro else ""
-        raise ScheduleError("cron", f'"{parts[0]}" is not supported{alt}')
+        raise ScheduleError("cron", f"{_quoted(parts[0])} is not supported{alt}")
     if len(parts) != len(CRON_FIELDS):
         msg = (
-            f'"{expr}" has {len(parts)} fields; only 5-field cron is accepted '
+            f"{_quoted(expr)} has {len(parts)} fields; only 5-field cron is accepted "
             "(minute hour day-of-month month day-of-week)"
         )
         if len(parts) in (6, 7):
@@ -117,15 +127,17 @@ def validate_cron(expr: str) -> None:
         next(it)
     except CronSimError as exc:
         raise ScheduleError("cron", _explain(parts, str(exc))) from exc
+    except ValueError:  # cronsim's int() of an absurdly long number
+        raise ScheduleError("cron", f"{_quoted(expr)} is invalid (a field is not a cron value)") from None
     except StopIteration:
-        raise ScheduleError("cron", f'"{expr}" never fires') from None
+        raise ScheduleError("cron", f"{_quoted(expr)} never fires") from None
 
 
 def _explain(parts: list[str], lib_msg: str) -> str:
     # cronsim says "Bad <field>"; quote the value and the allowed range too.
     field = next((f for f in CRON_FIELDS if lib_msg.lower() == f"bad {f}"), None)
     if field is None:
-        return f'"{" ".join(parts)}" is invalid ({lib_msg})'
+        return f"{_quoted(' '.join(parts))} is invalid ({lib_msg})"
     value = parts[CRON_FIELDS.index(field)]
     if field == "day-of-month":
         # cronsim also rejects days that exist in no selected month (30 Feb).
@@ -134,21 +146,21 @@ def _explain(parts: list[str], lib_msg: str) -> str:
         except CronSimError:
             pass
         else:
-            return f'day-of-month "{value}" never occurs in month "{parts[3]}"'
-    return f'bad {field} field "{value}" (allowed: {CRON_RANGES[field]}) [{lib_msg}]'
+            return f"day-of-month {_quoted(value)} never occurs in month {_quoted(parts[3])}"
+    return f"bad {field} field {_quoted(value)} (allowed: {CRON_RANGES[field]}) [{lib_msg}]"
 
 
 def validate_spec(spec: ScheduleSpec) -> None:
     """Check a whole spec; ScheduleError carries the name of the first bad field."""
     if spec.kind not in KINDS:
-        raise ScheduleError("kind", f'"{spec.kind}" is not one of {", ".join(KINDS)}')
+        raise ScheduleError("kind", f"{_quoted(spec.kind)} is not one of {', '.join(KINDS)}")
     validate_timezone(spec.timezone)
     if spec.dst_gap not in DST_GAP_POLICIES:
         allowed = ", ".join(DST_GAP_POLICIES)
-        raise ScheduleError("dst_gap", f'"{spec.dst_gap}" is not one of {allowed}')
+        raise ScheduleError("dst_gap", f"{_quoted(spec.dst_gap)} is not one of {allowed}")
     if spec.dst_repeat not in DST_REPEAT_POLICIES:
         allowed = ", ".join(DST_REPEAT_POLICIES)
-        raise ScheduleError("dst_repeat", f'"{spec.dst_repeat}" is not one of {allowed}')
+        raise ScheduleError("dst_repeat", f"{_quoted(spec.dst_repeat)} is not one of {allowed}")
     if spec.kind == "cron":
         validate_cron(spec.cron)
     elif spec.kind == "interval":
@@ -232,7 +244,15 @@ def _far(after: datetime) -> datetime:
 def _slots(spec: ScheduleSpec, after: datetime, stop: datetime) -> Iterator[Slot]:
     """(slot, note) with after < slot <= stop, strictly ascending, UTC."""
     validate_spec(spec)  # eagerly, not on the generator's first step
-    return _generate(spec, after.astimezone(UTC), stop.astimezone(UTC))
+    return _until_the_calendar_ends(_generate(spec, after.astimezone(UTC), min(stop.astimezone(UTC), CALENDAR_END)))
+
+
+def _until_the_calendar_ends(slots: Iterator[Slot]) -> Iterator[Slot]:
+    """A schedule ends where datetime does (year 9999): stepping past it is the end, not an error."""
+    try:
+        yield from slots
+    except OverflowError:
+        return
 
 
 def _generate(spec: ScheduleSpec, after: datetime, stop: datetime) -> Iterator[Slot]:

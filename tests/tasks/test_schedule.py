@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from cronsim import CronSim
 
+from tasks.rules import schedule
 from tasks.rules.schedule import (
     DST_GAP_POLICIES,
     DST_REPEAT_POLICIES,
@@ -750,3 +751,39 @@ def test_schedule_error_is_a_value_error_with_field_and_message():
     error = ScheduleError("cron", "bad minute")
     assert isinstance(error, ValueError)
     assert (error.field, error.message, str(error)) == ("cron", "bad minute", "cron: bad minute")
+
+
+# --- the edges: huge inputs and the end of the calendar --------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        schedule.ScheduleSpec(kind="cron", timezone="UTC", cron="1 " * 3000),
+        schedule.ScheduleSpec(kind="cron", timezone="UTC", cron="9" * 6000 + " * * * *"),
+        schedule.ScheduleSpec(kind="cron", timezone="Mars/" + "x" * 6000, cron="0 9 * * *"),
+    ],
+    ids=["many-fields", "huge-field", "huge-zone"],
+)
+def test_an_error_quotes_a_huge_input_only_in_part(spec):
+    with pytest.raises(schedule.ScheduleError) as caught:
+        schedule.validate_spec(spec)
+    assert len(str(caught.value)) < 300
+
+
+@pytest.mark.parametrize(
+    "spec",
+    [
+        schedule.ScheduleSpec(kind="interval", timezone="UTC", interval_seconds=7200),
+        schedule.ScheduleSpec(kind="cron", timezone="UTC", cron="30 23 * * *"),
+        schedule.ScheduleSpec(kind="cron", timezone="Pacific/Kiritimati", cron="0 9 * * *"),
+        schedule.ScheduleSpec(kind="cron", timezone="America/New_York", cron="0 9 * * *"),
+    ],
+    ids=["interval", "cron-utc", "cron-utc+14", "cron-new-york"],
+)
+def test_a_schedule_ends_with_the_calendar_instead_of_overflowing(spec):
+    near_the_end = datetime(9999, 12, 31, 23, 0, tzinfo=UTC)
+    assert schedule.next_slot(spec, near_the_end) is None
+    end = datetime.max.replace(tzinfo=UTC)
+    last_days = schedule.slots_between(spec, near_the_end - timedelta(days=5), end)
+    assert last_days and all(s <= schedule.CALENDAR_END for s in last_days)
