@@ -25,19 +25,27 @@ def plan_due_slots(
     grace: timedelta,
     complete: bool,
     max_count: int | None = None,
+    later: int | None = None,
 ) -> list[SlotPlan]:
-    """Classify due slots (ascending, all <= now). Each gets exactly one action (invariant 3).
+    """Classify due slots (ascending, all <= now). Each planned slot gets exactly one action (invariant 3).
 
     A slot claimed within `grace` of its instant is on time. Late slots follow the policy:
     "none" records them all as missed; "latest" runs only the most recent late slot that is
     within `max_delay` and not followed by an on-time slot. `complete` is False when the slot
     list was cut at a bound: then later slots exist, so none of these can be the latest.
-    "all" runs every late slot within `max_delay`, but at most the `max_count` most recent ones
-    (None: no cap); the older ones are capped. With an incomplete list the more recent slots are
-    still to come, so under a cap these are all capped.
+
+    "all" runs every late slot within `max_delay`, but at most the `max_count` most recent ones of
+    the whole outage (None: no cap); the older ones are capped, however many ticks the outage takes
+    (see _plan_all). With an incomplete list, `later` is how many late slots follow it up to `now`,
+    counted up to `max_count` (None: unknown, taken as at least `max_count`).
+
+    The plan covers every slot, in order, except under "all" with a cap and an incomplete list: it
+    may then be a non-empty prefix of `slots`, and the caller leaves the rest for its next tick.
     """
     if catchup == "all":
-        return _plan_all(slots, now=now, max_delay=max_delay, grace=grace, complete=complete, max_count=max_count)
+        return _plan_all(
+            slots, now=now, max_delay=max_delay, grace=grace, complete=complete, max_count=max_count, later=later
+        )
     plans = []
     on_time = [s for s in slots if now - s <= grace]
     late = [s for s in slots if now - s > grace]
@@ -56,16 +64,29 @@ def plan_due_slots(
     return plans
 
 
-def _plan_all(slots, *, now, max_delay, grace, complete, max_count) -> list[SlotPlan]:
+def _plan_all(slots, *, now, max_delay, grace, complete, max_count, later) -> list[SlotPlan]:
+    """Catch-up "all". Under a cap, a late slot is capped once at least `max_count` late slots follow
+    it: nothing that falls due later can change that. When the list is complete, the most recent
+    `max_count` late slots within the max delay run. When it is incomplete, the slots that might
+    still be among the most recent (fewer than `max_count` late slots follow them, counting the
+    `later` ones) are not planned but left for the next tick, which sees them together with every
+    slot after them, including any that fell due meanwhile; so across ticks exactly the
+    `max_count` most recent slots of the outage run. Only when that would plan nothing (a cap
+    larger than a tick's bound) are they chosen here, counting the `later` ones."""
     within = [s for s in slots if grace < now - s <= max_delay]
+    plan_until = len(slots)
     if max_count is None:
         chosen = set(within)
-    elif not complete:
-        chosen = set()
     else:
-        chosen = set(within[-max_count:]) if max_count else set()
+        after = 0 if complete else max_count if later is None else min(later, max_count)
+        budget = max_count - after
+        candidates = within[-budget:] if budget > 0 else []
+        if candidates and not complete and slots.index(candidates[0]) > 0:
+            plan_until = slots.index(candidates[0])
+            candidates = []
+        chosen = set(candidates)
     plans = []
-    for slot in slots:
+    for slot in slots[:plan_until]:
         if now - slot <= grace:
             plans.append(SlotPlan(slot, RUN))
         elif slot in chosen:
@@ -77,10 +98,15 @@ def _plan_all(slots, *, now, max_delay, grace, complete, max_count) -> list[Slot
     return plans
 
 
-def pace(slots: list[datetime], *, now: datetime, spacing: timedelta) -> dict[datetime, datetime]:
-    """run_after for each catch-up slot (ascending): the first now, each next `spacing` later, so an
-    outage is replayed at a bounded rate rather than in one burst."""
-    return {slot: now + spacing * i for i, slot in enumerate(slots)}
+def pace(
+    slots: list[datetime], *, now: datetime, spacing: timedelta, last: datetime | None = None
+) -> dict[datetime, datetime]:
+    """run_after for each catch-up slot (ascending), `spacing` apart, so an outage is replayed at a
+    bounded rate rather than in one burst. The first starts at `now`, or `spacing` after `last`
+    (the latest start already scheduled for a catch-up run of the rule, by an earlier tick) if
+    that is later: pacing continues across ticks instead of restarting at each."""
+    start = now if last is None else max(now, last + spacing)
+    return {slot: start + spacing * i for i, slot in enumerate(slots)}
 
 
 def needs_approval(late: int, *, threshold: int | None) -> bool:

@@ -77,13 +77,18 @@ def _tick_rule(rule: TriggerRule, *, now: datetime, max_slots: int, result: Tick
         grace=ON_TIME_GRACE,
         complete=complete,
         max_count=rule.catchup_max_count,
+        later=None if complete else _late_after(rule, spec, slots[-1], now=now),
     )
-    # Catch-up runs are paced (run_after spaced) and, above the threshold, wait for approval.
+    # Catch-up runs are paced (run_after spaced, continuing after the ones earlier ticks scheduled)
+    # and, above the threshold, wait for approval.
     late = sum(1 for p in plans if p.action != catchup.RUN)
+    chosen = [p.slot for p in plans if p.action == catchup.CATCHUP]
+    spacing = timedelta(seconds=rule.catchup_spacing_seconds)
     paced = catchup.pace(
-        [p.slot for p in plans if p.action == catchup.CATCHUP],
+        chosen,
         now=now,
-        spacing=timedelta(seconds=rule.catchup_spacing_seconds),
+        spacing=spacing,
+        last=slot_service.catchup_last_start(rule, now=now, spacing=spacing) if chosen else None,
     )
     approval = catchup.needs_approval(late, threshold=rule.catchup_approval_threshold)
     for plan in plans:
@@ -112,5 +117,16 @@ def _tick_rule(rule: TriggerRule, *, now: datetime, max_slots: int, result: Tick
                 "max_count": rule.catchup_max_count,
             }
             slot_service.slot_decide(rule, plan.slot, reason=reason, details=details, now=now, result=result)
-    last = slots[-1]
+    # Catch-up "all" under a cap may plan only a prefix (catchup._plan_all): the rest is the next tick's.
+    last = plans[-1].slot
     TriggerRule.objects.filter(pk=rule.pk).update(last_slot_at=last, next_fire_at=schedule.next_slot(spec, last))
+
+
+def _late_after(rule: TriggerRule, spec, after: datetime, *, now: datetime) -> int | None:
+    """For catch-up "all" under a cap: how many late slots follow a cut batch up to now, counted up
+    to the cap (the planner needs no more), so the cap counts the whole outage, not each batch."""
+    if rule.catchup != TriggerRule.CatchUp.ALL or not rule.catchup_max_count:
+        return None
+    # Late means older than the grace: slot < now - grace; instants have microsecond resolution.
+    until = now - ON_TIME_GRACE - timedelta(microseconds=1)
+    return len(schedule.slots_between(spec, after, until, limit=rule.catchup_max_count))

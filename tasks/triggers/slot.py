@@ -7,16 +7,17 @@ or a decision; resolving deletes the hold in the same transaction (invariant 3).
 """
 
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
+from django.db.models import Max
 
 from deadletters.alerts import alert_slot_expired, alert_slot_missed
 from runs.claims import run_claim
 from runs.models import Decision, SlotHold, TaskRun
 from runs.outcome import run_fail
 from tasks.models import ReadinessFlag, TriggerRule
-from tasks.rules import evaluation, keys, schedule
+from tasks.rules import catchup, evaluation, keys, schedule
 from tasks.rules.guards import rule_guards
 from tasks.skills.errors import ClassifiedError
 from tasks.skills.sdk import ErrorKind
@@ -91,6 +92,11 @@ def slot_handle(
         details["held_since"] = hold.created_at.isoformat()
         details["checks"] = hold.checks + 1
     if verdict.action == evaluation.RUN:
+        if hold is not None and source == TaskRun.Source.CATCHUP and run_after is None:
+            # A held catch-up slot that became ready is paced like the tick's catch-up runs.
+            spacing = timedelta(seconds=rule.catchup_spacing_seconds)
+            last = catchup_last_start(rule, now=now, spacing=spacing)
+            run_after = catchup.pace([slot], now=now, spacing=spacing, last=last)[slot]
         start = max(verdict.run_after or now, run_after or now)
         slot_claim(
             rule,
@@ -109,6 +115,20 @@ def slot_handle(
             # Recorded in the decision's transaction (an outbox row); logged and sent after commit.
             alert_slot_expired(rule_name=rule.name, slot=slot, missing=verdict.details.get("missing", []), now=now)
     return verdict.action
+
+
+def catchup_last_start(rule: TriggerRule, *, now: datetime, spacing: timedelta) -> datetime | None:
+    """The latest start scheduled for a catch-up run of this rule, so pacing continues after it
+    across ticks (catchup.pace). Runs gated for approval or cancelled do not count (approval paces
+    them again); one that started at least `spacing` ago cannot hold the next one back."""
+    if not spacing:
+        return None
+    # Served by run_rule_recent_idx (rule first).
+    return (
+        TaskRun.objects.filter(rule=rule, source=TaskRun.Source.CATCHUP, run_after__gt=now - spacing)
+        .exclude(state__in=(TaskRun.State.AWAITING_APPROVAL, TaskRun.State.CANCELLED))
+        .aggregate(last=Max("run_after"))["last"]
+    )
 
 
 def _hold(rule, slot, verdict: evaluation.Verdict, *, source: str, now: datetime, hold: SlotHold | None) -> None:

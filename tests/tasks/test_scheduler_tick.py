@@ -215,6 +215,24 @@ def test_a_bounded_tick_leaves_the_rest_for_the_next_tick(catchup):
     assert runs == ([slots[-1]] if catchup == "latest" else [])
 
 
+@pytest.mark.django_db
+@pytest.mark.parametrize("bound", [4, 3, 1])
+def test_a_bounded_tick_keeps_the_catch_up_all_cap_for_the_whole_outage(bound):
+    # The cap counts the whole outage, not each tick's batch: the 3 newest slots run, however the
+    # bound cuts the outage into batches.
+    rule = make_rule(catchup="all", catchup_max_count=3, catchup_max_delay_seconds=3600)
+    now = T0 + 9 * MINUTE + timedelta(seconds=30)
+    slots = due_slots(rule, now)
+    assert len(slots) == 10
+
+    tick_until_caught_up(now, max_slots=bound)
+
+    accounted = outcomes(rule)
+    assert sorted(accounted) == slots
+    assert [s for s in slots if accounted[s] == "run:catchup"] == slots[-3:]
+    assert {accounted[s] for s in slots[:-3]} == {"decision:catchup_capped"}
+
+
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_ticks_never_duplicate_a_run_and_account_for_every_slot():
     rules = [make_rule(f"rule-{i}", interval_seconds=60 + 13 * i, catchup=["none", "latest"][i % 2]) for i in range(6)]
