@@ -196,8 +196,8 @@ def alert_check_scheduler(*, health: dict, now: datetime) -> Alert | None:
     starting, not stalled.
     """
     last = health.get("last_tick_at")
-    if health["ok"] or last is None:
-        return None
+    if last is None or health["last_tick_age_seconds"] <= health["stall_after_seconds"]:
+        return None  # never ticked (starting), or ticking: an overdue slot alerts as a missed slot
     return alert_record(
         kind=rules.SCHEDULER_STALLED,
         severity=rules.EVENT_SEVERITY[rules.SCHEDULER_STALLED],

@@ -170,6 +170,10 @@ HARNESS = {
     "SENSOR_SECONDS": env.int("HARNESS_SENSOR_SECONDS", default=30),
     # Upper bound on slots one rule may materialise per tick (bounded catch-up work).
     "MAX_SLOTS_PER_TICK": env.int("HARNESS_MAX_SLOTS_PER_TICK", default=1000),
+    # A slot claimed within this long of its instant is on time; a later one follows its rule's
+    # catch-up policy (under "none": a missed decision). Long enough that a database restart or a
+    # beat failover loses no slot; /healthz turns not-ok as soon as a slot is overdue beyond it.
+    "SLOT_GRACE_SECONDS": env.int("HARNESS_SLOT_GRACE_SECONDS", default=60),
     # Decisions ("why didn't it run") older than this are deleted by the sweeper (bounded retention).
     "DECISION_RETENTION_DAYS": env.int("HARNESS_DECISION_RETENTION_DAYS", default=90),
     "ADMIN_BASE_URL": env.str("HARNESS_ADMIN_BASE_URL", default="http://127.0.0.1:8000"),
@@ -183,6 +187,7 @@ _KNOWN_HARNESS_VARS = {
     "HARNESS_TICK_SECONDS",
     "HARNESS_SWEEP_SECONDS",
     "HARNESS_MAX_SLOTS_PER_TICK",
+    "HARNESS_SLOT_GRACE_SECONDS",
     "HARNESS_ADMIN_BASE_URL",
     "HARNESS_BEAT_MAX_LOOP_INTERVAL",
     "HARNESS_BROKER_DIR",

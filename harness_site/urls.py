@@ -2,8 +2,7 @@ from django.contrib import admin
 from django.urls import path
 from django.utils.translation import gettext_lazy as _
 
-from runs.dashboard_view import dashboard_view
-from runs.views import healthz
+from runs.views import dashboard_view, healthz
 from tasks.triggers.webhook import webhook
 from tasks.views import flags_clear_view, flags_list_view, flags_set_view, ping_view
 

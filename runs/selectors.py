@@ -15,7 +15,17 @@ STALL_FACTOR = 10
 MIN_STALL = timedelta(seconds=30)
 
 
+def slot_grace() -> timedelta:
+    """How late a slot may be claimed and still count as on time (HARNESS_SLOT_GRACE_SECONDS)."""
+    return timedelta(seconds=settings.HARNESS["SLOT_GRACE_SECONDS"])
+
+
 def scheduler_health(*, now: datetime) -> dict:
+    """The scheduler's health for /healthz and the stall alert.
+
+    Not ok when no tick ran for the stall period, or as soon as a due slot has waited longer than
+    the slot grace (from then on slots are lost to the catch-up policy); `reason` says which.
+    """
     tick = SchedulerTick.objects.filter(name="scheduler").first()
     age = (now - tick.last_tick_at).total_seconds() if tick else None
     stall_after = max(timedelta(seconds=settings.HARNESS["TICK_SECONDS"] * STALL_FACTOR), MIN_STALL)
@@ -26,14 +36,23 @@ def scheduler_health(*, now: datetime) -> dict:
         .first()
     )
     slot = oldest_unclaimed_slot(now=now)
+    slot_age = (now - slot["at"]).total_seconds() if slot else None
+    grace = slot_grace().total_seconds()
+    reason = ""
+    if age is None or age > stall_after.total_seconds():
+        reason = "no scheduler tick yet" if age is None else f"no scheduler tick for {age:.0f}s"
+    elif slot_age is not None and slot_age > grace:
+        reason = f"a slot of rule {slot['rule']} is {slot_age:.0f}s overdue (grace {grace:.0f}s)"
     return {
-        "ok": age is not None and age <= stall_after.total_seconds(),
+        "ok": not reason,
+        "reason": reason,
         "last_tick_at": tick.last_tick_at if tick else None,
         "last_tick_age_seconds": age,
         "stall_after_seconds": stall_after.total_seconds(),
+        "slot_grace_seconds": grace,
         "oldest_pending_run_age_seconds": (now - oldest_due).total_seconds() if oldest_due else None,
         # A due slot no tick has turned into a run or a decision yet: grows when the scheduler stops.
-        "oldest_unclaimed_slot_age_seconds": (now - slot["at"]).total_seconds() if slot else None,
+        "oldest_unclaimed_slot_age_seconds": slot_age,
         "oldest_unclaimed_slot_rule": slot["rule"] if slot else None,
     }
 

@@ -1,0 +1,77 @@
+"""/healthz for outside monitors: always JSON, 503 with a reason when something is wrong."""
+
+from datetime import timedelta
+
+import pytest
+from django.db import connection
+from django.utils import timezone
+
+from harness_site.celery import app
+from runs.models import SchedulerTick
+from runs.selectors import scheduler_health
+from tasks.models import TriggerRule
+from tests.support.servers import free_port
+
+
+def _ticked(at):
+    SchedulerTick.objects.update_or_create(name="scheduler", defaults={"last_tick_at": at})
+
+
+def _rule(due):
+    rule = TriggerRule.objects.create(
+        name="hourly", reason="t", kind="interval", interval_seconds=3600, timezone="UTC", skill="harness.noop"
+    )
+    TriggerRule.objects.filter(pk=rule.pk).update(next_fire_at=due)
+
+
+@pytest.mark.django_db
+def test_it_is_ok_while_the_scheduler_ticks_and_no_slot_is_overdue(client):
+    _ticked(timezone.now())
+    response = client.get("/healthz")
+    assert response.status_code == 200, response.json()
+    assert response.json()["ok"] is True and response.json()["broker"] == "ok"
+
+
+@pytest.mark.django_db
+def test_it_is_not_ok_as_soon_as_a_slot_is_overdue_beyond_its_grace(settings):
+    now = timezone.now()
+    _ticked(now)  # the tick itself is fresh: only the slot is late
+    grace = settings.HARNESS["SLOT_GRACE_SECONDS"]
+    _rule(due=now - timedelta(seconds=grace - 1))
+    assert scheduler_health(now=now)["ok"] is True
+    late = scheduler_health(now=now + timedelta(seconds=2))
+    assert late["ok"] is False and "overdue" in late["reason"] and "hourly" in late["reason"]
+
+
+@pytest.mark.django_db
+def test_it_answers_503_json_with_a_reason_when_the_broker_is_unreachable(client, monkeypatch):
+    _ticked(timezone.now())
+    # Configuration, not a mock: the real transport is asked to connect where nothing listens.
+    # (The app reads Django's settings under the CELERY_ namespace.)
+    nowhere = f"redis://127.0.0.1:{free_port()}/0"
+    monkeypatch.setitem(app.conf, "CELERY_BROKER_URL", nowhere)
+    monkeypatch.setenv("CELERY_BROKER_URL", nowhere)  # Celery prefers the environment's
+    monkeypatch.setitem(app.conf, "CELERY_BROKER_TRANSPORT", None)
+    response = client.get("/healthz")
+    assert response.status_code == 503
+    assert response["Content-Type"] == "application/json"
+    assert response.json()["reason"].startswith("broker unreachable")
+
+
+@pytest.mark.django_db(transaction=True)
+def test_it_answers_503_json_with_a_reason_when_the_database_is_unreachable(client):
+    saved = dict(connection.settings_dict)
+    connection.close()
+    if connection.vendor == "postgresql":
+        connection.settings_dict["PORT"] = str(free_port())  # nothing listens there
+    else:
+        connection.settings_dict["NAME"] = "/nonexistent/folder/harness.sqlite3"
+    try:
+        response = client.get("/healthz")
+    finally:
+        connection.close()
+        connection.settings_dict.clear()
+        connection.settings_dict.update(saved)
+    assert response.status_code == 503
+    assert response["Content-Type"] == "application/json"
+    assert response.json() == {"ok": False, "reason": "database unreachable", "detail": response.json()["detail"]}
