@@ -37,7 +37,9 @@ def parse_slot(text: str, *, rule: TriggerRule) -> datetime:
 def slot_explain(*, rule: TriggerRule, slot: datetime, now: datetime) -> dict:
     """What happened to one slot: {"outcome", "reason", "summary", "details", ...}.
 
-    outcome is one of run | decision | waiting | not_due | not_a_slot | no_record.
+    outcome is one of run | decision | waiting | not_due | not_a_slot | no_record. A paused rule's
+    slot after it was switched off has reason "paused": expected not to run (ahead), or not run and
+    recorded as a "paused" decision only on resume (past).
     """
     spec = rule.schedule_spec()
     local = schedule.slot_label(spec, slot)
@@ -92,7 +94,18 @@ def slot_explain(*, rule: TriggerRule, slot: datetime, now: datetime) -> dict:
             + (f"; nearest after {after.isoformat()}" if after else "")
         )
         return {**base, "outcome": "not_a_slot", "reason": "", "summary": summary, "details": {}}
+    paused = _paused_text(rule)
     if slot > now or (rule.next_fire_at is not None and slot >= rule.next_fire_at):
+        if paused:
+            # Switched off: nothing is scheduled, whatever the guards would say; on resume the
+            # schedule is read again from then, so this slot runs only if it is still ahead.
+            return {
+                **base,
+                "outcome": "not_due",
+                "reason": "paused",
+                "summary": f"not due yet; expected: {paused}",
+                "details": _paused_details(rule),
+            }
         verdict = evaluation.describe_slot(rule_guards(rule), slot)
         return {
             **base,
@@ -100,6 +113,16 @@ def slot_explain(*, rule: TriggerRule, slot: datetime, now: datetime) -> dict:
             "reason": "",
             "summary": f"not due yet; expected: {verdict}",
             "details": {"next_fire_at": rule.next_fire_at.isoformat() if rule.next_fire_at else None},
+        }
+    if paused and rule.paused_at is not None and slot >= rule.paused_at:
+        return {
+            **base,
+            "outcome": "no_record",
+            "reason": "paused",
+            "summary": "did not run: the rule is paused since "
+            f"{rule.paused_at.isoformat()} ({rule.pause_reason or 'no reason recorded'}); "
+            'resuming records this slot as a "paused" decision, it is not caught up',
+            "details": _paused_details(rule),
         }
     return {
         **base,
@@ -111,8 +134,26 @@ def slot_explain(*, rule: TriggerRule, slot: datetime, now: datetime) -> dict:
     }
 
 
+def _paused_text(rule: TriggerRule) -> str:
+    """What a switched-off rule does at a slot ahead: "" for an enabled rule."""
+    if rule.enabled:
+        return ""
+    why = f": {rule.pause_reason}" if rule.pause_reason else ""
+    return f"paused (will not run while the rule is paused{why}; resuming reads the schedule again from then)"
+
+
+def _paused_details(rule: TriggerRule) -> dict:
+    return {
+        "expected": "paused",
+        "paused_at": rule.paused_at.isoformat() if rule.paused_at else None,
+        "pause_reason": rule.pause_reason,
+    }
+
+
 def rule_preview(*, rule: TriggerRule, now: datetime, count: int = 10) -> list[dict]:
-    """The next `count` fires with DST notes and what the windows and calendar do to each."""
+    """The next `count` fires with DST notes and what the windows and calendar do to each (for a
+    paused rule: that it will not run while paused)."""
+    paused = _paused_text(rule)
     guards = rule_guards(rule)
     zone = ZoneInfo(rule.timezone)
     if rule.kind == TriggerRule.Kind.HEARTBEAT:
@@ -123,14 +164,14 @@ def rule_preview(*, rule: TriggerRule, now: datetime, count: int = 10) -> list[d
                     "utc": fire,
                     "local": fire.astimezone(zone),
                     "note": "if no ping arrives before",
-                    "guards": evaluation.describe_slot(guards, fire),
+                    "guards": paused or evaluation.describe_slot(guards, fire),
                 }
             ]
             if fire
             else []
         )
     rows = schedule.preview(rule.schedule_spec(), now, count)
-    return [{**row, "guards": evaluation.describe_slot(guards, row["utc"])} for row in rows]
+    return [{**row, "guards": paused or evaluation.describe_slot(guards, row["utc"])} for row in rows]
 
 
 def _is_slot(rule: TriggerRule, slot: datetime) -> bool:

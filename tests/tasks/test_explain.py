@@ -185,3 +185,69 @@ def test_a_flag_set_through_the_command_lets_a_waiting_slot_run():
     flag_set(name="data.ready", scope="2026-12-01", actor="x", now=T0)  # idempotent: refreshed, not doubled
     scheduler_tick(now=T0 + timedelta(minutes=1))
     assert explain("waiting", T0)["outcome"] == "run"
+
+
+# --- a paused rule's slots (bug 15) --------------------------------------------------------
+
+
+def _paused(name: str = "paused", **over) -> TriggerRule:
+    from tasks.triggers.operator import rule_pause
+
+    rule = make_rule(name, **over)
+    rule_pause(rule=rule, actor="op", now=T0, reason="upstream outage")
+    rule.refresh_from_db()
+    assert not rule.enabled and rule.paused_at == T0
+    return rule
+
+
+def test_explain_says_a_paused_rules_future_slot_will_not_run():
+    _paused()
+    result = explain("paused", datetime(2099, 1, 1, tzinfo=UTC))
+    assert (result["outcome"], result["reason"]) == ("not_due", "paused")
+    assert "expected: runs" not in result["summary"]
+    assert "expected: paused" in result["summary"]
+    assert "will not run while the rule is paused" in result["summary"]
+    assert "upstream outage" in result["summary"]
+    assert result["details"]["paused_at"] == T0.isoformat()
+    # The text output says the same.
+    out = StringIO()
+    call_command("harness", "explain", "paused", "2099-01-01T01:00", stdout=out)
+    assert "expected: paused" in out.getvalue() and "expected: runs" not in out.getvalue()
+
+
+def test_explain_says_a_paused_rules_past_slot_did_not_run_because_it_is_paused():
+    from tasks.triggers.explain import slot_explain
+
+    rule = _paused()
+    result = slot_explain(rule=rule, slot=T0 + timedelta(minutes=5), now=T0 + timedelta(hours=1))
+    assert (result["outcome"], result["reason"]) == ("no_record", "paused")
+    assert "paused" in result["summary"] and "before the rule's schedule was last set" not in result["summary"]
+
+
+def test_explain_still_says_runs_for_an_enabled_rules_future_slot():
+    make_rule("on")
+    result = explain("on", datetime(2099, 1, 1, tzinfo=UTC))
+    assert (result["outcome"], result["reason"]) == ("not_due", "")
+    assert result["summary"] == "not due yet; expected: runs"
+
+
+def test_the_admin_explain_view_and_preview_say_paused(client):
+    rule = _paused(excluded_dates=["2099-01-02"])
+    client.force_login(get_user_model().objects.create_superuser("op", "op@example.com", "pw-op-123456"))
+    url = reverse("admin:tasks_triggerrule_explain", args=[rule.pk])
+    for accept in ("en", "zh-hans"):
+        page = client.get(url, {"slot": "2099-01-01T01:00"}, headers={"accept_language": accept})
+        assert page.status_code == 200
+        body = page.content.decode()
+        assert 'id="explain-reason">paused<' in body
+        assert "expected: paused" in body and "expected: runs" not in body
+    assert "解释 paused 的一个时间槽" in body and 'lang="zh-hans"' in body  # the page's own labels in Chinese
+    from tasks.triggers.explain import rule_preview
+
+    rows = rule_preview(rule=rule, now=datetime(2099, 1, 1, 23, 58, tzinfo=UTC), count=3)
+    # Paused comes first: a calendar-excluded slot does not run either, but the pause is why.
+    assert len(rows) == 3 and all(r["guards"].startswith("paused (will not run") for r in rows), rows
+    out = StringIO()
+    call_command("harness", "preview", "paused", "--next", "2", stdout=out)
+    lines = out.getvalue().strip().splitlines()
+    assert len(lines) == 2 and all("paused (will not run" in line and "  runs" not in line for line in lines)
