@@ -1,6 +1,7 @@
-"""The rule pages of the operator's desk: schedule preview (live, as the operator types), the lint
-checklist, and the buttons Run now, Trial run, Pause/Resume and Backfill. Mixed into
-TriggerRuleAdmin; every button is a get_urls view with a form or a confirmation page."""
+"""The rule pages of the operator's desk: the rule form (a one-time rule's run-at typed on the rule
+zone's clock), schedule preview (live, as the operator types), the lint checklist, and the buttons
+Run now, Trial run, Pause/Resume and Backfill. Mixed into TriggerRuleAdmin; every button is a
+get_urls view with a form or a confirmation page."""
 
 import threading
 from datetime import UTC, datetime, timedelta
@@ -9,12 +10,13 @@ from zoneinfo import ZoneInfo
 from cron_descriptor import ExpressionDescriptor, FormatException, Options
 from django import forms
 from django.contrib import messages
+from django.contrib.admin import widgets as admin_widgets
 from django.http import HttpResponseRedirect, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
-from django.utils.text import format_lazy
+from django.utils.text import capfirst, format_lazy
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -23,6 +25,7 @@ from harness_site.desk import FORM_TEMPLATE, change_url, now, posted, require_pe
 from runs.dashboard import skill_duration_p99s
 from tasks.models import ReadinessFlag, TriggerRule
 from tasks.rules import lint, schedule
+from tasks.rules.preview import WallInstant, wall_instant
 from tasks.triggers.operator import (
     DEFAULT_BACKFILL_SPACING,
     MAX_BACKFILL_RUNS,
@@ -84,7 +87,7 @@ def schedule_preview(data: dict, *, at: datetime, count: int = PREVIEW_COUNT) ->
     elif spec.kind == "interval":
         description = _("Every %(n)s seconds (aligned to UTC, so DST never moves it)") % {"n": spec.interval_seconds}
     else:
-        description = _("Once")
+        description = _once_description(spec, at)
     items = [
         {
             "local": f["local"].strftime("%a %Y-%m-%d %H:%M:%S %Z (UTC%z)"),
@@ -101,6 +104,18 @@ def schedule_preview(data: dict, *, at: datetime, count: int = PREVIEW_COUNT) ->
         "fires": items,
         "dst_notes": _dst_notes(spec, at),
     }
+
+
+def _once_description(spec: schedule.ScheduleSpec, at: datetime) -> str:
+    """A one-time rule's instant on the rule zone's clock and in UTC, and whether it is still ahead."""
+    run_at = spec.run_at.astimezone(UTC)  # validated: aware and in range
+    values = {
+        "local": run_at.astimezone(ZoneInfo(spec.timezone)).strftime("%a %Y-%m-%d %H:%M:%S %Z (UTC%z)"),
+        "utc": run_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
+    }
+    if run_at <= at:
+        return _("Once at %(local)s = %(utc)s: already past, so it will not run.") % values
+    return _("Once at %(local)s = %(utc)s") % values
 
 
 def _dst_notes(spec: schedule.ScheduleSpec, at: datetime) -> list[str]:
@@ -189,6 +204,131 @@ def _parse_slot(text: str, zone_name: str) -> datetime:
 # --- forms ----------------------------------------------------------------------------------
 
 
+class WallClockDateTimeField(forms.SplitDateTimeField):
+    """The admin's date and time inputs, kept as typed: a naive wall-clock datetime. Django would
+    read it in the server's TIME_ZONE (UTC); TriggerRuleForm reads it in the rule's own zone."""
+
+    def compress(self, data_list):
+        if not data_list:
+            return None
+        if data_list[0] in self.empty_values:
+            raise forms.ValidationError(self.error_messages["invalid_date"], code="invalid_date")
+        if data_list[1] in self.empty_values:
+            raise forms.ValidationError(self.error_messages["invalid_time"], code="invalid_time")
+        return datetime.combine(*data_list)
+
+
+def run_at_field() -> WallClockDateTimeField:
+    return WallClockDateTimeField(
+        required=False,
+        label=capfirst(TriggerRule._meta.get_field("run_at").verbose_name),
+        widget=admin_widgets.AdminSplitDateTime,
+        help_text=gettext_lazy(
+            "For one-time rules: the date and time on the wall clock in the rule's timezone (the Timezone "
+            "field), not UTC; stored as UTC and shown here in the rule's timezone."
+        ),
+    )
+
+
+def read_run_at(wall: datetime, *, timezone: str, dst_gap: str, dst_repeat: str) -> WallInstant:
+    """A typed run-at on the rule zone's clock; forms.ValidationError (translated) says what is wrong.
+    A schedule.ScheduleError for the zone or a DST policy is left to the caller: it names that field."""
+    try:
+        found = wall_instant(wall, timezone=timezone, dst_gap=dst_gap, dst_repeat=dst_repeat)
+    except schedule.ScheduleError as exc:
+        if exc.field != "run_at":
+            raise
+        raise forms.ValidationError(
+            _("%(wall)s in %(zone)s is out of range: give an instant between year 1 and 9999-12-31 UTC.")
+            % {"wall": f"{wall:%Y-%m-%d %H:%M}", "zone": timezone},
+            code="out_of_range",
+        ) from exc
+    if found.utc is None:
+        raise forms.ValidationError(
+            _(
+                "%(wall)s does not exist in %(zone)s (the clocks go forward then). With DST gap "
+                '"skip" this one-time rule would never run: choose another time, or DST gap "shift".'
+            )
+            % {"wall": f"{wall:%Y-%m-%d %H:%M}", "zone": timezone},
+            code="dst_gap",
+        )
+    return found
+
+
+def run_at_note(found: WallInstant) -> str:
+    """What a DST gap or repeat did to a typed run-at, for the operator; "" when nothing."""
+    local = found.local
+    values = {
+        "wall": f"{found.wall:%Y-%m-%d %H:%M}",
+        "zone": found.timezone,
+        "local": f"{local:%H:%M %Z}",
+        "utc": f"{found.utc:%Y-%m-%d %H:%M} UTC",
+    }
+    if found.dst == "gap":
+        return (
+            _("%(wall)s does not exist in %(zone)s (the clocks go forward then): it runs at %(local)s (%(utc)s).")
+            % values
+        )
+    if found.dst == "repeat":
+        return (
+            _("%(wall)s happens twice in %(zone)s (the clocks go back then): it runs at %(local)s (%(utc)s).") % values
+        )
+    return ""
+
+
+class TriggerRuleForm(forms.ModelForm):
+    """The rule admin's form: a one-time rule's run-at is typed and shown on the rule zone's wall
+    clock (its DST policies decide gaps and repeats, as for cron) and stored as UTC."""
+
+    run_at = run_at_field()
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.run_at_note = ""
+        self._shown_run_at = None
+        stored = self.instance.run_at
+        if stored is not None and "run_at" in self.fields:
+            try:
+                zone = schedule.validate_timezone(self.instance.timezone)
+            except schedule.ScheduleError:
+                return  # shown as Django shows it; the zone must be fixed before the form saves
+            self._shown_run_at = stored.astimezone(zone).replace(tzinfo=None)
+            self.initial["run_at"] = self._shown_run_at
+
+    def clean(self):
+        data = super().clean()
+        wall = data.get("run_at")
+        if not isinstance(wall, datetime) or wall.tzinfo is not None:
+            return data
+        zone = data.get("timezone") or ""
+        if (
+            self._shown_run_at is not None
+            and wall == self._shown_run_at.replace(microsecond=0)
+            and zone == self.instance.timezone
+        ):
+            data["run_at"] = self.instance.run_at  # untouched: keep the stored instant (and its fold)
+            return data
+        kind = data.get("kind")
+        try:
+            found = read_run_at(
+                wall,
+                timezone=zone,
+                # Only a one-time rule's run-at must exist; an ignored one is just moved past a gap.
+                dst_gap=(data.get("dst_gap") or "shift") if kind == TriggerRule.Kind.ONCE else "shift",
+                dst_repeat=data.get("dst_repeat") or "first",
+            )
+        except forms.ValidationError as exc:
+            self.add_error("run_at", exc)
+        except schedule.ScheduleError:
+            # The zone (or a DST policy) is invalid: the model's clean says so on that field, so the
+            # form cannot save. Keep the typed value, unread, so it is not also reported as missing.
+            data["run_at"] = wall.replace(tzinfo=UTC)
+        else:
+            data["run_at"] = found.utc
+            self.run_at_note = run_at_note(found) if kind == TriggerRule.Kind.ONCE else ""
+        return data
+
+
 class RunNowForm(forms.Form):
     slot = forms.CharField(
         required=False,
@@ -260,7 +400,15 @@ class BackfillForm(forms.Form):
 
 class RuleDeskMixin:
     change_form_template = "admin/tasks/triggerrule/change_form.html"
+    form = TriggerRuleForm
     _request_local = threading.local()
+
+    def save_form(self, request, form, change):
+        # A run-at moved past a DST gap (or read in a repeated hour) is saved, and the operator told.
+        note = getattr(form, "run_at_note", "")
+        if note:
+            self.message_user(request, note, messages.WARNING)
+        return super().save_form(request, form, change)
 
     # Injected beside the cron and in a checklist fieldset; see get_fieldsets.
     def get_readonly_fields(self, request, obj=None):
@@ -358,6 +506,12 @@ class RuleDeskMixin:
                 if user.has_perm(perm)
             ]
             extra["runs_url"] = reverse("admin:runs_taskrun_changelist") + f"?rule__id__exact={rule.pk}"
+            try:
+                # The date/time widgets' "Now" and "Today" links: the rule zone's clock, as the form reads them.
+                offset = now().astimezone(schedule.validate_timezone(rule.timezone)).utcoffset()
+                extra["rule_utc_offset"] = int(offset.total_seconds())
+            except schedule.ScheduleError:
+                pass
         return super().change_view(request, object_id, form_url, extra)
 
     # --- views ---
@@ -366,15 +520,35 @@ class RuleDeskMixin:
         """JSON for the live preview: 200 with the fires, or 400 naming the bad field."""
         if not request.user.has_perm("tasks.view_triggerrule"):
             return JsonResponse({"ok": False, "errors": {"": _("permission denied")}}, status=403)
-        result = schedule_preview({f: request.GET.get(f, "") for f in PREVIEW_FIELDS}, at=now())
-        if request.GET.get("kind") == "once":
-            result = {
-                "ok": True,
-                "errors": {},
-                "description": _("Once, at the run-at instant"),
-                "fires": [],
-                "dst_notes": [],
-            }
+        data = {f: request.GET.get(f, "") for f in PREVIEW_FIELDS}
+        note = ""
+        if data["kind"] == TriggerRule.Kind.ONCE:
+            # The run-at as the form will read it: typed on the rule zone's clock (TriggerRuleForm).
+            try:
+                wall = run_at_field().clean([request.GET.get("run_at_0", ""), request.GET.get("run_at_1", "")])
+                if wall is None:
+                    raise forms.ValidationError(
+                        _("Type the date and time (in the rule's timezone) to see when it runs.")
+                    )
+                found = read_run_at(
+                    wall,
+                    timezone=data["timezone"].strip(),
+                    dst_gap=data["dst_gap"] or "shift",
+                    dst_repeat=data["dst_repeat"] or "first",
+                )
+            except forms.ValidationError as exc:
+                return JsonResponse(
+                    {"ok": False, "errors": {"run_at": " ".join(exc.messages)}, "fires": []}, status=400
+                )
+            except schedule.ScheduleError as exc:
+                return JsonResponse({"ok": False, "errors": {exc.field: exc.message}, "fires": []}, status=400)
+            data["run_at"] = found.utc
+            note = run_at_note(found)
+        result = schedule_preview(data, at=now())
+        if note and result["ok"]:
+            result["dst_notes"] = [note, *result["dst_notes"]]
+            for fire in result["fires"]:
+                fire["note"] = found.note
         return JsonResponse(result, status=200 if result["ok"] else 400)
 
     def _form_page(

@@ -3,8 +3,9 @@ pytest-django's live_server and a real Celery worker. Saves screenshots for the 
 
 import os
 import shutil
-from datetime import timedelta
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.auth.models import User
@@ -113,6 +114,44 @@ def test_it_updates_the_preview_as_the_operator_edits_the_cron(browser, live_ser
     zone.clear()
     zone.send_keys("Europe/Berlin")
     _until(browser, lambda d: "CET" in _text(d, "#rule-preview .preview-fires"), "Berlin times")
+
+
+def test_it_previews_and_saves_a_one_time_run_at_on_the_rule_zones_clock(browser, live_server):
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import Select
+
+    _user("olga", "Operators")
+    rule = make_rule(cron="0 9 * * *", timezone="Asia/Shanghai", dedupe_key_template="report:{slot}")
+    _login(browser, live_server, "olga")
+    browser.get(live_server.url + reverse("admin:tasks_triggerrule_change", args=[rule.pk]))
+    Select(browser.find_element(By.ID, "id_kind")).select_by_value("once")
+    _until(browser, lambda d: "run_at" in _text(d, "#rule-preview"), "the preview asking for the run-at")
+    # The widgets' "Today" and "Now" links fill in Shanghai's clock, the one the form reads.
+    browser.find_element(By.CSS_SELECTOR, "#id_run_at_0 + .datetimeshortcuts a").click()
+    browser.find_element(By.CSS_SELECTOR, "#id_run_at_1 + .datetimeshortcuts a").click()
+    shanghai = timezone.now().astimezone(ZoneInfo("Asia/Shanghai")).replace(tzinfo=None)
+    day = browser.find_element(By.ID, "id_run_at_0").get_attribute("value")
+    clock = browser.find_element(By.ID, "id_run_at_1").get_attribute("value")
+    filled = datetime.fromisoformat(f"{day}T{clock}")
+    assert abs(filled - shanghai) < timedelta(minutes=2), (filled, shanghai)
+    _until(browser, lambda d: "CST" in _text(d, "#rule-preview .preview-description"), "the preview of Now")
+    for field, typed in (("id_run_at_0", "2030-01-01"), ("id_run_at_1", "09:00")):
+        browser.find_element(By.ID, field).clear()
+        browser.find_element(By.ID, field).send_keys(typed)
+    _until(
+        browser,
+        lambda d: "2030-01-01 01:00:00 UTC" in _text(d, "#rule-preview .preview-description"),
+        "the one-time instant in the preview",
+    )
+    description = _text(browser, "#rule-preview .preview-description")
+    assert "Tue 2030-01-01 09:00:00 CST (UTC+0800)" in description
+    assert "2030-01-01 01:00:00 UTC" in _text(browser, "#rule-preview .preview-fires tbody tr")
+    browser.find_element(By.NAME, "_continue").click()
+    _until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".messagelist .success"), "the saved message")
+    rule.refresh_from_db()
+    assert rule.kind == "once" and rule.run_at == datetime(2030, 1, 1, 1, 0, tzinfo=UTC)
+    # Shown back on Shanghai's clock.
+    assert browser.find_element(By.ID, "id_run_at_1").get_attribute("value") == "09:00:00"
 
 
 def test_it_trial_runs_a_rule_and_the_run_appears(browser, live_server, harness):

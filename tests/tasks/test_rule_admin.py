@@ -113,8 +113,130 @@ def test_it_creates_a_one_time_rule_from_a_valid_post(admin_client):
 
     assert response.status_code == 302, _page(response)
     rule = TriggerRule.objects.get(name="once")
-    assert rule.run_at == datetime(2030, 1, 1, 9, 0, tzinfo=UTC)
+    # Typed next to Asia/Shanghai, so read on Shanghai's clock: 09:00 CST is 01:00 UTC.
+    assert rule.run_at == datetime(2030, 1, 1, 1, 0, tzinfo=UTC)
     assert rule.next_fire_at == rule.run_at
+
+
+# --- a one-time rule's run-at is typed on the rule zone's wall clock (bug 13) ------------------
+
+
+def _once(**over) -> dict:
+    return _form(name="once", kind="once", cron="", params="{}", dedupe_key_template="{rule}:{slot}", **over)
+
+
+@pytest.mark.parametrize(
+    ("zone", "day", "time", "utc"),
+    [
+        pytest.param("Asia/Shanghai", "2030-01-01", "09:00:00", datetime(2030, 1, 1, 1, 0, tzinfo=UTC), id="shanghai"),
+        pytest.param("America/New_York", "2030-01-15", "09:00", datetime(2030, 1, 15, 14, 0, tzinfo=UTC), id="ny-est"),
+        pytest.param("America/New_York", "2030-07-15", "09:00", datetime(2030, 7, 15, 13, 0, tzinfo=UTC), id="ny-edt"),
+        pytest.param("UTC", "2030-07-15", "09:00", datetime(2030, 7, 15, 9, 0, tzinfo=UTC), id="utc"),
+    ],
+)
+def test_it_reads_a_one_time_run_at_on_the_rule_zones_wall_clock(admin_client, zone, day, time, utc):
+    response = admin_client.post(ADD_URL, _once(timezone=zone, run_at_0=day, run_at_1=time))
+
+    assert response.status_code == 302, _page(response)
+    rule = TriggerRule.objects.get(name="once")
+    assert rule.run_at == utc
+    assert rule.next_fire_at == utc
+
+
+def test_it_shows_a_stored_run_at_back_on_the_rule_zones_clock_and_keeps_it_on_resave(admin_client):
+    admin_client.post(ADD_URL, _once(run_at_0="2030-01-01", run_at_1="09:00"))
+    rule = TriggerRule.objects.get(name="once")
+    url = reverse("admin:tasks_triggerrule_change", args=[rule.pk])
+
+    page = _page(admin_client.get(url))
+
+    assert 'name="run_at_0" value="2030-01-01"' in page
+    assert 'name="run_at_1" value="09:00:00"' in page
+    assert "in the rule's timezone" in page
+    # Saving the form as shown changes nothing: the wall time is read back to the same instant.
+    again = admin_client.post(url, _once(run_at_0="2030-01-01", run_at_1="09:00:00"))
+    assert again.status_code == 302, _page(again)
+    rule.refresh_from_db()
+    assert (rule.run_at, rule.version) == (datetime(2030, 1, 1, 1, 0, tzinfo=UTC), 1)
+    # A new zone re-reads the same wall time on the new clock.
+    admin_client.post(url, _once(run_at_0="2030-01-01", run_at_1="09:00:00", timezone="Europe/Berlin"))
+    rule.refresh_from_db()
+    assert rule.run_at == datetime(2030, 1, 1, 8, 0, tzinfo=UTC)
+
+
+def test_a_run_at_in_a_dst_gap_is_shifted_past_the_gap_and_the_operator_is_told(admin_client):
+    # New York springs forward on 2030-03-10: 02:00-02:59 never happens; "shift" (the default) is
+    # what cron rules do with such a wall time (docs/schedule.md): the first instant after the gap.
+    response = admin_client.post(
+        ADD_URL, _once(timezone="America/New_York", run_at_0="2030-03-10", run_at_1="02:30"), follow=True
+    )
+
+    assert response.status_code == 200
+    rule = TriggerRule.objects.get(name="once")
+    assert rule.run_at == datetime(2030, 3, 10, 7, 0, tzinfo=UTC)  # 03:00 EDT
+    assert "02:30 does not exist" in _page(response)
+
+
+def test_a_run_at_in_a_dst_gap_under_skip_is_a_form_error(admin_client):
+    response = admin_client.post(
+        ADD_URL, _once(timezone="America/New_York", dst_gap="skip", run_at_0="2030-03-10", run_at_1="02:30")
+    )
+
+    _assert_form_error(response, "run_at", "2030-03-10 02:30 does not exist in America/New_York")
+    assert not TriggerRule.objects.exists()
+
+
+@pytest.mark.parametrize(
+    ("repeat", "utc"),
+    [
+        ("first", datetime(2030, 11, 3, 5, 30, tzinfo=UTC)),  # 01:30 EDT
+        ("last", datetime(2030, 11, 3, 6, 30, tzinfo=UTC)),  # 01:30 EST
+        ("both", datetime(2030, 11, 3, 5, 30, tzinfo=UTC)),  # a one-time rule runs once: the first
+    ],
+)
+def test_a_run_at_in_a_repeated_hour_follows_the_dst_repeat_policy(admin_client, repeat, utc):
+    response = admin_client.post(
+        ADD_URL, _once(timezone="America/New_York", dst_repeat=repeat, run_at_0="2030-11-03", run_at_1="01:30")
+    )
+
+    assert response.status_code == 302, _page(response)
+    assert TriggerRule.objects.get(name="once").run_at == utc
+
+
+@pytest.mark.parametrize(
+    ("over", "field", "text"),
+    [
+        pytest.param({"run_at_1": ""}, "run_at", "Enter a valid time.", id="date-without-time"),
+        pytest.param({"run_at_0": ""}, "run_at", "Enter a valid date.", id="time-without-date"),
+        pytest.param({"run_at_1": "25:00"}, "run_at", "Enter a valid time.", id="hour-25"),
+        pytest.param({"timezone": "Mars/Olympus"}, "timezone", "is not a known zone", id="zone-unknown"),
+        pytest.param(
+            {"run_at_0": "9999-12-31", "run_at_1": "23:00", "timezone": "America/New_York"},
+            "run_at",
+            "out of range",
+            id="beyond-year-9999",
+        ),
+        pytest.param(
+            {"run_at_0": "0001-01-01", "run_at_1": "01:00", "timezone": "Asia/Shanghai"},
+            "run_at",
+            "out of range",
+            id="before-year-1",
+        ),
+    ],
+)
+def test_bad_one_time_input_is_a_form_error(admin_client, over, field, text):
+    response = admin_client.post(ADD_URL, _once(**{"run_at_0": "2030-01-01", "run_at_1": "09:00", **over}))
+
+    _assert_form_error(response, field, text)
+    assert not TriggerRule.objects.exists()
+
+
+def test_an_unknown_zone_is_reported_once_on_the_zone_not_as_a_missing_run_at(admin_client):
+    response = admin_client.post(ADD_URL, _once(run_at_0="2030-01-01", run_at_1="09:00", timezone="Mars/Olympus"))
+
+    errors = response.context["adminform"].form.errors
+    assert "run_at" not in errors, errors
+    assert len(errors["timezone"]) == 1
 
 
 BAD_POSTS = [

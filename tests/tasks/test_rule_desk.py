@@ -1,4 +1,5 @@
 # ruff: noqa: F811  (pytest fixtures imported from tests.support.desk are redefined as arguments)
+# ruff: noqa: RUF001  (Chinese text uses full-width punctuation)
 """Rule pages of the operator's desk: preview, lint, run now, trial, pause/resume, backfill, roles."""
 
 import html
@@ -91,6 +92,57 @@ def test_it_previews_an_unsaved_schedule_as_json(viewer_client):
     bad_zone = viewer_client.get(url, {"kind": "cron", "cron": "0 9 * * *", "timezone": "Mars/Olympus"})
     assert bad_zone.status_code == 400
     assert "not a known zone" in bad_zone.json()["errors"]["timezone"]
+
+
+def test_it_previews_a_one_time_rule_as_the_operator_types_it(viewer_client):
+    url = reverse("admin:tasks_triggerrule_preview")
+    typed = {"kind": "once", "timezone": "Asia/Shanghai", "run_at_0": "2030-01-01", "run_at_1": "09:00"}
+    data = viewer_client.get(url, typed).json()
+    # The wall time is read on the rule zone's clock, as the form will save it.
+    assert "2030-01-01 09:00:00 CST" in data["description"] and "2030-01-01 01:00:00 UTC" in data["description"]
+    assert [(f["local"], f["utc"]) for f in data["fires"]] == [
+        ("Tue 2030-01-01 09:00:00 CST (UTC+0800)", "2030-01-01 01:00:00 UTC")
+    ]
+    gap = viewer_client.get(
+        url, {**typed, "timezone": "America/New_York", "run_at_0": "2030-03-10", "run_at_1": "02:30"}
+    )
+    assert gap.status_code == 200
+    assert "2030-03-10 03:00:00 EDT" in gap.json()["description"]
+    assert "does not exist" in gap.json()["dst_notes"][0]
+    assert "DST gap: 02:30 does not exist, shifted to 03:00" == gap.json()["fires"][0]["note"]
+    past = viewer_client.get(url, {**typed, "run_at_0": "2020-01-01"}).json()
+    assert "already past" in past["description"] and past["fires"] == []
+
+
+@pytest.mark.parametrize(
+    ("typed", "field", "message"),
+    [
+        ({"run_at_0": "", "run_at_1": ""}, "run_at", "Type the date and time"),
+        ({"run_at_0": "2030-01-01", "run_at_1": ""}, "run_at", "Enter a valid time."),
+        ({"run_at_0": "2030-02-30", "run_at_1": "09:00"}, "run_at", "Enter a valid date."),
+        ({"run_at_0": "9999-12-31", "run_at_1": "23:00", "timezone": "America/New_York"}, "run_at", "out of range"),
+        ({"timezone": "Mars/Olympus"}, "timezone", "not a known zone"),
+        ({"dst_gap": "sometimes"}, "dst_gap", "is not one of shift, skip"),
+        (
+            {"timezone": "America/New_York", "dst_gap": "skip", "run_at_0": "2030-03-10", "run_at_1": "02:30"},
+            "run_at",
+            "would never run",
+        ),
+    ],
+)
+def test_it_names_the_bad_field_of_a_one_time_preview(viewer_client, typed, field, message):
+    url = reverse("admin:tasks_triggerrule_preview")
+    response = viewer_client.get(
+        url, {"kind": "once", "timezone": "Asia/Shanghai", "run_at_0": "2030-01-01", "run_at_1": "09:00", **typed}
+    )
+    assert response.status_code == 400
+    assert message in response.json()["errors"][field]
+
+
+def test_the_rule_page_shows_a_one_time_rules_instant_in_its_zone_and_utc(operator_client):
+    rule = make_rule(kind="once", cron="", run_at=datetime(2030, 1, 1, 1, 0, tzinfo=UTC), timezone="Asia/Shanghai")
+    page = _text(operator_client.get(reverse("admin:tasks_triggerrule_change", args=[rule.pk])))
+    assert "Once at Tue 2030-01-01 09:00:00 CST (UTC+0800) = 2030-01-01 01:00:00 UTC" in page
 
 
 def test_it_notes_dst_shifts_in_the_preview():
@@ -243,3 +295,27 @@ def test_it_refuses_rule_actions_to_viewers_and_oncall(viewer_client, oncall_cli
     assert not TaskRun.objects.exists() and not AuditEntry.objects.exists()
     page = _text(viewer_client.get(reverse("admin:tasks_triggerrule_change", args=[rule.pk])))
     assert 'id="rule-trial"' not in page
+
+
+# --- the one-time rule pages in English and Simplified Chinese -----------------------------
+
+ZH = {"accept_language": "zh-hans"}
+
+
+@pytest.mark.parametrize(
+    ("headers", "help_text", "once"),
+    [
+        pytest.param({}, "in the rule's timezone", "Once at ", id="en"),
+        pytest.param(ZH, "按规则所在时区", "一次，于 ", id="zh-hans"),
+    ],
+)
+def test_the_one_time_run_at_form_and_preview_speak_the_browsers_language(operator_client, headers, help_text, once):
+    rule = make_rule(kind="once", cron="", run_at=datetime(2030, 1, 1, 1, 0, tzinfo=UTC), timezone="Asia/Shanghai")
+    page = _text(operator_client.get(reverse("admin:tasks_triggerrule_change", args=[rule.pk]), headers=headers))
+    assert help_text in page and once in page
+    typed = {"kind": "once", "timezone": "Asia/Shanghai", "run_at_0": "2030-01-01", "run_at_1": "09:00"}
+    data = operator_client.get(reverse("admin:tasks_triggerrule_preview"), typed, headers=headers).json()
+    assert data["description"].startswith(once)
+    gap = {**typed, "timezone": "America/New_York", "dst_gap": "skip", "run_at_0": "2030-03-10", "run_at_1": "02:30"}
+    error = operator_client.get(reverse("admin:tasks_triggerrule_preview"), gap, headers=headers).json()
+    assert ("永远不会运行" in error["errors"]["run_at"]) == bool(headers)
