@@ -4,13 +4,14 @@ Run now, Trial run, Pause/Resume and Backfill. Mixed into TriggerRuleAdmin; ever
 get_urls view with a form or a confirmation page."""
 
 import threading
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from cron_descriptor import ExpressionDescriptor, FormatException, Options
 from django import forms
 from django.contrib import messages
 from django.contrib.admin import widgets as admin_widgets
+from django.core import signing
 from django.http import HttpResponseRedirect, JsonResponse
 from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
@@ -29,8 +30,10 @@ from tasks.rules.preview import WallInstant, wall_instant
 from tasks.triggers.operator import (
     DEFAULT_BACKFILL_SPACING,
     MAX_BACKFILL_RUNS,
+    BackfillPlan,
+    BackfillStale,
     RuleActionError,
-    rule_backfill,
+    rule_backfill_confirmed,
     rule_backfill_plan,
     rule_pause,
     rule_resume,
@@ -40,6 +43,9 @@ from tasks.triggers.operator import (
 PREVIEW_COUNT = 10
 PREVIEW_FIELDS = ("kind", "cron", "interval_seconds", "timezone", "dst_gap", "dst_repeat")
 SLOT_FORMATS = ("%Y-%m-%d %H:%M", "%Y-%m-%dT%H:%M", "%Y-%m-%d %H:%M:%S", "%Y-%m-%dT%H:%M:%S")
+# A backfill confirmation page carries its plan signed: the click executes that plan or nothing.
+BACKFILL_CONFIRM_SALT = "tasks.admin.rules.backfill-confirm"
+BACKFILL_CONFIRM_MAX_AGE = 30 * 60  # seconds
 
 
 # --- pure-ish helpers (no request) ---------------------------------------------------------
@@ -395,6 +401,78 @@ class BackfillForm(forms.Form):
     )
 
 
+def backfill_token(plan: BackfillPlan, *, reason: str, user) -> str:
+    """The plan a confirmation page shows, signed: what the click may execute, and nothing else."""
+    return signing.dumps(
+        {
+            "rule": plan.rule.pk,
+            "version": plan.rule_version,
+            "start": plan.start.isoformat(),
+            "end": plan.end.isoformat(),
+            "spacing": int(plan.spacing.total_seconds()),
+            "planned_at": plan.planned_at.isoformat(),
+            "slots": len(plan.slots),
+            "new_runs": plan.new_runs,
+            "reason": reason,
+            "by": user.pk,
+        },
+        salt=BACKFILL_CONFIRM_SALT,
+    )
+
+
+class BackfillConfirmForm(forms.Form):
+    """The confirmation click: only the signed plan travels back; it is checked here, never edited."""
+
+    token = forms.CharField(required=False, widget=forms.HiddenInput)
+
+    def __init__(self, *args, rule: TriggerRule, user, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.rule, self.user = rule, user
+
+    def clean(self):
+        data = super().clean()
+        invalid = forms.ValidationError(
+            _(
+                "This confirmation is not valid (it was changed, or made for another rule or user); "
+                "nothing was created. Plan the backfill again."
+            ),
+            code="invalid",
+        )
+        try:
+            signed = signing.loads(
+                data.get("token") or "", salt=BACKFILL_CONFIRM_SALT, max_age=BACKFILL_CONFIRM_MAX_AGE
+            )
+        except signing.SignatureExpired:
+            raise forms.ValidationError(
+                _(
+                    "This confirmation has expired (it holds for %(minutes)s minutes); nothing was created. "
+                    "Plan the backfill again."
+                )
+                % {"minutes": BACKFILL_CONFIRM_MAX_AGE // 60},
+                code="expired",
+            ) from None
+        except signing.BadSignature:
+            raise invalid from None
+        try:
+            confirmed = {
+                "rule_version": int(signed["version"]),
+                "start": date.fromisoformat(signed["start"]),
+                "end": date.fromisoformat(signed["end"]),
+                "spacing": timedelta(seconds=int(signed["spacing"])),
+                "planned_at": datetime.fromisoformat(signed["planned_at"]),
+                "slots": int(signed["slots"]),
+                "new_runs": int(signed["new_runs"]),
+                "reason": str(signed["reason"]),
+            }
+            mine = signed["rule"] == self.rule.pk and signed["by"] == self.user.pk
+        except (KeyError, TypeError, ValueError):
+            raise invalid from None
+        if not mine:
+            raise invalid
+        data["confirmed"] = confirmed
+        return data
+
+
 # --- the admin mixin ------------------------------------------------------------------------
 
 
@@ -654,54 +732,17 @@ class RuleDeskMixin:
         return self._form_page(request, rule, form, title=title, submit_label=verb, intro=intro)
 
     def backfill_view(self, request, object_id):
+        """Plan (the form) → confirmation (the plan, read-only and signed) → execute exactly that plan."""
         require_perm(request, "tasks.backfill_rule")
         rule = get_object_or_404(TriggerRule, pk=object_id)
+        if request.method == "POST" and "token" in request.POST:
+            return self._backfill_execute(request, rule)
         form = BackfillForm(posted(request))
-        if request.method == "POST" and form.is_valid():
-            data = form.cleaned_data
-            try:
-                plan = rule_backfill_plan(
-                    rule=rule,
-                    start=data["start"],
-                    end=data["end"],
-                    now=now(),
-                    spacing=timedelta(seconds=data["spacing"]),
-                )
-            except RuleActionError as exc:
-                form.add_error(exc.field if exc.field in form.fields else None, str(exc))
-            else:
-                if request.POST.get("confirm") == "yes":
-                    done = rule_backfill(plan=plan, actor=request.user, now=now(), reason=data["reason"])
-                    self.message_user(
-                        request,
-                        _("Backfill of %(rule)s: %(created)s run(s) created, %(hits)s slot(s) already had a run.")
-                        % {"rule": rule.name, "created": done["created"], "hits": done["dedupe_hits"]},
-                        messages.SUCCESS,
-                    )
-                    return HttpResponseRedirect(
-                        reverse("admin:runs_taskrun_changelist") + f"?rule__id__exact={rule.pk}&source__exact=backfill"
-                    )
-                lines = [
-                    _("%(n)s slot(s) from %(start)s to %(end)s (%(zone)s), up to now.")
-                    % {"n": len(plan.slots), "start": plan.start, "end": plan.end, "zone": rule.timezone},
-                    _("%(n)s already have a run (dedupe hits, nothing new).") % {"n": plan.existing},
-                    _("This will create %(n)s run(s), released one every %(spacing)ss over %(total)ss.")
-                    % {
-                        "n": plan.new_runs,
-                        "spacing": data["spacing"],
-                        "total": f"{plan.last_run_after_seconds:.0f}",
-                    },
-                ]
-                hidden = [("confirm", "yes")]
-                return self._form_page(
-                    request,
-                    rule,
-                    form,
-                    title=_("Confirm backfill of %(rule)s") % {"rule": rule.name},
-                    submit_label=_("Yes, create %(n)s run(s)") % {"n": plan.new_runs},
-                    plan_lines=lines,
-                    hidden=hidden,
-                )
+        if request.method == "POST":
+            return self._backfill_plan_page(request, rule, form)
+        return self._backfill_form_page(request, rule, form)
+
+    def _backfill_form_page(self, request, rule, form):
         return self._form_page(
             request,
             rule,
@@ -710,6 +751,119 @@ class RuleDeskMixin:
             submit_label=_("Show what it will create"),
             intro=_("Claims every slot in a date range (in %(zone)s), paced; at most %(max)s.")
             % {"zone": rule.timezone, "max": MAX_BACKFILL_RUNS},
+        )
+
+    def _backfill_plan_page(self, request, rule, form):
+        """The confirmation page for a valid form, else the form with its errors. Creates nothing."""
+        if not form.is_valid():
+            return self._backfill_form_page(request, rule, form)
+        data = form.cleaned_data
+        try:
+            plan = rule_backfill_plan(
+                rule=rule, start=data["start"], end=data["end"], now=now(), spacing=timedelta(seconds=data["spacing"])
+            )
+        except RuleActionError as exc:
+            form.add_error(exc.field if exc.field in form.fields else None, str(exc))
+            return self._backfill_form_page(request, rule, form)
+        zone = ZoneInfo(rule.timezone)  # valid: rule_backfill_plan checked it
+        lines = [
+            _("%(n)s slot(s) from %(start)s to %(end)s (%(zone)s), up to now.")
+            % {"n": len(plan.slots), "start": plan.start, "end": plan.end, "zone": rule.timezone},
+            _("%(n)s already have a run (dedupe hits, nothing new).") % {"n": plan.existing},
+            *(
+                [
+                    _(
+                        "%(n)s share their business key with an earlier slot of this backfill (the key template "
+                        "has no {slot}), so they add nothing."
+                    )
+                    % {"n": plan.repeats}
+                ]
+                if plan.repeats
+                else []
+            ),
+            _("This will create %(n)s run(s), released one every %(spacing)ss over %(total)ss.")
+            % {"n": plan.new_runs, "spacing": data["spacing"], "total": f"{plan.last_run_after_seconds:.0f}"},
+        ]
+        if plan.slots:
+            lines.append(
+                _("First slot %(first)s, last slot %(last)s.")
+                % {
+                    "first": f"{plan.slots[0].astimezone(zone):%Y-%m-%d %H:%M %Z}",
+                    "last": f"{plan.slots[-1].astimezone(zone):%Y-%m-%d %H:%M %Z}",
+                }
+            )
+        lines.append(_("Reason (for the audit log): %(reason)s") % {"reason": data["reason"] or "-"})
+        lines.append(
+            _(
+                "Confirming creates exactly this plan for version %(version)s of the rule; "
+                "to change the dates, spacing or reason, go back and plan again."
+            )
+            % {"version": plan.rule_version}
+        )
+        token = backfill_token(plan, reason=data["reason"], user=request.user)
+        return self._form_page(
+            request,
+            rule,
+            BackfillConfirmForm(initial={"token": token}, rule=rule, user=request.user),
+            title=_("Confirm backfill of %(rule)s") % {"rule": rule.name},
+            submit_label=_("Yes, create %(n)s run(s)") % {"n": plan.new_runs},
+            plan_lines=lines,
+            hidden=[("confirm", "yes")],
+        )
+
+    def _backfill_execute(self, request, rule):
+        """The confirmation click: the signed plan, checked and executed as shown, or refused with a message."""
+        confirm = BackfillConfirmForm(request.POST, rule=rule, user=request.user)
+        if not confirm.is_valid():
+            for error in confirm.non_field_errors():
+                self.message_user(request, error, messages.ERROR)
+            return self._backfill_form_page(request, rule, BackfillForm())
+        c = confirm.cleaned_data["confirmed"]
+        try:
+            done = rule_backfill_confirmed(
+                rule=rule,
+                rule_version=c["rule_version"],
+                start=c["start"],
+                end=c["end"],
+                spacing=c["spacing"],
+                planned_at=c["planned_at"],
+                slots=c["slots"],
+                new_runs=c["new_runs"],
+                actor=request.user,
+                now=now(),
+                reason=c["reason"],
+            )
+        except RuleActionError as exc:
+            if isinstance(exc, BackfillStale) and exc.why == "version":
+                text = _(
+                    "The rule changed since this plan was shown (version %(then)s, now %(now)s); nothing was "
+                    "created. Check the plan as it is now and confirm again."
+                ) % {"then": exc.confirmed["rule_version"], "now": exc.found["rule_version"]}
+            elif isinstance(exc, BackfillStale):
+                text = _(
+                    "The plan changed since it was shown: it would now create %(now)s run(s), not %(then)s; "
+                    "nothing was created. Check the plan as it is now and confirm again."
+                ) % {"now": exc.found["new_runs"], "then": exc.confirmed["new_runs"]}
+            else:
+                text = _("Nothing was created: %(error)s") % {"error": exc}
+            self.message_user(request, text, messages.ERROR)
+            again = BackfillForm(
+                {
+                    "start": c["start"].isoformat(),
+                    "end": c["end"].isoformat(),
+                    "spacing": int(c["spacing"].total_seconds()),
+                    "reason": c["reason"],
+                }
+            )
+            return self._backfill_plan_page(request, rule, again)
+        self.message_user(
+            request,
+            _("Backfill of %(rule)s: %(created)s run(s) created, %(hits)s slot(s) already had a run.")
+            % {"rule": rule.name, "created": done["created"], "hits": done["dedupe_hits"]},
+            messages.SUCCESS,
+        )
+        return HttpResponseRedirect(
+            reverse("admin:runs_taskrun_changelist") + f"?rule__id__exact={rule.pk}&source__exact=backfill"
         )
 
 

@@ -134,10 +134,13 @@ class BackfillPlan:
     slots: list[datetime]
     existing: int  # slots whose biz_key already has a run (they will be dedupe hits)
     spacing: timedelta
+    repeats: int = 0  # slots whose biz_key an earlier slot of this plan has (dedupe hits too)
+    rule_version: int = 0  # the rule as planned: a confirmation holds for this version only
+    planned_at: datetime | None = None  # "up to now" at planning: the last slot is at or before it
 
     @property
     def new_runs(self) -> int:
-        return len(self.slots) - self.existing
+        return len(self.slots) - self.existing - self.repeats
 
     @property
     def last_run_after_seconds(self) -> float:
@@ -175,8 +178,72 @@ def rule_backfill_plan(
             field="end",
         )
     keys = [rule_render_key(rule, s) for s in slots]
-    existing = TaskRun.objects.filter(biz_key__in=keys).count() if keys else 0
-    return BackfillPlan(rule=rule, start=start, end=end, slots=slots, existing=existing, spacing=spacing)
+    taken = set(TaskRun.objects.filter(biz_key__in=keys).values_list("biz_key", flat=True)) if keys else set()
+    existing = sum(key in taken for key in keys)
+    # A key template without {slot} can give several slots one key: only the first of them claims.
+    repeats = sum(key not in taken for key in keys) - len(set(keys) - taken)
+    return BackfillPlan(
+        rule=rule,
+        start=start,
+        end=end,
+        slots=slots,
+        existing=existing,
+        spacing=spacing,
+        repeats=repeats,
+        rule_version=rule.version,
+        planned_at=now,
+    )
+
+
+class BackfillStale(RuleActionError):
+    """A confirmed backfill plan no longer holds: the rule is another version, or the plan made again
+    from the confirmed values has other counts. Nothing was created."""
+
+    def __init__(self, message: str, *, why: str, confirmed: dict, found: dict):
+        super().__init__(message)
+        self.why = why  # "version" or "count"
+        self.confirmed = confirmed  # rule_version, slots, new_runs as confirmed
+        self.found = found  # the same keys as found on executing (slots and new_runs only for "count")
+
+
+def rule_backfill_confirmed(
+    *,
+    rule: TriggerRule,
+    rule_version: int,
+    start: date,
+    end: date,
+    spacing: timedelta,
+    planned_at: datetime,
+    slots: int,
+    new_runs: int,
+    actor,
+    now: datetime,
+    reason: str = "",
+) -> dict:
+    """Execute exactly the plan an operator confirmed: plan again from the confirmed values (same
+    range, spacing and "up to" instant, so a slot that passed meanwhile is not added) and claim it
+    only if the rule is still the confirmed version and the plan still has the confirmed number of
+    slots and of new runs; otherwise raise BackfillStale and create nothing. Under the rule's row
+    lock, so an edit cannot slip in between the check and the claims."""
+    confirmed = {"rule_version": rule_version, "slots": slots, "new_runs": new_runs}
+    with transaction.atomic():
+        current = TriggerRule.objects.select_for_update().get(pk=rule.pk)
+        if current.version != rule_version:
+            message = (
+                f"The rule changed since this plan was shown (version {rule_version}, now {current.version}); "
+                "nothing was created."
+            )
+            found = {"rule_version": current.version}
+            raise BackfillStale(message, why="version", confirmed=confirmed, found=found)
+        plan = rule_backfill_plan(rule=current, start=start, end=end, now=planned_at, spacing=spacing)
+        if len(plan.slots) != slots or plan.new_runs != new_runs:
+            message = (
+                f"The plan changed since it was shown: it would now create {plan.new_runs} run(s), not {new_runs} "
+                f"({len(plan.slots)} slot(s), not {slots}); nothing was created."
+            )
+            found = {"rule_version": current.version, "slots": len(plan.slots), "new_runs": plan.new_runs}
+            raise BackfillStale(message, why="count", confirmed=confirmed, found=found)
+        return rule_backfill(plan=plan, actor=actor, now=now, reason=reason)
 
 
 def rule_backfill(*, plan: BackfillPlan, actor, now: datetime, reason: str = "") -> dict:

@@ -4,9 +4,12 @@
 
 import html
 import itertools
+import re
 from datetime import UTC, datetime, timedelta
+from unittest import mock
 
 import pytest
+from django.core import signing
 from django.urls import reverse
 from django.utils import timezone
 
@@ -14,7 +17,7 @@ from harness_site.audit.models import AuditEntry
 from runs.models import TaskRun
 from tasks.admin.rules import schedule_preview
 from tasks.models import TriggerRule
-from tasks.triggers.operator import MAX_BACKFILL_RUNS
+from tasks.triggers.operator import MAX_BACKFILL_RUNS, rule_fire
 from tests.support.desk import (  # noqa: F401 - fixtures
     make_rule,
     oncall,
@@ -242,6 +245,13 @@ def test_it_shows_a_rule_edit_as_a_diff_in_the_history(operator):
     assert "0 9 * * *" in page and "0 10 * * *" in page
 
 
+def _token(response) -> str:
+    """The signed plan the confirmation page carries."""
+    found = re.search(r'name="token" value="([^"]+)"', response.content.decode())
+    assert found, "no signed plan on the page"
+    return found.group(1)
+
+
 def test_it_confirms_a_backfill_with_its_count_then_creates_paced_runs(operator_client):
     rule = make_rule(cron="0 9 * * *", timezone="UTC")
     url = _url("backfill", rule)
@@ -251,7 +261,7 @@ def test_it_confirms_a_backfill_with_its_count_then_creates_paced_runs(operator_
     page = _text(confirm)
     assert "10 slot(s) from 2026-01-01 to 2026-01-10" in page and "This will create 10 run(s)" in page
     assert not TaskRun.objects.exists()
-    done = operator_client.post(url, {**form, "confirm": "yes"})
+    done = operator_client.post(url, {"token": _token(confirm), "confirm": "yes"})
     assert done.status_code == 302
     runs = list(TaskRun.objects.order_by("slot"))
     assert len(runs) == 10 and {r.source for r in runs} == {"backfill"}
@@ -259,7 +269,168 @@ def test_it_confirms_a_backfill_with_its_count_then_creates_paced_runs(operator_
     assert gaps == {30.0}
     again = operator_client.post(url, form)
     assert "10 already have a run" in _text(again) and "This will create 0 run(s)" in _text(again)
-    assert AuditEntry.objects.get(action="rule.backfill").details["created"] == 10
+    audit = AuditEntry.objects.get(action="rule.backfill")
+    assert (audit.details["created"], audit.reason) == (10, "late data")
+
+
+# --- the confirmation executes exactly the plan it showed (bug 14) ----------------------------
+
+BACKFILL_3 = {"start": "2026-01-01", "end": "2026-01-03", "spacing": "10", "reason": "late data"}
+BACKFILL_8 = {"start": "2026-01-01", "end": "2026-01-08", "spacing": "0", "reason": "more"}
+
+
+def test_the_backfill_confirmation_shows_the_plan_read_only(operator_client):
+    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    page = operator_client.post(_url("backfill", rule), BACKFILL_3)
+    body = page.content.decode()
+    body = body[body.index('id="desk-form"') :]
+    assert "Yes, create 3 run(s)" in _text(page)
+    # No input the operator could change: only the signed plan and the CSRF token travel back.
+    inputs = re.findall(r"<(?:input|textarea|select)\b[^>]*>", body)
+    editable = [i for i in inputs if 'type="hidden"' not in i and 'type="submit"' not in i]
+    assert editable == [], editable
+    assert {"start", "end", "spacing", "reason"}.isdisjoint(re.findall(r'name="([^"]+)"', body))
+    text = _text(page)
+    for shown in ("2026-01-01", "2026-01-03", "10s", "late data", "UTC"):
+        assert shown in text, shown
+
+
+def test_a_confirmation_posted_with_other_dates_executes_only_the_plan_it_showed(operator_client):
+    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    url = _url("backfill", rule)
+    token = _token(operator_client.post(url, BACKFILL_3))
+    done = operator_client.post(url, {**BACKFILL_8, "token": token, "confirm": "yes"})
+    assert done.status_code == 302
+    assert TaskRun.objects.count() == 3
+    assert sorted(r.slot.day for r in TaskRun.objects.all()) == [1, 2, 3]
+
+
+def test_a_post_that_says_confirm_without_a_signed_plan_only_shows_the_plan(operator_client):
+    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    page = operator_client.post(_url("backfill", rule), {**BACKFILL_8, "confirm": "yes"})
+    assert page.status_code == 200
+    assert "Yes, create 8 run(s)" in _text(page)
+    assert not TaskRun.objects.exists() and not AuditEntry.objects.exists()
+
+
+def _tampered(token: str) -> str:
+    """The signed payload with a date changed, keeping the old signature."""
+    payload, _sep, signature = token.rpartition(":")
+    head, _sep, stamp = payload.rpartition(":")
+    raw = signing.b64_decode(head.encode()).decode()
+    forged = signing.b64_encode(raw.replace("2026-01-03", "2026-01-08").encode()).decode()
+    assert forged != head
+    return f"{forged}:{stamp}:{signature}"
+
+
+@pytest.mark.parametrize(
+    "tamper",
+    [
+        pytest.param(_tampered, id="dates-changed"),
+        pytest.param(lambda t: t[:-2] + ("AA" if not t.endswith("AA") else "BB"), id="signature-changed"),
+        pytest.param(lambda t: "not-a-token", id="garbage"),
+        pytest.param(lambda t: "", id="empty"),
+    ],
+)
+def test_a_tampered_confirmation_creates_no_runs_and_says_so(operator_client, tamper):
+    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    url = _url("backfill", rule)
+    token = _token(operator_client.post(url, BACKFILL_3))
+    page = operator_client.post(url, {"token": tamper(token), "confirm": "yes"})
+    assert page.status_code == 200
+    assert "This confirmation is not valid" in _text(page)
+    assert not TaskRun.objects.exists() and not AuditEntry.objects.exists()
+
+
+def test_a_confirmation_for_another_rule_creates_no_runs(operator_client):
+    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    other = make_rule(name="other-report", cron="0 9 * * *", timezone="UTC")
+    token = _token(operator_client.post(_url("backfill", other), BACKFILL_3))
+    page = operator_client.post(_url("backfill", rule), {"token": token, "confirm": "yes"})
+    assert page.status_code == 200
+    assert "This confirmation is not valid" in _text(page)
+    assert not TaskRun.objects.exists()
+
+
+def test_an_expired_confirmation_creates_no_runs(operator_client, monkeypatch):
+    from tasks.admin import rules
+
+    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    url = _url("backfill", rule)
+    token = _token(operator_client.post(url, BACKFILL_3))
+    monkeypatch.setattr(rules, "BACKFILL_CONFIRM_MAX_AGE", -1)
+    page = operator_client.post(url, {"token": token, "confirm": "yes"})
+    assert page.status_code == 200
+    assert "expired" in _text(page)
+    assert not TaskRun.objects.exists()
+
+
+def test_a_rule_changed_since_the_confirmation_is_refused(operator_client):
+    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    url = _url("backfill", rule)
+    token = _token(operator_client.post(url, BACKFILL_3))
+    rule.cron = "0 9,21 * * *"  # now 6 slots in the range
+    rule.save()
+    page = operator_client.post(url, {"token": token, "confirm": "yes"})
+    assert page.status_code == 200
+    assert "The rule changed since this plan was shown (version 1, now 2)" in _text(page)
+    assert not TaskRun.objects.exists()
+
+
+def test_a_count_that_changed_since_the_confirmation_is_refused_and_the_new_plan_shown(operator_client):
+    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    url = _url("backfill", rule)
+    token = _token(operator_client.post(url, BACKFILL_3))
+    rule_fire(rule=rule, actor="someone", now=timezone.now(), slot=datetime(2026, 1, 2, 9, 0, tzinfo=UTC))
+    page = operator_client.post(url, {"token": token, "confirm": "yes"})
+    assert page.status_code == 200
+    text = _text(page)
+    assert "The plan changed since it was shown: it would now create 2 run(s), not 3" in text
+    assert "Yes, create 2 run(s)" in text  # the fresh plan, to confirm again
+    assert TaskRun.objects.count() == 1
+    again = operator_client.post(url, {"token": _token(page), "confirm": "yes"})
+    assert again.status_code == 302
+    assert TaskRun.objects.count() == 3
+
+
+def test_the_confirmed_count_leaves_out_slots_that_share_a_business_key(operator_client):
+    # Hourly slots with a daily key: one run per day, and the button says so.
+    rule = make_rule(cron="0 */6 * * *", timezone="UTC", dedupe_key_template="report:{business_date}")
+    url = _url("backfill", rule)
+    confirm = operator_client.post(url, BACKFILL_3)
+    text = _text(confirm)
+    assert "12 slot(s) from 2026-01-01 to 2026-01-03" in text
+    assert "9 share their business key with an earlier slot" in text and "Yes, create 3 run(s)" in text
+    assert operator_client.post(url, {"token": _token(confirm), "confirm": "yes"}).status_code == 302
+    assert TaskRun.objects.count() == 3
+
+
+def test_a_second_click_on_the_same_confirmation_creates_nothing_more(operator_client):
+    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    url = _url("backfill", rule)
+    token = _token(operator_client.post(url, BACKFILL_3))
+    assert operator_client.post(url, {"token": token, "confirm": "yes"}).status_code == 302
+    second = operator_client.post(url, {"token": token, "confirm": "yes"})
+    assert second.status_code == 200
+    assert "it would now create 0 run(s), not 3" in _text(second)
+    assert TaskRun.objects.count() == 3
+    assert AuditEntry.objects.filter(action="rule.backfill").count() == 1
+
+
+def test_the_executed_backfill_keeps_the_window_it_showed_even_when_more_slots_pass(operator_client):
+    # "up to now" is part of the plan shown: a slot that passes between the confirmation and the
+    # click is not added to it.
+    rule = make_rule(cron="0 * * * *", timezone="UTC", dedupe_key_template="{rule}:{slot}")
+    url = _url("backfill", rule)
+    day = {**BACKFILL_3, "start": "2026-01-05", "end": "2026-01-05"}
+    with mock.patch("tasks.admin.rules.now", return_value=datetime(2026, 1, 5, 10, 30, tzinfo=UTC)):
+        confirm = operator_client.post(url, day)
+    assert "Yes, create 11 run(s)" in _text(confirm)  # 00:00 to 10:00
+    with mock.patch("tasks.admin.rules.now", return_value=datetime(2026, 1, 5, 12, 30, tzinfo=UTC)):
+        done = operator_client.post(url, {"token": _token(confirm), "confirm": "yes"})
+    assert done.status_code == 302
+    assert TaskRun.objects.count() == 11
+    assert max(TaskRun.objects.values_list("slot", flat=True)) == datetime(2026, 1, 5, 10, 0, tzinfo=UTC)
 
 
 @pytest.mark.parametrize(
@@ -297,9 +468,37 @@ def test_it_refuses_rule_actions_to_viewers_and_oncall(viewer_client, oncall_cli
     assert 'id="rule-trial"' not in page
 
 
-# --- the one-time rule pages in English and Simplified Chinese -----------------------------
+# --- the one-time rule and backfill pages in English and Simplified Chinese -----------------------------
 
 ZH = {"accept_language": "zh-hans"}
+
+
+@pytest.mark.parametrize(
+    ("headers", "shown", "absent"),
+    [
+        pytest.param(
+            {},
+            ["Yes, create 3 run(s)", "Reason (for the audit log): late data", "Confirming creates exactly this plan"],
+            ["确认补跑"],
+            id="en",
+        ),
+        pytest.param(
+            ZH,
+            ["确认补跑", "是，创建 3 个运行", "原因（记入审计日志）：late data", "确认后将严格按此计划"],
+            ["Confirming creates exactly this plan"],
+            id="zh-hans",
+        ),
+    ],
+)
+def test_the_backfill_confirmation_speaks_the_browsers_language(operator_client, headers, shown, absent):
+    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    page = operator_client.post(_url("backfill", rule), BACKFILL_3, headers=headers)
+    text = _text(page)
+    assert page.status_code == 200
+    assert all(s in text for s in shown), [s for s in shown if s not in text]
+    assert not any(s in text for s in absent)
+    refused = _text(operator_client.post(_url("backfill", rule), {"token": "forged"}, headers=headers))
+    assert ("此确认无效" in refused) == bool(headers) and ("This confirmation is not valid" in refused) != bool(headers)
 
 
 @pytest.mark.parametrize(
