@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import transaction
 
 from runs.models import Decision, SchedulerTick, TaskRun
+from runs.selectors import slot_grace
 from tasks.models import TriggerRule
 from tasks.rules import catchup, schedule
 from tasks.triggers import heartbeat
@@ -16,8 +17,6 @@ from tasks.triggers import slot as slot_service
 log = logging.getLogger("harness.scheduler")
 
 RULE_BATCH = 100
-# A slot claimed within this long of its instant is on time; later ones follow the catch-up policy.
-ON_TIME_GRACE = timedelta(seconds=10)
 SCHEDULER_SOURCE = "scheduler"
 
 
@@ -74,7 +73,7 @@ def _tick_rule(rule: TriggerRule, *, now: datetime, max_slots: int, result: Tick
         now=now,
         catchup=rule.catchup,
         max_delay=timedelta(seconds=rule.catchup_max_delay_seconds),
-        grace=ON_TIME_GRACE,
+        grace=slot_grace(),
         complete=complete,
         max_count=rule.catchup_max_count,
         later=None if complete else _late_after(rule, spec, slots[-1], now=now),
@@ -128,5 +127,5 @@ def _late_after(rule: TriggerRule, spec, after: datetime, *, now: datetime) -> i
     if rule.catchup != TriggerRule.CatchUp.ALL or not rule.catchup_max_count:
         return None
     # Late means older than the grace: slot < now - grace; instants have microsecond resolution.
-    until = now - ON_TIME_GRACE - timedelta(microseconds=1)
+    until = now - slot_grace() - timedelta(microseconds=1)
     return len(schedule.slots_between(spec, after, until, limit=rule.catchup_max_count))

@@ -11,9 +11,12 @@ import pytest
 from django.db import connection
 
 from runs.models import Decision, SchedulerTick, TaskRun
+from runs.selectors import slot_grace
 from tasks.models import TriggerRule
 from tasks.rules import schedule
-from tasks.triggers.scheduler import ON_TIME_GRACE, scheduler_tick
+from tasks.triggers.scheduler import scheduler_tick
+
+ON_TIME_GRACE = slot_grace()  # HARNESS_SLOT_GRACE_SECONDS
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
@@ -346,3 +349,31 @@ def test_a_shanghai_cron_slot_is_stored_in_utc_and_keyed_on_local_time(hour, slo
     assert run.payload["slot_local"] == f"{business_date}T{hour:02d}:00:00+08:00"
     rule.refresh_from_db()
     assert rule.next_fire_at == slot_utc + timedelta(days=1)
+
+
+@pytest.mark.django_db
+def test_the_default_slot_grace_rides_out_a_database_restart_or_a_beat_failover(settings):
+    """With the default grace (HARNESS_SLOT_GRACE_SECONDS unset: 60 s), a 45 s outage loses no slot
+    even under catch-up none: every slot of the outage still runs."""
+    import os
+    import subprocess
+    import sys
+
+    env = {k: v for k, v in os.environ.items() if k != "HARNESS_SLOT_GRACE_SECONDS"}
+    probe = (
+        "from django.conf import settings; import django; django.setup(); print(settings.HARNESS['SLOT_GRACE_SECONDS'])"
+    )
+    default = subprocess.run(
+        [sys.executable, "-c", probe],
+        env={**env, "DJANGO_SETTINGS_MODULE": "harness_site.settings", "SECRET_KEY": "test-only"},
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    assert default == "60"
+    settings.HARNESS = {**settings.HARNESS, "SLOT_GRACE_SECONDS": 60}
+    rule = make_rule("grace", kind="interval", interval_seconds=15, catchup="none")
+    TriggerRule.objects.filter(pk=rule.pk).update(next_fire_at=T0)
+    scheduler_tick(now=T0 + timedelta(seconds=45))  # down from T0 to T0+45s: slots T0, +15, +30, +45
+    assert TaskRun.objects.filter(rule=rule).count() == 4
+    assert not Decision.objects.filter(rule=rule).exists()
