@@ -34,13 +34,19 @@ def fail(ctx: SkillContext) -> dict:
 
 @skill("harness.record")
 def record(ctx: SkillContext) -> dict:
-    """Write one DiagnosticRecord row per execution, under the run's fence, so duplicates are countable.
-    params.seconds (default 0): work this long first, checking the lease every 0.1 s."""
+    """Write one DiagnosticRecord row per run, so duplicates are countable. params.seconds (default 0):
+    work this long first, checking the lease every 0.1 s.
+
+    The row is written as a write step: the row and its checkpoint commit in one fenced transaction,
+    so a worker that dies after the write but before the run's outcome is recorded does not write
+    it again on the retry (the step's checkpoint is found and returned instead).
+    """
     deadline = time.monotonic() + _number(ctx.params, "seconds", default=0.0)
     while time.monotonic() < deadline:
         ctx.check_lease()
         time.sleep(min(0.1, max(deadline - time.monotonic(), 0)))
-    with ctx.fenced():
+
+    def write() -> dict:
         row = DiagnosticRecord.objects.create(
             run_id=ctx.run_id,
             biz_key=ctx.biz_key,
@@ -51,7 +57,9 @@ def record(ctx: SkillContext) -> dict:
             worker=ctx.worker,
             created_at=ctx.now,
         )
-    return {"record_id": row.id}
+        return {"record_id": row.id}
+
+    return ctx.step("record", write, write=True)
 
 
 def _number(params: dict, name: str, *, default: float) -> float:
