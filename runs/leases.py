@@ -102,11 +102,25 @@ class ObjectGate:
     _thread: threading.Thread | None = None
 
     def _renew_loop(self) -> None:
+        interval = max(self.ttl.total_seconds() / 3, 0.2)
+        wait, failing = interval, False
         try:
-            while not self._stop.wait(max(self.ttl.total_seconds() / 3, 0.2)):
+            while not self._stop.wait(wait):
                 if self.held is None:
                     return
-                renewed = lease_renew(held=self.held, ttl=self.ttl, now=self.clock())
+                try:
+                    renewed = lease_renew(held=self.held, ttl=self.ttl, now=self.clock())
+                except DatabaseError as exc:
+                    # Like the run lease: retry on a new connection while the lease is still ours.
+                    connection.close()
+                    if not failing:
+                        log.warning("run %s: object lease renewal failed (%s); retrying", self.run_id, _one_line(exc))
+                    failing, wait = True, min(LeaseRenewer.RETRY_INTERVAL, interval)
+                    if self.clock() >= self.held.expires_at:
+                        log.warning("run %s: object lease %s expired while unreachable", self.run_id, self.held.key)
+                        return
+                    continue
+                failing, wait = False, interval
                 if renewed is None:
                     log.warning("run %s: object lease %s lost", self.run_id, self.held.key)
                     return
