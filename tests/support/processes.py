@@ -15,8 +15,12 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 def child_env(**extra: str) -> dict[str, str]:
-    """The environment of a child process: the same broker, and the *test* database."""
+    """The environment of a child process: the same broker, and the *test* database.
+
+    os.environ already holds this test process's own broker (tests/support/settings.py, one per
+    pytest-xdist worker); the child runs the real settings module with it."""
     env = dict(os.environ)
+    env["DJANGO_SETTINGS_MODULE"] = "harness_site.settings"
     db = settings.DATABASES["default"]
     if db["ENGINE"].endswith("sqlite3"):
         env["DATABASE_URL"] = f"sqlite:///{db['NAME']}"

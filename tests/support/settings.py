@@ -1,0 +1,43 @@
+"""Settings of the test process: harness_site.settings, with a broker of its own per pytest-xdist worker.
+
+Under pytest-xdist (`-n 2`) several test processes run at once, each with its own test database
+(pytest-django gives the SQLite file and the PostgreSQL database a `_gw0`, `_gw1`… suffix). The broker
+must be theirs alone as well: the `purged_broker` fixture empties it, and a worker started by one
+test must never take another test's messages. So each xdist worker gets
+  * a file-system broker folder of its own: $HARNESS_BROKER_DIR/gwN (default var/test-broker/gwN), and
+  * a Redis database of its own: the configured number minus N (redis://…/15 -> 15 for gw0, 14 for gw1).
+The values are written to os.environ *before* harness_site.settings reads them, so that the worker,
+beat and manage.py processes a test starts (tests/support/processes.py) inherit exactly the same ones.
+"""
+
+import os
+from pathlib import Path
+from urllib.parse import urlsplit, urlunsplit
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _redis_url_for(url: str, offset: int) -> str:
+    parts = urlsplit(url)
+    base = int(parts.path.strip("/") or 0)
+    number = base - offset
+    if number < 0:
+        raise RuntimeError(f"{url}: not enough Redis databases below {base} for pytest-xdist worker {offset}")
+    return urlunsplit(parts._replace(path=f"/{number}"))
+
+
+def _isolate(environ) -> None:
+    worker = environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ... in an xdist worker; unset otherwise
+    base_dir = environ.get("HARNESS_BROKER_DIR") or str(ROOT / "var" / "test-broker")
+    environ["HARNESS_BROKER_DIR"] = str(Path(base_dir) / (worker or "main"))
+    if worker:
+        offset = int(worker.removeprefix("gw"))
+        for name in ("CELERY_BROKER_URL", "REDIS_URL"):
+            url = environ.get(name, "")
+            if url.startswith(("redis://", "rediss://")):
+                environ[name] = _redis_url_for(url, offset)
+
+
+_isolate(os.environ)
+
+from harness_site.settings import *  # noqa: E402, F403
