@@ -25,10 +25,50 @@ def _is_backend(item) -> bool:
     return bool(db and (db.kwargs.get("transaction") or (db.args and db.args[0])))
 
 
+# Within each of pytest-django's groups (below), run first and in this order the tests that take
+# longest (--durations), so that under pytest-xdist they start early on different workers and the
+# short tests fill in around them; then every other e2e test.
+LONGEST_FIRST = (
+    "tests/e2e/test_catchup_e2e.py::",
+    "tests/deadletters/test_alerts_e2e.py::test_a_receiver_that_was_down",
+    "tests/e2e/test_schedule_e2e.py::test_two_beats_and_two_workers",
+    "tests/runs/test_dashboard.py::test_it_renders_the_dashboard_within_a_fixed_number_of_queries_on_100k_runs",
+    "tests/tasks/test_scheduler_tick.py::test_every_slot_ends_in_exactly_one_run_or_decision[gap2-",
+    "tests/deadletters/test_alerts.py::test_a_storm_of_500",
+    "tests/e2e/test_failures_e2e.py::",
+    "tests/e2e/test_object_lease_e2e.py::",
+    "tests/e2e/test_steps_e2e.py::",
+    "tests/e2e/test_guards_e2e.py::",
+)
+
+
+def _django_group(item) -> int:
+    """pytest-django's order (Django's): 0 database tests, 1 transactional ones, 2 the rest.
+
+    It must hold on every xdist worker: a transactional test flushes the worker's database when
+    it ends, taking the rows the data migrations installed (groups, beat entries, the default alert
+    channel) that the later plain database tests rely on."""
+    fixtures = set(getattr(item, "fixturenames", ()))
+    db = item.get_closest_marker("django_db")
+    transactional = bool(db and (db.kwargs.get("transaction") or db.kwargs.get("reset_sequences") or db.args))
+    if transactional or {"transactional_db", "live_server"} & fixtures:
+        return 1
+    return 0 if db or "db" in fixtures else 2
+
+
+def _run_order(item) -> tuple[int, int]:
+    for rank, prefix in enumerate(LONGEST_FIRST):
+        if item.nodeid.startswith(prefix):
+            return _django_group(item), rank
+    return _django_group(item), len(LONGEST_FIRST) + (0 if item.get_closest_marker("e2e") else 1)
+
+
 def pytest_collection_modifyitems(config, items):
     for item in items:
         if _is_backend(item) and not item.get_closest_marker("backend"):
             item.add_marker(pytest.mark.backend)
+    # Stable: otherwise the order pytest-django gave (itself stable: collection order within a group).
+    items.sort(key=_run_order)
     if config.getoption("backend_only"):
         keep = [item for item in items if item.get_closest_marker("backend")]
         deselected = [item for item in items if not item.get_closest_marker("backend")]

@@ -8,7 +8,8 @@ from django.utils import timezone
 
 from runs.models import Decision, TaskRun
 from tasks.models import DiagnosticRecord, TriggerRule
-from tests.e2e.helpers import RUN_TIMEOUT, freeze, make_rule, wait_ticking
+from tasks.triggers.scheduler import ON_TIME_GRACE, scheduler_tick
+from tests.e2e.helpers import RUN_TIMEOUT, START_TIMEOUT, freeze, make_rule, wait_ticking
 from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -17,6 +18,9 @@ MINUTE = timedelta(minutes=1)
 DOWN_SLOTS = 3
 # Restart this long after the last missed slot, so it is late beyond the scheduler's on-time grace (10 s).
 PAST_GRACE = timedelta(seconds=15)
+# The seeded tick runs this long after its slot: on time (within the scheduler's grace).
+SEEDED_TICK_AFTER = timedelta(seconds=1)
+assert SEEDED_TICK_AFTER < ON_TIME_GRACE
 
 
 def _slots(rule: TriggerRule) -> tuple[dict, dict]:
@@ -26,22 +30,28 @@ def _slots(rule: TriggerRule) -> tuple[dict, dict]:
 
 
 def test_missed_minutes_are_caught_up_or_recorded_after_three_minutes_down(harness):
-    worker, beat = harness.worker("w1"), harness.beat("beat1")
-    wait_ticking()
+    worker = harness.worker("w1")
     latest = make_rule("cron-latest", kind="cron", cron="* * * * *", catchup="latest", catchup_max_delay_seconds=600)
     none = make_rule("cron-none", kind="cron", cron="* * * * *", catchup="none")
+    # The last slot before the outage is seeded instead of waited for (up to a minute): the minute that
+    # began last is made due and claimed on time by the scheduler's own tick, run here as beat would
+    # have run it then; the real worker executes both runs. No beat is up yet, so no later slot is taken.
+    # The outage and the restart below are real processes and real minutes.
+    seeded = timezone.now().replace(second=0, microsecond=0)
+    TriggerRule.objects.filter(pk__in=[latest.pk, none.pk]).update(next_fire_at=seeded)
+    scheduler_tick(now=seeded + SEEDED_TICK_AFTER)
     for rule in (latest, none):
         wait_for(
             lambda r=rule: TaskRun.objects.filter(rule=r, state="succeeded").exists(),
-            timeout=60 + RUN_TIMEOUT,
+            timeout=START_TIMEOUT + RUN_TIMEOUT,
             what=f"the first minute run of {rule.name}",
         )
-    beat.stop()
     worker.stop()
     stopped_at = timezone.now()
     first = {r.name: TaskRun.objects.get(rule=r).slot for r in (latest, none)}
     assert first["cron-latest"] == first["cron-none"]
     start_slot = first["cron-latest"]
+    assert start_slot == seeded
     last_missed = start_slot + DOWN_SLOTS * MINUTE
 
     # Staying down across three minute slots is the point of the test: this wait is the downtime.

@@ -68,9 +68,13 @@ def _login(browser, live_server, username: str) -> None:
 
 
 def _until(browser, predicate, what: str, timeout: float = WAIT):
+    from selenium.common.exceptions import StaleElementReferenceException
     from selenium.webdriver.support.ui import WebDriverWait
 
-    return WebDriverWait(browser, timeout, poll_frequency=0.2).until(predicate, message=f"waiting for {what}")
+    # The preview is re-rendered while the operator types: an element read just as it is replaced is
+    # stale, which means "not there yet", as a missing one does (WebDriverWait's default).
+    wait = WebDriverWait(browser, timeout, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,))
+    return wait.until(predicate, message=f"waiting for {what}")
 
 
 def _text(browser, css: str) -> str:
