@@ -7,8 +7,9 @@ import pytest
 from django.utils import timezone
 
 from runs.models import Decision, TaskRun
+from runs.selectors import slot_grace
 from tasks.models import DiagnosticRecord, TriggerRule
-from tasks.triggers.scheduler import ON_TIME_GRACE, scheduler_tick
+from tasks.triggers.scheduler import scheduler_tick
 from tests.e2e.helpers import RUN_TIMEOUT, START_TIMEOUT, freeze, make_rule, wait_ticking
 from tests.support.processes import wait_for
 
@@ -20,7 +21,7 @@ DOWN_SLOTS = 3
 PAST_GRACE = timedelta(seconds=15)
 # The seeded tick runs this long after its slot: on time (within the scheduler's grace).
 SEEDED_TICK_AFTER = timedelta(seconds=1)
-assert SEEDED_TICK_AFTER < ON_TIME_GRACE
+assert SEEDED_TICK_AFTER < slot_grace()
 
 
 def _slots(rule: TriggerRule) -> tuple[dict, dict]:
