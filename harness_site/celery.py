@@ -1,3 +1,4 @@
+import logging
 import os
 
 from celery import Celery
@@ -18,3 +19,27 @@ def _close_old_connections(**_kwargs) -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+class OneLineSendErrors(logging.Filter):
+    """Beat logs every failed send during a broker outage with the stack, the traceback and the
+    error (about 200 lines each, once a second). Keep the error, on one line: the outage itself is
+    what on-call needs to see, and /healthz says "broker unreachable"."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if isinstance(record.msg, str) and record.msg.startswith("Message Error") and record.exc_info:
+            error = record.exc_info[1]
+            record.msg, record.args, record.exc_info, record.exc_text = (
+                "Message Error: %s",
+                (_one_line(error),),
+                None,
+                None,
+            )
+        return True
+
+
+def _one_line(error: BaseException | None) -> str:
+    return f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+
+
+logging.getLogger("celery.beat").addFilter(OneLineSendErrors())
