@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from runs.leases import connection_refresh
 from runs.models import ActionProposal, RunStep
 from tasks.skills.actions import APPROVAL_RISKS, action_get, effective_risk
 from tasks.skills.sdk import AwaitApproval, ErrorKind, SkillContext, SkillError, digest
@@ -32,6 +33,7 @@ def run_step(ctx: SkillContext, name: str, fn: Callable[[], Any], *, write: bool
     A write step in a dry run is not run: it is recorded as skipped and returns None.
     Raises LeaseLost (via ctx.fenced) if this attempt no longer holds the run: nothing is written.
     """
+    connection_refresh()  # a step may follow minutes of work: replace a connection the server dropped
     done = step_done(ctx, name)
     if done is not None:
         ctx.logger.info("run %s: step %s completed in attempt %s; resuming after it", ctx.run_id, name, done.attempt)
