@@ -182,6 +182,20 @@ HARNESS = {
     "ALERT_CHECK_SECONDS": env.int("HARNESS_ALERT_CHECK_SECONDS", default=30),
 }
 
+# Secrets are granted by the deployment, never named by an operator (docs/secrets.md): an agent's key
+# or a webhook source's secret must be an environment variable under this prefix or in this list.
+HARNESS_SECRET_PREFIX = env.str("HARNESS_SECRET_PREFIX", default="HARNESS_SECRET_")
+HARNESS_SECRETS = env.list("HARNESS_SECRETS", default=[])
+# Never grantable, whatever the list says: they would hand out the site's own keys.
+_NEVER_SECRETS = {"SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL", "CELERY_RESULT_BACKEND"}
+if not HARNESS_SECRET_PREFIX.endswith("_") or len(HARNESS_SECRET_PREFIX) < 4 or HARNESS_SECRET_PREFIX in {"HARNESS_"}:
+    raise environ.ImproperlyConfigured(
+        f"HARNESS_SECRET_PREFIX={HARNESS_SECRET_PREFIX!r}: give a prefix of its own ending in _, e.g. HARNESS_SECRET_"
+    )
+if _NEVER_SECRETS & set(HARNESS_SECRETS):
+    _listed = ", ".join(sorted(_NEVER_SECRETS & set(HARNESS_SECRETS)))
+    raise environ.ImproperlyConfigured(f"HARNESS_SECRETS lists {_listed}: the site's own keys are never handed out")
+
 # A mistyped HARNESS_* variable would otherwise be ignored silently.
 _KNOWN_HARNESS_VARS = {
     "HARNESS_TICK_SECONDS",
@@ -196,8 +210,14 @@ _KNOWN_HARNESS_VARS = {
     "HARNESS_SENSOR_SECONDS",
     "HARNESS_DECISION_RETENTION_DAYS",
     "HARNESS_ALERT_CHECK_SECONDS",
+    "HARNESS_SECRET_PREFIX",
+    "HARNESS_SECRETS",
 }
-_unknown = sorted(k for k in os.environ if k.startswith("HARNESS_") and k not in _KNOWN_HARNESS_VARS)
+_unknown = sorted(
+    k
+    for k in os.environ
+    if k.startswith("HARNESS_") and k not in _KNOWN_HARNESS_VARS and not k.startswith(HARNESS_SECRET_PREFIX)
+)
 if _unknown:
     raise environ.ImproperlyConfigured(f"unknown setting(s) {', '.join(_unknown)}; see .env.example")
 
