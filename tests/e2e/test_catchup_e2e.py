@@ -15,10 +15,13 @@ from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.e2e
 
-MINUTE = timedelta(minutes=1)
+# Interval rules, so that three slots pass in a minute of real downtime: the catch-up policy does not
+# care how a slot was computed (cron minutes, across zones and DST days, are tests/tasks/test_catchup*.py).
+PERIOD = timedelta(seconds=20)
 DOWN_SLOTS = 3
 # Restart this long after the last missed slot, so it is late beyond the scheduler's on-time grace (10 s).
 PAST_GRACE = timedelta(seconds=15)
+assert slot_grace() < PAST_GRACE < PERIOD
 # The seeded tick runs this long after its slot: on time (within the scheduler's grace).
 SEEDED_TICK_AFTER = timedelta(seconds=1)
 assert SEEDED_TICK_AFTER < slot_grace()
@@ -30,15 +33,19 @@ def _slots(rule: TriggerRule) -> tuple[dict, dict]:
     return runs, decisions
 
 
-def test_missed_minutes_are_caught_up_or_recorded_after_three_minutes_down(harness):
+def test_missed_slots_are_caught_up_or_recorded_after_three_slots_down(harness):
     worker = harness.worker("w1")
-    latest = make_rule("cron-latest", kind="cron", cron="* * * * *", catchup="latest", catchup_max_delay_seconds=600)
-    none = make_rule("cron-none", kind="cron", cron="* * * * *", catchup="none")
-    # The last slot before the outage is seeded instead of waited for (up to a minute): the minute that
-    # began last is made due and claimed on time by the scheduler's own tick, run here as beat would
-    # have run it then; the real worker executes both runs. No beat is up yet, so no later slot is taken.
-    # The outage and the restart below are real processes and real minutes.
-    seeded = timezone.now().replace(second=0, microsecond=0)
+    every = int(PERIOD.total_seconds())
+    latest = make_rule(
+        "every-latest", kind="interval", interval_seconds=every, catchup="latest", catchup_max_delay_seconds=600
+    )
+    none = make_rule("every-none", kind="interval", interval_seconds=every, catchup="none")
+    # The last slot before the outage is seeded instead of waited for: the slot that began last is made
+    # due and claimed on time by the scheduler's own tick, run here as beat would have run it then; the
+    # real worker executes both runs. No beat is up yet, so no later slot is taken. The outage and the
+    # restart below are real processes and real time.
+    now = timezone.now()
+    seeded = now - timedelta(seconds=now.timestamp() % every)  # interval slots are epoch-aligned
     TriggerRule.objects.filter(pk__in=[latest.pk, none.pk]).update(next_fire_at=seeded)
     scheduler_tick(now=seeded + SEEDED_TICK_AFTER)
     for rule in (latest, none):
@@ -50,14 +57,14 @@ def test_missed_minutes_are_caught_up_or_recorded_after_three_minutes_down(harne
     worker.stop()
     stopped_at = timezone.now()
     first = {r.name: TaskRun.objects.get(rule=r).slot for r in (latest, none)}
-    assert first["cron-latest"] == first["cron-none"]
-    start_slot = first["cron-latest"]
+    assert first["every-latest"] == first["every-none"]
+    start_slot = first["every-latest"]
     assert start_slot == seeded
-    last_missed = start_slot + DOWN_SLOTS * MINUTE
+    last_missed = start_slot + DOWN_SLOTS * PERIOD
 
-    # Staying down across three minute slots is the point of the test: this wait is the downtime.
+    # Staying down across three slots is the point of the test: this wait is the downtime.
     restart_at = last_missed + PAST_GRACE
-    wait_for(lambda: timezone.now() >= restart_at, timeout=DOWN_SLOTS * 60 + 60, interval=1, what="3 minutes down")
+    wait_for(lambda: timezone.now() >= restart_at, timeout=DOWN_SLOTS * every + 60, interval=1, what="3 slots down")
     restarted_at = timezone.now()
     harness.worker("w1-restarted")
     harness.beat("beat1-restarted")
@@ -77,16 +84,16 @@ def test_missed_minutes_are_caught_up_or_recorded_after_three_minutes_down(harne
         what="every run to finish",
     )
 
-    missed = [start_slot + n * MINUTE for n in range(1, DOWN_SLOTS + 1)]
+    missed = [start_slot + n * PERIOD for n in range(1, DOWN_SLOTS + 1)]
     late_runs, late_decisions = _slots(latest)
     none_runs, none_decisions = _slots(none)
     catchup_run = TaskRun.objects.get(rule=latest, source="catchup")
     print(
-        f"\n[e2e catch-up] down {(restarted_at - stopped_at).total_seconds():.0f}s (slots {missed[0]:%H:%M} to "
-        f"{missed[-1]:%H:%M}); latest: runs {sorted(f'{s:%H:%M} {r.source}' for s, r in late_runs.items())}, "
-        f"decisions {sorted(f'{s:%H:%M} {d.reason}' for s, d in late_decisions.items())}; none: runs "
-        f"{sorted(f'{s:%H:%M} {r.source}' for s, r in none_runs.items())}, decisions "
-        f"{sorted(f'{s:%H:%M} {d.reason}' for s, d in none_decisions.items())}; catch-up run claimed "
+        f"\n[e2e catch-up] down {(restarted_at - stopped_at).total_seconds():.0f}s (slots {missed[0]:%H:%M:%S} to "
+        f"{missed[-1]:%H:%M:%S}); latest: runs {sorted(f'{s:%H:%M:%S} {r.source}' for s, r in late_runs.items())}, "
+        f"decisions {sorted(f'{s:%H:%M:%S} {d.reason}' for s, d in late_decisions.items())}; none: runs "
+        f"{sorted(f'{s:%H:%M:%S} {r.source}' for s, r in none_runs.items())}, decisions "
+        f"{sorted(f'{s:%H:%M:%S} {d.reason}' for s, d in none_decisions.items())}; catch-up run claimed "
         f"{(catchup_run.trigger_at - catchup_run.slot).total_seconds():.1f}s after its slot"
     )
 
@@ -101,10 +108,10 @@ def test_missed_minutes_are_caught_up_or_recorded_after_three_minutes_down(harne
     assert not set(none_runs) & set(missed)
 
     for rule, runs, decisions in ((latest, late_runs, late_decisions), (none, none_runs, none_decisions)):
-        # Every minute between the first and the last handled slot: exactly one run or one decision.
+        # Every slot between the first and the last handled one: exactly one run or one decision.
         assert not set(runs) & set(decisions), f"{rule.name}: a slot with both a run and a decision"
         handled = sorted([*runs, *decisions])
-        expected = [handled[0] + n * MINUTE for n in range(int((handled[-1] - handled[0]) / MINUTE) + 1)]
+        expected = [handled[0] + n * PERIOD for n in range(int((handled[-1] - handled[0]) / PERIOD) + 1)]
         assert handled == expected, f"{rule.name}: slots not accounted for"
         assert all(r.state == TaskRun.State.SUCCEEDED for r in runs.values())
         records = Counter(DiagnosticRecord.objects.filter(rule_name=rule.name).values_list("biz_key", flat=True))
