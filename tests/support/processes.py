@@ -168,7 +168,27 @@ class Harness:
         return [p.name for p in self.procs if p.popen.poll() is not None and not p.stopped]
 
     def logs(self) -> str:
-        return "\n".join(f"===== {p.name}\n{p.log()[-6000:]}" for p in self.procs)
+        """Each process's log for a failure report, without the idle chatter of every second (empty
+        ticks and sweeps, beat's sends), so that what happened fits in the tail shown."""
+        return "\n".join(f"===== {p.name}\n{_eventful(p.log())[-12000:]}" for p in self.procs)
+
+
+_IDLE = (
+    "Sending due task",
+    "'claimed': 0, 'dedupe_hits': 0, 'decisions': 0}",
+    "{'expired': 0, 'dispatched': 0, 'approvals_expired': 0, 'decisions_deleted': 0}",
+    "'accepted': 0, 'known': 0, 'other': 0, 'errors': [], 'pruned': 0}",
+)
+
+
+def _eventful(log: str) -> str:
+    routine = ("Task runs.scheduler_tick[", "Task runs.sweep[", "Task tasks.sensors_scan[")
+    return "\n".join(
+        line
+        for line in log.splitlines()
+        if not any(marker in line for marker in _IDLE)
+        and not (line.endswith("] received") and any(task in line for task in routine))
+    )
 
 
 def wait_for(predicate: Callable[[], object], *, timeout: float, interval: float = 0.2, what: str = "condition"):
