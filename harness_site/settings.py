@@ -2,6 +2,7 @@
 
 import os
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import environ
 
@@ -196,6 +197,28 @@ if _NEVER_SECRETS & set(HARNESS_SECRETS):
     _listed = ", ".join(sorted(_NEVER_SECRETS & set(HARNESS_SECRETS)))
     raise environ.ImproperlyConfigured(f"HARNESS_SECRETS lists {_listed}: the site's own keys are never handed out")
 
+# Where an agent may send its key: base URLs under these roots (scheme, host, optional port, optional
+# path prefix; docs/secrets.md). Empty, the default: no HTTP agent may be saved or called, only the
+# built-in echo provider the demo uses.
+HARNESS_AGENT_URL_ALLOW = env.list("HARNESS_AGENT_URL_ALLOW", default=[])
+for _entry in HARNESS_AGENT_URL_ALLOW:
+    _parts = urlsplit(_entry)
+    try:
+        _parts.port  # noqa: B018  (raises on a port that is not a number)
+    except ValueError:
+        _parts = _parts._replace(netloc="")
+    if (
+        _parts.scheme not in {"http", "https"}
+        or not _parts.hostname
+        or _parts.username is not None
+        or _parts.query
+        or _parts.fragment
+    ):
+        raise environ.ImproperlyConfigured(
+            f"HARNESS_AGENT_URL_ALLOW entry {_entry!r}: give a URL root such as https://api.openai.com/v1 "
+            "(http or https, a host, no user, query or fragment)"
+        )
+
 # A mistyped HARNESS_* variable would otherwise be ignored silently.
 _KNOWN_HARNESS_VARS = {
     "HARNESS_TICK_SECONDS",
@@ -212,6 +235,7 @@ _KNOWN_HARNESS_VARS = {
     "HARNESS_ALERT_CHECK_SECONDS",
     "HARNESS_SECRET_PREFIX",
     "HARNESS_SECRETS",
+    "HARNESS_AGENT_URL_ALLOW",
 }
 _unknown = sorted(
     k

@@ -13,13 +13,13 @@
 
 runs/calls.py wraps it for a run: checks the agent's budget, then records one ExternalCall row per
 call, with a SHA-256 of the input and never the key (nor the prompt, unless the agent opts in).
-The API key is read from the environment variable the agent names, at call time, and is redacted
+The API key is read at call time from the variable the agent names, only if the deployment granted
+that variable, and sent only to a base URL the deployment allows (tasks/secrets.py); it is redacted
 from anything the provider sends back before it can reach an error message, a log or a ticket.
 """
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parsedate_to_datetime
@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from tasks.secrets import NAME, agent_url_error, secret_name_error, secret_value
 from tasks.skills.sdk import ErrorKind, SkillError
 
 MAX_RAW_OUTPUT = 20_000
@@ -101,9 +102,14 @@ def redact(text: str, secret: str | None) -> str:
 
 
 def api_key(agent) -> str:
-    """The key from the environment variable the agent names. Raises invalid_param if it is unset;
-    the message names the variable, never a value."""
-    value = os.environ.get(agent.api_key_env or "", "")
+    """The key from the granted environment variable the agent names. Raises invalid_param if the
+    variable is not granted (tasks/secrets.py) or unset; the message names the variable, never a value."""
+    name = agent.api_key_env or ""
+    refused = secret_name_error(name)
+    if refused is not None:
+        shown = name if NAME.fullmatch(name) else "(not a variable name)"  # never echo what may be a pasted key
+        raise ModelCallError(ErrorKind.INVALID_PARAM, f"agent {agent.name!r}: key variable {shown}: {refused}")
+    value = secret_value(name)
     if not value:
         raise ModelCallError(
             ErrorKind.INVALID_PARAM,
@@ -122,6 +128,9 @@ def chat(agent, messages: list[dict[str, str]], *, now: datetime) -> ModelReply:
     """One chat-completions call for `agent`. Raises ModelCallError with the mapped kind."""
     if agent.provider == "echo":
         return _echo(agent, messages)
+    refused = agent_url_error(agent.base_url)
+    if refused is not None:
+        raise ModelCallError(ErrorKind.INVALID_PARAM, f"agent {agent.name!r}: base URL {agent.base_url}: {refused}")
     key = api_key(agent)
     url = agent.base_url.rstrip("/") + "/chat/completions"
     timeout = httpx.Timeout(

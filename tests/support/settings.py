@@ -43,4 +43,7 @@ _isolate(os.environ)
 # default (60 s) has its own test in tests/tasks/test_scheduler_tick.py. Children inherit it.
 os.environ.setdefault("HARNESS_SLOT_GRACE_SECONDS", "10")
 
+# The fake model server listens on loopback (any port); x.example is the validation tests' provider.
+os.environ.setdefault("HARNESS_AGENT_URL_ALLOW", "http://127.0.0.1,https://x.example/v1")
+
 from harness_site.settings import *  # noqa: E402, F403

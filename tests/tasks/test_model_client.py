@@ -16,7 +16,7 @@ from tasks.agents.client import ModelCallError, build_messages, chat, input_sha2
 from tasks.skills.sdk import ErrorKind
 from tests.support.fake_model import FakeModelServer, Reply, completion
 
-KEY_ENV = "H9_TEST_MODEL_KEY"
+KEY_ENV = "HARNESS_SECRET_H9_TEST_MODEL"
 KEY = "sk-test-4c1b2e9f0d7a6b5c3e8f"
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
