@@ -27,12 +27,12 @@ from typing import Any
 
 import httpx
 
+from tasks.agents.redaction import redact
 from tasks.secrets import NAME, agent_url_error, secret_name_error, secret_value
 from tasks.skills.sdk import ErrorKind, SkillError
 
 MAX_RAW_OUTPUT = 20_000
 MAX_ERROR_BODY = 500
-REDACTED = "[redacted]"
 
 
 class ModelCallError(SkillError):
@@ -97,10 +97,6 @@ def input_sha256(model: str, messages: list[dict[str, str]]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def redact(text: str, secret: str | None) -> str:
-    return text.replace(secret, REDACTED) if secret else text
-
-
 def api_key(agent) -> str:
     """The key from the granted environment variable the agent names. Raises invalid_param if the
     variable is not granted (tasks/secrets.py) or unset; the message names the variable, never a value."""
@@ -155,6 +151,7 @@ def chat(agent, messages: list[dict[str, str]], *, now: datetime) -> ModelReply:
         raise ModelCallError(
             ErrorKind.DEPENDENCY_UNREACHABLE, f"{url}: {type(exc).__name__}: {redact(str(exc), key)}"
         ) from None
+    # Every text the provider sends back passes redact() here, before anything else can read it.
     text = redact(response.text, key)
     kind = kind_for_status(response.status_code)
     if kind is not None:
@@ -165,10 +162,10 @@ def chat(agent, messages: list[dict[str, str]], *, now: datetime) -> ModelReply:
             status=response.status_code,
             retry_after=retry_after,
         )
-    return _parse_completion(url, response.status_code, text)
+    return _parse_completion(url, response.status_code, text, key)
 
 
-def _parse_completion(url: str, status: int, text: str) -> ModelReply:
+def _parse_completion(url: str, status: int, text: str, key: str) -> ModelReply:
     try:
         data = json.loads(text)
         content = data["choices"][0]["message"]["content"]
@@ -183,7 +180,7 @@ def _parse_completion(url: str, status: int, text: str) -> ModelReply:
         ) from None
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     return ModelReply(
-        content=content,
+        content=redact(content, key),  # again once decoded: JSON decoding turns \u escapes back into text
         status=status,
         prompt_tokens=_count(usage.get("prompt_tokens")),
         completion_tokens=_count(usage.get("completion_tokens")),
