@@ -2,6 +2,7 @@
 
 import logging
 import re
+import unicodedata
 from dataclasses import dataclass
 from datetime import datetime
 
@@ -11,7 +12,8 @@ from tasks.models import ReadinessFlag
 
 log = logging.getLogger("harness.flags")
 
-NAME_RE = re.compile(r"^[A-Za-z0-9_.:\-]{1,200}$")
+# Matched whole (fullmatch): "$" would also accept a trailing newline.
+NAME_RE = re.compile(r"[A-Za-z0-9_.:\-]{1,200}")
 SCOPE_MAX = 200
 NOTE_MAX = 500
 
@@ -26,12 +28,15 @@ class FlagError(ValueError):
 
 
 def _check(name: object, scope: object) -> tuple[str, str]:
-    if not isinstance(name, str) or not NAME_RE.match(name):
+    if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise FlagError("name", "required; letters, digits and . _ : - only, at most 200, e.g. pipeline.raw_data.ready")
     if not isinstance(scope, str) or not scope.strip() or len(scope) > SCOPE_MAX:
         raise FlagError(
             "scope", f"required; a business date such as 2026-12-01 or a key, at most {SCOPE_MAX} characters"
         )
+    if any(unicodedata.category(c).startswith("C") for c in scope):
+        # A line break, an escape sequence or a bidi override would forge or disguise log lines.
+        raise FlagError("scope", "no line breaks, tabs or other control characters")
     return name, scope.strip()
 
 
@@ -49,7 +54,7 @@ def flag_set(
     except IntegrityError:  # insert-and-catch: already set
         ReadinessFlag.objects.filter(name=name, scope=scope).update(set_at=now, set_by=actor[:150], note=note)
         flag, created = ReadinessFlag.objects.get(name=name, scope=scope), False
-    log.info("flag set name=%s scope=%s by=%s created=%s", name, scope, actor, created)
+    log.info("flag set name=%r scope=%r by=%r created=%s", name, scope, actor, created)
     return flag, created
 
 
@@ -57,7 +62,7 @@ def flag_clear(*, name: object, scope: object, actor: str) -> bool:
     """Clear a flag; False if it was not set. A slot already run is not affected."""
     name, scope = _check(name, scope)
     deleted, _ = ReadinessFlag.objects.filter(name=name, scope=scope).delete()
-    log.info("flag cleared name=%s scope=%s by=%s existed=%s", name, scope, actor, bool(deleted))
+    log.info("flag cleared name=%r scope=%r by=%r existed=%s", name, scope, actor, bool(deleted))
     return bool(deleted)
 
 

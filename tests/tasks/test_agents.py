@@ -214,3 +214,13 @@ def test_it_lists_spend_against_budget_per_agent():
 
     assert (row["calls"], row["tokens"], row["max_calls_per_hour"], row["exhausted"]) == (2, 17, 3, False)
     assert row["resets_at"] == T0 + timedelta(hours=1)
+
+
+@pytest.mark.django_db
+def test_it_refuses_a_key_variable_name_with_a_trailing_newline():
+    # ENV_NAME used "$", which matches before a trailing newline.
+    with pytest.raises(ValidationError) as info:
+        Agent(
+            name="a", provider="openai", model="m", base_url="https://x.example/v1", api_key_env="HARNESS_SECRET_K\n"
+        ).full_clean()
+    assert "NAME of an environment variable" in info.value.message_dict["api_key_env"][0]

@@ -193,6 +193,8 @@ def test_it_classifies_statuses(status, kind):
         (format_datetime(NOW - timedelta(seconds=90), usegmt=True), 0.0),
         ("soon", None),
         ("-5", None),
+        ("\u00b2", None),  # str.isdigit() is true for a superscript two, which float() refuses
+        ("\u0661\u0662", None),  # Arabic-Indic digits: not an HTTP delta-seconds
     ],
 )
 def test_it_parses_retry_after(value, seconds):
