@@ -12,10 +12,54 @@ VAR_DIR = BASE_DIR / "var"
 env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
-DEBUG = env.bool("DEBUG", default=False)
+_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+
+
+def env_bool(name: str, *, default: bool) -> bool:
+    """A boolean setting, strictly: django-environ's bool() reads any unknown word (DEBUG=maybe) as false."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    if raw.lower() in _TRUE:
+        return True
+    if raw.lower() in _FALSE:
+        return False
+    raise environ.ImproperlyConfigured(f"{name}={raw!r}: use true or false (or 1/0, yes/no, on/off)")
+
+
+# Keys that are public (.env.example, tutorials, Django's startproject marker) sign nothing.
+_PLACEHOLDER_KEYS = {
+    "change-me",
+    "changeme",
+    "secret",
+    "secret-key",
+    "your-secret-key",
+    "test-only",
+    "dev-only-insecure-key",
+}
+MIN_SECRET_KEY_LENGTH = 32
+
+
+def secret_key_weakness(key: str) -> str | None:
+    """Why `key` must not sign sessions with DEBUG off, or None when it will do."""
+    if key.lower() in _PLACEHOLDER_KEYS:
+        return "it is a published placeholder (e.g. the value in .env.example)"
+    if key.startswith("django-insecure-"):
+        return "it is marked django-insecure- (a development key)"
+    if len(key) < MIN_SECRET_KEY_LENGTH or len(set(key)) < 5:
+        return f"it is shorter than {MIN_SECRET_KEY_LENGTH} characters or repeats too few of them"
+    return None
+
+
+DEBUG = env_bool("DEBUG", default=False)
 SECRET_KEY = env.str("SECRET_KEY", default="" if not DEBUG else "dev-only-insecure-key")
 if not SECRET_KEY:
     raise environ.ImproperlyConfigured("SECRET_KEY is required when DEBUG is off (see .env.example)")
+if not DEBUG and (_weak := secret_key_weakness(SECRET_KEY)):
+    raise environ.ImproperlyConfigured(
+        f"SECRET_KEY is refused with DEBUG off: {_weak}. Set a random value, e.g. the output of "
+        "python -c 'import secrets; print(secrets.token_urlsafe(48))'"
+    )
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
