@@ -1,6 +1,7 @@
 """Settings, all from the environment (django-environ). A mistyped value fails at start-up."""
 
 import os
+from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
@@ -76,6 +77,8 @@ INSTALLED_APPS = [
     "runs",
     "deadletters",
     "harness_site.audit",
+    # Login throttling (django-axes): failed admin logins counted per username and address.
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -90,6 +93,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Puts the request's user on rule history rows (django-simple-history).
     "simple_history.middleware.HistoryRequestMiddleware",
+    # Last, as django-axes asks: turns a locked-out login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 # Reverting a rule from its history would skip the form's validation; edit the rule instead.
 SIMPLE_HISTORY_REVERT_DISABLED = True
@@ -135,6 +140,27 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+
+# Login throttling with django-axes: after HARNESS_LOGIN_FAILURE_LIMIT failed logins for one username
+# from one address, that pair is refused (even with the right password) for the cool-off; a success
+# resets the count. Other users, and the same user from elsewhere, are unaffected, so a guesser cannot
+# lock everyone out. Superusers unlock early under Axes > Access attempts (or manage.py axes_reset).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("HARNESS_LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("HARNESS_LOGIN_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# The admin's login page with the reason, status 429 (harness_site/lockout.py).
+AXES_LOCKOUT_CALLABLE = "harness_site.lockout.lockout_response"
+# Only failures are kept (AccessAttempt, one row per username and address); not every successful login.
+AXES_DISABLE_ACCESS_LOG = True
+if AXES_FAILURE_LIMIT < 1 or AXES_COOLOFF_TIME <= timedelta(0):
+    raise environ.ImproperlyConfigured(
+        "HARNESS_LOGIN_FAILURE_LIMIT and HARNESS_LOGIN_COOLOFF_MINUTES must be 1 or more"
+    )
 
 # The default when the browser asks for none of LANGUAGES (many of our operators read Chinese first).
 LANGUAGE_CODE = env.str("LANGUAGE_CODE", default="en-us")
@@ -280,6 +306,8 @@ _KNOWN_HARNESS_VARS = {
     "HARNESS_SECRET_PREFIX",
     "HARNESS_SECRETS",
     "HARNESS_AGENT_URL_ALLOW",
+    "HARNESS_LOGIN_FAILURE_LIMIT",
+    "HARNESS_LOGIN_COOLOFF_MINUTES",
 }
 _unknown = sorted(
     k
