@@ -27,17 +27,30 @@ class FlagError(ValueError):
         return f"{self.field}: {self.message}"
 
 
-def _check(name: object, scope: object) -> tuple[str, str]:
+def _control(text: str, *, allow: str = "") -> bool:
+    """Whether `text` holds a control character: a line break, an escape sequence or a bidi override
+    would forge or disguise log lines, and PostgreSQL refuses a NUL outright."""
+    return any(unicodedata.category(c).startswith("C") and c not in allow for c in text)
+
+
+def _check_name(name: object) -> str:
     if not isinstance(name, str) or not NAME_RE.fullmatch(name):
         raise FlagError("name", "required; letters, digits and . _ : - only, at most 200, e.g. pipeline.raw_data.ready")
+    return name
+
+
+def _check_scope(scope: object) -> str:
     if not isinstance(scope, str) or not scope.strip() or len(scope) > SCOPE_MAX:
         raise FlagError(
             "scope", f"required; a business date such as 2026-12-01 or a key, at most {SCOPE_MAX} characters"
         )
-    if any(unicodedata.category(c).startswith("C") for c in scope):
-        # A line break, an escape sequence or a bidi override would forge or disguise log lines.
+    if _control(scope):
         raise FlagError("scope", "no line breaks, tabs or other control characters")
-    return name, scope.strip()
+    return scope.strip()
+
+
+def _check(name: object, scope: object) -> tuple[str, str]:
+    return _check_name(name), _check_scope(scope)
 
 
 def flag_set(
@@ -45,8 +58,8 @@ def flag_set(
 ) -> tuple[ReadinessFlag, bool]:
     """Set a flag for one scope; (flag, created). Setting a set flag again only refreshes set_at/by."""
     name, scope = _check(name, scope)
-    if not isinstance(note, str) or len(note) > NOTE_MAX:
-        raise FlagError("note", f"must be text of at most {NOTE_MAX} characters")
+    if not isinstance(note, str) or len(note) > NOTE_MAX or _control(note, allow="\n\t"):
+        raise FlagError("note", f"must be text of at most {NOTE_MAX} characters, without control characters")
     try:
         with transaction.atomic():
             flag = ReadinessFlag.objects.create(name=name, scope=scope, set_at=now, set_by=actor[:150], note=note)
@@ -67,11 +80,12 @@ def flag_clear(*, name: object, scope: object, actor: str) -> bool:
 
 
 def flag_list(*, name: str | None = None, scope: str | None = None, limit: int = 500) -> list[ReadinessFlag]:
+    """Flags, optionally of one name and/or scope. Raises FlagError for a filter no flag could match."""
     qs = ReadinessFlag.objects.order_by("name", "scope")
     if name:
-        qs = qs.filter(name=name)
+        qs = qs.filter(name=_check_name(name))
     if scope:
-        qs = qs.filter(scope=scope)
+        qs = qs.filter(scope=_check_scope(scope))
     return list(qs[:limit])
 
 

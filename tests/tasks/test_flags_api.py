@@ -168,3 +168,25 @@ def test_it_logs_flag_values_quoted_so_a_value_cannot_start_a_line(caplog):
 
     [record] = [r for r in caplog.records if r.name == "harness.flags"]
     assert "\n" not in record.getMessage() and "'key with spaces'" in record.getMessage()
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [({"scope": "2026-12-01\x00"}, "scope"), ({"name": "a\x00b"}, "name"), ({"name": "ready\n"}, "name")],
+)
+def test_it_refuses_a_list_filter_with_a_nul_or_a_line_break(client, query, field):
+    """PostgreSQL refuses a NUL in a query parameter outright: a 400 with the field, not a 500."""
+    auth = bearer(user_with("view_readinessflag"))
+
+    response = client.get("/api/flags", query, **auth)
+
+    assert response.status_code == 400 and response.json()["field"] == field
+
+
+def test_it_refuses_a_note_with_a_nul(client):
+    auth = bearer(user_with("add_readinessflag"))
+
+    response = post(client, "/api/flags/set", {**FLAG, "note": "load done\x00"}, **auth)
+
+    assert response.status_code == 400 and response.json()["field"] == "note"
+    assert not ReadinessFlag.objects.exists()
