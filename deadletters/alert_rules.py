@@ -111,23 +111,43 @@ def message_for(payload: dict) -> Message:
     ]
     for label, key in (("attempt", "attempt"), ("slot", "slot"), ("why", "reason"), ("last error", "error")):
         if payload.get(key) not in (None, ""):
-            lines.append(f"{label + ':':<11} {payload[key]}")
+            lines.append(f"{label + ':':<11} {_indented(payload[key])}")
     if payload.get("count"):
         lines.append(f"and {payload['count']} more like this: {payload.get('examples_text', '')}".rstrip(": "))
     lines.append(f"{'link:':<11} {_dash(payload.get('link'))}")
     return Message(title=title, text="\n".join(lines))
 
 
+def slack_text(text: str) -> str:
+    """Text Slack shows as written: its mrkdwn reads <!channel>, <@U1> and <url|label> as controls,
+    and &, <, > are the three characters it asks senders to escape."""
+    return text.replace("&", "&amp;").replace("<", "&lt;").replace(">", "&gt;")
+
+
+def feishu_text(text: str) -> str:
+    """Text a Feishu bot shows as written: its text message turns <at user_id="all"> into @everyone
+    and has no escape, so angle brackets become their full-width look-alikes (still readable)."""
+    return text.replace("<", "\uff1c").replace(">", "\uff1e")
+
+
+# DingTalk's text message parses no markup and mentions only whom `at` names: nobody, ever.
+DINGTALK_AT_NOBODY = {"isAtAll": False, "atMobiles": [], "atUserIds": []}
+
+
 def webhook_body(payload: dict, fmt: str) -> dict:
-    """The JSON a receiver of format `fmt` expects. Generic: the whole alert plus its text."""
+    """The JSON a receiver of format `fmt` expects. Generic: the whole alert plus its text.
+
+    Every value in an alert may come from outside (an event's text, an error a provider sent), so a
+    chat format gets plain text only: escaped for Slack and Feishu, and no markdown or mention for
+    DingTalk. Our labels hold none of those characters, so escaping the whole text escapes each value."""
     msg = message_for(payload)
     text = f"{msg.title}\n{msg.text}"
     if fmt == "slack":
-        return {"text": text}
+        return {"text": slack_text(text)}
     if fmt == "feishu":
-        return {"msg_type": "text", "content": {"text": text}}
+        return {"msg_type": "text", "content": {"text": feishu_text(text)}}
     if fmt == "dingtalk":
-        return {"msgtype": "text", "text": {"content": text}}
+        return {"msgtype": "text", "text": {"content": text}, "at": dict(DINGTALK_AT_NOBODY)}
     return {**payload, "title": msg.title, "text": text}
 
 
@@ -156,4 +176,10 @@ def redact_url(url: str) -> str:
 
 
 def _dash(value: object) -> str:
-    return "-" if value in (None, "") else str(value)
+    return "-" if value in (None, "") else _indented(value)
+
+
+def _indented(value: object) -> str:
+    """A value on its line: a multi-line value (a traceback, an event's text) continues indented, so it
+    cannot pass for another field ("link: …") of the alert, in a mail, a chat message or the log."""
+    return "\n            ".join(str(value).splitlines()) or str(value)

@@ -89,7 +89,9 @@ def alert_record(*, kind: str, severity: str, dedupe_key: str, payload: dict, no
 
 def _after_commit(payload: dict, pending: list[int]) -> None:
     msg = rules.message_for(payload)
-    fields = " ".join(f"{f}={payload.get(f)}" for f in rules.PAYLOAD_FIELDS)
+    fields = " ".join(
+        f"{f}={payload.get(f)!r}" for f in rules.PAYLOAD_FIELDS
+    )  # quoted: one line whatever a value holds
     log.log(LOG_LEVEL.get(payload["severity"], logging.ERROR), "%s | %s", msg.title, fields)
     for alert_id in pending:  # a lost message is picked up by the periodic alerts_check
         alert_send(alert_id)

@@ -1,7 +1,9 @@
 """Settings, all from the environment (django-environ). A mistyped value fails at start-up."""
 
 import os
+from datetime import timedelta
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import environ
 
@@ -11,10 +13,54 @@ VAR_DIR = BASE_DIR / "var"
 env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
 
-DEBUG = env.bool("DEBUG", default=False)
+_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
+
+
+def env_bool(name: str, *, default: bool) -> bool:
+    """A boolean setting, strictly: django-environ's bool() reads any unknown word (DEBUG=maybe) as false."""
+    raw = os.environ.get(name)
+    if raw is None:
+        return default
+    if raw.lower() in _TRUE:
+        return True
+    if raw.lower() in _FALSE:
+        return False
+    raise environ.ImproperlyConfigured(f"{name}={raw!r}: use true or false (or 1/0, yes/no, on/off)")
+
+
+# Keys that are public (.env.example, tutorials, Django's startproject marker) sign nothing.
+_PLACEHOLDER_KEYS = {
+    "change-me",
+    "changeme",
+    "secret",
+    "secret-key",
+    "your-secret-key",
+    "test-only",
+    "dev-only-insecure-key",
+}
+MIN_SECRET_KEY_LENGTH = 32
+
+
+def secret_key_weakness(key: str) -> str | None:
+    """Why `key` must not sign sessions with DEBUG off, or None when it will do."""
+    if key.lower() in _PLACEHOLDER_KEYS:
+        return "it is a published placeholder (e.g. the value in .env.example)"
+    if key.startswith("django-insecure-"):
+        return "it is marked django-insecure- (a development key)"
+    if len(key) < MIN_SECRET_KEY_LENGTH or len(set(key)) < 5:
+        return f"it is shorter than {MIN_SECRET_KEY_LENGTH} characters or repeats too few of them"
+    return None
+
+
+DEBUG = env_bool("DEBUG", default=False)
 SECRET_KEY = env.str("SECRET_KEY", default="" if not DEBUG else "dev-only-insecure-key")
 if not SECRET_KEY:
     raise environ.ImproperlyConfigured("SECRET_KEY is required when DEBUG is off (see .env.example)")
+if not DEBUG and (_weak := secret_key_weakness(SECRET_KEY)):
+    raise environ.ImproperlyConfigured(
+        f"SECRET_KEY is refused with DEBUG off: {_weak}. Set a random value, e.g. the output of "
+        "python -c 'import secrets; print(secrets.token_urlsafe(48))'"
+    )
 ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
 CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
 
@@ -31,6 +77,8 @@ INSTALLED_APPS = [
     "runs",
     "deadletters",
     "harness_site.audit",
+    # Login throttling (django-axes): failed admin logins counted per username and address.
+    "axes",
 ]
 
 MIDDLEWARE = [
@@ -45,6 +93,8 @@ MIDDLEWARE = [
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Puts the request's user on rule history rows (django-simple-history).
     "simple_history.middleware.HistoryRequestMiddleware",
+    # Last, as django-axes asks: turns a locked-out login into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 # Reverting a rule from its history would skip the form's validation; edit the rule instead.
 SIMPLE_HISTORY_REVERT_DISABLED = True
@@ -90,6 +140,27 @@ DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+
+# Login throttling with django-axes: after HARNESS_LOGIN_FAILURE_LIMIT failed logins for one username
+# from one address, that pair is refused (even with the right password) for the cool-off; a success
+# resets the count. Other users, and the same user from elsewhere, are unaffected, so a guesser cannot
+# lock everyone out. Superusers unlock early under Axes > Access attempts (or manage.py axes_reset).
+AUTHENTICATION_BACKENDS = [
+    "axes.backends.AxesStandaloneBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = env.int("HARNESS_LOGIN_FAILURE_LIMIT", default=5)
+AXES_COOLOFF_TIME = timedelta(minutes=env.int("HARNESS_LOGIN_COOLOFF_MINUTES", default=15))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_RESET_ON_SUCCESS = True
+# The admin's login page with the reason, status 429 (harness_site/lockout.py).
+AXES_LOCKOUT_CALLABLE = "harness_site.lockout.lockout_response"
+# Only failures are kept (AccessAttempt, one row per username and address); not every successful login.
+AXES_DISABLE_ACCESS_LOG = True
+if AXES_FAILURE_LIMIT < 1 or AXES_COOLOFF_TIME <= timedelta(0):
+    raise environ.ImproperlyConfigured(
+        "HARNESS_LOGIN_FAILURE_LIMIT and HARNESS_LOGIN_COOLOFF_MINUTES must be 1 or more"
+    )
 
 # The default when the browser asks for none of LANGUAGES (many of our operators read Chinese first).
 LANGUAGE_CODE = env.str("LANGUAGE_CODE", default="en-us")
@@ -196,6 +267,28 @@ if _NEVER_SECRETS & set(HARNESS_SECRETS):
     _listed = ", ".join(sorted(_NEVER_SECRETS & set(HARNESS_SECRETS)))
     raise environ.ImproperlyConfigured(f"HARNESS_SECRETS lists {_listed}: the site's own keys are never handed out")
 
+# Where an agent may send its key: base URLs under these roots (scheme, host, optional port, optional
+# path prefix; docs/secrets.md). Empty, the default: no HTTP agent may be saved or called, only the
+# built-in echo provider the demo uses.
+HARNESS_AGENT_URL_ALLOW = env.list("HARNESS_AGENT_URL_ALLOW", default=[])
+for _entry in HARNESS_AGENT_URL_ALLOW:
+    _parts = urlsplit(_entry)
+    try:
+        _parts.port  # noqa: B018  (raises on a port that is not a number)
+    except ValueError:
+        _parts = _parts._replace(netloc="")
+    if (
+        _parts.scheme not in {"http", "https"}
+        or not _parts.hostname
+        or _parts.username is not None
+        or _parts.query
+        or _parts.fragment
+    ):
+        raise environ.ImproperlyConfigured(
+            f"HARNESS_AGENT_URL_ALLOW entry {_entry!r}: give a URL root such as https://api.openai.com/v1 "
+            "(http or https, a host, no user, query or fragment)"
+        )
+
 # A mistyped HARNESS_* variable would otherwise be ignored silently.
 _KNOWN_HARNESS_VARS = {
     "HARNESS_TICK_SECONDS",
@@ -212,6 +305,9 @@ _KNOWN_HARNESS_VARS = {
     "HARNESS_ALERT_CHECK_SECONDS",
     "HARNESS_SECRET_PREFIX",
     "HARNESS_SECRETS",
+    "HARNESS_AGENT_URL_ALLOW",
+    "HARNESS_LOGIN_FAILURE_LIMIT",
+    "HARNESS_LOGIN_COOLOFF_MINUTES",
 }
 _unknown = sorted(
     k

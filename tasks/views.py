@@ -94,7 +94,10 @@ def _body(request) -> tuple[dict | None, JsonResponse | None]:
 
 @_guarded("tasks.view_readinessflag", ("GET",))
 def flags_list_view(request, user):
-    flags = flag_list(name=request.GET.get("name") or None, scope=request.GET.get("scope") or None)
+    try:
+        flags = flag_list(name=request.GET.get("name") or None, scope=request.GET.get("scope") or None)
+    except FlagError as exc:
+        return _refuse(400, str(exc), field=exc.field)
     return JsonResponse({"ok": True, "flags": [flag_json(f) for f in flags]})
 
 

@@ -1,9 +1,7 @@
 """Agent admin: model bindings, with whether the key's variable is set and spend against budget.
 
-Shows the NAME of the key's environment variable and whether it is set in this process, never a
-value."""
-
-import os
+Shows the NAME of the key's environment variable and, if the deployment granted it, whether it is set
+in this process; never a value."""
 
 from django import forms
 from django.contrib import admin
@@ -14,6 +12,7 @@ from django.utils.translation import gettext_lazy as _
 from runs.calls import agent_spend
 from tasks.agents.budgets import budget_window
 from tasks.models.agent import ENV_NAME, ENV_NAME_MESSAGE, Agent
+from tasks.secrets import secret_name_error, secret_value
 
 
 class HttpsURLField(forms.URLField):
@@ -32,7 +31,7 @@ class AgentForm(forms.ModelForm):
 
     def clean_api_key_env(self) -> str:
         value = self.cleaned_data.get("api_key_env", "")
-        if value and not ENV_NAME.match(value):
+        if value and not ENV_NAME.fullmatch(value):
             raise forms.ValidationError(ENV_NAME_MESSAGE)
         return value
 
@@ -55,7 +54,7 @@ class AgentAdmin(admin.ModelAdmin):
         "model",
         "base_url",
         "api_key_env",
-        "key_set",
+        "key_state",
         "calls_this_hour",
         "tokens_this_hour",
         "store_prompts",
@@ -87,11 +86,14 @@ class AgentAdmin(admin.ModelAdmin):
             gettext("ECHO (demo, no network)") if agent.provider == Agent.Provider.ECHO else gettext("chat completions")
         )
 
-    @admin.display(description=_("key variable set"), boolean=True)
-    def key_set(self, agent: Agent) -> bool | None:
+    @admin.display(description=_("key variable"))
+    def key_state(self, agent: Agent) -> str:
+        # Looked up only for a granted name: the page must not tell whether SECRET_KEY or HOME is set.
         if agent.provider == Agent.Provider.ECHO:
-            return None
-        return bool(os.environ.get(agent.api_key_env or ""))
+            return "-"
+        if secret_name_error(agent.api_key_env or "") is not None:
+            return gettext("not granted")
+        return gettext("set") if secret_value(agent.api_key_env) else gettext("not set")
 
     @admin.display(description=_("calls this hour / budget"))
     def calls_this_hour(self, agent: Agent) -> str:

@@ -13,13 +13,13 @@
 
 runs/calls.py wraps it for a run: checks the agent's budget, then records one ExternalCall row per
 call, with a SHA-256 of the input and never the key (nor the prompt, unless the agent opts in).
-The API key is read from the environment variable the agent names, at call time, and is redacted
+The API key is read at call time from the variable the agent names, only if the deployment granted
+that variable, and sent only to a base URL the deployment allows (tasks/secrets.py); it is redacted
 from anything the provider sends back before it can reach an error message, a log or a ticket.
 """
 
 import hashlib
 import json
-import os
 from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parsedate_to_datetime
@@ -27,11 +27,12 @@ from typing import Any
 
 import httpx
 
+from tasks.agents.redaction import redact
+from tasks.secrets import NAME, agent_url_error, secret_name_error, secret_value
 from tasks.skills.sdk import ErrorKind, SkillError
 
 MAX_RAW_OUTPUT = 20_000
 MAX_ERROR_BODY = 500
-REDACTED = "[redacted]"
 
 
 class ModelCallError(SkillError):
@@ -80,7 +81,7 @@ def parse_retry_after(value: str | None, *, now: datetime) -> float | None:
     if not value:
         return None
     value = value.strip()
-    if value.isdigit():
+    if value.isascii() and value.isdigit():  # str.isdigit() also accepts ² and other scripts' digits
         return float(value)
     try:
         when = parsedate_to_datetime(value)
@@ -96,14 +97,15 @@ def input_sha256(model: str, messages: list[dict[str, str]]) -> str:
     return hashlib.sha256(text.encode()).hexdigest()
 
 
-def redact(text: str, secret: str | None) -> str:
-    return text.replace(secret, REDACTED) if secret else text
-
-
 def api_key(agent) -> str:
-    """The key from the environment variable the agent names. Raises invalid_param if it is unset;
-    the message names the variable, never a value."""
-    value = os.environ.get(agent.api_key_env or "", "")
+    """The key from the granted environment variable the agent names. Raises invalid_param if the
+    variable is not granted (tasks/secrets.py) or unset; the message names the variable, never a value."""
+    name = agent.api_key_env or ""
+    refused = secret_name_error(name)
+    if refused is not None:
+        shown = name if NAME.fullmatch(name) else "(not a variable name)"  # never echo what may be a pasted key
+        raise ModelCallError(ErrorKind.INVALID_PARAM, f"agent {agent.name!r}: key variable {shown}: {refused}")
+    value = secret_value(name)
     if not value:
         raise ModelCallError(
             ErrorKind.INVALID_PARAM,
@@ -122,6 +124,9 @@ def chat(agent, messages: list[dict[str, str]], *, now: datetime) -> ModelReply:
     """One chat-completions call for `agent`. Raises ModelCallError with the mapped kind."""
     if agent.provider == "echo":
         return _echo(agent, messages)
+    refused = agent_url_error(agent.base_url)
+    if refused is not None:
+        raise ModelCallError(ErrorKind.INVALID_PARAM, f"agent {agent.name!r}: base URL {agent.base_url}: {refused}")
     key = api_key(agent)
     url = agent.base_url.rstrip("/") + "/chat/completions"
     timeout = httpx.Timeout(
@@ -146,6 +151,7 @@ def chat(agent, messages: list[dict[str, str]], *, now: datetime) -> ModelReply:
         raise ModelCallError(
             ErrorKind.DEPENDENCY_UNREACHABLE, f"{url}: {type(exc).__name__}: {redact(str(exc), key)}"
         ) from None
+    # Every text the provider sends back passes redact() here, before anything else can read it.
     text = redact(response.text, key)
     kind = kind_for_status(response.status_code)
     if kind is not None:
@@ -156,10 +162,10 @@ def chat(agent, messages: list[dict[str, str]], *, now: datetime) -> ModelReply:
             status=response.status_code,
             retry_after=retry_after,
         )
-    return _parse_completion(url, response.status_code, text)
+    return _parse_completion(url, response.status_code, text, key)
 
 
-def _parse_completion(url: str, status: int, text: str) -> ModelReply:
+def _parse_completion(url: str, status: int, text: str, key: str) -> ModelReply:
     try:
         data = json.loads(text)
         content = data["choices"][0]["message"]["content"]
@@ -174,7 +180,7 @@ def _parse_completion(url: str, status: int, text: str) -> ModelReply:
         ) from None
     usage = data.get("usage") if isinstance(data.get("usage"), dict) else {}
     return ModelReply(
-        content=content,
+        content=redact(content, key),  # again once decoded: JSON decoding turns \u escapes back into text
         status=status,
         prompt_tokens=_count(usage.get("prompt_tokens")),
         completion_tokens=_count(usage.get("completion_tokens")),

@@ -2,12 +2,14 @@
 
 An agent names the environment variable that holds its API key, never the key itself: the key is
 read from the process environment at call time and never written to the database, a log, a
-recorded call or a ticket.
+recorded call or a ticket. The name must be one the deployment granted, and the base URL one it
+allows (tasks/secrets.py, docs/secrets.md).
 """
 
 import re
 from urllib.parse import urlsplit
 
+from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
@@ -15,13 +17,26 @@ from django.utils.translation import gettext_lazy as _
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-ENV_NAME = re.compile(r"^[A-Z_][A-Z0-9_]{0,63}$")
+from tasks.secrets import agent_url_error, secret_name_error
+
+# Matched whole (fullmatch): `$` would also accept a trailing newline.
+ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
 # Real key formats (sk-…, long base64) never match ENV_NAME, but an all-caps token could: a name
 # this long is far more likely a pasted key than a variable someone typed.
 ENV_NAME_MAX = 64
 ENV_NAME_MESSAGE = _(
-    "Give the NAME of an environment variable (capitals, digits and _, e.g. OPENAI_API_KEY), not the key itself."
+    "Give the NAME of an environment variable (capitals, digits and _, e.g. HARNESS_SECRET_OPENAI), not the key itself."
 )
+
+
+def not_granted_message() -> str:
+    return _(
+        "Not granted: this deployment hands out only variables named %(prefix)s… or listed in HARNESS_SECRETS."
+    ) % {"prefix": settings.HARNESS_SECRET_PREFIX}
+
+
+def url_not_allowed_message() -> str:
+    return _("Not allowed: this deployment sends agent keys only to the URLs listed in HARNESS_AGENT_URL_ALLOW.")
 
 
 class Agent(models.Model):
@@ -41,7 +56,10 @@ class Agent(models.Model):
         max_length=ENV_NAME_MAX,
         blank=True,
         verbose_name=_("API key environment variable"),
-        help_text=_("The NAME of the environment variable that holds the key (e.g. OPENAI_API_KEY), never the key."),
+        help_text=_(
+            "The NAME of the environment variable that holds the key (e.g. HARNESS_SECRET_OPENAI), never the key. "
+            "Only variables the deployment granted are accepted."
+        ),
     )
     system_prompt = models.TextField(_("system prompt"), blank=True)
     allowed_tools = models.JSONField(
@@ -96,7 +114,7 @@ class Agent(models.Model):
                 errors.setdefault("base_url", []).append(_("An HTTP provider needs a base URL."))
             if not self.api_key_env:
                 errors.setdefault("api_key_env", []).append(
-                    _("Name the environment variable that holds the key, e.g. OPENAI_API_KEY.")
+                    _("Name the environment variable that holds the key, e.g. HARNESS_SECRET_OPENAI.")
                 )
         if self.base_url:
             parts = urlsplit(self.base_url)
@@ -105,9 +123,13 @@ class Agent(models.Model):
                 errors.setdefault("base_url", []).append(
                     _("No query string or user:password in the URL: keys go in the environment variable.")
                 )
-        if self.api_key_env and not ENV_NAME.match(self.api_key_env):
+            elif agent_url_error(self.base_url) is not None:
+                errors.setdefault("base_url", []).append(url_not_allowed_message())
+        if self.api_key_env and not ENV_NAME.fullmatch(self.api_key_env):
             # Do not echo the value back: it may be a pasted key.
             errors.setdefault("api_key_env", []).append(ENV_NAME_MESSAGE)
+        elif self.api_key_env and secret_name_error(self.api_key_env) is not None:
+            errors.setdefault("api_key_env", []).append(not_granted_message())
         if not isinstance(self.allowed_tools, list) or not all(isinstance(t, str) for t in self.allowed_tools):
             errors.setdefault("allowed_tools", []).append(_('A JSON list of tool names, e.g. ["search"].'))
         if errors:

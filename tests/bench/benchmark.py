@@ -18,6 +18,7 @@ inspection; each invocation uses its own biz_key and rule-name prefix.
 import argparse
 import math
 import os
+import secrets
 import signal
 import subprocess
 import sys
@@ -62,7 +63,7 @@ def configure_env(args: argparse.Namespace) -> None:
         sys.exit(f"benchmark needs Redis, got CELERY_BROKER_URL={args.broker_url!r}")
     os.environ["DATABASE_URL"] = args.database_url
     os.environ["CELERY_BROKER_URL"] = args.broker_url
-    os.environ.setdefault("SECRET_KEY", "benchmark-only")
+    os.environ.setdefault("SECRET_KEY", "benchmark-" + secrets.token_urlsafe(48))  # DEBUG is off: a strong one
     os.environ.setdefault("LOG_LEVEL", "WARNING")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
     os.environ["PYTHONUNBUFFERED"] = "1"

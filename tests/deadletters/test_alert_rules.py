@@ -213,3 +213,53 @@ def test_it_reads_each_receivers_answer(fmt, status, body, ok):
 def test_it_never_shows_a_webhook_token(url, safe):
     assert r.redact_url(url) == safe
     assert "SECRET" not in r.redact_url(url)
+
+
+# Finding 8: a failing event's text can carry chat markup. Each format gets it as plain text.
+HOSTILE = {
+    **PAYLOAD,
+    "biz_key": "evt:<!channel>",
+    "rule": "<!here|here>",
+    "error": 'boom <!channel> <http://evil.example/login|https://bank.example> & <@U123> <at user_id="all">所有人</at>',
+    "reason": "[click](http://evil.example) @all",
+}
+
+
+def test_slack_text_escapes_mentions_and_links_in_every_value():
+    text = r.webhook_body(HOSTILE, "slack")["text"]
+
+    assert "<" not in text and ">" not in text
+    assert "&lt;!channel&gt;" in text and "&lt;http://evil.example/login|https://bank.example&gt;" in text
+    assert "&amp; &lt;@U123&gt;" in text and "evt:&lt;!channel&gt;" in text
+    assert PAYLOAD["link"] in text  # our own link still arrives (Slack links a bare URL itself)
+
+
+def test_feishu_text_cannot_mention_everyone():
+    body = r.webhook_body(HOSTILE, "feishu")
+    text = body["content"]["text"]
+
+    assert body["msg_type"] == "text"
+    assert "<at" not in text and "<" not in text and ">" not in text
+    # Still readable, with full-width angle brackets: no longer a tag.
+    assert '\uff1cat user_id="all"\uff1e所有人\uff1c/at\uff1e' in text
+
+
+def test_dingtalk_text_mentions_nobody_and_parses_no_markdown():
+    body = r.webhook_body(HOSTILE, "dingtalk")
+
+    assert body["msgtype"] == "text"  # not "markdown": [label](url) stays literal text
+    assert body["at"] == {"isAtAll": False, "atMobiles": [], "atUserIds": []}
+    assert "[click](http://evil.example) @all" in body["text"]["content"]
+
+
+def test_generic_json_keeps_the_values_as_they_were():
+    body = r.webhook_body(HOSTILE, "generic")
+    assert body["error"] == HOSTILE["error"] and HOSTILE["error"] in body["text"]
+
+
+def test_a_multi_line_value_cannot_forge_another_field():
+    text = r.message_for({**PAYLOAD, "error": "boom\nlink:       http://evil.example", "biz_key": "k\r\nrule: x"}).text
+
+    assert [line for line in text.splitlines() if line.startswith("link:")] == [f"link:       {PAYLOAD['link']}"]
+    assert [line for line in text.splitlines() if line.startswith("rule:")] == ["rule:       daily"]
+    assert "            link:       http://evil.example" in text

@@ -13,7 +13,7 @@ from tests.e2e.helpers import RUN_TIMEOUT, START_TIMEOUT, wait_finished
 from tests.support.fake_model import FakeModelServer, json_completion
 from tests.support.processes import wait_for
 
-KEY_ENV = "H9_E2E_MODEL_KEY"
+KEY_ENV = "HARNESS_SECRET_H9_E2E_MODEL"
 KEY = "sk-e2e-3b7c9d1e5f"
 GOOD = {"summary": "resumed", "severity": "info"}
 

@@ -27,7 +27,7 @@ from tests.support.fake_model import FakeModelServer, Reply, completion, json_co
 pytestmark = pytest.mark.django_db(transaction=True)
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
-KEY_ENV = "H9_TEST_MODEL_KEY"
+KEY_ENV = "HARNESS_SECRET_H9_TEST_MODEL"
 KEY = "sk-live-9f8e7d6c5b4a39281706"
 POLICY = {
     "max_attempts": 3,

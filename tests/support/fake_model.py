@@ -1,11 +1,17 @@
 """A fake model provider at a boundary we do not own: a real HTTP server on 127.0.0.1 that speaks
-the chat-completions format, answering from a script of responses."""
+the chat-completions format, answering from a script of responses.
+
+A scripted body may echo what it was sent: `{authorization}` is the Authorization header, and
+`{key:<form>}` the Bearer token in one of the forms of tests/support/secret_forms.py (`{key:json_u}`,
+`{key:basic}`...), as a careless provider's error page or log echo would."""
 
 import json
 import threading
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from tests.support.secret_forms import forms
 
 
 @dataclass
@@ -56,7 +62,11 @@ class FakeModelServer:
                     reply = server.script.popleft() if len(server.script) > 1 else server.script[0]
                 if reply.hang:
                     server._released.wait(reply.hang)
-                body = reply.body.replace("{authorization}", self.headers.get("Authorization", "")).encode()
+                authorization = self.headers.get("Authorization", "")
+                text = reply.body.replace("{authorization}", authorization)
+                for name, value in forms(authorization.removeprefix("Bearer ")).items():
+                    text = text.replace("{key:" + name + "}", value)
+                body = text.encode()
                 try:
                     self.send_response(reply.status)
                     for k, v in reply.headers.items():

@@ -27,7 +27,7 @@ def child_env(**extra: str) -> dict[str, str]:
     else:
         user = db.get("USER") or ""
         env["DATABASE_URL"] = f"postgres://{user}@{db.get('HOST') or '127.0.0.1'}:{db.get('PORT') or 5432}/{db['NAME']}"
-    env.setdefault("SECRET_KEY", "test-only")
+    env.setdefault("SECRET_KEY", settings.SECRET_KEY)  # set by tests/support/settings.py; strong, as DEBUG is off
     env["PYTHONUNBUFFERED"] = "1"
     env.update(extra)
     return env

@@ -11,6 +11,7 @@ beat and manage.py processes a test starts (tests/support/processes.py) inherit 
 """
 
 import os
+import secrets
 from pathlib import Path
 from urllib.parse import urlsplit, urlunsplit
 
@@ -39,8 +40,14 @@ def _isolate(environ) -> None:
 
 
 _isolate(os.environ)
+# The suite runs with DEBUG off, where a weak SECRET_KEY is refused (SECRET_KEY=x on a command line):
+# a generated one, in os.environ so that the processes a test starts inherit it.
+os.environ["SECRET_KEY"] = "tests-" + secrets.token_urlsafe(48)
 # The suite's catch-up tests are written around a 10 s slot grace (short outages in test time); the
 # default (60 s) has its own test in tests/tasks/test_scheduler_tick.py. Children inherit it.
 os.environ.setdefault("HARNESS_SLOT_GRACE_SECONDS", "10")
+
+# The fake model server listens on loopback (any port); x.example is the validation tests' provider.
+os.environ.setdefault("HARNESS_AGENT_URL_ALLOW", "http://127.0.0.1,https://x.example/v1")
 
 from harness_site.settings import *  # noqa: E402, F403

@@ -16,7 +16,7 @@ from tests.support.fake_model import FakeModelServer, Reply, completion, json_co
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
-KEY_ENV = "H9_SECRET_MODEL_KEY"
+KEY_ENV = "HARNESS_SECRET_H9_MODEL_KEY"
 KEY = "sk-proj-Zq81mXc0VbN2lKj7HgF5dS3aP9oI"
 SCHEMA = {"type": "object", "required": ["summary"]}
 

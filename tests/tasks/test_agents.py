@@ -40,7 +40,7 @@ def test_it_requires_a_url_and_a_key_variable_name_for_http_agents():
     assert "sk-abc123" not in str(info.value)
 
     Agent(
-        name="a", provider="openai", model="m", base_url="https://x.example/v1", api_key_env="OPENAI_API_KEY"
+        name="a", provider="openai", model="m", base_url="https://x.example/v1", api_key_env="HARNESS_SECRET_OPENAI"
     ).full_clean()
     Agent(name="e", provider="echo", model="echo").full_clean()
 
@@ -49,7 +49,7 @@ def test_it_requires_a_url_and_a_key_variable_name_for_http_agents():
 @pytest.mark.parametrize("url", ["https://x.example/v1?key=abc", "https://user:pw@x.example/v1"])
 def test_it_refuses_credentials_in_the_base_url(url):
     with pytest.raises(ValidationError) as info:
-        Agent(name="a", provider="openai", model="m", base_url=url, api_key_env="K").full_clean()
+        Agent(name="a", provider="openai", model="m", base_url=url, api_key_env="HARNESS_SECRET_K").full_clean()
     assert "keys go in the environment variable" in info.value.message_dict["base_url"][0]
 
 
@@ -136,7 +136,7 @@ def test_it_rejects_an_agent_with_a_key_in_the_file():
                 "model": "m",
                 "base_url": "https://x.example/v1",
                 "api_key": "sk-123",
-                "api_key_env": "K",
+                "api_key_env": "HARNESS_SECRET_K",
             }
         ],
         "rules": [],
@@ -214,3 +214,13 @@ def test_it_lists_spend_against_budget_per_agent():
 
     assert (row["calls"], row["tokens"], row["max_calls_per_hour"], row["exhausted"]) == (2, 17, 3, False)
     assert row["resets_at"] == T0 + timedelta(hours=1)
+
+
+@pytest.mark.django_db
+def test_it_refuses_a_key_variable_name_with_a_trailing_newline():
+    # ENV_NAME used "$", which matches before a trailing newline.
+    with pytest.raises(ValidationError) as info:
+        Agent(
+            name="a", provider="openai", model="m", base_url="https://x.example/v1", api_key_env="HARNESS_SECRET_K\n"
+        ).full_clean()
+    assert "NAME of an environment variable" in info.value.message_dict["api_key_env"][0]

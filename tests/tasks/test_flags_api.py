@@ -137,3 +137,56 @@ def test_a_heartbeat_ping_through_the_api(client):
     assert post(client, "/api/rules/nope/ping", {}, **auth).status_code == 404
     wrong = post(client, "/api/rules/cron/ping", {}, **auth)
     assert wrong.status_code == 400 and "not a heartbeat rule" in wrong.json()["error"]
+
+
+# Finding 10: "$" matches before a trailing newline, and a scope was any text: a flag could forge log lines.
+@pytest.mark.parametrize(
+    ("body", "field"),
+    [
+        ({**FLAG, "name": "pipeline.raw_data.ready\n"}, "name"),
+        ({**FLAG, "name": "pipeline.raw_data.ready\n2026-12-01 INFO harness.flags flag set name=x"}, "name"),
+        ({**FLAG, "scope": "2026-12-01\n2026-12-01 12:00:00 INFO harness.flags flag cleared name=x"}, "scope"),
+        ({**FLAG, "scope": "2026-12-01\r"}, "scope"),
+        ({**FLAG, "scope": "2026-12-01\x1b[2K"}, "scope"),
+        ({**FLAG, "scope": "2026-12-01\u202e"}, "scope"),  # a bidi override reorders what the log shows
+    ],
+)
+def test_it_refuses_names_and_scopes_with_line_breaks_or_control_characters(client, caplog, body, field):
+    auth = bearer(user_with("add_readinessflag"))
+
+    response = post(client, "/api/flags/set", body, **auth)
+
+    assert response.status_code == 400 and response.json()["field"] == field
+    assert not ReadinessFlag.objects.exists()
+
+
+def test_it_logs_flag_values_quoted_so_a_value_cannot_start_a_line(caplog):
+    from tasks.flags import flag_set
+
+    caplog.set_level("INFO", logger="harness.flags")
+    flag_set(name="pipeline.ready", scope="key with spaces", actor="ops\nFAKE", now=datetime(2026, 3, 1, tzinfo=UTC))
+
+    [record] = [r for r in caplog.records if r.name == "harness.flags"]
+    assert "\n" not in record.getMessage() and "'key with spaces'" in record.getMessage()
+
+
+@pytest.mark.parametrize(
+    ("query", "field"),
+    [({"scope": "2026-12-01\x00"}, "scope"), ({"name": "a\x00b"}, "name"), ({"name": "ready\n"}, "name")],
+)
+def test_it_refuses_a_list_filter_with_a_nul_or_a_line_break(client, query, field):
+    """PostgreSQL refuses a NUL in a query parameter outright: a 400 with the field, not a 500."""
+    auth = bearer(user_with("view_readinessflag"))
+
+    response = client.get("/api/flags", query, **auth)
+
+    assert response.status_code == 400 and response.json()["field"] == field
+
+
+def test_it_refuses_a_note_with_a_nul(client):
+    auth = bearer(user_with("add_readinessflag"))
+
+    response = post(client, "/api/flags/set", {**FLAG, "note": "load done\x00"}, **auth)
+
+    assert response.status_code == 400 and response.json()["field"] == "note"
+    assert not ReadinessFlag.objects.exists()

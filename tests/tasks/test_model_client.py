@@ -15,8 +15,9 @@ import pytest
 from tasks.agents.client import ModelCallError, build_messages, chat, input_sha256, kind_for_status, parse_retry_after
 from tasks.skills.sdk import ErrorKind
 from tests.support.fake_model import FakeModelServer, Reply, completion
+from tests.support.secret_forms import forms, found
 
-KEY_ENV = "H9_TEST_MODEL_KEY"
+KEY_ENV = "HARNESS_SECRET_H9_TEST_MODEL"
 KEY = "sk-test-4c1b2e9f0d7a6b5c3e8f"
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -192,6 +193,8 @@ def test_it_classifies_statuses(status, kind):
         (format_datetime(NOW - timedelta(seconds=90), usegmt=True), 0.0),
         ("soon", None),
         ("-5", None),
+        ("\u00b2", None),  # str.isdigit() is true for a superscript two, which float() refuses
+        ("\u0661\u0662", None),  # Arabic-Indic digits: not an HTTP delta-seconds
     ],
 )
 def test_it_parses_retry_after(value, seconds):
@@ -202,3 +205,50 @@ def test_it_hashes_the_input_stably():
     messages = [{"role": "user", "content": "x"}]
     assert input_sha256("m", messages) == input_sha256("m", [dict(messages[0])])
     assert input_sha256("m", messages) != input_sha256("n", messages)
+
+
+# Finding 9: a key with the characters escapers touch (/ + =), echoed back in every common form.
+ECHO_KEY = "sk-proj/Zq81+mXc0=VbN2lKj7HgF5dS3aP9oI"
+ECHO_FORMS = sorted(forms(ECHO_KEY))
+
+
+def _assert_no_form_of(key: str, *texts: str) -> None:
+    for text in texts:
+        assert found(text, key) == [], text
+
+
+@pytest.mark.parametrize("form", ECHO_FORMS)
+def test_it_redacts_every_form_of_the_key_in_an_error_body(server, monkeypatch, form):
+    monkeypatch.setenv(KEY_ENV, ECHO_KEY)
+    server.respond(Reply(401, '{"error": "bad key: {key:' + form + '} (sent as {key:raw})"}'))
+
+    error = failure(server)
+
+    assert server.requests[0]["headers"]["Authorization"] == f"Bearer {ECHO_KEY}"
+    _assert_no_form_of(ECHO_KEY, str(error), error.raw_output)
+    assert "[redacted]" in str(error)
+
+
+@pytest.mark.parametrize("form", ECHO_FORMS)
+def test_it_redacts_every_form_of_the_key_in_a_completion_even_once_decoded(server, monkeypatch, form):
+    """The body is JSON, and llm_json parses the content as JSON again: no decoding may reveal the key."""
+    monkeypatch.setenv(KEY_ENV, ECHO_KEY)
+    content = '{\\"summary\\": \\"echo {key:' + form + '}\\"}'
+    server.respond(Reply(200, '{"choices": [{"message": {"role": "assistant", "content": "' + content + '"}}]}'))
+
+    reply = call(server)
+
+    decoded = json.loads(reply.content)
+    _assert_no_form_of(ECHO_KEY, reply.content, decoded["summary"], json.dumps(decoded))
+    assert "[redacted]" in decoded["summary"]
+
+
+@pytest.mark.parametrize("form", ECHO_FORMS)
+def test_it_redacts_every_form_of_the_key_in_output_that_is_not_a_completion(server, monkeypatch, form):
+    monkeypatch.setenv(KEY_ENV, ECHO_KEY)
+    server.respond(Reply(200, "<html>debug: {key:" + form + "}</html>"))
+
+    error = failure(server)
+
+    assert error.kind == ErrorKind.MODEL_INVALID_OUTPUT
+    _assert_no_form_of(ECHO_KEY, str(error), error.raw_output)

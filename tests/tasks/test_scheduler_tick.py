@@ -365,7 +365,7 @@ def test_the_default_slot_grace_rides_out_a_database_restart_or_a_beat_failover(
     )
     default = subprocess.run(
         [sys.executable, "-c", probe],
-        env={**env, "DJANGO_SETTINGS_MODULE": "harness_site.settings", "SECRET_KEY": "test-only"},
+        env={**env, "DJANGO_SETTINGS_MODULE": "harness_site.settings", "SECRET_KEY": os.environ["SECRET_KEY"]},
         capture_output=True,
         text=True,
         check=True,
