@@ -24,6 +24,10 @@ BROKER_TIMEOUT = 2  # seconds: a monitor's probe must answer quickly, reachable 
 def healthz(request):
     """Always JSON. 200 while the scheduler is healthy; 503 with a `reason` when the database or
     the broker is unreachable, no tick ran for the stall period, or a slot is overdue beyond its grace."""
+    if request.method not in ("GET", "HEAD"):
+        response = JsonResponse({"ok": False, "reason": "method_not_allowed", "detail": "GET /healthz"}, status=405)
+        response["Allow"] = "GET, HEAD"
+        return response
     try:
         status = selectors.scheduler_health(now=timezone.now())
     except DatabaseError as exc:
