@@ -10,6 +10,7 @@ from django.http import JsonResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.views.decorators.csrf import csrf_exempt
 
 from harness_site.desk import now
 from runs import selectors
@@ -21,6 +22,7 @@ log = logging.getLogger("harness.health")
 BROKER_TIMEOUT = 2  # seconds: a monitor's probe must answer quickly, reachable or not
 
 
+@csrf_exempt  # read-only; without it a POST gets the CSRF middleware's HTML 403 instead of a JSON 405
 def healthz(request):
     """Always JSON. 200 while the scheduler is healthy; 503 with a `reason` when the database or
     the broker is unreachable, no tick ran for the stall period, or a slot is overdue beyond its grace."""
