@@ -171,7 +171,10 @@ def event_intake(
         obj = _source(source if isinstance(source, TriggerSource) else name, channel=channel, attempt=attempt)
         if not isinstance(payload, dict):
             raise Refused("malformed_json", f"payload must be a JSON object, got {type(payload).__name__}")
-        body = events.canonical_json(payload)
+        try:
+            body = events.canonical_json(payload)
+        except (UnicodeEncodeError, ValueError) as exc:  # a lone surrogate, a circular reference
+            raise Refused("malformed_json", f"payload cannot be written as JSON: {exc}") from None
         attempt.body_bytes = len(body)
         attempt.body_sha256 = events.body_digest(body)
         if len(body) > obj.max_body_bytes:

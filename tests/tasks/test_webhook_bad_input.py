@@ -121,6 +121,9 @@ def test_a_python_caller_with_a_nul_is_refused_too(source):
     nan = event_intake(source="billing", payload={**EVENT, "n": float("nan")}, now=source.created_at)
     nul = event_intake(source="billing", payload={**EVENT, "object_id": "a\x00"}, now=source.created_at)
     name = event_intake(source="bil\x00ling", payload=EVENT, now=source.created_at)
+    # A lone surrogate, e.g. a non-UTF-8 file name as os.listdir returns it: refused, not raised.
+    surrogate = event_intake(source="billing", payload={**EVENT, "object_id": "inv-\udcff"}, now=source.created_at)
+    assert (surrogate.status, surrogate.outcome) == (400, "malformed_json")
     assert (nan.status, nan.outcome) == (400, "malformed_json")
     assert (nul.status, nul.outcome) == (400, "malformed_json")
     assert (name.status, name.outcome) == (404, "unknown_source")
@@ -131,6 +134,13 @@ def test_a_huge_content_length_is_413_through_the_test_client(client, source, le
     response = post(client, json.dumps(EVENT).encode(), CONTENT_LENGTH=length)
     assert (response.status_code, response.json()["error"]) == (413, "body_too_large")
     assert EventRefusal.objects.get().body_bytes is None  # the claim is in the detail only
+
+
+@pytest.mark.parametrize("length", ["-1", "abc", "1" * 5000])
+def test_a_negative_or_unreadable_content_length_is_no_500(client, source, length):
+    response = post(client, json.dumps(EVENT).encode(), CONTENT_LENGTH=length)
+    assert 400 <= response.status_code < 500, response.content
+    assert response.json()["error"]
 
 
 def test_a_huge_content_length_over_a_real_socket_is_413(live_server, source):
