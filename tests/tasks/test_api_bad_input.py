@@ -105,13 +105,15 @@ def test_a_ping_for_a_rule_that_is_not_a_heartbeat_is_400(client, auth):
     assert (response.status_code, response.json()["reason"]) == (400, "not_a_heartbeat_rule")
 
 
-def raw_request(live_server, path: str, headers: str, body: bytes = b"") -> bytes:
-    """One HTTP/1.1 request over a plain socket: the test client cannot send a Content-Length it does not mean."""
+def raw_request(live_server, path: str, headers: str) -> bytes:
+    """One HTTP/1.1 request over a plain socket: the test client cannot send a Content-Length it does not mean.
+
+    Only the head is sent: the answer must come without the body (a server that closes with unread bytes
+    in its buffer resets the connection, which could lose the answer)."""
     url = urlsplit(live_server.url)
     with socket.create_connection((url.hostname, url.port), timeout=30) as conn:
         conn.sendall(f"POST {path} HTTP/1.1\r\nHost: {url.hostname}\r\n{headers}Connection: close\r\n\r\n".encode())
-        conn.sendall(body)
-        conn.shutdown(socket.SHUT_WR)
+        conn.shutdown(socket.SHUT_WR)  # the development server drains the body it did not read until EOF
         chunks = []
         while chunk := conn.recv(65536):
             chunks.append(chunk)
@@ -126,7 +128,6 @@ def test_a_huge_content_length_over_a_real_socket_is_413(live_server, length):
         live_server,
         "/api/flags/set",
         f"Authorization: Bearer {token}\r\nContent-Type: application/json\r\nContent-Length: {length}\r\n",
-        json.dumps(FLAG).encode(),
     )
     status_line, _, rest = answer.partition(b"\r\n")
     assert b" 413 " in status_line, answer[:300]
