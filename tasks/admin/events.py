@@ -5,6 +5,7 @@ from datetime import timedelta
 from django.contrib import admin
 from django.db.models import Sum
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.translation import gettext
@@ -164,15 +165,12 @@ class EventRefusalAdmin(_RecordAdmin):
 
     def changelist_view(self, request, extra_context=None):
         # Refusals before authentication are mostly counted, not listed: show the last day's counts here.
-        since = RefusalCount.objects.order_by("-hour").values_list("hour", flat=True).first()
-        counted = []
-        if since is not None:
-            counted = (
-                RefusalCount.objects.filter(hour__gte=since - timedelta(hours=23))
-                .values("source_name", "reason")
-                .annotate(n=Sum("count"))
-                .order_by("-n")[:20]
-            )
+        counted = (
+            RefusalCount.objects.filter(hour__gte=timezone.now() - timedelta(hours=24))
+            .values("source_name", "reason")
+            .annotate(n=Sum("count"))
+            .order_by("-n")[:20]
+        )
         extra_context = {
             **(extra_context or {}),
             "counted_refusals": [
