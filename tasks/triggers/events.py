@@ -134,17 +134,18 @@ def _secret_keys(source: TriggerSource) -> list[bytes]:
     keys = []
     for name in source.secret_names():
         value = secret_value(name)  # None unless granted by the deployment and set
+        # The details go to an unauthenticated sender: no variable name, nothing about the value.
+        # The source's admin page says which variable and why.
         if value is None:
             raise Refused(
-                "secret_unavailable",
-                f"this source's secret ${name} is not granted or not set on the server",
-                status=503,
+                "secret_unavailable", "this source's secret is not granted or not set on the server", status=503
             )
         try:
             keys.append(signatures.secret_key(source.signature_scheme, value))
-        except ValueError as exc:
-            detail = f"this source's secret ${name} is too weak to verify with: {exc}"
-            raise Refused("secret_weak", detail, status=503) from None
+        except ValueError:
+            raise Refused(
+                "secret_weak", "this source's secret is below the minimum strength on the server", status=503
+            ) from None
     if not keys:
         raise Refused("secret_unavailable", "this source names no secret", status=503)
     return keys
