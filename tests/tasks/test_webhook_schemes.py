@@ -194,3 +194,40 @@ def test_an_unset_next_secret_is_503_until_it_is_deployed(client, monkeypatch):
     assert (response.status_code, response.json()["error"]) == (503, "secret_unavailable")
     monkeypatch.setenv(NEW_ENV, NEW)
     assert standard_post(client, OLD).status_code == 202
+
+
+def form(rule, **over):
+    return {
+        "name": "from-admin",
+        "enabled": "on",
+        "kind": "webhook",
+        "identity": "svc:x",
+        "rule": rule.pk,
+        "signature_scheme": "standard",
+        "secret_env": OLD_ENV,
+        "secret_env_next": NEW_ENV,
+        "object_id_path": "object_id",
+        "action_path": "action",
+        "version_path": "version",
+        "snapshot_fields": "[]",
+        "reference_fields": "[]",
+        "max_body_bytes": "1024",
+        "watch_dir": "",
+        "settle_seconds": "5",
+        **over,
+    }
+
+
+def test_the_admin_saves_a_standard_source_with_two_secrets_and_refuses_an_ungranted_name(admin_client, secrets_set):
+    rule = make_source().rule
+    url = reverse("admin:tasks_triggersource_add")
+    refused = admin_client.post(url, form(rule, secret_env_next="HOME"))
+    assert refused.status_code == 200 and "not granted" in refused.content.decode()
+    assert not TriggerSource.objects.filter(name="from-admin").exists()
+
+    saved = admin_client.post(url, form(rule))
+    assert saved.status_code == 302, saved.content.decode()[:2000]
+    source = TriggerSource.objects.get(name="from-admin")
+    assert (source.signature_scheme, source.secret_env, source.secret_env_next) == ("standard", OLD_ENV, NEW_ENV)
+    page = admin_client.get(reverse("admin:tasks_triggersource_change", args=[source.pk])).content.decode()
+    assert f"${OLD_ENV} set" in page and f"${NEW_ENV} set" in page and OLD not in page and NEW not in page
