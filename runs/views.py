@@ -10,6 +10,7 @@ from django.http import JsonResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.translation import gettext as _
+from django.views.decorators.csrf import csrf_exempt
 
 from harness_site.desk import now
 from runs import selectors
@@ -21,9 +22,14 @@ log = logging.getLogger("harness.health")
 BROKER_TIMEOUT = 2  # seconds: a monitor's probe must answer quickly, reachable or not
 
 
+@csrf_exempt  # read-only; without it a POST gets the CSRF middleware's HTML 403 instead of a JSON 405
 def healthz(request):
     """Always JSON. 200 while the scheduler is healthy; 503 with a `reason` when the database or
     the broker is unreachable, no tick ran for the stall period, or a slot is overdue beyond its grace."""
+    if request.method not in ("GET", "HEAD"):
+        response = JsonResponse({"ok": False, "reason": "method_not_allowed", "detail": "GET /healthz"}, status=405)
+        response["Allow"] = "GET, HEAD"
+        return response
     try:
         status = selectors.scheduler_health(now=timezone.now())
     except DatabaseError as exc:

@@ -1,13 +1,17 @@
 """Admin pages for event intake: sources (editable), deliveries, refusals and counters (read-only)."""
 
+from datetime import timedelta
+
 from django.contrib import admin
 from django.db.models import Sum
 from django.urls import reverse
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from tasks.models import EventDelivery, EventMetric, EventRefusal, TriggerSource
+from tasks.models import EventDelivery, EventMetric, EventRefusal, RefusalCount, TriggerSource
 from tasks.triggers.events import ACCEPTED, DUPLICATE, REDELIVERY
 
 NOT_REFUSALS = (ACCEPTED, DUPLICATE, REDELIVERY)
@@ -31,7 +35,19 @@ class TriggerSourceAdmin(admin.ModelAdmin):
     readonly_fields = ("endpoint", "secret_status", "counters", "created_at", "updated_at")
     fieldsets = (
         (None, {"fields": ("name", "enabled", "kind", "description", "identity", "rule")}),
-        (_("Webhook"), {"fields": ("endpoint", "secret_env", "secret_status", "max_body_bytes")}),
+        (
+            _("Webhook"),
+            {
+                "fields": (
+                    "endpoint",
+                    "signature_scheme",
+                    "secret_env",
+                    "secret_env_next",
+                    "secret_status",
+                    "max_body_bytes",
+                )
+            },
+        ),
         (
             _("Payload"),
             {"fields": ("object_id_path", "action_path", "version_path", "snapshot_fields", "reference_fields")},
@@ -42,13 +58,19 @@ class TriggerSourceAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("secret"))
     def secret_status(self, source: TriggerSource) -> str:
-        # Whether the variable is set in this process, never its value.
-        if not source.secret_env:
+        # Whether each variable is granted, set and strong in this process, never its value. Anything
+        # but "set" is a warning: the webhook answers 503 until it is fixed.
+        states = source.secret_states()
+        if not states:
             return "-"
-        variable = f"${source.secret_env}"
-        if source.secret():
-            return gettext("%(variable)s set") % {"variable": variable}
-        return gettext("%(variable)s NOT SET") % {"variable": variable}
+        lines = []
+        for name, state in states:
+            text = SECRET_STATES[state] % {"variable": f"${name}"}
+            lines.append((text,) if state == "ok" else (format_html('<strong class="errornote">{}</strong>', text),))
+        if source.kind == TriggerSource.Kind.WEBHOOK and source.signature_scheme == TriggerSource.Scheme.HARNESS_V1:
+            warning = gettext("harness-v1 does not sign the delivery id; move the sender to harness")
+            lines.append((format_html("<em>{}</em>", warning),))
+        return format_html_join(mark_safe("<br>"), "{}", lines)
 
     @admin.display(description=_("webhook URL"))
     def endpoint(self, source: TriggerSource) -> str:
@@ -69,7 +91,7 @@ class TriggerSourceAdmin(admin.ModelAdmin):
         rows = EventMetric.objects.filter(source_name=source.name).order_by("outcome")
         if not source.pk or not rows:
             return gettext("none yet")
-        return format_html(
+        table = format_html(
             "<table>{}</table>",
             format_html_join(
                 "",
@@ -77,6 +99,27 @@ class TriggerSourceAdmin(admin.ModelAdmin):
                 ((m.outcome, m.count, f"{m.last_at:%Y-%m-%d %H:%M:%S} UTC") for m in rows),
             ),
         )
+        counted = RefusalCount.objects.filter(source_name=source.name).order_by("-hour", "reason")[:24]
+        if not counted:
+            return table
+        return format_html(
+            "{}<p>{}</p><table>{}</table>",
+            table,
+            gettext("Refused before authentication (counted per hour, not stored one by one):"),
+            format_html_join(
+                "",
+                "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
+                ((f"{c.hour:%Y-%m-%d %H}:00 UTC", c.reason, c.count) for c in counted),
+            ),
+        )
+
+
+SECRET_STATES = {
+    "ok": _("%(variable)s set"),
+    "unset": _("%(variable)s NOT SET"),
+    "not_granted": _("%(variable)s NOT GRANTED (not a secret this deployment hands out)"),
+    "weak": _("%(variable)s TOO WEAK (see docs/events.md for the minimum)"),
+}
 
 
 def _sum(source_name: str, *, outcome__in=None, exclude=()) -> int:
@@ -106,10 +149,52 @@ class EventDeliveryAdmin(_RecordAdmin):
 
 @admin.register(EventRefusal)
 class EventRefusalAdmin(_RecordAdmin):
-    list_display = ("created_at", "source_name", "channel", "reason", "status", "delivery_id", "detail")
-    list_filter = ("reason", "channel", "source_name")
+    list_display = (
+        "created_at",
+        "source_name",
+        "channel",
+        "reason",
+        "status",
+        "authenticated",
+        "delivery_id",
+        "detail",
+    )
+    list_filter = ("authenticated", "reason", "channel", "source_name")
     search_fields = ("source_name", "delivery_id", "detail")
     date_hierarchy = "created_at"
+
+    def changelist_view(self, request, extra_context=None):
+        # Refusals before authentication are mostly counted, not listed: show the last day's counts here.
+        counted = (
+            RefusalCount.objects.filter(hour__gte=timezone.now() - timedelta(hours=24))
+            .values("source_name", "reason")
+            .annotate(n=Sum("count"))
+            .order_by("-n")[:20]
+        )
+        extra_context = {
+            **(extra_context or {}),
+            "counted_refusals": [
+                {"source": c["source_name"] or gettext("(unknown sources)"), "reason": c["reason"], "n": c["n"]}
+                for c in counted
+            ],
+            "counted_refusals_url": reverse("admin:tasks_refusalcount_changelist"),
+        }
+        return super().changelist_view(request, extra_context=extra_context)
+
+
+@admin.register(RefusalCount)
+class RefusalCountAdmin(_RecordAdmin):
+    list_display = ("hour", "source_label", "reason", "status", "count", "last_at")
+    list_filter = ("reason",)
+    search_fields = ("source_name",)
+    date_hierarchy = "hour"
+
+    @admin.display(description=_("source"), ordering="source_name")
+    def source_label(self, row: RefusalCount) -> str:
+        return row.source_name or gettext("(unknown sources)")
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False
 
 
 @admin.register(EventMetric)

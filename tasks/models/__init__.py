@@ -3,7 +3,7 @@
 from tasks.models.access import ApiToken, ServiceIdentity
 from tasks.models.agent import Agent
 from tasks.models.diagnostic import DiagnosticRecord
-from tasks.models.event import EventDelivery, EventMetric, EventRefusal, TriggerSource
+from tasks.models.event import EventDelivery, EventMetric, EventRefusal, RefusalCount, TriggerSource
 from tasks.models.flag import ReadinessFlag
 from tasks.models.rule import TriggerRule
 
@@ -15,6 +15,7 @@ __all__ = [
     "EventMetric",
     "EventRefusal",
     "ReadinessFlag",
+    "RefusalCount",
     "ServiceIdentity",
     "TriggerRule",
     "TriggerSource",

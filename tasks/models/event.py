@@ -1,6 +1,5 @@
 """Event sources and what their deliveries left behind (docs/events.md)."""
 
-import os
 from pathlib import Path
 
 from django.core.exceptions import ValidationError
@@ -8,16 +7,23 @@ from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
 from django.utils.translation import gettext_lazy as _
 
+from tasks import secrets
 from tasks.models.rule import TriggerRule
-from tasks.rules import events
+from tasks.rules import events, signatures
 
 
 class TriggerSource(models.Model):
     """Who may fire an event rule, and how its events are read (issue 3, item 7; docs/events.md).
 
     The HMAC secret is never stored: `secret_env` names the environment variable that holds it,
-    so the database, the admin and the logs never see it.
+    so the database, the admin and the logs never see it. Only variables the deployment granted as
+    secrets can be named (tasks/secrets.py); `secret_env_next` is the second secret of a rotation.
     """
+
+    class Scheme(models.TextChoices):
+        HARNESS = signatures.HARNESS, _("Harness v2: X-Harness-* headers, the delivery id signed")
+        HARNESS_V1 = signatures.HARNESS_V1, _("Harness v1 (deprecated): the delivery id not signed")
+        STANDARD = signatures.STANDARD, _("Standard Webhooks: webhook-id, webhook-timestamp, webhook-signature")
 
     class Kind(models.TextChoices):
         WEBHOOK = "webhook", _("Webhook: signed HTTP POST to /hooks/<name>/")
@@ -39,10 +45,27 @@ class TriggerSource(models.Model):
         limit_choices_to={"kind": "event"},
         help_text=_("The event rule each accepted event triggers."),
     )
+    signature_scheme = models.CharField(
+        max_length=20,
+        choices=Scheme.choices,
+        default=Scheme.HARNESS,
+        help_text=_("Webhook sources: how requests are signed (docs/events.md)."),
+    )
     secret_env = models.CharField(
         max_length=100,
         blank=True,
-        help_text=_("Webhook sources: NAME of the environment variable holding the HMAC secret (never the secret)."),
+        help_text=_(
+            "Webhook sources: NAME of the environment variable holding the HMAC secret (never the secret); "
+            "only granted names, e.g. HARNESS_SECRET_BILLING_HOOK."
+        ),
+    )
+    secret_env_next = models.CharField(
+        max_length=100,
+        blank=True,
+        help_text=_(
+            "Webhook sources, during a rotation: NAME of the variable holding the second secret; "
+            "a request signed with either is accepted."
+        ),
     )
     object_id_path = models.CharField(max_length=200, default="object_id", help_text=_("Dotted payload path."))
     action_path = models.CharField(max_length=200, default="action", help_text=_("Dotted payload path."))
@@ -89,16 +112,47 @@ class TriggerSource(models.Model):
             reference_fields=tuple(self.reference_fields or ()),
         )
 
-    def secret(self) -> str | None:
-        return (os.environ.get(self.secret_env) or None) if self.secret_env else None
+    def secret_names(self) -> list[str]:
+        """The variables this source's secrets are read from: one, or two during a rotation."""
+        return [name for name in (self.secret_env, self.secret_env_next) if name]
+
+    def secret_states(self) -> list[tuple[str, str]]:
+        """(variable, state) per named secret: "ok", "not_granted", "unset" or "weak". Never the value."""
+        states = []
+        for name in self.secret_names():
+            if secrets.secret_name_error(name) is not None:
+                states.append((name, "not_granted"))
+                continue
+            value = secrets.secret_value(name)
+            if value is None:
+                states.append((name, "unset"))
+            elif signatures.secret_strength_error(self.signature_scheme, value) is not None:
+                states.append((name, "weak"))
+            else:
+                states.append((name, "ok"))
+        return states
 
     def clean(self) -> None:
         errors: dict[str, list[str]] = {}
-        if self.kind == self.Kind.WEBHOOK and not events.ENV_NAME_RE.fullmatch(self.secret_env or ""):
-            errors.setdefault("secret_env", []).append(
-                "A webhook source needs the NAME of an environment variable holding its secret, "
-                "e.g. HOOK_BILLING_SECRET."
-            )
+        if self.kind == self.Kind.WEBHOOK:
+            if not self.secret_env:
+                errors.setdefault("secret_env", []).append(
+                    _(
+                        "A webhook source needs the NAME of an environment variable holding its secret, "
+                        "e.g. HARNESS_SECRET_BILLING_HOOK."
+                    )
+                )
+            for field in ("secret_env", "secret_env_next"):
+                name = getattr(self, field)
+                problem = secrets.secret_name_error(name) if name else None
+                if problem:
+                    errors.setdefault(field, []).append(
+                        _("%(name)s: %(problem)s.") % {"name": name[:100], "problem": problem}
+                    )
+            if self.secret_env_next and self.secret_env_next == self.secret_env:
+                errors.setdefault("secret_env_next", []).append(
+                    _("The next secret must be another variable than the current one.")
+                )
         if self.kind == self.Kind.FILE and not (self.watch_dir and Path(self.watch_dir).is_absolute()):
             errors.setdefault("watch_dir", []).append(
                 _("A file source needs an absolute folder path, e.g. /data/inbox.")
@@ -152,7 +206,12 @@ class EventDelivery(models.Model):
 
 
 class EventRefusal(models.Model):
-    """An event that was refused and not run, with the reason: "why didn't it run?" for events."""
+    """An event that was refused and not run, with the reason: "why didn't it run?" for events.
+
+    Refusals of authenticated events (signed and fresh, or from trusted code) are kept one by one.
+    Refusals before authentication are counted in RefusalCount, and only the last few per source and
+    reason are kept here as a sample (`authenticated` False), so a flood cannot fill the table.
+    """
 
     source = models.ForeignKey(TriggerSource, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
     source_name = models.CharField(max_length=100, help_text=_("The source as the sender named it."))
@@ -164,6 +223,9 @@ class EventRefusal(models.Model):
     body_sha256 = models.CharField(max_length=64, blank=True)
     body_bytes = models.PositiveBigIntegerField(null=True, blank=True)
     remote_addr = models.CharField(max_length=64, blank=True)
+    authenticated = models.BooleanField(
+        default=True, help_text=_("False: refused before the sender was authenticated; a sample of a counted refusal.")
+    )
     created_at = models.DateTimeField()
 
     class Meta:
@@ -173,6 +235,7 @@ class EventRefusal(models.Model):
         indexes = [
             models.Index(fields=["created_at"], name="refusal_created_idx"),  # event_records_prune
             models.Index(fields=["source_name", "-created_at"], name="refusal_source_recent_idx"),  # admin
+            models.Index(fields=["authenticated", "reason", "source"], name="refusal_sample_idx"),  # trimming
         ]
 
     def __str__(self) -> str:
@@ -196,3 +259,27 @@ class EventMetric(models.Model):
 
     def __str__(self) -> str:
         return f"{self.source_name or '(unknown)'} {self.outcome}: {self.count}"
+
+
+class RefusalCount(models.Model):
+    """Refusals before authentication, counted per source, reason and hour (upserted, never one row
+    per request). Unknown source names share one row per reason and hour (source_name "")."""
+
+    source_name = models.CharField(max_length=100, blank=True)
+    reason = models.CharField(max_length=40)
+    status = models.PositiveSmallIntegerField()
+    hour = models.DateTimeField(help_text=_("Start of the hour (UTC) the refusals fell in."))
+    count = models.PositiveBigIntegerField(default=0)
+    last_at = models.DateTimeField()
+
+    class Meta:
+        verbose_name = _("counted refusal")
+        verbose_name_plural = _("counted refusals")
+        ordering = ["-hour", "source_name", "reason"]
+        constraints = [
+            models.UniqueConstraint(fields=["source_name", "reason", "hour"], name="refusal_count_unique"),
+        ]
+        indexes = [models.Index(fields=["hour"], name="refusal_count_hour_idx")]  # event_records_prune
+
+    def __str__(self) -> str:
+        return f"{self.source_name or '(unknown)'} {self.reason} {self.hour:%Y-%m-%d %H}:00: {self.count}"

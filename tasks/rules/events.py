@@ -6,7 +6,6 @@ refuse the same things in the same words (docs/events.md lists the codes).
 """
 
 import hashlib
-import hmac
 import json
 import re
 from collections.abc import Iterable
@@ -14,15 +13,15 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from tasks.rules import keys
+from tasks.rules.json_input import strict_loads
 
 # A signed delivery is accepted only within this distance of our clock, either way.
 TIMESTAMP_TOLERANCE = timedelta(minutes=5)
-SIGNATURE_PREFIX = "sha256="
 HEADER_TIMESTAMP = "X-Harness-Timestamp"
 HEADER_DELIVERY = "X-Harness-Delivery"
 HEADER_SIGNATURE = "X-Harness-Signature"
 DELIVERY_ID_RE = re.compile(r"[A-Za-z0-9._:\-]{1,200}")
-ENV_NAME_RE = re.compile(r"[A-Z_][A-Z0-9_]{0,99}")
+SOURCE_NAME_RE = re.compile(r"[-a-zA-Z0-9_]{1,100}")  # TriggerSource.name is a SlugField
 
 # The placeholders an event rule's dedupe-key template may use besides {rule}, {business_date}
 # and its params. {slot} is not one: an event has no slot, and the key must not depend on when
@@ -48,65 +47,54 @@ class Refused(Exception):
         self.status = status
 
 
-# --- signatures and freshness --------------------------------------------------------------
+# --- headers and freshness (signatures: tasks/rules/signatures.py) -------------------------
 
 
-def signing_string(timestamp: str, body: bytes) -> bytes:
-    """The exact bytes that are signed: the timestamp header as sent, a dot, the raw body."""
-    return timestamp.encode("ascii") + b"." + body
-
-
-def sign(secret: str, timestamp: str, body: bytes) -> str:
-    """The X-Harness-Signature header value for this timestamp and body."""
-    digest = hmac.new(secret.encode(), signing_string(timestamp, body), hashlib.sha256).hexdigest()
-    return SIGNATURE_PREFIX + digest
-
-
-def verify_signature(secret: str, timestamp: str, body: bytes, header: str) -> None:
-    """Raise Refused("bad_signature") unless `header` is the HMAC of timestamp and body.
-
-    Constant-time comparison, so a sender cannot learn the signature byte by byte.
-    """
-    expected = sign(secret, timestamp, body)
-    if not hmac.compare_digest(expected.encode(), header.strip().encode("ascii", "replace")):
-        raise Refused(
-            "bad_signature",
-            f"{HEADER_SIGNATURE} does not match HMAC-SHA256 of '<timestamp>.<body>' with this source's secret",
-            status=401,
-        )
-
-
-def parse_timestamp(timestamp: str) -> datetime:
+def parse_timestamp(timestamp: str, *, header: str = HEADER_TIMESTAMP) -> datetime:
     """The sender's instant from the timestamp header: whole Unix seconds, nothing else."""
     if not timestamp.isascii() or not timestamp.isdigit() or len(timestamp) > 11:
-        raise Refused("bad_timestamp", f"{HEADER_TIMESTAMP} must be whole Unix seconds, got {timestamp[:40]!r}")
+        raise Refused("bad_timestamp", f"{header} must be whole Unix seconds, got {timestamp[:40]!r}")
     return datetime.fromtimestamp(int(timestamp), tz=UTC)
 
 
-def check_freshness(sent: datetime, *, now: datetime, tolerance: timedelta = TIMESTAMP_TOLERANCE) -> None:
+def check_freshness(
+    sent: datetime, *, now: datetime, tolerance: timedelta = TIMESTAMP_TOLERANCE, header: str = HEADER_TIMESTAMP
+) -> None:
     """Refuse a delivery signed more than `tolerance` before or after `now` (exactly `tolerance` is fine)."""
     if sent < now - tolerance:
         raise Refused(
             "timestamp_too_old",
-            f"{HEADER_TIMESTAMP} is {int((now - sent).total_seconds())} s old; "
-            f"the limit is {int(tolerance.total_seconds())} s",
+            f"{header} is {int((now - sent).total_seconds())} s old; the limit is {int(tolerance.total_seconds())} s",
             status=401,
         )
     if sent > now + tolerance:
         raise Refused(
             "timestamp_too_new",
-            f"{HEADER_TIMESTAMP} is {int((sent - now).total_seconds())} s in the future; "
+            f"{header} is {int((sent - now).total_seconds())} s in the future; "
             f"the limit is {int(tolerance.total_seconds())} s",
             status=401,
         )
 
 
-def check_delivery_id(value: str) -> str:
+def check_delivery_id(value: str, *, header: str = HEADER_DELIVERY) -> str:
     if not DELIVERY_ID_RE.fullmatch(value):  # fullmatch: "$" alone would let a trailing newline through
         raise Refused(
-            "bad_delivery_id", f"{HEADER_DELIVERY} must be 1-200 characters of A-Z a-z 0-9 . _ : -, got {value[:40]!r}"
+            "bad_delivery_id", f"{header} must be 1-200 characters of A-Z a-z 0-9 . _ : -, got {value[:40]!r}"
         )
     return value
+
+
+def printable(text: str) -> str:
+    """`text` for a record or a log line: as is when harmless, else escaped (NUL, newlines, surrogates)."""
+    return text if text.isprintable() and text.isascii() else ascii(text)[1:-1]
+
+
+def check_source_name(name: str) -> str:
+    """A name that cannot be a source's (a NUL, a space, 101 characters) is unknown, without a lookup:
+    PostgreSQL refuses NUL in a query, and such a name is never worth a database round trip."""
+    if not SOURCE_NAME_RE.fullmatch(name):
+        raise Refused("unknown_source", f"no trigger source named {name[:100]!r}", status=404)
+    return name
 
 
 def body_digest(body: bytes) -> str:
@@ -119,10 +107,11 @@ def canonical_json(payload: dict) -> bytes:
 
 
 def parse_body(body: bytes) -> dict:
+    """A JSON object we can store: no NaN/Infinity, no NUL or lone surrogates, bounded nesting."""
     try:
-        payload = json.loads(body)
-    except (UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise Refused("malformed_json", f"body is not JSON: {exc}") from None
+        payload = strict_loads(body)
+    except ValueError as exc:
+        raise Refused("malformed_json", f"body is not JSON we accept: {exc}") from None
     if not isinstance(payload, dict):
         raise Refused("malformed_json", f"body must be a JSON object, got {type(payload).__name__}")
     return payload

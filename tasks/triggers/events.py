@@ -6,19 +6,19 @@ same business event is one run however often and however it arrives (invariants 
 docs/events.md describes the protocol and every refusal code.
 """
 
-import json
 import logging
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from runs.claims import run_claim
-from tasks.models import EventDelivery, EventMetric, EventRefusal, TriggerSource
-from tasks.rules import events
+from tasks.models import EventDelivery, EventMetric, EventRefusal, RefusalCount, TriggerSource
+from tasks.rules import events, signatures
 from tasks.rules.events import Refused
+from tasks.secrets import secret_value
 from tasks.triggers.work import work_for_event
 
 log = logging.getLogger("harness.events")
@@ -30,6 +30,8 @@ REDELIVERY = "redelivery"  # the same delivery id with the same body again: 200 
 # for the timestamp tolerance (an older signed request is refused as stale), so this is ample.
 EVENT_RECORD_RETENTION = timedelta(days=30)
 UNKNOWN_SOURCE_METRIC = ""
+# Unauthenticated refusals kept as rows per source (or all unknown sources) and reason: a sample.
+REFUSAL_SAMPLE = 10
 
 
 @dataclass(frozen=True)
@@ -65,6 +67,8 @@ class _Attempt:
     body_sha256: str = ""
     body_bytes: int | None = None
     remote_addr: str = ""
+    # True once the sender is known: a webhook signed and fresh, or trusted code (Python, queue, file).
+    authenticated: bool = False
 
 
 def webhook_intake(
@@ -80,16 +84,21 @@ def webhook_intake(
 
     1. The source must exist, be enabled and be a webhook source.
     2. The body is refused unread when Content-Length is over the limit, and never read past it.
-    3. Headers: timestamp (Unix seconds), delivery id, signature; then HMAC-SHA256 over
-       "<timestamp>.<body>" compared in constant time; then the timestamp within 5 minutes.
-    4. The body must be a JSON object; then the common acceptance path (_accept).
+    3. The source's scheme's headers: timestamp (Unix seconds), delivery id, signature; the source's
+       secrets granted, set and strong; one signature matching one secret, compared in constant
+       time; then the timestamp within 5 minutes. Only then is the sender authenticated: refusals up
+       to here are counted, not stored one by one (_refuse).
+    4. The body must be a JSON object we can store; then the common acceptance path (_accept).
     """
-    attempt = _Attempt(source_name=source_name[:100], channel=TriggerSource.Kind.WEBHOOK, remote_addr=remote_addr)
+    attempt = _Attempt(
+        source_name=events.printable(source_name)[:100], channel=TriggerSource.Kind.WEBHOOK, remote_addr=remote_addr
+    )
     try:
+        events.check_source_name(source_name)
         source = _source(source_name, channel=TriggerSource.Kind.WEBHOOK, attempt=attempt)
         limit = source.max_body_bytes
         if content_length is not None and content_length > limit:
-            attempt.body_bytes = content_length
+            # The claimed length is only in the detail: it can be any number (over a bigint).
             raise Refused(
                 "body_too_large", f"Content-Length {content_length} exceeds this source's {limit} bytes", status=413
             )
@@ -101,23 +110,45 @@ def webhook_intake(
         if len(body) > limit:
             raise Refused("body_too_large", f"body exceeds this source's {limit} bytes", status=413)
         attempt.body_sha256 = events.body_digest(body)
+        scheme = source.signature_scheme
+        names = signatures.headers_for(scheme)
         timestamp, delivery_id, signature = (
-            _header(headers, name)
-            for name in (events.HEADER_TIMESTAMP, events.HEADER_DELIVERY, events.HEADER_SIGNATURE)
+            _header(headers, name) for name in (names.timestamp, names.delivery, names.signature)
         )
-        attempt.delivery_id = delivery_id[:200]
-        sent = events.parse_timestamp(timestamp)
-        events.check_delivery_id(delivery_id)
-        secret = source.secret()
-        if secret is None:
-            # Our configuration, not the sender's fault: 503 tells a sender to retry later.
-            raise Refused("secret_unavailable", "this source's secret is not configured on the server", status=503)
-        events.verify_signature(secret, timestamp, body, signature)
-        events.check_freshness(sent, now=now)
+        sent = events.parse_timestamp(timestamp, header=names.timestamp)
+        attempt.delivery_id = events.check_delivery_id(delivery_id, header=names.delivery)
+        signatures.verify(
+            scheme, _secret_keys(source), timestamp=timestamp, delivery_id=delivery_id, body=body, header=signature
+        )
+        events.check_freshness(sent, now=now, header=names.timestamp)
+        attempt.authenticated = True
         payload = events.parse_body(body)
         return _accept(source, payload, attempt=attempt, now=now)
     except Refused as refused:
         return _refuse(attempt, refused, now=now)
+
+
+def _secret_keys(source: TriggerSource) -> list[bytes]:
+    """The HMAC keys of the source's secrets (two during a rotation). Each named secret must be
+    granted, set and strong: anything else is our configuration, so 503 (the sender retries later)."""
+    keys = []
+    for name in source.secret_names():
+        value = secret_value(name)  # None unless granted by the deployment and set
+        # The details go to an unauthenticated sender: no variable name, nothing about the value.
+        # The source's admin page says which variable and why.
+        if value is None:
+            raise Refused(
+                "secret_unavailable", "this source's secret is not granted or not set on the server", status=503
+            )
+        try:
+            keys.append(signatures.secret_key(source.signature_scheme, value))
+        except ValueError:
+            raise Refused(
+                "secret_weak", "this source's secret is below the minimum strength on the server", status=503
+            ) from None
+    if not keys:
+        raise Refused("secret_unavailable", "this source names no secret", status=503)
+    return keys
 
 
 def event_intake(
@@ -135,12 +166,16 @@ def event_intake(
     delivery id is given, and one run per biz_key.
     """
     name = source.name if isinstance(source, TriggerSource) else str(source)
-    attempt = _Attempt(source_name=name[:100], channel=channel)
+    attempt = _Attempt(source_name=events.printable(name)[:100], channel=channel, authenticated=True)
     try:
+        events.check_source_name(name)
         obj = _source(source if isinstance(source, TriggerSource) else name, channel=channel, attempt=attempt)
         if not isinstance(payload, dict):
             raise Refused("malformed_json", f"payload must be a JSON object, got {type(payload).__name__}")
-        body = events.canonical_json(payload)
+        try:
+            body = events.canonical_json(payload)
+        except (UnicodeEncodeError, ValueError) as exc:  # a lone surrogate, a circular reference
+            raise Refused("malformed_json", f"payload cannot be written as JSON: {exc}") from None
         attempt.body_bytes = len(body)
         attempt.body_sha256 = events.body_digest(body)
         if len(body) > obj.max_body_bytes:
@@ -148,10 +183,10 @@ def event_intake(
                 "body_too_large", f"payload is {len(body)} bytes as JSON; the limit is {obj.max_body_bytes}", status=413
             )
         if delivery_id is not None:
-            attempt.delivery_id = str(delivery_id)[:200]
-            events.check_delivery_id(str(delivery_id))
-        # Round-trip, so what the run stores is plain JSON whatever Python objects came in.
-        return _accept(obj, json.loads(body), attempt=attempt, now=now)
+            attempt.delivery_id = events.check_delivery_id(str(delivery_id))
+        # Round-trip through the webhook's parser, so what the run stores is plain JSON whatever Python
+        # objects came in, and NaN, NUL or deep nesting are refused the same way as over HTTP.
+        return _accept(obj, events.parse_body(body), attempt=attempt, now=now)
     except Refused as refused:
         return _refuse(attempt, refused, now=now)
 
@@ -229,7 +264,12 @@ def _accept(source: TriggerSource, payload: dict, *, attempt: _Attempt, now: dat
 
 
 def _refuse(attempt: _Attempt, refused: Refused, *, now: datetime) -> IntakeResult:
-    """Record and count a refusal; its own transaction, so nothing of the refused event survives."""
+    """Record and count a refusal; its own transaction, so nothing of the refused event survives.
+
+    An authenticated sender's refusal is kept as a row (auditable). Before authentication anyone can
+    send anything, so the refusal is counted (RefusalCount, per source, reason and hour) and only the
+    last REFUSAL_SAMPLE per source and reason are kept as rows: a flood adds no rows.
+    """
     known = attempt.source is not None
     with transaction.atomic():
         EventRefusal.objects.create(
@@ -243,14 +283,44 @@ def _refuse(attempt: _Attempt, refused: Refused, *, now: datetime) -> IntakeResu
             body_sha256=attempt.body_sha256,
             body_bytes=attempt.body_bytes,
             remote_addr=attempt.remote_addr[:64],
+            authenticated=attempt.authenticated,
             created_at=now,
         )
-        event_metric_count(attempt.source_name if known else UNKNOWN_SOURCE_METRIC, refused.code, now=now)
+        counted_name = attempt.source_name if known else UNKNOWN_SOURCE_METRIC
+        if not attempt.authenticated:
+            _sample_trim(attempt.source, refused.code)
+            refusal_count(counted_name, refused.code, status=refused.status, now=now)
+        event_metric_count(counted_name, refused.code, now=now)
     # Never the body or the secret: the sender's data stays out of the logs.
     log.warning(
         "event refused from %r (%s): %s: %s", attempt.source_name, attempt.channel, refused.code, refused.detail
     )
     return IntakeResult(refused.status, refused.code, refused.detail)
+
+
+def _sample_trim(source: TriggerSource | None, reason: str) -> None:
+    """Keep the newest REFUSAL_SAMPLE unauthenticated refusals of this source (or of all unknown
+    sources together) and reason; delete the older ones."""
+    same = EventRefusal.objects.filter(authenticated=False, reason=reason)
+    same = same.filter(source=source) if source is not None else same.filter(source__isnull=True)
+    older = list(same.order_by("-id").values_list("id", flat=True)[REFUSAL_SAMPLE : REFUSAL_SAMPLE + 100])
+    if older:
+        EventRefusal.objects.filter(id__in=older).delete()
+
+
+def refusal_count(source_name: str, reason: str, *, status: int, now: datetime) -> None:
+    """Add one to the hour's counter: update, or insert and catch the conflict (never check first)."""
+    hour = now.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    same = RefusalCount.objects.filter(source_name=source_name, reason=reason, hour=hour)
+    if same.update(count=F("count") + 1, last_at=now):
+        return
+    try:
+        with transaction.atomic():
+            RefusalCount.objects.create(
+                source_name=source_name, reason=reason, status=status, hour=hour, count=1, last_at=now
+            )
+    except IntegrityError:  # another intake created the hour's row first
+        same.update(count=F("count") + 1, last_at=now)
 
 
 def event_metric_count(source_name: str, outcome: str, *, now: datetime) -> None:
@@ -267,4 +337,5 @@ def event_records_prune(*, now: datetime, keep: timedelta = EVENT_RECORD_RETENTI
     cutoff = now - keep
     deliveries, _ = EventDelivery.objects.filter(received_at__lt=cutoff).delete()
     refusals, _ = EventRefusal.objects.filter(created_at__lt=cutoff).delete()
-    return deliveries + refusals
+    counts, _ = RefusalCount.objects.filter(hour__lt=cutoff).delete()
+    return deliveries + refusals + counts

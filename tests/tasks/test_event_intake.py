@@ -121,6 +121,7 @@ def test_it_rejects_an_event_rule_that_cannot_key_its_events(over, field):
     [
         ({"kind": "webhook", "secret_env": ""}, "secret_env"),
         ({"kind": "webhook", "secret_env": "not-an-env-name"}, "secret_env"),
+        ({"kind": "webhook", "secret_env": "HOME"}, "secret_env"),
         ({"kind": "file", "watch_dir": "relative/dir"}, "watch_dir"),
         ({"snapshot_fields": {"amount": 1}}, "snapshot_fields"),
         ({"reference_fields": ["ok", "bad path"]}, "reference_fields"),
@@ -153,8 +154,8 @@ def test_it_prunes_old_event_records_only():
 
 
 def test_it_shows_sources_deliveries_refusals_and_counters_in_the_admin_without_the_secret(admin_client, monkeypatch):
-    monkeypatch.setenv("HOOK_ADMIN_SECRET", "do-not-show-me-0000")
-    source = make_source(name="hooked", kind="webhook", secret_env="HOOK_ADMIN_SECRET")
+    monkeypatch.setenv("HARNESS_SECRET_HOOK_ADMIN", "do-not-show-me-0000-abcdefghijklmnopqrstuvwxyz")
+    source = make_source(name="hooked", kind="webhook", secret_env="HARNESS_SECRET_HOOK_ADMIN")
     make_source(name="orders", rule=source.rule)
     event_intake(source="orders", payload=PAYLOAD, now=NOW)
     event_intake(source="ghost", payload=PAYLOAD, now=NOW)
@@ -173,7 +174,7 @@ def test_it_shows_sources_deliveries_refusals_and_counters_in_the_admin_without_
         assert response.status_code == 200, url
         assert "do-not-show-me" not in response.content.decode()
     text = admin_client.get(pages[1]).content.decode()
-    assert "$HOOK_ADMIN_SECRET set" in text and "/hooks/hooked/" in text
+    assert "$HARNESS_SECRET_HOOK_ADMIN set" in text and "/hooks/hooked/" in text
     assert "unknown_source" in admin_client.get(pages[4]).content.decode()
     assert "(unknown sources)" in admin_client.get(pages[6]).content.decode()
     assert admin_client.get(reverse("admin:tasks_eventrefusal_add")).status_code == 403

@@ -13,14 +13,14 @@ from django.urls import reverse
 from django.utils import timezone
 
 from runs.models import TaskRun
-from tasks.models import EventDelivery, EventMetric, EventRefusal, TriggerRule, TriggerSource
-from tasks.rules import events
+from tasks.models import EventDelivery, EventMetric, EventRefusal, RefusalCount, TriggerRule, TriggerSource
+from tasks.rules import events, signatures
 from tasks.triggers.events import webhook_intake
 
 pytestmark = pytest.mark.django_db
 
-SECRET = "whsec-test-0123456789"
-SECRET_ENV = "HOOK_TEST_BILLING_SECRET"
+SECRET = "hs-test-billing-0123456789abcdefghijklmnop"
+SECRET_ENV = "HARNESS_SECRET_TEST_BILLING"
 EVENT = {
     "object_id": "inv-42",
     "action": "paid",
@@ -55,13 +55,18 @@ def source(monkeypatch):
     )
 
 
+def sign(secret, ts, raw, delivery="dlv-1"):
+    key = secret.encode()
+    return signatures.sign(signatures.HARNESS, key, timestamp=ts, delivery_id=delivery, body=raw)
+
+
 def post(client, body, *, source="billing", delivery="dlv-1", ts=None, secret=SECRET, signature=None, drop=()):
     raw = body if isinstance(body, bytes) else json.dumps(body).encode()
     ts = str(int(time.time())) if ts is None else ts
     headers = {
         events.HEADER_TIMESTAMP: ts,
         events.HEADER_DELIVERY: delivery,
-        events.HEADER_SIGNATURE: signature or events.sign(secret, ts, raw),
+        events.HEADER_SIGNATURE: signature or sign(secret, ts, raw, delivery),
     }
     for name in drop:
         headers.pop(name)
@@ -165,7 +170,7 @@ REFUSALS = {
     # name: (send, status, code, source_name the metric is counted under)
     "bad signature": (lambda c, s: post(c, EVENT, secret="wrong-secret"), 401, "bad_signature", "billing"),
     "tampered body": (
-        lambda c, s: post(c, EVENT, signature=events.sign(SECRET, str(int(time.time())), b"{}")),
+        lambda c, s: post(c, EVENT, signature=sign(SECRET, str(int(time.time())), b"{}")),
         401,
         "bad_signature",
         "billing",
@@ -209,6 +214,9 @@ REFUSALS = {
 }
 
 
+AFTER_AUTHENTICATION = {"replayed_delivery", "rule_paused", "malformed_json", "invalid_payload"}
+
+
 @pytest.mark.parametrize("case", list(REFUSALS))
 def test_it_refuses_with_its_own_reason_runs_nothing_and_counts_it(client, source, case):
     send, status, code, metric_source = REFUSALS[case]
@@ -223,6 +231,10 @@ def test_it_refuses_with_its_own_reason_runs_nothing_and_counts_it(client, sourc
     refusal = EventRefusal.objects.get()
     assert (refusal.reason, refusal.status) == (code, status)
     assert metric(metric_source, code) == 1
+    # Signed and fresh: an auditable row. Before that: a sample row, and counted per hour.
+    assert refusal.authenticated == (code in AFTER_AUTHENTICATION)
+    counted = RefusalCount.objects.filter(source_name=metric_source, reason=code).values_list("count", flat=True)
+    assert list(counted) == ([] if refusal.authenticated else [1])
     assert SECRET not in refusal.detail and SECRET not in json.dumps(body)
 
 
@@ -257,7 +269,7 @@ def test_it_accepts_the_url_with_and_without_a_trailing_slash(client, source):
         headers={
             events.HEADER_TIMESTAMP: ts,
             events.HEADER_DELIVERY: "d",
-            events.HEADER_SIGNATURE: events.sign(SECRET, ts, raw),
+            events.HEADER_SIGNATURE: sign(SECRET, ts, raw, "d"),
         },
     )
     assert response.status_code == 202

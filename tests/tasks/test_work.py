@@ -12,7 +12,7 @@ import pytest
 from runs.models import TaskRun
 from tasks.jobs import event_intake_task
 from tasks.models import ServiceIdentity, TriggerRule, TriggerSource
-from tasks.rules import events
+from tasks.rules import events, signatures
 from tasks.triggers.operator import rule_backfill, rule_backfill_plan, rule_run_now
 from tasks.triggers.scheduler import scheduler_tick
 from tasks.triggers.sensors import sensor_scan
@@ -20,7 +20,7 @@ from tasks.triggers.sensors import sensor_scan
 pytestmark = pytest.mark.django_db
 
 T0 = datetime(2026, 12, 1, 7, 0, tzinfo=UTC)
-SECRET_ENV = "HOOK_WORK_TEST_SECRET"
+SECRET_ENV = "HARNESS_SECRET_WORK_TEST"
 SECRET = "s3cret-for-work-tests-0123456789"
 
 
@@ -123,7 +123,9 @@ def test_a_webhook_run_carries_the_rule_identity_object_key_and_snapshot(identit
     headers = {
         events.HEADER_TIMESTAMP: ts,
         events.HEADER_DELIVERY: "dlv-1",
-        events.HEADER_SIGNATURE: events.sign(SECRET, ts, raw),
+        events.HEADER_SIGNATURE: signatures.sign(
+            signatures.HARNESS, SECRET.encode(), timestamp=ts, delivery_id="dlv-1", body=raw
+        ),
     }
     response = client.post("/hooks/billing/", data=raw, content_type="application/json", headers=headers)
     assert response.status_code == 202, response.content
