@@ -7,7 +7,7 @@ from django.db.migrations.executor import MigrationExecutor
 pytestmark = pytest.mark.backend
 
 BEFORE = [("tasks", "0001_initial")]
-AFTER = [("tasks", "0002_webhook_schemes_and_counted_refusals")]
+AFTER = [("tasks", "0003_webhook_schemes_and_counted_refusals")]
 
 
 def test_existing_sources_migrate_to_harness_v1_and_new_ones_default_to_harness(transactional_db):
