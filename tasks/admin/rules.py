@@ -25,7 +25,7 @@ from deadletters.alerts import ALERT_FIELDS
 from harness_site.desk import FORM_TEMPLATE, change_url, now, posted, require_perm
 from runs.dashboard import skill_duration_p99s
 from tasks.models import ReadinessFlag, TriggerRule
-from tasks.rules import lint, schedule
+from tasks.rules import events, keys, lint, schedule
 from tasks.rules.preview import WallInstant, wall_instant
 from tasks.triggers.operator import (
     DEFAULT_BACKFILL_SPACING,
@@ -39,6 +39,7 @@ from tasks.triggers.operator import (
     rule_resume,
     rule_run_now,
 )
+from tasks.triggers.work import rule_key_examples
 
 PREVIEW_COUNT = 10
 PREVIEW_FIELDS = ("kind", "cron", "interval_seconds", "timezone", "dst_gap", "dst_repeat")
@@ -187,6 +188,8 @@ def lint_input(rule: TriggerRule, p99: float | None) -> lint.LintInput:
         skill_p99_seconds=p99,
         alert_fields=ALERT_FIELDS,
         depends_on=depends,
+        kind=rule.kind,
+        event_key_by_date=rule.event_key_by_date,
         flags_seen=frozenset(
             ReadinessFlag.objects.filter(name__in=depends).values_list("name", flat=True) if depends else ()
         ),
@@ -490,7 +493,7 @@ class RuleDeskMixin:
 
     # Injected beside the cron and in a checklist fieldset; see get_fieldsets.
     def get_readonly_fields(self, request, obj=None):
-        return (*super().get_readonly_fields(request, obj), "schedule_preview", "lint_checklist")
+        return (*super().get_readonly_fields(request, obj), "schedule_preview", "lint_checklist", "key_preview")
 
     def get_fieldsets(self, request, obj=None):
         fieldsets = [(name, dict(opts)) for name, opts in super().get_fieldsets(request, obj)]
@@ -549,6 +552,20 @@ class RuleDeskMixin:
         return format_html('<ul id="rule-lint" class="rule-lint">{}</ul>', rows)
 
     lint_checklist.short_description = gettext_lazy("Lint")
+
+    def key_preview(self, rule: TriggerRule) -> str:
+        """The biz_keys this rule's triggers would claim, namespace and escaping included."""
+        if rule.pk is None:
+            return _("Shown once the rule is saved: every key starts with the rule's id.")
+        labels = {"slot": _("next slot"), "manual": _("run now"), "trial": _("trial run"), "event": _("example event")}
+        try:
+            examples = rule_key_examples(rule, now=now())
+        except (keys.KeyTemplateError, schedule.ScheduleError, events.Refused, KeyError, ValueError) as exc:
+            return format_html('<span class="errorlist">{}</span>', _("no preview: %(error)s") % {"error": exc})
+        rows = format_html_join("", "<li>{}: <code>{}</code></li>", ((labels[k], key) for k, key in examples))
+        return format_html('<ul id="rule-key-preview">{}</ul>', rows)
+
+    key_preview.short_description = gettext_lazy("Business keys")
 
     def lint_column(self, rule: TriggerRule) -> str:
         summary = lint.lint_summary(self._lint(rule))

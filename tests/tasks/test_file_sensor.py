@@ -74,7 +74,7 @@ def test_it_runs_a_final_file_once_with_its_identity_in_the_key(source, inbox):
     assert (first.accepted, second.accepted, second.known) == (1, 0, 1)
     run = TaskRun.objects.get()
     stat = path.stat()
-    assert run.biz_key == f"ingest:report.csv:{stat.st_size}-{stat.st_mtime_ns // 1000}"
+    assert run.biz_key == f"rule/{run.rule_id}/event/ingest:report.csv:{stat.st_size}-{stat.st_mtime_ns // 1000}"
     assert (run.source, run.triggered_by) == ("event", "svc:sftp-drop")
     assert run.payload["event"]["refs"] == {"file.path": str(path)}
     assert run.payload["event"]["snapshot"] == {"file.size": stat.st_size}
