@@ -13,7 +13,6 @@ from django.contrib import messages
 from django.contrib.admin import widgets as admin_widgets
 from django.core import signing
 from django.http import HttpResponseRedirect, JsonResponse
-from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
@@ -22,7 +21,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from deadletters.alerts import ALERT_FIELDS
-from harness_site.desk import FORM_TEMPLATE, change_url, now, posted, require_perm
+from harness_site.desk import FORM_TEMPLATE, change_url, desk_object, now, posted, require_perm
 from runs.dashboard import skill_duration_p99s
 from tasks.models import ReadinessFlag, TriggerRule
 from tasks.rules import events, keys, lint, schedule
@@ -204,7 +203,10 @@ def _parse_slot(text: str, zone_name: str) -> datetime:
             wall = datetime.strptime(text.strip(), fmt)  # noqa: DTZ007 - a wall time in the rule's zone
         except ValueError:
             continue
-        return wall.replace(tzinfo=zone).astimezone(UTC)
+        try:
+            return wall.replace(tzinfo=zone).astimezone(UTC)
+        except OverflowError:  # year 1 or 9999 pushed past datetime's range by the zone's offset
+            break
     raise forms.ValidationError(
         _("%(text)s is not a time like 2026-12-01 09:00 (in %(zone)s).") % {"text": repr(text), "zone": zone_name}
     )
@@ -673,7 +675,7 @@ class RuleDeskMixin:
     def _run_now_page(self, request, object_id, *, trial: bool):
         """Run now and trial run: the same form and the same claim; a trial gets its own key namespace."""
         require_perm(request, "tasks.trial_run_rule" if trial else "tasks.run_rule_now")
-        rule = get_object_or_404(TriggerRule, pk=object_id)
+        rule = desk_object(self, request, object_id)
         form = RunNowForm(posted(request), rule=rule)
         if request.method == "POST" and form.is_valid():
             try:
@@ -726,7 +728,7 @@ class RuleDeskMixin:
 
     def pause_view(self, request, object_id):
         require_perm(request, "tasks.pause_rule")
-        rule = get_object_or_404(TriggerRule, pk=object_id)
+        rule = desk_object(self, request, object_id)
         form = PauseForm(posted(request))
         verb = _("Pause") if rule.enabled else _("Resume")
         if request.method == "POST" and form.is_valid():
@@ -751,7 +753,7 @@ class RuleDeskMixin:
     def backfill_view(self, request, object_id):
         """Plan (the form) → confirmation (the plan, read-only and signed) → execute exactly that plan."""
         require_perm(request, "tasks.backfill_rule")
-        rule = get_object_or_404(TriggerRule, pk=object_id)
+        rule = desk_object(self, request, object_id)
         if request.method == "POST" and "token" in request.POST:
             return self._backfill_execute(request, rule)
         form = BackfillForm(posted(request))
