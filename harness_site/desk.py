@@ -49,6 +49,7 @@ class SafeJSONField(forms.JSONField):
         json_limits.NUMBER: gettext_lazy(
             "This JSON has a number that is not finite or has more than %(limit)s digits."
         ),
+        json_limits.UNICODE: gettext_lazy("This JSON has a lone surrogate escape (e.g. \\ud800), which is not text."),
     }
 
     def to_python(self, value):

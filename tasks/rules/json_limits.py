@@ -11,12 +11,13 @@ import math
 
 MAX_DEPTH = 32  # nested arrays/objects; a JSON Schema for a model's output needs far fewer
 MAX_INT_DIGITS = 30
-DEPTH, NUL, NUMBER = "depth", "nul", "number"
+DEPTH, NUL, NUMBER, UNICODE = "depth", "nul", "number", "unicode"
 
 MESSAGES = {
     DEPTH: f"is nested deeper than {MAX_DEPTH} levels",
     NUL: "contains a NUL character (\\u0000), which cannot be stored",
     NUMBER: f"has a number that is not finite or has more than {MAX_INT_DIGITS} digits",
+    UNICODE: "has a lone surrogate escape (e.g. \\ud800), which is not Unicode text",
 }
 
 
@@ -48,16 +49,20 @@ def text_depth(text: str) -> int:
     return deepest
 
 
-def loads(text: str) -> object:
-    """json.loads within the limits; raises JsonLimitError, or ValueError for JSON that is not JSON."""
+def loads(text: str, *, finite: bool = True) -> object:
+    """json.loads within the limits; raises JsonLimitError, or ValueError for JSON that is not JSON.
+    `finite=False` lets NaN and Infinity through, for a caller that names the field holding them."""
     if text_depth(text) > MAX_DEPTH:
         raise JsonLimitError(DEPTH)
-    value = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
-    check(value)
+    if finite:
+        value = json.loads(text, parse_int=_int, parse_float=_float, parse_constant=_constant)
+    else:
+        value = json.loads(text, parse_int=_int)
+    check(value, finite=finite)
     return value
 
 
-def check(value: object) -> None:
+def check(value: object, *, finite: bool = True) -> None:
     """Raise JsonLimitError if an already-parsed value is too deep, holds a NUL or an absurd number."""
     stack = [(value, 1)]
     while stack:
@@ -67,19 +72,27 @@ def check(value: object) -> None:
                 raise JsonLimitError(DEPTH)
             children = list(item.items()) if isinstance(item, dict) else [(None, v) for v in item]
             for key, child in children:
-                if isinstance(key, str) and "\x00" in key:
-                    raise JsonLimitError(NUL)
+                if isinstance(key, str):
+                    _check_text(key)
                 stack.append((child, depth + 1))
         elif isinstance(item, str):
-            if "\x00" in item:
-                raise JsonLimitError(NUL)
+            _check_text(item)
         elif isinstance(item, bool):
             continue
         elif isinstance(item, int):
             if abs(item) >= 10**MAX_INT_DIGITS:
                 raise JsonLimitError(NUMBER)
-        elif isinstance(item, float) and not math.isfinite(item):
+        elif finite and isinstance(item, float) and not math.isfinite(item):
             raise JsonLimitError(NUMBER)
+
+
+def _check_text(text: str) -> None:
+    if "\x00" in text:
+        raise JsonLimitError(NUL)
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError:
+        raise JsonLimitError(UNICODE) from None
 
 
 def _int(text: str) -> int:
