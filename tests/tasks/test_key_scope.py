@@ -9,6 +9,7 @@ import pytest
 from django.apps import apps as django_apps
 from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
+from django.urls import reverse
 
 from runs.claims import Work, run_claim
 from runs.models import TaskRun
@@ -248,3 +249,13 @@ def test_the_upgrade_keeps_old_runs_deduping_their_slots_and_events():
     trial.refresh_from_db()
     assert trial.biz_key == "trial:nightly:2026-12-01T09:00:00+08:00"
     assert TaskRun.objects.get(id=slot_run.id).biz_key == "nightly:2026-12-01T09:00:00+08:00"
+
+
+def test_the_rule_page_shows_the_keys_it_would_claim(admin_client):
+    rule = scheduled()
+    hook = event_rule()
+    page = admin_client.get(reverse("admin:tasks_triggerrule_change", args=[rule.pk])).content.decode()
+    assert f"rule/{rule.pk}/slot/nightly:" in page and f"rule/{rule.pk}/manual/nightly:" in page
+    assert f"rule/{rule.pk}/trial/nightly:" in page
+    page = admin_client.get(reverse("admin:tasks_triggerrule_change", args=[hook.pk])).content.decode()
+    assert f"rule/{hook.pk}/event/order%3A7:shipped:2" in page
