@@ -79,7 +79,12 @@ def test_it_runs_a_valid_signed_delivery_once_keeping_criteria_snapshot_and_refe
     assert response.status_code == 202, response.content
     body = response.json()
     run = TaskRun.objects.get()
-    assert body == {"outcome": "accepted", "run_id": run.id, "biz_key": "invoice-paid:inv-42:paid:3", "created": True}
+    assert body == {
+        "outcome": "accepted",
+        "run_id": run.id,
+        "biz_key": f"rule/{run.rule_id}/event/invoice-paid:inv-42:paid:3",
+        "created": True,
+    }
     assert (run.biz_key, run.source, run.triggered_by, run.rule_id) == (
         "invoice-paid:inv-42:paid:3",
         "event",
