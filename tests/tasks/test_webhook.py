@@ -86,7 +86,7 @@ def test_it_runs_a_valid_signed_delivery_once_keeping_criteria_snapshot_and_refe
         "created": True,
     }
     assert (run.biz_key, run.source, run.triggered_by, run.rule_id) == (
-        "invoice-paid:inv-42:paid:3",
+        f"rule/{source.rule_id}/event/invoice-paid:inv-42:paid:3",
         "event",
         "svc:billing",
         source.rule_id,
@@ -136,8 +136,8 @@ def test_it_runs_a_new_version_of_the_object_as_a_new_run(client, source):
     response = post(client, {**EVENT, "version": 4}, delivery="dlv-2")
     assert response.status_code == 202
     assert sorted(TaskRun.objects.values_list("biz_key", flat=True)) == [
-        "invoice-paid:inv-42:paid:3",
-        "invoice-paid:inv-42:paid:4",
+        f"rule/{source.rule_id}/event/invoice-paid:inv-42:paid:3",
+        f"rule/{source.rule_id}/event/invoice-paid:inv-42:paid:4",
     ]
 
 
