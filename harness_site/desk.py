@@ -22,9 +22,15 @@ CONFIRM_TEMPLATE = "admin/desk/confirm.html"
 FORM_TEMPLATE = "admin/desk/form.html"
 
 
+# The longest reason any column keeps (TriggerRule.pause_reason); longer is a form message, not a
+# database error on PostgreSQL.
+MAX_REASON_CHARS = 500
+
+
 class ReasonForm(forms.Form):
     reason = forms.CharField(
         label=gettext_lazy("Reason"),
+        max_length=MAX_REASON_CHARS,
         widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
         help_text=gettext_lazy("Recorded in the audit log."),
     )
@@ -33,6 +39,7 @@ class ReasonForm(forms.Form):
 class OptionalReasonForm(forms.Form):
     reason = forms.CharField(
         label=gettext_lazy("Reason"),
+        max_length=MAX_REASON_CHARS,
         required=False,
         widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
         help_text=gettext_lazy("Recorded in the audit log."),

@@ -21,7 +21,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from deadletters.alerts import ALERT_FIELDS
-from harness_site.desk import FORM_TEMPLATE, change_url, desk_object, now, posted, require_perm
+from harness_site.desk import FORM_TEMPLATE, ReasonForm, change_url, desk_object, now, posted, require_perm
 from runs.dashboard import skill_duration_p99s
 from tasks.models import ReadinessFlag, TriggerRule
 from tasks.rules import events, keys, lint, schedule
@@ -376,14 +376,6 @@ class RunNowForm(forms.Form):
         return data
 
 
-class PauseForm(forms.Form):
-    reason = forms.CharField(
-        label=gettext_lazy("Reason"),
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-        help_text=gettext_lazy("Recorded in the audit log."),
-    )
-
-
 class BackfillForm(forms.Form):
     start = forms.DateField(
         label=gettext_lazy("Start"), help_text=gettext_lazy("First local date (rule's zone), e.g. 2026-11-01.")
@@ -729,7 +721,7 @@ class RuleDeskMixin:
     def pause_view(self, request, object_id):
         require_perm(request, "tasks.pause_rule")
         rule = desk_object(self, request, object_id)
-        form = PauseForm(posted(request))
+        form = ReasonForm(posted(request))
         verb = _("Pause") if rule.enabled else _("Resume")
         if request.method == "POST" and form.is_valid():
             service = rule_pause if rule.enabled else rule_resume
