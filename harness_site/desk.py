@@ -7,20 +7,30 @@ from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
-from django.http import HttpResponseRedirect
+from django.db import models
+from django.forms.fields import InvalidJSONInput
+from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from tasks.rules import json_limits
+
 CONFIRM_TEMPLATE = "admin/desk/confirm.html"
 FORM_TEMPLATE = "admin/desk/form.html"
+
+
+# The longest reason any column keeps (TriggerRule.pause_reason); longer is a form message, not a
+# database error on PostgreSQL.
+MAX_REASON_CHARS = 500
 
 
 class ReasonForm(forms.Form):
     reason = forms.CharField(
         label=gettext_lazy("Reason"),
+        max_length=MAX_REASON_CHARS,
         widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
         help_text=gettext_lazy("Recorded in the audit log."),
     )
@@ -29,10 +39,60 @@ class ReasonForm(forms.Form):
 class OptionalReasonForm(forms.Form):
     reason = forms.CharField(
         label=gettext_lazy("Reason"),
+        max_length=MAX_REASON_CHARS,
         required=False,
         widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
         help_text=gettext_lazy("Recorded in the audit log."),
     )
+
+
+class SafeJSONField(forms.JSONField):
+    """The admin's JSON field within tasks.rules.json_limits: too deep, a NUL or an absurd number is
+    a form message, never a RecursionError or a database error (a 500)."""
+
+    default_error_messages = {
+        json_limits.DEPTH: gettext_lazy("This JSON is nested deeper than %(limit)s levels."),
+        json_limits.NUL: gettext_lazy("This JSON contains a NUL character (\\u0000), which cannot be stored."),
+        json_limits.NUMBER: gettext_lazy(
+            "This JSON has a number that is not finite or has more than %(limit)s digits."
+        ),
+        json_limits.UNICODE: gettext_lazy("This JSON has a lone surrogate escape (e.g. \\ud800), which is not text."),
+    }
+
+    def to_python(self, value):
+        if not self.disabled and isinstance(value, str) and value.strip():
+            try:
+                json_limits.loads(value)
+            except json_limits.JsonLimitError as exc:
+                limit = json_limits.MAX_DEPTH if exc.code == json_limits.DEPTH else json_limits.MAX_INT_DIGITS
+                raise forms.ValidationError(
+                    self.error_messages[exc.code], code=exc.code, params={"limit": limit}
+                ) from None
+            except ValueError:
+                pass  # not JSON: the parent says so in its own words
+        return super().to_python(value)
+
+    def bound_data(self, data, initial):
+        if self.disabled or data is None:
+            return super().bound_data(data, initial)
+        try:
+            return json_limits.loads(data)
+        except ValueError:  # shown back as typed, with the error beside it
+            return InvalidJSONInput(data)
+
+
+# For ModelAdmin.formfield_overrides of every admin with an editable JSON field.
+JSON_FORMFIELDS = {models.JSONField: {"form_class": SafeJSONField}}
+
+
+def desk_object(modeladmin: admin.ModelAdmin, request, object_id: str):
+    """The object a desk button acts on, or a 404 with a reason for an unknown or malformed id."""
+    obj = modeladmin.get_object(request, object_id)
+    if obj is None:
+        raise Http404(
+            _("There is no %(name)s with id %(id)r.") % {"name": modeladmin.opts.verbose_name, "id": object_id}
+        )
+    return obj
 
 
 def require_perm(request, perm: str) -> None:

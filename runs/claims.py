@@ -9,6 +9,7 @@ from django.db.models import F
 from runs.dispatch import run_dispatch_on_commit
 from runs.models import TaskRun
 from tasks.models import TriggerRule
+from tasks.rules import keys
 
 
 @dataclass(frozen=True)
@@ -46,7 +47,11 @@ def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | 
     Insert-and-catch-conflict, never check-then-insert: the unique constraint decides the winner
     even across processes. A dedupe hit is acknowledged (returned) and counted, never retried.
     `state` other than pending (awaiting approval) is for runs that must not start on their own.
+    Raises ValueError for a key outside the rule's namespaces (keys.in_namespace): keys are scoped
+    by construction (tasks.triggers.work), and this is the one door every run comes through.
     """
+    if not keys.in_namespace(work.biz_key, work.rule.pk if work.rule else None):
+        raise ValueError(f"biz_key {work.biz_key!r} is outside the namespace of its rule")
     payload = dict(work.payload)
     if work.start_by is not None:
         payload["start_by"] = work.start_by.isoformat()

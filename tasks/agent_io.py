@@ -4,6 +4,8 @@ An agent entry carries the NAME of its key's environment variable, never a key, 
 are safe to commit. Rules name their agent by name ("agent": "demo-echo").
 """
 
+import json
+
 from django.core.exceptions import ValidationError
 
 from tasks.models.agent import Agent
@@ -23,6 +25,23 @@ AGENT_FIELDS = (
     "store_prompts",
 )
 REQUIRED_AGENT_FIELDS = ("name", "provider", "model")
+# JSON type of each imported agent field (bool is not a number); null is allowed where the model allows it.
+_NUMBER = (int, float)
+AGENT_IMPORT_TYPES = {
+    "name": str,
+    "provider": str,
+    "base_url": str,
+    "model": str,
+    "api_key_env": str,
+    "system_prompt": str,
+    "allowed_tools": list,
+    "connect_timeout_seconds": _NUMBER,
+    "read_timeout_seconds": _NUMBER,
+    "max_calls_per_hour": int,
+    "max_tokens_per_hour": int,
+    "store_prompts": bool,
+}
+NULLABLE_AGENT_FIELDS = {"max_calls_per_hour", "max_tokens_per_hour"}
 
 
 def agent_export() -> list[dict]:
@@ -48,6 +67,12 @@ def agent_stage(items) -> tuple[dict[str, tuple[Agent, bool, bool]], list[str]]:
         unknown = sorted(set(item) - set(AGENT_FIELDS))
         problems = [f"field {unknown[0]}: unknown field; known fields: {', '.join(AGENT_FIELDS)}"] if unknown else []
         problems += [f"field {f}: required" for f in REQUIRED_AGENT_FIELDS if item.get(f) in (None, "")]
+        for f, value in item.items():
+            expected = AGENT_IMPORT_TYPES.get(f)
+            if expected is None or (value is None and (f in NULLABLE_AGENT_FIELDS or f in REQUIRED_AGENT_FIELDS)):
+                continue
+            if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
+                problems.append(f"field {f}: must be {_type_name(expected)}, got {json.dumps(value)[:80]}")
         if isinstance(name, str) and name in staged:
             problems.append(f"field name: {name!r} appears more than once in the file")
         if problems:
@@ -57,13 +82,16 @@ def agent_stage(items) -> tuple[dict[str, tuple[Agent, bool, bool]], list[str]]:
         created = agent is None
         agent = agent or Agent()
         before = None if created else {f: getattr(agent, f) for f in AGENT_FIELDS}
-        for f, value in item.items():
-            setattr(agent, f, value)
         try:
+            for f, value in item.items():
+                setattr(agent, f, value)
             agent.full_clean()
         except ValidationError as exc:
-            for f, messages in exc.message_dict.items():
-                errors.extend(f"{label} field {f}: {m}" for m in messages)
+            for f, messages in exc.message_dict.items() if hasattr(exc, "error_dict") else [("", exc.messages)]:
+                errors.extend(f"{label} field {f}: {m}" if f else f"{label}: {m}" for m in messages)
+            continue
+        except (TypeError, ValueError, OverflowError) as exc:  # a value no field can take, e.g. a list for a name
+            errors.append(f"{label}: {exc}")
             continue
         staged[name] = (agent, created, created or before != {f: getattr(agent, f) for f in AGENT_FIELDS})
     return staged, errors
@@ -91,3 +119,9 @@ def agent_save(staged: dict[str, tuple[Agent, bool, bool]]) -> None:
     for agent, _created, changed in staged.values():
         if changed:
             agent.save()
+
+
+def _type_name(expected) -> str:
+    return {str: "a string", list: "a JSON list", int: "a whole number", bool: "true or false"}.get(
+        expected, "a number"
+    )

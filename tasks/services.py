@@ -2,15 +2,16 @@
 
 import json
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import UTC, datetime
 
 from django.core.exceptions import ValidationError
-from django.db import transaction
+from django.db import DatabaseError, connection, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from tasks.agent_io import agent_export, agent_resolve, agent_save, agent_stage
 from tasks.models import ServiceIdentity, TriggerRule
+from tasks.rules import json_limits
 from tasks.triggers.operator import rule_save
 
 # Fields that travel in an export/import file, in the order they are written.
@@ -26,6 +27,7 @@ EXPORT_FIELDS = (
     "dst_gap",
     "dst_repeat",
     "dedupe_key_template",
+    "event_key_by_date",
     "skill",
     "params",
     "max_attempts",
@@ -92,15 +94,28 @@ def rule_export() -> dict:
     return {"version": 1, "agents": agents, "rules": rules} if agents else {"version": 1, "rules": rules}
 
 
-def rule_import(text: str, *, now: datetime | None = None) -> ImportResult:
-    """Upsert rules by name from a JSON document. All or nothing: any error rejects the whole
-    file, and every error names the rule and the field at fault. `now` is when the import is
-    applied (a command passes its clock reading; by default the clock is read once here)."""
+# A value the model's fields cannot take even after the type check (a date past year 9999, a
+# number too large for a float): the rule is rejected with the reason, as for a validation error.
+_STAGING_ERRORS = (TypeError, ValueError, OverflowError)
+
+
+def rule_import(text: str | bytes, *, now: datetime | None = None) -> ImportResult:
+    """Upsert rules by name from a JSON document (text, or bytes that must be UTF-8). All or nothing:
+    any error rejects the whole file with RuleImportError, and every error names the rule and the
+    field at fault; no other exception escapes for a bad file. `now` is when the import is applied
+    (a command passes its clock reading; by default the clock is read once here)."""
     now = now or timezone.now()
+    if isinstance(text, bytes):
+        try:
+            text = text.decode("utf-8")
+        except UnicodeDecodeError as exc:
+            raise RuleImportError([f"file: not UTF-8 (byte {exc.start} is {text[exc.start : exc.end]!r})"]) from None
     try:
-        doc = json.loads(text)
+        doc = json_limits.loads(text, finite=False)  # NaN and Infinity: named by field below
     except json.JSONDecodeError as exc:
         raise RuleImportError([f"file: not valid JSON at line {exc.lineno} column {exc.colno}: {exc.msg}"]) from None
+    except json_limits.JsonLimitError as exc:
+        raise RuleImportError([f"file: the JSON {exc}"]) from None
     items = doc.get("rules") if isinstance(doc, dict) else doc
     if not isinstance(items, list):
         raise RuleImportError(['file: expected {"rules": [ ... ]} or a list of rules'])
@@ -132,13 +147,20 @@ def rule_import(text: str, *, now: datetime | None = None) -> ImportResult:
         created = rule is None
         rule = rule or TriggerRule()
         before = {f: getattr(rule, f) for f in EXPORT_FIELDS} if not created else None
-        for f, value in item.items():
-            setattr(rule, f, value)
         try:
+            for f, value in item.items():
+                setattr(rule, f, value)
             rule.full_clean()
+            # What the database will be given: a "" time or a 20-digit number passes full_clean
+            # (blank values are not validated) and would fail only inside the save.
+            for f in rule._meta.concrete_fields:
+                f.get_db_prep_save(f.pre_save(rule, add=created), connection=connection)
         except ValidationError as exc:
-            for f, messages in exc.message_dict.items():
-                errors.extend(f"{label} field {f}: {m}" for m in messages)
+            for f, messages in exc.message_dict.items() if hasattr(exc, "error_dict") else [("", exc.messages)]:
+                errors.extend(f"{label} field {f}: {m}" if f else f"{label}: {m}" for m in messages)
+            continue
+        except _STAGING_ERRORS as exc:
+            errors.append(f"{label}: {exc}")
             continue
         changed = created or before != {f: getattr(rule, f) for f in EXPORT_FIELDS}
         staged.append((rule, created, changed))
@@ -146,12 +168,18 @@ def rule_import(text: str, *, now: datetime | None = None) -> ImportResult:
         raise RuleImportError(errors)
 
     result = ImportResult()
-    with transaction.atomic():
-        agent_save(agents)  # first: rules may name an agent new in this file
-        for rule, created, changed in staged:
-            if changed:
-                rule_save(rule, now=now)
-            (result.created if created else result.updated if changed else result.unchanged).append(rule.name)
+    current = "agents"
+    try:
+        with transaction.atomic():
+            agent_save(agents)  # first: rules may name an agent new in this file
+            for rule, created, changed in staged:
+                current = f"rule {rule.name!r}"
+                if changed:
+                    rule_save(rule, now=now)
+                (result.created if created else result.updated if changed else result.unchanged).append(rule.name)
+    except (DatabaseError, ValidationError, *_STAGING_ERRORS) as exc:
+        # The last line of defence: whatever the checks above missed, the transaction rolled back.
+        raise RuleImportError([f"{current}: the database refused it: {exc}"]) from None
     return result
 
 
@@ -170,6 +198,7 @@ IMPORT_TYPES = {
     "catchup": str,
     "run_at": str,
     "enabled": bool,
+    "event_key_by_date": bool,
     "params": dict,
     "interval_seconds": int,
     "max_attempts": int,
@@ -228,7 +257,10 @@ _TYPE_NAMES = {
 def _identity_resolve(item: dict) -> str | None:
     """Replace a rule item's identity name by the ServiceIdentity; an error text if there is none."""
     name = item.get("identity")
-    if not isinstance(name, str) or not name:
+    if name == "":
+        item["identity"] = None  # as null: no identity
+        return None
+    if not isinstance(name, str):
         return None  # null, or a wrong type (reported by the type check)
     identity = ServiceIdentity.objects.filter(name=name).first()
     if identity is None:
@@ -253,7 +285,7 @@ def _check_shape(item: dict) -> list[str]:
         if expected is None or (value is None and (f in NULLABLE_IMPORT_FIELDS or f in REQUIRED_IMPORT_FIELDS)):
             continue
         if not isinstance(value, expected) or (isinstance(value, bool) and expected is not bool):
-            problems.append(f"field {f}: must be {_TYPE_NAMES[expected]}, got {json.dumps(value)}")
+            problems.append(f"field {f}: must be {_TYPE_NAMES[expected]}, got {json.dumps(value)[:80]}")
         elif not _finite(value):
             problems.append(f"field {f}: NaN and Infinity are not allowed")
     unknown = sorted(set(item) - set(EXPORT_FIELDS))
@@ -271,6 +303,17 @@ def _check_shape(item: dict) -> list[str]:
             problems.append(f"field run_at: {run_at!r} is not an ISO 8601 date-time")
         elif parsed.tzinfo is None:
             problems.append(f"field run_at: {run_at!r} has no UTC offset; write e.g. 2026-12-01T09:00:00+08:00")
+        elif not _in_range(parsed):
+            # PostgreSQL would store year 10000 UTC, and then no read of the rule could load it.
+            problems.append(f"field run_at: {run_at!r} is outside years 1 to 9999 in UTC")
         else:
             item["run_at"] = parsed
     return problems
+
+
+def _in_range(value: datetime) -> bool:
+    try:
+        value.astimezone(UTC)
+    except OverflowError:
+        return False
+    return True

@@ -10,7 +10,7 @@ from django.utils.translation import gettext_lazy
 
 from deadletters.models import DeadLetter
 from deadletters.services import deadletter_assign, deadletter_close
-from harness_site.desk import OptionalReasonForm, confirm_bulk, confirm_object, has_perm_method, now
+from harness_site.desk import OptionalReasonForm, confirm_bulk, confirm_object, desk_object, has_perm_method, now
 from runs.dashboard import deadletter_backlog
 from runs.operations import run_retry_now
 from runs.selectors import run_timeline
@@ -130,7 +130,7 @@ class DeadLetterDeskMixin:
         return mine + super().get_urls()
 
     def replay_view(self, request, object_id):
-        ticket = self.get_object(request, object_id)
+        ticket = desk_object(self, request, object_id)
         return confirm_object(
             self,
             request,
@@ -148,7 +148,7 @@ class DeadLetterDeskMixin:
         )
 
     def close_view(self, request, object_id):
-        ticket = self.get_object(request, object_id)
+        ticket = desk_object(self, request, object_id)
         return confirm_object(
             self,
             request,
@@ -167,7 +167,7 @@ class DeadLetterDeskMixin:
         )
 
     def assign_view(self, request, object_id):
-        ticket = self.get_object(request, object_id)
+        ticket = desk_object(self, request, object_id)
         return confirm_object(
             self,
             request,

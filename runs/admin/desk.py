@@ -16,6 +16,7 @@ from harness_site.desk import (
     ReasonForm,
     confirm_bulk,
     confirm_object,
+    desk_object,
     has_perm_method,
     now,
 )
@@ -92,7 +93,7 @@ class RunDeskMixin:
         return mine + super().get_urls()
 
     def retry_view(self, request, object_id):
-        run = self.get_object(request, object_id)
+        run = desk_object(self, request, object_id)
         return confirm_object(
             self,
             request,
@@ -110,7 +111,7 @@ class RunDeskMixin:
         )
 
     def cancel_view(self, request, object_id):
-        run = self.get_object(request, object_id)
+        run = desk_object(self, request, object_id)
         return confirm_object(
             self,
             request,
@@ -128,7 +129,7 @@ class RunDeskMixin:
         )
 
     def release_view(self, request, object_id):
-        run = self.get_object(request, object_id)
+        run = desk_object(self, request, object_id)
         return confirm_object(
             self,
             request,

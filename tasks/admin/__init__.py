@@ -4,6 +4,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from simple_history.admin import SimpleHistoryAdmin
 
+from harness_site.desk import JSON_FORMFIELDS
 from tasks.admin import agents, events  # noqa: F401  (register the Agent and event admins)
 from tasks.admin.guards import GuardAdminMixin  # also registers flags, identities and API tokens
 from tasks.admin.rules import RuleDeskMixin
@@ -16,6 +17,7 @@ class TriggerRuleAdmin(GuardAdminMixin, RuleDeskMixin, SimpleHistoryAdmin):
     """Rule pages: the desk mixin adds preview, lint and action buttons; SimpleHistoryAdmin adds the
     version history with a field diff ("History" button)."""
 
+    formfield_overrides = JSON_FORMFIELDS  # deep, NUL or absurd JSON is a form message
     list_display = ("name", "enabled", "kind", "schedule_text", "timezone", "skill", "next_fire_at", "version")
     list_filter = ("enabled", "kind", "catchup", "timezone")
     search_fields = ("name", "skill", "reason")
@@ -26,7 +28,7 @@ class TriggerRuleAdmin(GuardAdminMixin, RuleDeskMixin, SimpleHistoryAdmin):
             _("Schedule"),
             {"fields": ("kind", "cron", "interval_seconds", "run_at", "timezone", "dst_gap", "dst_repeat")},
         ),
-        (_("Dedupe"), {"fields": ("dedupe_key_template",)}),
+        (_("Dedupe"), {"fields": ("dedupe_key_template", "event_key_by_date", "key_preview")}),
         (_("Skill"), {"fields": ("skill", "params", "agent", "output_schema")}),
         (
             _("Retry"),

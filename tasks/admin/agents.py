@@ -9,6 +9,7 @@ from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from harness_site.desk import JSON_FORMFIELDS
 from runs.calls import agent_spend
 from tasks.agents.budgets import budget_window
 from tasks.models.agent import ENV_NAME, ENV_NAME_MESSAGE, Agent
@@ -48,6 +49,7 @@ class AgentForm(forms.ModelForm):
 @admin.register(Agent)
 class AgentAdmin(admin.ModelAdmin):
     form = AgentForm
+    formfield_overrides = JSON_FORMFIELDS  # deep, NUL or absurd JSON is a form message
     list_display = (
         "name",
         "provider_label",

@@ -11,6 +11,7 @@ from django.utils.safestring import mark_safe
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from harness_site.desk import JSON_FORMFIELDS
 from tasks.models import EventDelivery, EventMetric, EventRefusal, RefusalCount, TriggerSource
 from tasks.triggers.events import ACCEPTED, DUPLICATE, REDELIVERY
 
@@ -29,6 +30,7 @@ class _RecordAdmin(admin.ModelAdmin):
 
 @admin.register(TriggerSource)
 class TriggerSourceAdmin(admin.ModelAdmin):
+    formfield_overrides = JSON_FORMFIELDS  # deep, NUL or absurd JSON is a form message
     list_display = ("name", "kind", "enabled", "rule", "identity", "secret_status", "accepted", "refused")
     list_filter = ("kind", "enabled")
     search_fields = ("name", "identity", "description")

@@ -4,7 +4,6 @@ didn't it run at that slot?" view; readiness flags, service identities and API t
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import PermissionDenied
-from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
@@ -12,6 +11,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from harness_site.desk import JSON_FORMFIELDS, desk_object
 from tasks.flags import FlagError, flag_clear, flag_set
 from tasks.models import ApiToken, ReadinessFlag, ServiceIdentity, TriggerRule
 from tasks.triggers.explain import SlotParseError, parse_slot, rule_preview, slot_explain
@@ -122,12 +122,18 @@ class GuardAdminMixin:
         )
 
     def explain_view(self, request, object_id):
-        rule = get_object_or_404(TriggerRule, pk=object_id)
+        rule = desk_object(self, request, object_id)
         if not self.has_view_permission(request, rule):
             raise PermissionDenied
         text = request.GET.get("slot", "").strip()
         result, error = None, ""
-        if text:
+        if rule.kind == TriggerRule.Kind.EVENT:
+            # An event rule has no schedule, so no slot to explain: say where its runs are instead.
+            error = gettext(
+                "This is an event rule: it has no slots, it runs when an event arrives. Its runs and "
+                "refused events are under Runs and Event deliveries."
+            )
+        elif text:
             try:
                 result = slot_explain(rule=rule, slot=parse_slot(text, rule=rule), now=timezone.now())
             except SlotParseError as exc:
@@ -194,6 +200,7 @@ class ReadinessFlagAdmin(admin.ModelAdmin):
 
 @admin.register(ServiceIdentity)
 class ServiceIdentityAdmin(admin.ModelAdmin):
+    formfield_overrides = JSON_FORMFIELDS  # deep, NUL or absurd JSON is a form message
     list_display = ("name", "enabled", "allowed_skills", "description")
     search_fields = ("name",)
 

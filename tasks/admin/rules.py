@@ -13,7 +13,6 @@ from django.contrib import messages
 from django.contrib.admin import widgets as admin_widgets
 from django.core import signing
 from django.http import HttpResponseRedirect, JsonResponse
-from django.shortcuts import get_object_or_404
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
@@ -22,10 +21,10 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from deadletters.alerts import ALERT_FIELDS
-from harness_site.desk import FORM_TEMPLATE, change_url, now, posted, require_perm
+from harness_site.desk import FORM_TEMPLATE, ReasonForm, change_url, desk_object, now, posted, require_perm
 from runs.dashboard import skill_duration_p99s
 from tasks.models import ReadinessFlag, TriggerRule
-from tasks.rules import lint, schedule
+from tasks.rules import events, keys, lint, schedule
 from tasks.rules.preview import WallInstant, wall_instant
 from tasks.triggers.operator import (
     DEFAULT_BACKFILL_SPACING,
@@ -39,6 +38,7 @@ from tasks.triggers.operator import (
     rule_resume,
     rule_run_now,
 )
+from tasks.triggers.work import rule_key_examples
 
 PREVIEW_COUNT = 10
 PREVIEW_FIELDS = ("kind", "cron", "interval_seconds", "timezone", "dst_gap", "dst_repeat")
@@ -187,6 +187,8 @@ def lint_input(rule: TriggerRule, p99: float | None) -> lint.LintInput:
         skill_p99_seconds=p99,
         alert_fields=ALERT_FIELDS,
         depends_on=depends,
+        kind=rule.kind,
+        event_key_by_date=rule.event_key_by_date,
         flags_seen=frozenset(
             ReadinessFlag.objects.filter(name__in=depends).values_list("name", flat=True) if depends else ()
         ),
@@ -201,7 +203,10 @@ def _parse_slot(text: str, zone_name: str) -> datetime:
             wall = datetime.strptime(text.strip(), fmt)  # noqa: DTZ007 - a wall time in the rule's zone
         except ValueError:
             continue
-        return wall.replace(tzinfo=zone).astimezone(UTC)
+        try:
+            return wall.replace(tzinfo=zone).astimezone(UTC)
+        except OverflowError:  # year 1 or 9999 pushed past datetime's range by the zone's offset
+            break
     raise forms.ValidationError(
         _("%(text)s is not a time like 2026-12-01 09:00 (in %(zone)s).") % {"text": repr(text), "zone": zone_name}
     )
@@ -371,14 +376,6 @@ class RunNowForm(forms.Form):
         return data
 
 
-class PauseForm(forms.Form):
-    reason = forms.CharField(
-        label=gettext_lazy("Reason"),
-        widget=forms.Textarea(attrs={"rows": 3, "cols": 60}),
-        help_text=gettext_lazy("Recorded in the audit log."),
-    )
-
-
 class BackfillForm(forms.Form):
     start = forms.DateField(
         label=gettext_lazy("Start"), help_text=gettext_lazy("First local date (rule's zone), e.g. 2026-11-01.")
@@ -490,7 +487,7 @@ class RuleDeskMixin:
 
     # Injected beside the cron and in a checklist fieldset; see get_fieldsets.
     def get_readonly_fields(self, request, obj=None):
-        return (*super().get_readonly_fields(request, obj), "schedule_preview", "lint_checklist")
+        return (*super().get_readonly_fields(request, obj), "schedule_preview", "lint_checklist", "key_preview")
 
     def get_fieldsets(self, request, obj=None):
         fieldsets = [(name, dict(opts)) for name, opts in super().get_fieldsets(request, obj)]
@@ -549,6 +546,20 @@ class RuleDeskMixin:
         return format_html('<ul id="rule-lint" class="rule-lint">{}</ul>', rows)
 
     lint_checklist.short_description = gettext_lazy("Lint")
+
+    def key_preview(self, rule: TriggerRule) -> str:
+        """The biz_keys this rule's triggers would claim, namespace and escaping included."""
+        if rule.pk is None:
+            return _("Shown once the rule is saved: every key starts with the rule's id.")
+        labels = {"slot": _("next slot"), "manual": _("run now"), "trial": _("trial run"), "event": _("example event")}
+        try:
+            examples = rule_key_examples(rule, now=now())
+        except (keys.KeyTemplateError, schedule.ScheduleError, events.Refused, KeyError, ValueError) as exc:
+            return format_html('<span class="errorlist">{}</span>', _("no preview: %(error)s") % {"error": exc})
+        rows = format_html_join("", "<li>{}: <code>{}</code></li>", ((labels[k], key) for k, key in examples))
+        return format_html('<ul id="rule-key-preview">{}</ul>', rows)
+
+    key_preview.short_description = gettext_lazy("Business keys")
 
     def lint_column(self, rule: TriggerRule) -> str:
         summary = lint.lint_summary(self._lint(rule))
@@ -656,7 +667,7 @@ class RuleDeskMixin:
     def _run_now_page(self, request, object_id, *, trial: bool):
         """Run now and trial run: the same form and the same claim; a trial gets its own key namespace."""
         require_perm(request, "tasks.trial_run_rule" if trial else "tasks.run_rule_now")
-        rule = get_object_or_404(TriggerRule, pk=object_id)
+        rule = desk_object(self, request, object_id)
         form = RunNowForm(posted(request), rule=rule)
         if request.method == "POST" and form.is_valid():
             try:
@@ -709,8 +720,8 @@ class RuleDeskMixin:
 
     def pause_view(self, request, object_id):
         require_perm(request, "tasks.pause_rule")
-        rule = get_object_or_404(TriggerRule, pk=object_id)
-        form = PauseForm(posted(request))
+        rule = desk_object(self, request, object_id)
+        form = ReasonForm(posted(request))
         verb = _("Pause") if rule.enabled else _("Resume")
         if request.method == "POST" and form.is_valid():
             service = rule_pause if rule.enabled else rule_resume
@@ -734,7 +745,7 @@ class RuleDeskMixin:
     def backfill_view(self, request, object_id):
         """Plan (the form) → confirmation (the plan, read-only and signed) → execute exactly that plan."""
         require_perm(request, "tasks.backfill_rule")
-        rule = get_object_or_404(TriggerRule, pk=object_id)
+        rule = desk_object(self, request, object_id)
         if request.method == "POST" and "token" in request.POST:
             return self._backfill_execute(request, rule)
         form = BackfillForm(posted(request))

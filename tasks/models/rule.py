@@ -96,7 +96,20 @@ class TriggerRule(models.Model):
         _("dedupe key template"),
         max_length=200,
         default=DEFAULT_DEDUPE_TEMPLATE,
-        help_text=_("Business key of one unit of work. Placeholders: {rule} {slot} {business_date} and params."),
+        help_text=_(
+            "Business key of one unit of work, stored under the rule's own namespace (rule/<id>/<kind>/). "
+            "Placeholders: {rule} {slot} {business_date} and params; their values are escaped."
+        ),
+    )
+    # Finding 3 of issue 10: an event's {business_date} is the day it arrived, so it is allowed only
+    # when the rule asks for one run per object per day explicitly.
+    event_key_by_date = models.BooleanField(
+        _("event key by date"),
+        default=False,
+        help_text=_(
+            "Event rules only: allow {business_date} (the day the event arrived) in the key, so the same "
+            "event sent again on another day is a new run."
+        ),
     )
     skill = models.CharField(_("skill"), max_length=100, help_text=_("Registered skill name, e.g. harness.noop."))
     params = models.JSONField(_("params"), default=dict, blank=True)
@@ -409,7 +422,9 @@ class TriggerRule(models.Model):
         try:
             params = self.params if isinstance(self.params, dict) else {}
             if self.kind == self.Kind.EVENT:
-                events.validate_key_template(self.dedupe_key_template, params=params)
+                events.validate_key_template(
+                    self.dedupe_key_template, params=params, by_date=bool(self.event_key_by_date)
+                )
             else:
                 keys.validate_template(self.dedupe_key_template, params=params)
         except keys.KeyTemplateError as exc:

@@ -219,28 +219,46 @@ def validate_field_paths(paths: object, *, field: str) -> list[str]:
 # --- business keys --------------------------------------------------------------------------
 
 
-def validate_key_template(template: str, *, params: dict) -> None:
-    """An event rule's template: {object_id} required, no {slot}; raises keys.KeyTemplateError."""
+def validate_key_template(template: str, *, params: dict, by_date: bool = False) -> None:
+    """An event rule's template: {object_id} required, no {slot}, and {business_date} only when the
+    rule says so (`by_date`, the rule's "event key by date"): the date is the day the event arrived,
+    so the same event re-sent after midnight would otherwise become a second run.
+    Raises keys.KeyTemplateError."""
     names = keys.placeholders(template)
     if "slot" in names:
         raise keys.KeyTemplateError(
-            "Event rules have no slot; use {object_id}, {action} and {version}, "
-            "e.g. {rule}:{object_id}:{action}:{version}."
+            "Event rules have no slot; use {object_id}, {action} and {version}, e.g. {object_id}:{action}:{version}."
+        )
+    if "business_date" in names and not by_date:
+        raise keys.KeyTemplateError(
+            "{business_date} in an event key is the day the event arrived: the same event re-sent after "
+            'midnight would become a second run. Remove it, or tick "event key by date" '
+            "(event_key_by_date) if one run per object per day is what you want."
         )
     keys.validate_template(template, params={**params, **dict.fromkeys(EVENT_PLACEHOLDERS)})
     if "object_id" not in names:
         raise keys.KeyTemplateError(
             "An event rule's template needs {object_id}, or every event would share one key; "
-            "e.g. {rule}:{object_id}:{action}:{version}."
+            "e.g. {object_id}:{action}:{version}."
         )
 
 
-def render_key(template: str, *, rule: str, source: str, criteria: dict, business_date: str, params: dict) -> str:
-    """The event's biz_key. Criteria override params of the same name; built-ins override both."""
+def render_key(
+    template: str, *, rule_id: int, rule: str, source: str, criteria: dict, business_date: str, params: dict
+) -> str:
+    """The event's biz_key, in the rule's EVENT namespace with every sender value escaped (invariant 1).
+    Criteria override params of the same name; built-ins override both."""
     try:
-        return keys.render(
-            template, rule=rule, slot="", business_date=business_date, params={**params, "source": source, **criteria}
+        rendered = keys.render(
+            template,
+            rule=rule,
+            slot="",
+            business_date=business_date,
+            params={**params, **criteria},
+            escaped=True,
+            source=source,
         )
+        return keys.scoped(rule_id, keys.EVENT, rendered)
     except (keys.KeyTemplateError, KeyError, ValueError) as exc:
         raise Refused("invalid_key", f"cannot render the business key from {template!r}: {exc}", status=422) from None
 

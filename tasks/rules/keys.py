@@ -1,9 +1,41 @@
-"""Business keys: render a rule's dedupe-key template. Pure: no ORM, no clock."""
+"""Business keys: render a rule's dedupe-key template into a scoped, unambiguous biz_key. Pure.
 
+A stored biz_key is `rule/<rule id>/<kind>/<rendered template>` (invariant 1):
+
+- the namespace is the rule's id, not its name: the id never changes, so renaming a rule keeps
+  deduping the slots it already ran, and two rules can never meet on one key whatever their
+  templates say. (Runs do not travel with an export, so an imported rule's new id loses nothing.)
+- the kind says which trigger made the work (SLOT for the scheduler, catch-up, heartbeats and
+  backfill, EVENT, MANUAL for run now, TRIAL, and *_KEY for an operator-named key), so a sender,
+  an operator and the scheduler can never take each other's runs.
+- every value an operator or sender controls is percent-encoded (ESCAPED characters and `%`), so
+  `a:b` + `c` and `a` + `b:c` render different keys; the built-ins are harness-made tokens (a slug,
+  an ISO date or instant) and are written as they are, which keeps keys of runs stored before the
+  namespace (upgraded by migration runs 0003) identical to today's.
+"""
+
+import string
 from string import Formatter
 
 BUILTIN_PLACEHOLDERS = ("rule", "slot", "business_date")
-MAX_KEY_LENGTH = 255
+# Placeholders whose value depends on when a trigger arrived rather than on what it names.
+TIME_PLACEHOLDERS = frozenset({"slot", "business_date"})
+MAX_KEY_LENGTH = 255  # the whole stored key, namespace included (TaskRun.biz_key's column)
+
+NAMESPACE_ROOT = "rule"
+SLOT = "slot"
+EVENT = "event"
+MANUAL = "manual"
+MANUAL_KEY = "manual-key"
+TRIAL = "trial"
+TRIAL_KEY = "trial-key"
+KINDS = (SLOT, EVENT, MANUAL, MANUAL_KEY, TRIAL, TRIAL_KEY)
+
+# Percent-encoded in values: `%` itself, every ASCII punctuation but `-_.~`, whitespace and control
+# characters. Any of them may therefore separate two placeholders in a template.
+ESCAPED = frozenset(
+    set(string.punctuation) - set("-_.~") | set(string.whitespace) | {chr(c) for c in range(32)} | {"\x7f"}
+)
 
 
 class KeyTemplateError(ValueError):
@@ -27,7 +59,9 @@ def placeholders(template: str) -> list[str]:
 
 
 def validate_template(template: str, *, params: dict) -> None:
-    """Every placeholder must be a built-in or a key of the rule's params; the key must vary per slot or object."""
+    """Every placeholder must be a built-in or a key of the rule's params; the key must vary per slot
+    or object; two placeholders must be separated by an escaped character, or `{a}{b}` would give
+    ("x", "yz") and ("xy", "z") one key."""
     if not template.strip():
         raise KeyTemplateError("The dedupe-key template is required, e.g. {rule}:{business_date}.")
     names = placeholders(template)
@@ -39,12 +73,60 @@ def validate_template(template: str, *, params: dict) -> None:
         )
     if not names:
         raise KeyTemplateError("The template has no placeholder, so every slot would share one key.")
+    check_separated(template)
 
 
-def render(template: str, *, rule: str, slot: str, business_date: str, params: dict) -> str:
-    """The biz_key for one unit of work. Params first, so the built-ins cannot be overridden."""
-    values = {k: v for k, v in params.items() if isinstance(k, str)}
+def escape(value: object) -> str:
+    """`value` as text with every ESCAPED character and `%` percent-encoded (UTF-8): injective, and
+    the result contains no separator, so a value can never end early or run into its neighbour."""
+    return "".join("".join(f"%{b:02X}" for b in ch.encode()) if ch in ESCAPED else ch for ch in str(value))
+
+
+def namespace(rule_id: object, kind: str) -> str:
+    """The prefix every biz_key of one rule and trigger kind starts with."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown key kind {kind!r}")
+    return f"{NAMESPACE_ROOT}/{rule_id}/{kind}/"
+
+
+def scoped(rule_id: int, kind: str, rendered: str) -> str:
+    """The stored biz_key: the rule's namespace and the rendered template (or an escaped named key)."""
+    key = namespace(rule_id, kind) + rendered
+    if len(key) > MAX_KEY_LENGTH:
+        raise KeyTemplateError(
+            f"The business key is {len(key)} characters with its namespace; the limit is {MAX_KEY_LENGTH}."
+        )
+    return key
+
+
+def in_namespace(biz_key: str, rule_id: int | None) -> bool:
+    """Whether `biz_key` may be claimed for `rule_id`: a rule's keys start with one of its namespaces;
+    a run without a rule (API, tests) may use no rule namespace at all."""
+    if rule_id is None:
+        return not biz_key.startswith(NAMESPACE_ROOT + "/")
+    return any(biz_key.startswith(namespace(rule_id, kind)) for kind in KINDS)
+
+
+def render(
+    template: str,
+    *,
+    rule: str,
+    slot: str,
+    business_date: str,
+    params: dict,
+    escaped: bool = False,
+    source: str | None = None,
+) -> str:
+    """A template rendered for one unit of work. Params first, so the built-ins cannot be overridden.
+
+    `escaped`: percent-encode every param (what a biz_key needs); the built-ins (`source` too, for an
+    event) are the harness's own tokens and are written as they are. Object keys and flag scopes are
+    rendered unescaped, since producers name the scopes they set.
+    """
+    values = {k: (escape(v) if escaped else v) for k, v in params.items() if isinstance(k, str)}
     values.update(rule=rule, slot=slot, business_date=business_date)
+    if source is not None:
+        values["source"] = source
     # The same checks as validate_template, for rules saved without it: "{rule.upper}" would render
     # a repr with a memory address (a different key in every process), "{slot[99]}" would crash the tick.
     for name in placeholders(template):
@@ -54,3 +136,52 @@ def render(template: str, *, rule: str, slot: str, business_date: str, params: d
     if len(key) > MAX_KEY_LENGTH:
         raise KeyTemplateError(f"Rendered key is {len(key)} characters; the limit is {MAX_KEY_LENGTH}.")
     return key
+
+
+def check_separated(template: str) -> None:
+    """Refuse two placeholders with no escaped character between them."""
+    seen_field = False
+    for literal, field, _spec, _conversion in Formatter().parse(template):
+        if field is None:
+            continue
+        if seen_field and not any(ch in ESCAPED for ch in literal):
+            raise KeyTemplateError(
+                f"Separate {{{field}}} from the placeholder before it with a character such as ':' or '/' "
+                f"(found {literal!r}), or two different inputs could render one key."
+            )
+        seen_field = True
+
+
+LEGACY_TRIAL_PREFIX = "trial:"  # trial keys before the namespaces
+
+
+def legacy_upgrade(old_key: str, *, rule_id: int | None, source: str, is_trial: bool) -> str | None:
+    """The scoped key for a run stored before the namespaces (data migration runs 0003), or None to
+    keep the row's key as it is.
+
+    The rendered part is kept verbatim, which is exactly what today's rendering gives for values
+    without ESCAPED characters, so those rows keep deduping the same slots and events. Old manual
+    runs held their minute's slot key, so they stay in SLOT and keep holding it. None: no rule (its
+    keys are outside every namespace), already scoped, or too long with the prefix (then the same
+    slot cannot render a key any more either, so nothing can run twice).
+    """
+    if rule_id is None or in_namespace(old_key, rule_id):
+        return None
+    if is_trial:
+        kind, rendered = TRIAL, old_key.removeprefix(LEGACY_TRIAL_PREFIX)
+    else:
+        kind, rendered = (EVENT if source == "event" else SLOT), old_key
+    key = namespace(rule_id, kind) + rendered
+    return key if len(key) <= MAX_KEY_LENGTH else None
+
+
+def legacy_downgrade(key: str, *, rule_id: int | None) -> str | None:
+    """The pre-namespace key of a scoped one (the migration's reverse), or None if not scoped."""
+    if rule_id is None:
+        return None
+    for kind in KINDS:
+        prefix = namespace(rule_id, kind)
+        if key.startswith(prefix):
+            rendered = key.removeprefix(prefix)
+            return LEGACY_TRIAL_PREFIX + rendered if kind in (TRIAL, TRIAL_KEY) else rendered
+    return None

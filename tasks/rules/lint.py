@@ -33,6 +33,8 @@ class LintInput:
     # Readiness flags the rule waits for, and those of them that something has set (a row exists).
     depends_on: tuple[str, ...] = ()
     flags_seen: frozenset[str] = frozenset()
+    kind: str = ""  # the rule's trigger kind ("event" for event rules)
+    event_key_by_date: bool = False
 
 
 @dataclass(frozen=True)
@@ -93,12 +95,22 @@ def _dedupe_key(rule: LintInput) -> LintItem:
     name = "dedupe key per business unit"
     try:
         used = set(keys.placeholders(rule.dedupe_key_template or ""))
+        keys.check_separated(rule.dedupe_key_template or "")
     except keys.KeyTemplateError as exc:
         return LintItem(name, FAIL, str(exc))
     objects = used - set(keys.BUILTIN_PLACEHOLDERS)
+    if rule.kind == "event" and used & keys.TIME_PLACEHOLDERS:
+        if not rule.event_key_by_date:
+            return LintItem(
+                name,
+                FAIL,
+                "{business_date} is the day an event arrived: the same event re-sent after midnight becomes "
+                'a second run. Remove it, or tick "event key by date".',
+            )
+        return LintItem(name, WARN, '"Event key by date" is on: the same event sent again on another day is a new run.')
     if used & DATE_PLACEHOLDERS or objects:
         which = ", ".join("{" + n + "}" for n in sorted(used & (DATE_PLACEHOLDERS | objects)))
-        return LintItem(name, PASS, f"Key varies by {which}.")
+        return LintItem(name, PASS, f"Key varies by {which}; it is kept under this rule's own namespace.")
     return LintItem(
         name, FAIL, "Key has no date or object placeholder: every slot would share one run. Add {business_date}."
     )

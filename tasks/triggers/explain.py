@@ -23,15 +23,19 @@ class SlotParseError(ValueError):
 def parse_slot(text: str, *, rule: TriggerRule) -> datetime:
     """An ISO 8601 instant; without an offset it is read on the rule zone's wall clock (first
     occurrence in a repeated hour)."""
-    value = parse_datetime(text.strip()) if isinstance(text, str) else None
+    try:
+        value = parse_datetime(text.strip()) if isinstance(text, str) else None
+        if value is not None and value.tzinfo is None:
+            value = value.replace(tzinfo=ZoneInfo(rule.timezone))
+        value = value.astimezone(ZoneInfo("UTC")) if value is not None else None
+    except (ValueError, OverflowError):  # e.g. 2026-02-30, or year 1 moved past datetime's range
+        value = None
     if value is None:
         raise SlotParseError(
             f"{text!r} is not a date-time; write e.g. 2026-12-01T08:00 (read in {rule.timezone}) "
             "or 2026-12-01T08:00:00+01:00"
         )
-    if value.tzinfo is None:
-        value = value.replace(tzinfo=ZoneInfo(rule.timezone))
-    return value.astimezone(ZoneInfo("UTC"))
+    return value
 
 
 def slot_explain(*, rule: TriggerRule, slot: datetime, now: datetime) -> dict:

@@ -116,6 +116,9 @@ def rule_resume(*, rule: TriggerRule, actor, now: datetime, reason: str) -> None
 def _set_enabled(rule: TriggerRule, *, enabled: bool, actor, now: datetime, reason: str, action: str) -> None:
     if not (reason or "").strip():
         raise RuleActionError("Say why (a reason is required).", field="reason")
+    limit = TriggerRule._meta.get_field("pause_reason").max_length
+    if len(reason) > limit:
+        raise RuleActionError(f"The reason is {len(reason)} characters; the limit is {limit}.", field="reason")
     with transaction.atomic():
         rule = TriggerRule.objects.select_for_update().get(pk=rule.pk)
         rule.enabled = enabled

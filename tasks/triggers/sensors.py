@@ -15,6 +15,7 @@ from tasks.rules import events
 from tasks.triggers.events import ACCEPTED, event_intake, event_metric_count
 
 log = logging.getLogger("harness.sensors")
+BAD_FILE_NAME = "bad_file_name"  # metric outcome: a file skipped because its name is not UTF-8
 
 
 @dataclass
@@ -53,12 +54,18 @@ def sensor_scan(*, source: TriggerSource, now: datetime) -> ScanResult:
     result = ScanResult(sources=1)
     folder = Path(source.watch_dir)
     try:
-        entries = _list(folder)
+        entries, bad_names = _list(folder)
     except OSError as exc:
         result.errors.append(f"{source.name}: cannot list {folder}: {exc.strerror or exc}")
         event_metric_count(source.name, "scan_error", now=now)
         log.error("sensor %s: cannot list %s: %s", source.name, folder, exc)
         return result
+    for raw in bad_names:
+        # Its name cannot be a key, a delivery id or a database string: skip this one file, say so
+        # each scan until it is renamed, and carry on with the others.
+        result.errors.append(f"{source.name}: skipped {raw!r} in {folder}: the file name is not UTF-8; rename it")
+        event_metric_count(source.name, BAD_FILE_NAME, now=now)
+        log.warning("sensor %s: skipped %r in %s: file name is not UTF-8", source.name, raw, folder)
     ready = events.select_ready_files(
         entries, now=now, require_marker=source.require_ready_marker, settle=timedelta(seconds=source.settle_seconds)
     )
@@ -80,10 +87,15 @@ def sensor_scan(*, source: TriggerSource, now: datetime) -> ScanResult:
     return result
 
 
-def _list(folder: Path) -> list[events.FileEntry]:
-    entries = []
+def _list(folder: Path) -> tuple[list[events.FileEntry], list[bytes]]:
+    """The folder's regular files, and the raw names of those whose name is not UTF-8."""
+    entries, bad_names = [], []
     with os.scandir(folder) as it:
         for entry in it:
+            if not _is_utf8(entry.name):
+                if entry.is_file(follow_symlinks=False) and not events.is_temp_name(entry.name):
+                    bad_names.append(os.fsencode(entry.name))
+                continue
             try:
                 if not entry.is_file(follow_symlinks=False):
                     continue
@@ -95,4 +107,13 @@ def _list(folder: Path) -> list[events.FileEntry]:
                 microseconds=(st.st_mtime_ns // 1000) % 10**6
             )
             entries.append(events.FileEntry(name=entry.name, size=st.st_size, mtime=mtime))
-    return entries
+    return entries, sorted(bad_names)
+
+
+def _is_utf8(name: str) -> bool:
+    # os.scandir decodes undecodable bytes to lone surrogates (PEP 383); those cannot be encoded back.
+    try:
+        name.encode("utf-8")
+    except UnicodeEncodeError:
+        return False
+    return True

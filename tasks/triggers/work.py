@@ -14,8 +14,6 @@ from tasks.models import TriggerRule, TriggerSource
 from tasks.rules import events, keys, schedule
 
 SCHEDULER_IDENTITY = "scheduler"
-# Business keys of trial runs start with this, so trials and real runs never share a key.
-TRIAL_PREFIX = "trial:"
 
 
 def rule_identity(rule: TriggerRule) -> str:
@@ -33,9 +31,10 @@ def slot_values(rule: TriggerRule, slot: datetime) -> dict:
     }
 
 
-def rule_render_key(rule: TriggerRule, slot: datetime) -> str:
-    """The slot's biz_key from the rule's dedupe-key template."""
-    return keys.render(rule.dedupe_key_template, params=_params(rule), **slot_values(rule, slot))
+def rule_render_key(rule: TriggerRule, slot: datetime, *, kind: str = keys.SLOT) -> str:
+    """The slot's biz_key: the rule's namespace for `kind`, then its dedupe-key template with escaped values."""
+    rendered = keys.render(rule.dedupe_key_template, params=_params(rule), escaped=True, **slot_values(rule, slot))
+    return keys.scoped(rule.pk, kind, rendered)
 
 
 def rule_object_key(rule: TriggerRule, *, values: dict) -> str:
@@ -104,18 +103,22 @@ def work_for_operator(
     """An operator's run of a rule (run now, trial run, backfill): the same unit of work as the slot.
 
     Without a slot, the slot is `now` cut to the minute, so a double-click within a minute is one
-    run, and a manual fire of a scheduled minute is the same unit of work as the scheduled one.
-    `biz_key` overrides the rendered key (an operator naming one business unit). A trial's key is
-    put in the "trial:" namespace, so it never dedupes against the real unit of work.
+    run. Run now and trials have their own key namespaces (keys.MANUAL, keys.TRIAL), so a button
+    never takes, nor is taken by, the scheduler's run of that minute; a backfill is the scheduler's
+    slot (keys.SLOT), so backfilling a slot that ran is a dedupe hit. `biz_key` names one business
+    unit instead of the slot: it is escaped into the rule's MANUAL_KEY (or TRIAL_KEY) namespace, so
+    it can never name another rule's run.
     """
     if slot is None:
         slot = now.replace(second=0, microsecond=0)
     if slot.tzinfo is None:
         raise ValueError("slot must be timezone-aware")
     schedule.validate_spec(rule.schedule_spec())
-    key = biz_key or rule_render_key(rule, slot)
-    if trial and not key.startswith(TRIAL_PREFIX):
-        key = TRIAL_PREFIX + key
+    if biz_key:
+        key = keys.scoped(rule.pk, keys.TRIAL_KEY if trial else keys.MANUAL_KEY, keys.escape(biz_key))
+    else:
+        kind = keys.TRIAL if trial else keys.SLOT if source == TaskRun.Source.BACKFILL else keys.MANUAL
+        key = rule_render_key(rule, slot, kind=kind)
     return _work(
         rule,
         biz_key=key,
@@ -143,6 +146,7 @@ def work_for_event(
     params = {**_params(rule), "source": source.name, **mapped.criteria}
     biz_key = events.render_key(
         rule.dedupe_key_template,
+        rule_id=rule.pk,
         rule=rule.name,
         source=source.name,
         criteria=mapped.criteria,
@@ -212,3 +216,26 @@ def _work(
 
 def _params(rule: TriggerRule) -> dict:
     return rule.params if isinstance(rule.params, dict) else {}
+
+
+# An example event for the admin's key preview: the `:` shows how sender values are escaped.
+EXAMPLE_CRITERIA = {"object_id": "order:7", "action": "shipped", "version": "2"}
+
+
+def rule_key_examples(rule: TriggerRule, *, now: datetime) -> list[tuple[str, str]]:
+    """(what, biz_key) pairs the admin shows beside the template: the keys this saved rule's next
+    slot (or an example event), run now and a trial would claim. Raises what rendering raises."""
+    if rule.kind == TriggerRule.Kind.EVENT:
+        business_date = now.astimezone(schedule.validate_timezone(rule.timezone)).date().isoformat()
+        key = events.render_key(
+            rule.dedupe_key_template,
+            rule_id=rule.pk,
+            rule=rule.name,
+            source="<source>",
+            criteria=EXAMPLE_CRITERIA,
+            business_date=business_date,
+            params=_params(rule),
+        )
+        return [("event", key)]
+    slot = schedule.next_slot(rule.schedule_spec(), now) or now.replace(second=0, microsecond=0)
+    return [(kind, rule_render_key(rule, slot, kind=kind)) for kind in (keys.SLOT, keys.MANUAL, keys.TRIAL)]

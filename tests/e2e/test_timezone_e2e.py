@@ -69,7 +69,10 @@ def test_a_0900_shanghai_rule_fires_at_0100_utc_whatever_the_host_zone(harness, 
     assert run.state == TaskRun.State.SUCCEEDED, run.last_error
     assert run.slot == slot and (run.slot.hour, run.slot.minute) == (1, 0)
     assert (local.hour, local.minute) == (9, 0)
-    assert run.biz_key == f"shanghai-0900:{local.date().isoformat()}:{local.date().isoformat()}T09:00:00+08:00"
+    assert (
+        run.biz_key
+        == f"rule/{run.rule_id}/slot/shanghai-0900:{local.date().isoformat()}:{local.date().isoformat()}T09:00:00+08:00"
+    )
     assert "T09:00:00+08:00" in run.biz_key
     late = run.trigger_at - slot > ON_TIME_GRACE
     assert run.source == (TaskRun.Source.CATCHUP if late else TaskRun.Source.SCHEDULER)

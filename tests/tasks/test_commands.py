@@ -131,7 +131,7 @@ def test_it_lists_runs_as_json():
     row = rows[1]
     for field in ("id", "biz_key", "state", "slot", "trigger_at", "start_at", "finish_at", "attempts", "source"):
         assert field in row, field
-    assert row["biz_key"] == first.biz_key == "report:2026-03-01"
+    assert row["biz_key"] == first.biz_key == f"rule/{rule.pk}/manual/report:2026-03-01"
     assert row["state"] == "pending"
     assert row["source"] == "manual"
     assert row["triggered_by"] == "alice"
@@ -200,7 +200,7 @@ def test_it_fires_a_given_slot():
     out = harness("fire", "report", "--slot", "2026-12-01T09:00:00+08:00")
 
     run = TaskRun.objects.get()
-    assert run.biz_key == "report:2026-12-01"
+    assert run.biz_key == f"rule/{run.rule_id}/manual/report:2026-12-01"
     assert run.slot == datetime(2026, 12, 1, 1, 0, tzinfo=UTC)
     assert run.triggered_by == "cli"
     assert "created" in out

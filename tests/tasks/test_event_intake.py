@@ -50,7 +50,11 @@ def test_it_accepts_an_event_from_python_and_dedupes_it_by_business_key():
     assert (first.status, first.outcome, first.created) == (202, "accepted", True)
     assert (again.status, again.outcome, again.run_id) == (200, "duplicate", first.run_id)
     run = TaskRun.objects.get()
-    assert (run.source, run.triggered_by, run.biz_key) == ("event", "svc:orders", "order-events:order-7:shipped:2")
+    assert (run.source, run.triggered_by, run.biz_key) == (
+        "event",
+        "svc:orders",
+        f"rule/{run.rule_id}/event/order-events:order-7:shipped:2",
+    )
     assert run.payload["event"]["snapshot"] == {"carrier": "dhl"}
     assert run.payload["event"]["channel"] == "python"
     assert "rule_version" in run.payload and "policy" in run.payload  # the rule's snapshot, as the scheduler's
@@ -90,10 +94,10 @@ def test_it_refuses_bad_python_events_with_a_reason_and_no_run(payload, kwargs, 
 
 
 def test_it_renders_business_date_in_the_rule_zone():
-    make_source(rule=make_rule(dedupe_key_template="{rule}:{object_id}:{business_date}"))
+    make_source(rule=make_rule(dedupe_key_template="{rule}:{object_id}:{business_date}", event_key_by_date=True))
     # 2026-12-01 20:00 UTC is already 2026-12-02 in Shanghai.
     result = event_intake(source="orders", payload=PAYLOAD, now=NOW.replace(hour=20))
-    assert result.biz_key == "order-events:order-7:2026-12-02"
+    assert result.biz_key.endswith("/event/order-events:order-7:2026-12-02")
 
 
 def test_it_keeps_event_rules_out_of_the_scheduler_tick():

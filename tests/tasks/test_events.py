@@ -104,7 +104,9 @@ def test_it_refuses_to_copy_a_whole_document_as_a_snapshot():
     [
         ("{rule}:{object_id}:{action}:{version}", None),
         ("{object_id}:{action}:{version}", None),
-        ("{source}:{object_id}:{business_date}", None),
+        ("{source}:{object_id}", None),
+        ("{source}:{object_id}:{business_date}", "event key by date"),
+        ("{object_id}{action}", "Separate {action}"),
         ("{rule}:{slot}", "no slot"),
         ("{rule}:{object_id}:{slot}", "no slot"),
         ("{rule}:{action}", "needs {object_id}"),
@@ -122,19 +124,21 @@ def test_it_validates_event_key_templates(template, error):
 def test_it_renders_the_key_from_criteria_and_keeps_builtins():
     key = events.render_key(
         "{rule}:{source}:{object_id}:{action}:{version}",
+        rule_id=7,
         rule="r",
         source="s",
         criteria={"object_id": "42", "action": "paid", "version": "3", "rule": "evil"},
         business_date="2026-12-01",
         params={"object_id": "param"},
     )
-    assert key == "r:s:42:paid:3"
+    assert key == "rule/7/event/r:s:42:paid:3"
 
 
 def test_it_refuses_a_key_that_renders_too_long():
     with pytest.raises(Refused) as exc:
         events.render_key(
-            "{object_id}{action}",
+            "{object_id}:{action}",
+            rule_id=7,
             rule="r",
             source="s",
             criteria={"object_id": "x" * 200, "action": "y" * 200, "version": "1"},

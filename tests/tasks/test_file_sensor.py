@@ -1,5 +1,6 @@
 """The file-arrival sensor on a real folder and the real database."""
 
+import io
 import os
 from datetime import UTC, datetime, timedelta
 
@@ -7,7 +8,7 @@ import pytest
 from django.core.management import call_command
 
 from runs.models import TaskRun
-from tasks.models import EventDelivery, TriggerRule, TriggerSource
+from tasks.models import EventDelivery, EventMetric, TriggerRule, TriggerSource
 from tasks.triggers.sensors import sensor_scan, sensors_scan_all
 
 pytestmark = pytest.mark.django_db
@@ -74,7 +75,7 @@ def test_it_runs_a_final_file_once_with_its_identity_in_the_key(source, inbox):
     assert (first.accepted, second.accepted, second.known) == (1, 0, 1)
     run = TaskRun.objects.get()
     stat = path.stat()
-    assert run.biz_key == f"ingest:report.csv:{stat.st_size}-{stat.st_mtime_ns // 1000}"
+    assert run.biz_key == f"rule/{run.rule_id}/event/ingest:report.csv:{stat.st_size}-{stat.st_mtime_ns // 1000}"
     assert (run.source, run.triggered_by) == ("event", "svc:sftp-drop")
     assert run.payload["event"]["refs"] == {"file.path": str(path)}
     assert run.payload["event"]["snapshot"] == {"file.size": stat.st_size}
@@ -136,3 +137,38 @@ def test_it_installs_the_sensor_beat_entry_with_the_migrations():
 
     entry = PeriodicTask.objects.get(name="harness: file sensors")
     assert (entry.task, entry.enabled) == ("tasks.sensors_scan", True)
+
+
+def write_bytes_name(folder, name: bytes, *, age=60):
+    """A file whose name is raw bytes (not UTF-8): what a Latin-1 producer or a broken unzip leaves."""
+    path = os.path.join(os.fsencode(folder), name)
+    with open(path, "wb") as f:
+        f.write(b"x\n")
+    at = (NOW - timedelta(seconds=age)).timestamp()
+    os.utime(path, (at, at))
+    return path
+
+
+def test_a_non_utf8_file_name_is_skipped_and_reported_and_every_other_file_and_source_continues(
+    source, inbox, tmp_path
+):
+    write_bytes_name(inbox, b"caf\xe9.csv")  # Latin-1 "café.csv"
+    write(inbox, "good.csv")
+    other_dir = tmp_path / "other"
+    other_dir.mkdir()
+    write(other_dir, "second.csv")
+    TriggerSource.objects.create(
+        name="other", kind="file", identity="svc:other", rule=source.rule, watch_dir=str(other_dir), settle_seconds=5
+    )
+
+    result = sensors_scan_all(now=NOW)
+
+    assert result.accepted == 2
+    names = sorted(r.payload["event"]["criteria"]["object_id"] for r in TaskRun.objects.all())
+    assert names == ["good.csv", "second.csv"]
+    assert any("not UTF-8" in e and "caf\\xe9.csv" in e for e in result.errors), result.errors
+    assert EventMetric.objects.get(source_name="inbox", outcome="bad_file_name").count == 1
+    # The command reports it and carries on.
+    out = io.StringIO()
+    call_command("harness", "sensors", "scan", stdout=out, stderr=out)
+    assert "not UTF-8" in out.getvalue()

@@ -2,6 +2,7 @@
 
 import pytest
 
+from tasks.rules import keys
 from tasks.rules.keys import MAX_KEY_LENGTH, KeyTemplateError, placeholders, render, validate_template
 
 SLOT = "2026-12-01T09:00:00+08:00"
@@ -91,3 +92,79 @@ def test_it_refuses_to_render_expressions_validation_would_refuse(template):
     # every worker process, so the same slot would get a new biz_key each time (invariant 1).
     with pytest.raises(KeyTemplateError):
         render_key(template)
+
+
+# --- issue 10: scoped and escaped keys ---------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "escaped"),
+    [
+        ("email", "email"),
+        ("a:b", "a%3Ab"),
+        ("a/b", "a%2Fb"),
+        ("50%", "50%25"),
+        ("x y+z", "x%20y%2Bz"),
+        ("a\x00b", "a%00b"),
+        ("café-2026_01.csv~", "café-2026_01.csv~"),  # letters, digits and - _ . ~ stay readable
+        (42, "42"),
+    ],
+)
+def test_it_percent_encodes_separators_and_percent_in_values(value, escaped):
+    assert keys.escape(value) == escaped
+
+
+def test_escaping_is_injective_over_a_sample_of_tricky_values():
+    sample = ["", ":", "%", "%3A", "%253A", "a:b", "a%3Ab", "/", "%2F", " ", "+", "%20", "\x00", "%00", "a", "A"]
+    assert len({keys.escape(v) for v in sample}) == len(sample)
+    for a in sample:
+        for b in sample:
+            rendered = render("{x}:{y}", rule="r", slot=SLOT, business_date=DATE, params={"x": a, "y": b}, escaped=True)
+            assert rendered.count(":") == 1  # a value can never add a separator
+
+
+def test_built_ins_are_written_as_they_are_so_old_keys_still_match():
+    assert render("{rule}:{slot}", rule="daily", slot=SLOT, business_date=DATE, params={}, escaped=True) == (
+        f"daily:{SLOT}"
+    )
+
+
+def test_the_namespace_is_the_rule_id_and_the_kind():
+    assert keys.scoped(7, keys.EVENT, "o:1") == "rule/7/event/o:1"
+    assert keys.in_namespace("rule/7/event/o:1", 7)
+    assert not keys.in_namespace("rule/7/event/o:1", 71)
+    assert not keys.in_namespace("rule/71/event/o:1", 7)
+    assert not keys.in_namespace("rule/7/event/o:1", None)  # a rule-less run may not take a rule's key
+    assert keys.in_namespace("api:1", None)
+    with pytest.raises(ValueError):
+        keys.namespace(7, "nope")
+
+
+def test_the_whole_key_with_its_namespace_is_limited():
+    prefix = keys.namespace(7, keys.SLOT)
+    assert len(keys.scoped(7, keys.SLOT, "x" * (MAX_KEY_LENGTH - len(prefix)))) == MAX_KEY_LENGTH
+    with pytest.raises(KeyTemplateError, match=str(MAX_KEY_LENGTH)):
+        keys.scoped(7, keys.SLOT, "x" * (MAX_KEY_LENGTH - len(prefix) + 1))
+
+
+@pytest.mark.parametrize("template", ["{business_date}{channel}", "{rule}x{slot}", "a{rule}b{slot}"])
+def test_it_refuses_placeholders_with_nothing_escaped_between_them(template):
+    with pytest.raises(KeyTemplateError, match="Separate"):
+        validate_template(template, params={"channel": "e"})
+
+
+@pytest.mark.parametrize(
+    ("old", "source", "trial", "new"),
+    [
+        ("nightly:2026-12-01", "scheduler", False, "rule/3/slot/nightly:2026-12-01"),
+        ("nightly:2026-12-01", "manual", False, "rule/3/slot/nightly:2026-12-01"),
+        ("trial:nightly:2026-12-01", "manual", True, "rule/3/trial/nightly:2026-12-01"),
+        ("o:shipped:2", "event", False, "rule/3/event/o:shipped:2"),
+        ("rule/3/slot/x", "scheduler", False, None),  # already upgraded
+        ("x" * 250, "scheduler", False, None),  # would not fit: left alone
+    ],
+)
+def test_the_upgrade_of_a_stored_key(old, source, trial, new):
+    assert keys.legacy_upgrade(old, rule_id=3, source=source, is_trial=trial) == new
+    if new:
+        assert keys.legacy_downgrade(new, rule_id=3) == old

@@ -86,3 +86,20 @@ def test_it_warns_about_a_dependency_nothing_sets():
 def test_it_passes_dependencies_that_are_set():
     rule = replace(GOOD, depends_on=("pipeline.raw.ready",), flags_seen=frozenset({"pipeline.raw.ready"}))
     assert _status(lint.rule_lint(rule), "dependencies have a source").status == lint.PASS
+
+
+def _dedupe(**change) -> lint.LintItem:
+    return next(i for i in lint.rule_lint(replace(GOOD, **change)) if i.check == "dedupe key per business unit")
+
+
+def test_it_fails_placeholders_with_nothing_escaped_between_them():
+    item = _dedupe(dedupe_key_template="{business_date}{channel}", params={"channel": "email"})
+    assert (item.status, "Separate {channel}" in item.message) == (lint.FAIL, True)
+    assert _dedupe(dedupe_key_template="{business_date}:{channel}", params={"channel": "e"}).status == lint.PASS
+
+
+def test_it_fails_an_event_key_by_date_unless_the_rule_says_so_and_then_warns():
+    dated = {"kind": "event", "dedupe_key_template": "{object_id}:{business_date}"}
+    assert _dedupe(**dated).status == lint.FAIL
+    assert _dedupe(**dated, event_key_by_date=True).status == lint.WARN
+    assert _dedupe(kind="event", dedupe_key_template="{object_id}:{action}").status == lint.PASS

@@ -74,7 +74,7 @@ def test_it_runs_once_at_the_first_recheck_after_the_flag_is_set(django_capture_
     assert len(runs) == 1
     assert runs[0].trigger_at == berlin(*runs_at)
     assert runs[0].slot == SLOT
-    assert runs[0].biz_key == "daily-report:2026-12-01"
+    assert runs[0].biz_key == f"rule/{runs[0].rule_id}/slot/daily-report:2026-12-01"
     assert not Decision.objects.filter(rule=rule).exists()
     assert not SlotHold.objects.exists()
 

@@ -161,7 +161,12 @@ def test_it_runs_now_once_for_a_slot_however_often_clicked(operator_client, oper
     first = operator_client.post(url, {"slot": "2026-03-01 09:00", "biz_key": "", "reason": "rerun"})
     assert first.status_code == 302
     run = TaskRun.objects.get()
-    assert (run.biz_key, run.source, run.triggered_by, run.is_trial) == ("report:2026-03-01", "manual", "olga", False)
+    assert (run.biz_key, run.source, run.triggered_by, run.is_trial) == (
+        f"rule/{rule.pk}/manual/report:2026-03-01",
+        "manual",
+        "olga",
+        False,
+    )
     assert run.slot == datetime(2026, 3, 1, 8, 0, tzinfo=UTC)  # 09:00 Berlin
     second = operator_client.post(url, {"slot": "2026-03-01 09:00", "biz_key": "", "reason": "again"}, follow=True)
     assert "dedupe hit" in _text(second)
@@ -174,7 +179,8 @@ def test_it_runs_now_once_for_a_slot_however_often_clicked(operator_client, oper
 def test_it_runs_a_chosen_business_key(operator_client):
     rule = make_rule()
     operator_client.post(_url("run_now", rule), {"slot": "", "biz_key": "report:special", "reason": ""})
-    assert TaskRun.objects.get().biz_key == "report:special"
+    # Escaped into the rule's own namespace for named keys: it can never name another rule's run.
+    assert TaskRun.objects.get().biz_key == f"rule/{rule.pk}/manual-key/report%3Aspecial"
 
 
 @pytest.mark.parametrize(
@@ -198,9 +204,9 @@ def test_it_trial_runs_in_its_own_key_namespace_even_when_paused(operator_client
     response = operator_client.post(_url("trial", rule), {"slot": "2026-03-01 09:00", "biz_key": "", "reason": "gray"})
     assert response.status_code == 302
     trial = TaskRun.objects.get(is_trial=True)
-    assert trial.biz_key == "trial:report:2026-03-01"
+    assert trial.biz_key == f"rule/{rule.pk}/trial/report:2026-03-01"
     assert trial.payload["trial"] is True
-    assert TaskRun.objects.get(is_trial=False).biz_key == "report:2026-03-01"
+    assert TaskRun.objects.get(is_trial=False).biz_key == f"rule/{rule.pk}/manual/report:2026-03-01"
     page = _text(operator_client.get(reverse("admin:runs_taskrun_change", args=[trial.pk])))
     assert "TRIAL" in page
     listing = operator_client.get(reverse("admin:runs_taskrun_changelist"), {"is_trial__exact": "1"})
@@ -381,7 +387,8 @@ def test_a_count_that_changed_since_the_confirmation_is_refused_and_the_new_plan
     rule = make_rule(cron="0 9 * * *", timezone="UTC")
     url = _url("backfill", rule)
     token = _token(operator_client.post(url, BACKFILL_3))
-    rule_fire(rule=rule, actor="someone", now=timezone.now(), slot=datetime(2026, 1, 2, 9, 0, tzinfo=UTC))
+    slot = datetime(2026, 1, 2, 9, 0, tzinfo=UTC)
+    rule_fire(rule=rule, actor="someone", now=timezone.now(), slot=slot, source=TaskRun.Source.BACKFILL)
     page = operator_client.post(url, {"token": token, "confirm": "yes"})
     assert page.status_code == 200
     text = _text(page)

@@ -169,7 +169,7 @@ def test_catch_up_latest_runs_the_newest_late_slot_and_accounts_for_the_rest():
     expected.update({s: "decision:missed" for s in slots[:-1] if now - s > max_delay})
     assert outcomes(rule) == expected
     assert "decision:superseded" in expected.values() and "decision:missed" in expected.values()
-    assert TaskRun.objects.get(rule=rule).biz_key == f"{rule.name}:{slots[-1].isoformat()}"
+    assert TaskRun.objects.get(rule=rule).biz_key == f"rule/{rule.pk}/slot/{rule.name}:{slots[-1].isoformat()}"
 
 
 @pytest.mark.django_db
@@ -345,7 +345,7 @@ def test_a_shanghai_cron_slot_is_stored_in_utc_and_keyed_on_local_time(hour, slo
     run = TaskRun.objects.get(rule=rule)
     assert run.slot == slot_utc
     assert f"T{hour:02d}:00:00+08:00" in run.biz_key
-    assert run.biz_key == f"{rule.name}:{business_date}:{business_date}T{hour:02d}:00:00+08:00"
+    assert run.biz_key == f"rule/{run.rule_id}/slot/{rule.name}:{business_date}:{business_date}T{hour:02d}:00:00+08:00"
     assert run.payload["slot_local"] == f"{business_date}T{hour:02d}:00:00+08:00"
     rule.refresh_from_db()
     assert rule.next_fire_at == slot_utc + timedelta(days=1)

@@ -84,9 +84,14 @@ def test_it_runs_a_valid_signed_delivery_once_keeping_criteria_snapshot_and_refe
     assert response.status_code == 202, response.content
     body = response.json()
     run = TaskRun.objects.get()
-    assert body == {"outcome": "accepted", "run_id": run.id, "biz_key": "invoice-paid:inv-42:paid:3", "created": True}
+    assert body == {
+        "outcome": "accepted",
+        "run_id": run.id,
+        "biz_key": f"rule/{run.rule_id}/event/invoice-paid:inv-42:paid:3",
+        "created": True,
+    }
     assert (run.biz_key, run.source, run.triggered_by, run.rule_id) == (
-        "invoice-paid:inv-42:paid:3",
+        f"rule/{source.rule_id}/event/invoice-paid:inv-42:paid:3",
         "event",
         "svc:billing",
         source.rule_id,
@@ -136,8 +141,8 @@ def test_it_runs_a_new_version_of_the_object_as_a_new_run(client, source):
     response = post(client, {**EVENT, "version": 4}, delivery="dlv-2")
     assert response.status_code == 202
     assert sorted(TaskRun.objects.values_list("biz_key", flat=True)) == [
-        "invoice-paid:inv-42:paid:3",
-        "invoice-paid:inv-42:paid:4",
+        f"rule/{source.rule_id}/event/invoice-paid:inv-42:paid:3",
+        f"rule/{source.rule_id}/event/invoice-paid:inv-42:paid:4",
     ]
 
 

@@ -97,7 +97,7 @@ def test_an_operator_run_carries_the_rule_identity_object_key_and_snapshot(ident
     claim = rule_run_now(rule=rule, actor="alice", now=T0, trial=trial)
     run = claim.run
     assert (run.source, run.triggered_by, run.is_trial) == (TaskRun.Source.MANUAL, "alice", trial)
-    assert run.biz_key.startswith("trial:") == trial
+    assert run.biz_key.startswith(f"rule/{rule.pk}/trial/" if trial else f"rule/{rule.pk}/manual/")
     assert_carries_the_rule(run, object_key="account-42")
 
 

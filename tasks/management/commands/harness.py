@@ -62,7 +62,8 @@ class Command(GuardCommandsMixin, BaseCommand):
 
     def _rules(self, *, rules_command, **opts):
         if rules_command == "import":
-            text = sys.stdin.read() if opts["file"] == "-" else _read(opts["file"])
+            # Bytes: the import says "not UTF-8" with the offset, instead of a UnicodeDecodeError.
+            text = _stdin_bytes() if opts["file"] == "-" else _read(opts["file"])
             self._import(text)
         else:
             out = json.dumps(services.rule_export(), indent=2, cls=DjangoJSONEncoder)
@@ -168,8 +169,13 @@ class Command(GuardCommandsMixin, BaseCommand):
             self.stderr.write(error)
 
 
-def _read(path: str) -> str:
+def _stdin_bytes() -> bytes | str:
+    buffer = getattr(sys.stdin, "buffer", None)
+    return buffer.read() if buffer is not None else sys.stdin.read()
+
+
+def _read(path: str) -> bytes:
     try:
-        return Path(path).read_text()
+        return Path(path).read_bytes()
     except OSError as exc:
         raise CommandError(f"cannot read {path}: {exc.strerror}") from None
