@@ -4,7 +4,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from simple_history.admin import SimpleHistoryAdmin
 
-from tasks.admin import agents, events  # noqa: F401  (register the Agent and event admins)
+from tasks.admin import agents, events, pools  # noqa: F401  (register the Agent, event and pool admins)
 from tasks.admin.guards import GuardAdminMixin  # also registers flags, identities and API tokens
 from tasks.admin.rules import RuleDeskMixin
 from tasks.models import DiagnosticRecord, TriggerRule
@@ -20,6 +20,7 @@ class TriggerRuleAdmin(GuardAdminMixin, RuleDeskMixin, SimpleHistoryAdmin):
     list_filter = ("enabled", "kind", "catchup", "timezone")
     search_fields = ("name", "skill", "reason")
     readonly_fields = ("next_fire_at", "last_slot_at", "version", "created_at", "updated_at")
+    filter_horizontal = ("pools",)
     fieldsets = (
         (None, {"fields": ("name", "enabled", "reason")}),
         (
@@ -42,6 +43,7 @@ class TriggerRuleAdmin(GuardAdminMixin, RuleDeskMixin, SimpleHistoryAdmin):
             },
         ),
         (_("Lease"), {"fields": ("lease_ttl_seconds",)}),
+        (_("Flow"), {"fields": ("pools",)}),
         (_("Catch-up"), {"fields": ("catchup", "catchup_max_delay_seconds")}),
         (_("State"), {"fields": ("next_fire_at", "last_slot_at", "version", "created_at", "updated_at")}),
     )
