@@ -30,7 +30,7 @@ START_WINDOW_KIND = "start_window"
 @dataclass(frozen=True)
 class ExecuteOutcome:
     run_id: int
-    # not_claimable | start_window_passed | object_busy | succeeded | retry | failed | fenced
+    # not_claimable | start_window_passed | object_busy | pool_wait | succeeded | retry | failed | fenced
     # | awaiting_approval | waiting_budget
     status: str
     detail: str = ""
