@@ -83,21 +83,18 @@ def run_pool_values(run: TaskRun) -> dict[str, str]:
 
 
 def run_pool_ids(run: TaskRun) -> tuple[list[int], set[int]]:
-    """The enabled pools the run draws from: global, its rule's pools and its rule's agent's pool;
+    """The enabled pools the run draws from: global, its rule's pools and its agent's pool;
     and which of them it draws from only as its agent's provider limit (their rate counts model
     calls, runs/calls.py, not run starts)."""
-    named = set(
-        Pool.objects.filter(enabled=True)
-        .filter(Q(name=GLOBAL_POOL) | Q(rules__id=run.rule_id))
-        .values_list("id", flat=True)
-        .distinct()
-    )
+    # Not rules__id=None: that would mean "pools no rule names".
+    drawn = Q(name=GLOBAL_POOL) | Q(rules__id=run.rule_id) if run.rule_id is not None else Q(name=GLOBAL_POOL)
+    named = set(Pool.objects.filter(drawn, enabled=True).values_list("id", flat=True).distinct())
     if not named and not Pool.objects.filter(name=GLOBAL_POOL).exists():
         # Installed by a data migration; a flushed test database or a hand-deleted row gets it back.
         named = {Pool.objects.get_or_create(name=GLOBAL_POOL, defaults={"reason": "Every run draws from it."})[0].id}
     agent = set()
-    if run.rule_id is not None:
-        agent = set(Pool.objects.filter(enabled=True, agents__rules__id=run.rule_id).values_list("id", flat=True))
+    if run.payload.get("agent"):  # the agent the run was triggered with (the rule's snapshot)
+        agent = set(Pool.objects.filter(enabled=True, agents__name=run.payload["agent"]).values_list("id", flat=True))
     return sorted(named | agent), agent - named
 
 

@@ -36,7 +36,7 @@ ExecuteOutcome = outcome.ExecuteOutcome
 def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], float] = random.random) -> ExecuteOutcome:
     """Execute one attempt of the run, if it is ours to execute.
 
-    1. Read the run row (once per attempt; everything below works from it).
+    1. Read the run row (once per attempt; everything below works from it); a run not due is not ours.
     2. A first attempt past its start window is cancelled instead ("start_window_passed").
     3. A run with an object key takes that object's lease first, so runs of one object never execute
        at once; "object_busy" means it was pushed back for a later dispatch.
@@ -49,7 +49,8 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
        the outcome, the slots are given back and handed to the next waiting runs.
     """
     run = TaskRun.objects.filter(id=run_id).first()
-    if run is None or run.state not in TaskRun.CLAIMABLE:
+    if run is None or run.state not in TaskRun.CLAIMABLE or run.run_after > clock():
+        # Not due: it must not take an object lease, a pool slot or a rate token meanwhile.
         return ExecuteOutcome(run_id, "not_claimable")
     if outcome.run_cancel_late(run, now=clock()):
         return ExecuteOutcome(run_id, "start_window_passed")
