@@ -10,6 +10,8 @@ VIEW = [
             "historicaltriggerrule",
             "diagnosticrecord",
             "agent",
+            "pool",
+            "historicalpool",
             "readinessflag",
             "serviceidentity",
             "triggersource",
@@ -53,6 +55,9 @@ GROUPS = {
         "tasks.backfill_rule",
         "tasks.add_agent",
         "tasks.change_agent",
+        # Flow control: operators tune limits at runtime (issue 11).
+        "tasks.add_pool",
+        "tasks.change_pool",
         "tasks.add_triggersource",
         "tasks.change_triggersource",
         "runs.retry_run",

@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 
 from runs.admin.desk import (  # also registers the live run leases desk
@@ -8,6 +9,7 @@ from runs.admin.desk import (  # also registers the live run leases desk
 )
 from runs.admin.steps import ActionProposalInline, ExternalCallInline, RunStepInline
 from runs.models import Attempt, Decision, Lease, SchedulerTick, SlotHold, TaskRun
+from runs.selectors import run_wait_explain
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -94,6 +96,7 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
                     "start_at",
                     "finish_at",
                     "run_after",
+                    "waiting_for",
                     "dispatched_at",
                     "attempts",
                     "first_failure_at",
@@ -104,6 +107,12 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
         (_("Lease"), {"fields": ("lease_owner", "lease_expires_at", "fence")}),
         (_("Data"), {"fields": ("payload", "result", "last_error_kind", "last_error")}),
     )
+
+    @admin.display(description=_("waiting for"))
+    def waiting_for(self, run: TaskRun) -> str:
+        """Why a run that has not started waits: which pool, how full, or until when (flow control)."""
+        waiting = run_wait_explain(run, now=timezone.now())
+        return waiting["summary"] if waiting else "—"
 
 
 @admin.register(Decision)

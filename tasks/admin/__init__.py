@@ -5,7 +5,7 @@ from django.utils.translation import gettext_lazy as _
 from simple_history.admin import SimpleHistoryAdmin
 
 from harness_site.desk import JSON_FORMFIELDS
-from tasks.admin import agents, events  # noqa: F401  (register the Agent and event admins)
+from tasks.admin import agents, events, pools  # noqa: F401  (register the Agent, event and pool admins)
 from tasks.admin.guards import GuardAdminMixin  # also registers flags, identities and API tokens
 from tasks.admin.rules import RuleDeskMixin
 from tasks.models import DiagnosticRecord, TriggerRule
@@ -22,6 +22,7 @@ class TriggerRuleAdmin(GuardAdminMixin, RuleDeskMixin, SimpleHistoryAdmin):
     list_filter = ("enabled", "kind", "catchup", "timezone")
     search_fields = ("name", "skill", "reason")
     readonly_fields = ("next_fire_at", "last_slot_at", "version", "created_at", "updated_at")
+    filter_horizontal = ("pools",)
     fieldsets = (
         (None, {"fields": ("name", "enabled", "reason")}),
         (
@@ -44,6 +45,7 @@ class TriggerRuleAdmin(GuardAdminMixin, RuleDeskMixin, SimpleHistoryAdmin):
             },
         ),
         (_("Lease"), {"fields": ("lease_ttl_seconds",)}),
+        (_("Flow"), {"fields": ("pools",)}),
         (_("Catch-up"), {"fields": ("catchup", "catchup_max_delay_seconds")}),
         (_("State"), {"fields": ("next_fire_at", "last_slot_at", "version", "created_at", "updated_at")}),
     )

@@ -79,6 +79,7 @@ class AgentAdmin(admin.ModelAdmin):
             },
         ),
         (_("Budget per hour"), {"fields": ("max_calls_per_hour", "max_tokens_per_hour")}),
+        (_("Provider limit"), {"fields": ("pool",)}),
         (_("State"), {"fields": ("created_at", "updated_at")}),
     )
 

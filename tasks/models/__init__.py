@@ -5,15 +5,18 @@ from tasks.models.agent import Agent
 from tasks.models.diagnostic import DiagnosticRecord
 from tasks.models.event import EventDelivery, EventMetric, EventRefusal, RefusalCount, TriggerSource
 from tasks.models.flag import ReadinessFlag
+from tasks.models.pool import GLOBAL_POOL, Pool
 from tasks.models.rule import TriggerRule
 
 __all__ = [
+    "GLOBAL_POOL",
     "Agent",
     "ApiToken",
     "DiagnosticRecord",
     "EventDelivery",
     "EventMetric",
     "EventRefusal",
+    "Pool",
     "ReadinessFlag",
     "RefusalCount",
     "ServiceIdentity",

@@ -90,6 +90,17 @@ class Agent(models.Model):
         blank=True,
         help_text=_("Empty: no token budget."),
     )
+    # The provider's limit (requests per period, concurrent calls): every model call of a run using
+    # this agent draws from it, and a 429 Retry-After pauses it (issue 11).
+    pool = models.ForeignKey(
+        "tasks.Pool",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="agents",
+        verbose_name=_("pool"),
+        help_text=_("The provider's rate limit as a pool; model calls draw from it and a 429 pauses it."),
+    )
     store_prompts = models.BooleanField(
         _("store prompts"),
         default=False,

@@ -245,6 +245,13 @@ class TriggerRule(models.Model):
         blank=True,
         help_text=_("Runs with the same rendered object key never execute at once (object lease); blank: no limit."),
     )
+    pools = models.ManyToManyField(
+        "tasks.Pool",
+        blank=True,
+        related_name="rules",
+        verbose_name=_("pools"),
+        help_text=_("Named pools the rule's runs take a slot in (besides the global pool) before they start."),
+    )
     snapshot_fields = models.JSONField(
         _("snapshot fields"),
         default=list,

@@ -7,6 +7,7 @@ A scripted body may echo what it was sent: `{authorization}` is the Authorizatio
 
 import json
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -57,7 +58,12 @@ class FakeModelServer:
                 raw = self.rfile.read(length).decode()
                 with server._lock:
                     server.requests.append(
-                        {"path": self.path, "headers": dict(self.headers), "body": json.loads(raw) if raw else None}
+                        {
+                            "path": self.path,
+                            "headers": dict(self.headers),
+                            "body": json.loads(raw) if raw else None,
+                            "at": time.time(),  # when it arrived, for pacing tests
+                        }
                     )
                     reply = server.script.popleft() if len(server.script) > 1 else server.script[0]
                 if reply.hang:
