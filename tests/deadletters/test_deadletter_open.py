@@ -175,7 +175,7 @@ def test_a_broken_mail_server_does_not_undo_the_ticket(settings, mailoutbox, cap
 
     assert DeadLetter.objects.filter(id=ticket.id).exists()
     messages = [r.getMessage() for r in caplog.records if r.name == "harness.alerts"]
-    assert any(f"run_id={run.id}" in m and f"biz_key={run.biz_key}" in m for m in messages)
+    assert any(f"run_id={run.id}" in m and f"biz_key={run.biz_key!r}" in m for m in messages)
     assert any("failed (attempt 1 of 5)" in m for m in messages)
     email = Alert.objects.get(channel__isnull=False)
     assert (email.state, email.attempts) == (Alert.State.PENDING, 1) and "email:" in email.last_error

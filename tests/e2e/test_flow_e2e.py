@@ -19,6 +19,7 @@ from deadletters.models import DeadLetter
 from runs.claims import Work, run_claim
 from runs.models import Attempt, ExternalCall, TaskRun
 from tasks.models import GLOBAL_POOL, Agent, Pool
+from tasks.rules import keys
 from tests.e2e.helpers import RUN_TIMEOUT, START_TIMEOUT, make_rule
 from tests.support.fake_model import FakeModelServer, Reply, json_completion
 from tests.support.processes import wait_for
@@ -60,7 +61,7 @@ def fire(rule, n: int, *, by: str = "e2e", payload: dict | None = None) -> list[
     return [
         run_claim(
             Work(
-                biz_key=f"{rule.name}:{by}:{i}",
+                biz_key=keys.scoped(rule.pk, keys.MANUAL_KEY, f"{by}:{i}"),
                 skill=rule.skill,
                 source=TaskRun.Source.API,
                 triggered_by=by,

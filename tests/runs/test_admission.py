@@ -16,6 +16,7 @@ from runs.models import Attempt, PoolSlot, PoolWaiter, TaskRun
 from runs.operations import run_lease_force_release
 from runs.sweeper import sweep
 from tasks.models import GLOBAL_POOL, Pool
+from tasks.rules import keys
 from tests.support.desk import make_rule
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -51,7 +52,7 @@ def claim(rule, n: int, *, by: str = "tests", object_key: str = "", params=None,
     payload = {"params": params or {}, "policy": POLICY}
     return run_claim(
         Work(
-            biz_key=f"{rule.name}:{by}:{object_key}:{n}",
+            biz_key=keys.scoped(rule.pk, keys.MANUAL_KEY, f"{by}:{object_key}:{n}"),
             skill=rule.skill,
             source=TaskRun.Source.API,
             triggered_by=by,

@@ -15,6 +15,7 @@ from runs.leases import run_lease_claim
 from runs.models import Decision, SchedulerTick, TaskRun
 from runs.selectors import flow_saturation, pool_pressure
 from tasks.models import GLOBAL_POOL, Pool
+from tasks.rules import keys
 from tasks.triggers.explain import slot_explain
 from tests.support.desk import (  # noqa: F401
     make_rule,
@@ -33,7 +34,7 @@ TTL = timedelta(seconds=60)
 def claim(rule, n: int, *, by: str = "tests", slot=None, now=T0) -> TaskRun:
     return run_claim(
         Work(
-            biz_key=f"{rule.name}:{by}:{n}",
+            biz_key=keys.scoped(rule.pk, keys.MANUAL_KEY, f"{by}:{n}"),
             skill=rule.skill,
             source=TaskRun.Source.API,
             triggered_by=by,

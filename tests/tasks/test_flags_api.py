@@ -188,5 +188,7 @@ def test_it_refuses_a_note_with_a_nul(client):
 
     response = post(client, "/api/flags/set", {**FLAG, "note": "load done\x00"}, **auth)
 
-    assert response.status_code == 400 and response.json()["field"] == "note"
+    # Strict JSON refuses it before any field is read, naming where it is.
+    assert response.status_code == 400 and response.json()["reason"] == "malformed_json"
+    assert "$.note: NUL" in response.json()["error"]
     assert not ReadinessFlag.objects.exists()

@@ -29,6 +29,7 @@ from runs.claims import Work, run_claim
 from runs.executor import run_execute
 from runs.models import ExternalCall, RunStep, TaskRun
 from tasks.models import Agent, TriggerRule
+from tasks.rules import keys
 from tests.support.desk import client_for, make_user
 from tests.support.fake_model import FakeModelServer, Reply, completion
 from tests.support.receiver import start_receiver
@@ -70,7 +71,14 @@ def _claim(rule: TriggerRule, biz_key: str, *, action: str = "harness.record", m
         "output_schema": SCHEMA,
     }
     return run_claim(
-        Work(biz_key=biz_key, skill="llm_json", source="scheduler", triggered_by="tests", payload=payload, rule=rule),
+        Work(
+            biz_key=keys.scoped(rule.pk, keys.MANUAL_KEY, biz_key),
+            skill="llm_json",
+            source="scheduler",
+            triggered_by="tests",
+            payload=payload,
+            rule=rule,
+        ),
         now=T0,
         dispatch=False,
     ).run
