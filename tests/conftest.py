@@ -2,6 +2,7 @@ import shutil
 
 import pytest
 from django.conf import settings
+from django.utils import translation
 
 from tests.support.processes import Harness
 
@@ -83,6 +84,15 @@ def pytest_report_header(config):
         f"harness database: {settings.DATABASES['default']['ENGINE']}",
         f"harness broker: {settings.CELERY_BROKER_URL}",
     ]
+
+
+@pytest.fixture(autouse=True)
+def _default_language():
+    """Each test starts in the default language: a test client request with Accept-Language
+    zh-hans leaves it active in the thread (LocaleMiddleware does not reset it), and a later test
+    reading a message outside a request would get it in Chinese."""
+    yield
+    translation.deactivate()
 
 
 @pytest.fixture

@@ -175,3 +175,11 @@ def test_every_desk_form_of_an_existing_object_answers_hostile_values_without_a_
     ]
     for url, query in gets:
         assert client.get(url, query).status_code in (200, 400, 403), (url, query)
+
+
+@pytest.mark.parametrize(("day", "zone"), [("0001-01-01", "Asia/Tokyo"), ("9999-12-31", "Pacific/Pago_Pago")])
+def test_a_one_time_run_at_at_the_ends_of_the_calendar_is_a_form_message(client, day, zone):
+    data = _form(kind="once", cron="", run_at_0=day, run_at_1="23:59" if day.startswith("9999") else "00:00")
+    response = client.post(reverse("admin:tasks_triggerrule_add"), {**data, "timezone": zone})
+    assert response.status_code == 200
+    assert not TriggerRule.objects.exists()
