@@ -19,7 +19,7 @@ from django.views.decorators.csrf import csrf_exempt
 
 from tasks.flags import FlagError, flag_clear, flag_json, flag_list, flag_set
 from tasks.models import ApiToken, TriggerRule
-from tasks.rules.json_input import strict_loads
+from tasks.rules.json_limits import strict_loads
 from tasks.triggers.heartbeat import rule_ping
 
 MAX_BODY = 16 * 1024

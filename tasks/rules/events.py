@@ -13,7 +13,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from tasks.rules import keys
-from tasks.rules.json_input import strict_loads
+from tasks.rules.json_limits import strict_loads
 
 # A signed delivery is accepted only within this distance of our clock, either way.
 TIMESTAMP_TOLERANCE = timedelta(minutes=5)
