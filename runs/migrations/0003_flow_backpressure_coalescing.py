@@ -4,6 +4,15 @@ import django.db.models.deletion
 from django.db import migrations, models
 
 
+def global_watermark_create(apps, schema_editor):
+    # The harness-wide watermark row, off (no high watermark) until an operator sets one.
+    Pool = apps.get_model("tasks", "Pool")
+    Backpressure = apps.get_model("runs", "Backpressure")
+    pool = Pool.objects.filter(name="global").first()
+    if pool is not None:
+        Backpressure.objects.get_or_create(pool=pool)
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
@@ -93,4 +102,5 @@ class Migration(migrations.Migration):
             model_name='backpressure',
             constraint=models.CheckConstraint(condition=models.Q(('low_watermark__isnull', True), ('low_watermark__lte', models.F('high_watermark')), _connector='OR'), name='backpressure_low_not_above_high'),
         ),
+        migrations.RunPython(global_watermark_create, migrations.RunPython.noop),
     ]

@@ -3,10 +3,18 @@
 from django.db import migrations, models
 
 
+def install(apps, schema_editor):
+    # Re-install the desk roles once the Backpressure model's permissions exist (operators edit watermarks).
+    from harness_site.audit.roles import roles_install
+
+    roles_install(apps)
+
+
 class Migration(migrations.Migration):
 
     dependencies = [
         ('audit', '0004_pool_roles'),
+        ('runs', '0003_flow_backpressure_coalescing'),
     ]
 
     operations = [
@@ -15,4 +23,5 @@ class Migration(migrations.Migration):
             name='action',
             field=models.CharField(choices=[('rule.run_now', 'Rule run now'), ('rule.trial_run', 'Rule trial run'), ('rule.pause', 'Rule paused'), ('rule.resume', 'Rule resumed'), ('rule.backfill', 'Rule backfilled'), ('run.retry_now', 'Run retried now'), ('run.cancel', 'Run cancelled'), ('lease.force_release', 'Lease force-released'), ('deadletter.replay', 'Dead letter replayed'), ('deadletter.close', 'Dead letter closed'), ('deadletter.assign', 'Dead letter assigned'), ('proposal.approve', 'Proposed action approved'), ('proposal.reject', 'Proposed action rejected'), ('catchup.approve', 'Catch-up runs approved'), ('catchup.reject', 'Catch-up runs rejected'), ('watermark.change', 'Backpressure watermarks changed')], max_length=40, verbose_name='action'),
         ),
+        migrations.RunPython(install, migrations.RunPython.noop),
     ]
