@@ -8,15 +8,21 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
 
+from harness_site.audit.models import AuditEntry
 from runs.backpressure import pressure_cache_clear
 from runs.claims import Work, run_claim
 from runs.models import Backpressure, Decision, TaskRun
+from tasks.admin.rules import lint_input
 from tasks.models import Pool, TriggerRule, TriggerSource
+from tasks.rules import lint
 from tasks.triggers.events import event_intake
+from tasks.triggers.explain import slot_explain, trigger_explain
 from tasks.triggers.heartbeat import heartbeat_tick
 from tasks.triggers.operator import rule_fire
 from tasks.triggers.scheduler import TickResult, scheduler_tick
+from tests.support.desk import client_for, operator  # noqa: F401 - fixtures
 from tests.tasks.test_scheduler_tick import due_slots, make_rule, outcomes
 
 pytestmark = pytest.mark.django_db
@@ -222,3 +228,76 @@ def test_a_sheddable_trigger_costs_no_query_more_than_one_time_input_within_a_se
         queries[rule.name] = len(ctx.captured_queries)
 
     assert queries["prices"] == queries["ledger"]
+
+
+# --- explain and the admin ------------------------------------------------------------------
+
+
+def test_explain_says_why_a_trigger_was_shed_and_why_one_was_coalesced():
+    watermark(1)
+    backlog(1)
+    shed_rule = event_rule("quotes", "recomputable")
+    send(shed_rule, 7)
+    merge_rule = event_rule("order-state", "coalesce", object_key_template="order:{object_id}")
+    first, second = send(merge_rule, 1), send(merge_rule, 2)
+
+    shed = trigger_explain(rule=shed_rule, biz_key="quotes:o-1:7", now=T0)
+    coalesced = trigger_explain(rule=merge_rule, biz_key="order-state:o-1:1", now=T0)
+    survivor = trigger_explain(rule=merge_rule, biz_key="order-state:o-1:2", now=T0)
+
+    assert (shed["outcome"], shed["details"]["pending"], shed["details"]["high_watermark"]) == ("shed", 1, 1)
+    assert "1 pending runs in global at or above the high watermark 1" in shed["summary"]
+    assert coalesced["outcome"] == "coalesced" and f"run {second.run_id}" in coalesced["summary"]
+    assert coalesced["details"]["run_id"] == first.run_id
+    assert survivor["outcome"] == "run"
+
+
+def test_explain_of_a_shed_slot_names_the_watermark():
+    watermark(1)
+    backlog(1)
+    rule = make_rule("refresh", recoverability="recomputable", due=T0)
+    scheduler_tick(now=T0 + timedelta(seconds=1))
+
+    answer = slot_explain(rule=rule, slot=T0, now=T0 + timedelta(seconds=2))
+
+    assert (answer["outcome"], answer["reason"]) == ("decision", "shed")
+    assert "at or above the high watermark 1" in answer["summary"]
+
+
+def test_an_operator_edits_the_watermarks_in_the_admin_with_an_audit_row_and_intake_follows(operator):  # noqa: F811
+    row = watermark(None)
+    rule = event_rule("prices", "recomputable")
+    backlog(2)
+    assert send(rule, 1).outcome == "accepted"
+    url = reverse("admin:runs_backpressure_change", args=[row.pk])
+    c = client_for(operator)
+
+    bad = c.post(url, {"high_watermark": "5", "low_watermark": "9", "reason": "burst"})
+    assert bad.status_code == 200 and "must not be above the high watermark" in bad.content.decode()
+    assert Backpressure.objects.get().high_watermark is None  # nothing saved
+
+    ok = c.post(url, {"high_watermark": "3", "low_watermark": "1", "reason": "model provider is slow today"})
+    assert ok.status_code == 302
+    entry = AuditEntry.objects.get(action="watermark.change")
+    assert (entry.actor, entry.reason) == ("olga", "model provider is slow today")
+    assert entry.details == {
+        "before": {"high_watermark": None, "low_watermark": None},
+        "after": {"high_watermark": 3, "low_watermark": 1},
+    }
+    # Within the cache time of the next second, with no restart: 3 pending now, at the high watermark.
+    assert send(rule, 2, at=T0 + timedelta(seconds=2)).outcome == "shed"
+    page = c.get(reverse("admin:runs_decision_changelist")).content.decode()
+    assert "prices:o-1:2" in page
+
+
+def test_a_rule_lint_fails_coalescing_without_an_object_key_and_names_the_watermarks():
+    watermark(10, 2)
+    rule = make_rule("refresh", recoverability="recomputable", due=None)
+    items = {i.check: i for i in lint.rule_lint(lint_input(rule, None))}
+    assert items["backpressure class fits"].status == lint.PASS
+    assert "global at 10" in items["backpressure class fits"].message
+
+    TriggerRule.objects.filter(pk=rule.pk).update(recoverability="coalesce")  # around full_clean
+    rule.refresh_from_db()
+    items = {i.check: i for i in lint.rule_lint(lint_input(rule, None))}
+    assert items["backpressure class fits"].status == lint.FAIL
