@@ -27,7 +27,7 @@ log = logging.getLogger("harness.backpressure")
 class Pressure:
     """A scope that is shedding, as the decision records it."""
 
-    scope: str
+    pool: str  # the pool whose watermark is crossed (global: every pending run)
     pending: int
     high_watermark: int | None
     low_watermark: int | None
@@ -35,7 +35,7 @@ class Pressure:
 
     def as_details(self) -> dict:
         return {
-            "scope": self.scope,
+            "pool": self.pool,
             "pending": self.pending,
             "high_watermark": self.high_watermark,
             "low_watermark": self.low_watermark,

@@ -215,5 +215,5 @@ def _shed(work: Work, pressure: Pressure, *, now: datetime) -> ClaimResult:
         # The same slot (another tick) or the same business event (a resend) was decided already.
         Decision.objects.filter(**lookup).update(hits=F("hits") + 1)
         decision = Decision.objects.get(**lookup)
-    log.info("shed %s (%s) at %d pending in %s", work.biz_key, work.source, pressure.pending, pressure.scope)
+    log.info("shed %s (%s) at %d pending in %s", work.biz_key, work.source, pressure.pending, pressure.pool)
     return ClaimResult(run=None, created=False, decision=decision)

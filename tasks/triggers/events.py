@@ -254,7 +254,7 @@ def _flow_answer(rule, run: TaskRun | None, *, biz_key: str) -> IntakeResult | N
         decision = Decision.objects.filter(rule=rule, slot=None, biz_key=biz_key).first()
         details = decision.details if decision else {}
         detail = (
-            f"shed by backpressure: {details.get('pending')} pending runs in {details.get('scope')}, "
+            f"shed by backpressure: {details.get('pending')} pending runs in {details.get('pool')}, "
             f"high watermark {details.get('high_watermark')}; recomputable work is not run"
         )
         extra = {"decision_id": decision.id if decision else None, "backpressure": details}

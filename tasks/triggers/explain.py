@@ -192,7 +192,7 @@ def _shed_why(details: dict) -> str:
     if not isinstance(details, dict):
         return ""
     return (
-        f"{details.get('pending')} pending runs in {details.get('scope')} at or above the high watermark "
+        f"{details.get('pending')} pending runs in {details.get('pool')} at or above the high watermark "
         f"{details.get('high_watermark')}, shedding until {details.get('low_watermark')}; "
         f"the rule is {details.get('recoverability')}"
     )

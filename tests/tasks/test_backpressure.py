@@ -82,7 +82,7 @@ def test_a_scheduler_slot_of_a_recomputable_rule_is_shed_above_the_high_watermar
     decision = Decision.objects.get(rule=rule)
     assert (decision.slot, decision.reason, result.decisions, result.claimed) == (T0, "shed", 1, 0)
     assert decision.details | {"shedding_since": None} == {
-        "scope": "global",
+        "pool": "global",
         "pending": 3,
         "high_watermark": 3,
         "low_watermark": 1,
@@ -212,7 +212,7 @@ def test_a_pool_sheds_only_the_rules_that_draw_from_it():
 
     assert send(inside, 1).outcome == "shed"
     assert send(outside, 1).outcome == "accepted"
-    assert Decision.objects.get(rule=inside).details["scope"] == "model-provider"
+    assert Decision.objects.get(rule=inside).details["pool"] == "model-provider"
 
 
 def test_a_sheddable_trigger_costs_no_query_more_than_one_time_input_within_a_second():
