@@ -5,19 +5,20 @@ and the runtime a SkillContext uses for steps, proposals and model calls (tasks.
 import json
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.db.models import Count, Sum
 from django.db.models.functions import Coalesce
 
-from runs.models import ExternalCall
+from runs.admission import pool_call_take, pool_pause
+from runs.models import ExternalCall, TaskRun
 from runs.steps import propose_action, run_step
 from tasks.agents.budgets import Spend, budget_decide, budget_window
 from tasks.agents.client import ModelCallError, ModelReply, build_messages, chat, input_sha256
 from tasks.models import Agent
 from tasks.skills.errors import fingerprint
-from tasks.skills.sdk import BudgetWait, ErrorKind, SkillContext, SkillError
+from tasks.skills.sdk import BudgetWait, ErrorKind, ProviderWait, SkillContext, SkillError
 
 
 class SkillRuntime:
@@ -55,6 +56,7 @@ def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model
     )
     if not decision.allowed:
         raise BudgetWait(agent=agent.name, until=decision.reset_at, reason=decision.reason)
+    provider_pace(ctx, agent)
 
     messages = build_messages(agent, prompt)
     record = ExternalCall(
@@ -79,6 +81,11 @@ def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model
         record.error_digest = fingerprint(exc.kind, exc)
         if exc.kind == ErrorKind.MODEL_INVALID_OUTPUT:
             record.output_valid = False
+        if exc.kind == ErrorKind.RATE_LIMITED and exc.retry_after is not None and agent.pool_id is not None:
+            # The provider paces the whole pool, not this run alone: every run using it waits.
+            until = ctx.now + timedelta(seconds=exc.retry_after)
+            pool_pause(pool_id=agent.pool_id, until=until)
+            raise ProviderWait(agent=agent.name, until=until, reason="provider answered 429") from exc
         raise
     else:
         record.status = reply.status
@@ -98,6 +105,19 @@ def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model
         reply.completion_tokens,
     )
     return reply, record.id
+
+
+def provider_pace(ctx: SkillContext, agent) -> None:
+    """Before a call: wait (ProviderWait) while the agent's pool is paused by its provider, or until
+    its next rate token; every model call of every run using the agent draws from that pool."""
+    pool = agent.pool
+    if pool is None or not pool.enabled:
+        return
+    if pool.paused_until and pool.paused_until > ctx.now:
+        raise ProviderWait(agent=agent.name, until=pool.paused_until, reason=f"pool {pool.name} paused by the provider")
+    next_token = pool_call_take(pool=pool, run=TaskRun.objects.filter(id=ctx.run_id).first(), now=ctx.now)
+    if next_token is not None:
+        raise ProviderWait(agent=agent.name, until=next_token, reason=f"pool {pool.name} rate limit")
 
 
 def call_mark_output(call_id: int, *, valid: bool) -> None:

@@ -16,7 +16,7 @@ from django.utils.translation import gettext as _
 
 from deadletters.models import DeadLetter
 from runs.models import TaskRun
-from runs.selectors import scheduler_health
+from runs.selectors import flow_saturation, scheduler_health
 from tasks.models import TriggerRule
 
 WINDOW = timedelta(hours=24)
@@ -46,6 +46,7 @@ class Dashboard:
     duplicate_biz_keys: int = 0
     scheduler: dict = field(default_factory=dict)
     next_fires: list = field(default_factory=list)
+    flow: dict = field(default_factory=dict)
 
     @property
     def dedupe_share(self) -> float:
@@ -107,6 +108,9 @@ def dashboard_build(*, now: datetime) -> Dashboard:
         .order_by("next_fire_at")
         .values("id", "name", "timezone", "next_fire_at")[:NEXT_FIRES]
     )
+
+    # 8. Flow control: saturated and paused pools, runs waiting for a pool (2 queries).
+    d.flow = flow_saturation(now=now)
     return d
 
 

@@ -1,7 +1,7 @@
 """Executing one run: the orchestration of one attempt, from start window to outcome.
 
 The lease lives in runs/leases.py, every outcome in runs/outcome.py; this module only decides the
-order: start window -> object gate -> run lease -> skill -> outcome.
+order: start window -> object gate -> pool admission -> run lease -> skill -> outcome.
 """
 
 import logging
@@ -11,6 +11,7 @@ from collections.abc import Callable
 from datetime import datetime
 
 from runs import outcome
+from runs.admission import pool_admit, pool_release
 from runs.calls import SkillRuntime
 from runs.leases import (
     LeaseRenewer,
@@ -35,24 +36,32 @@ ExecuteOutcome = outcome.ExecuteOutcome
 def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], float] = random.random) -> ExecuteOutcome:
     """Execute one attempt of the run, if it is ours to execute.
 
-    1. Read the run row (once per attempt; everything below works from it).
+    1. Read the run row (once per attempt; everything below works from it); a run not due is not ours.
     2. A first attempt past its start window is cancelled instead ("start_window_passed").
     3. A run with an object key takes that object's lease first, so runs of one object never execute
        at once; "object_busy" means it was pushed back for a later dispatch.
-    4. Take the run lease (compare-and-set, fence + 1); "not_claimable" when another worker holds
+    4. Take a slot in every pool the run draws from (runs/admission.py); "pool_wait" means it was
+       put back unstarted (no attempt, no lease) until a slot, a token or the provider frees up.
+    5. Take the run lease (compare-and-set, fence + 1); "not_claimable" when another worker holds
        it, it is not due, or it has finished.
-    5. Run the skill in this thread while a second thread renews the lease.
-    6. Write the outcome under the fence; an attempt that lost its lease ends "fenced".
+    6. Run the skill in this thread while a second thread renews the lease (and the pool slots).
+    7. Write the outcome under the fence; an attempt that lost its lease ends "fenced". Whatever
+       the outcome, the slots are given back and handed to the next waiting runs.
     """
     run = TaskRun.objects.filter(id=run_id).first()
-    if run is None or run.state not in TaskRun.CLAIMABLE:
+    if run is None or run.state not in TaskRun.CLAIMABLE or run.run_after > clock():
+        # Not due: it must not take an object lease, a pool slot or a rate token meanwhile.
         return ExecuteOutcome(run_id, "not_claimable")
     if outcome.run_cancel_late(run, now=clock()):
         return ExecuteOutcome(run_id, "start_window_passed")
     gate = object_gate_enter(run=run, worker=worker, clock=clock)
     if gate is not None and gate.held is None:
         return ExecuteOutcome(run_id, "object_busy")
+    admission = None
     try:
+        admission = pool_admit(run, worker=worker, now=clock(), ttl=run_lease_ttl(run))
+        if not admission.admitted:
+            return ExecuteOutcome(run_id, "pool_wait", str(admission.refusal))
         attempt = run_lease_claim(run, worker=worker, now=clock())
         if attempt is None:
             return ExecuteOutcome(run_id, "not_claimable")
@@ -74,6 +83,10 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
             run, attempt, classify(error), now=now, draw=rand(), retry_after=_retry_after(error)
         )
     finally:
+        if admission is not None and admission.admitted:
+            # Every outcome (success, retry wait, failure, park, fenced, not claimed) frees the slots:
+            # a run waiting for a retry holds none (invariant 5).
+            pool_release(run_id=run_id, fence=admission.fence, now=clock())
         object_gate_exit(gate, now=clock())
 
 

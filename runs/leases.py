@@ -18,7 +18,7 @@ from django.db import DatabaseError, IntegrityError, close_old_connections, conn
 from django.db.models import F, Q
 
 from runs.dispatch import run_dispatch_on_commit
-from runs.models import Attempt, Lease, TaskRun
+from runs.models import Attempt, Lease, PoolSlot, TaskRun
 from tasks.models.rule import DEFAULT_LEASE_TTL_SECONDS
 from tasks.skills.sdk import ErrorKind, SkillError
 
@@ -309,6 +309,8 @@ class LeaseRenewer:
         )
         if renewed:
             self.expires_at = expires
+            # The attempt's pool slots live as long as its lease (runs/admission.py).
+            PoolSlot.objects.filter(run_id=self.run_id, fence=self.fence).update(expires_at=expires)
         return bool(renewed)
 
 

@@ -530,3 +530,91 @@ class ActionProposal(models.Model):
 
     def __str__(self) -> str:
         return f"{self.action} ({self.risk}) for run {self.run_id}: {self.status}"
+
+
+# --- Flow control (issue 11): the slots runs hold in pools, the runs waiting for one, per-key state. ---
+
+
+class PoolSlot(models.Model):
+    """One slot a run holds in a pool, tied to the run's fence: it counts while it has not expired.
+
+    Taken at admission (before the run lease, so `fence` is the fence the claim will write) or
+    handed over by a release to the next waiting run; renewed with the run lease; deleted when the
+    attempt ends, and reclaimed by the sweeper when it expires (a killed worker leaks nothing).
+    """
+
+    pool = models.ForeignKey("tasks.Pool", on_delete=models.CASCADE, related_name="slots", verbose_name=_("pool"))
+    key = models.CharField(_("key"), max_length=200, blank=True)
+    run = models.ForeignKey(TaskRun, on_delete=models.CASCADE, related_name="pool_slots", verbose_name=_("run"))
+    fence = models.PositiveBigIntegerField(_("fence"))
+    worker = models.CharField(_("worker"), max_length=200, blank=True)
+    acquired_at = models.DateTimeField(_("acquired at"))
+    expires_at = models.DateTimeField(_("expires at"))
+
+    class Meta:
+        verbose_name = _("pool slot")
+        verbose_name_plural = _("pool slots")
+        ordering = ["pool", "key", "acquired_at"]
+        constraints = [models.UniqueConstraint(fields=["pool", "run"], name="poolslot_one_per_run")]
+        indexes = [
+            # pool_in_use (admission): live slots of one pool and key.
+            models.Index(fields=["pool", "key", "expires_at"], name="poolslot_in_use_idx"),
+            # slot_reclaim (sweeper): expired slots.
+            models.Index(fields=["expires_at"], name="poolslot_expiry_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.pool_id}:{self.key} run {self.run_id}"
+
+
+class PoolWaiter(models.Model):
+    """A run that was refused admission and waits: which pool, why, and since when (explain reads it)."""
+
+    class Reason(models.TextChoices):
+        CONCURRENCY = "concurrency", _("Pool at its concurrency limit")
+        RATE = "rate", _("No rate token yet")
+        PAUSED = "paused", _("Provider paused the pool (429 Retry-After)")
+
+    run = models.OneToOneField(
+        TaskRun, on_delete=models.CASCADE, primary_key=True, related_name="pool_wait", verbose_name=_("run")
+    )
+    pool = models.ForeignKey("tasks.Pool", on_delete=models.CASCADE, related_name="waiters", verbose_name=_("pool"))
+    key = models.CharField(_("key"), max_length=200, blank=True)
+    # The key runs are served round robin by (the pool key, else the run's other pool key, object or rule).
+    fair_key = models.CharField(_("fair key"), max_length=200, blank=True)
+    reason = models.CharField(_("reason"), max_length=20, choices=Reason.choices)
+    in_use = models.PositiveIntegerField(_("in use"), null=True, blank=True)
+    limit = models.PositiveIntegerField(_("limit"), null=True, blank=True)
+    until = models.DateTimeField(_("until"), null=True, blank=True)
+    since = models.DateTimeField(_("since"))
+    checked_at = models.DateTimeField(_("checked at"))
+
+    class Meta:
+        verbose_name = _("pool waiter")
+        verbose_name_plural = _("pool waiters")
+        ordering = ["since"]
+        indexes = [
+            # pool_wake (release, sweeper): waiters of one pool and key, oldest first.
+            models.Index(fields=["pool", "key", "since"], name="poolwaiter_pool_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} waits for {self.pool_id}:{self.key} ({self.reason})"
+
+
+class PoolKey(models.Model):
+    """Per-key state of a pool: its token bucket (rate pools) and when it last started a run (fair order)."""
+
+    pool = models.ForeignKey("tasks.Pool", on_delete=models.CASCADE, related_name="key_states", verbose_name=_("pool"))
+    key = models.CharField(_("key"), max_length=200, blank=True)
+    tokens = models.FloatField(_("tokens"), null=True, blank=True)
+    tokens_at = models.DateTimeField(_("tokens at"), null=True, blank=True)
+    last_start_at = models.DateTimeField(_("last start at"), null=True, blank=True)
+
+    class Meta:
+        verbose_name = _("pool key")
+        verbose_name_plural = _("pool keys")
+        constraints = [models.UniqueConstraint(fields=["pool", "key"], name="poolkey_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.pool_id}:{self.key}"

@@ -30,7 +30,7 @@ START_WINDOW_KIND = "start_window"
 @dataclass(frozen=True)
 class ExecuteOutcome:
     run_id: int
-    # not_claimable | start_window_passed | object_busy | succeeded | retry | failed | fenced
+    # not_claimable | start_window_passed | object_busy | pool_wait | succeeded | retry | failed | fenced
     # | awaiting_approval | waiting_budget
     status: str
     detail: str = ""
@@ -192,8 +192,9 @@ def run_park(run: TaskRun, attempt: Attempt, parked: RunParked, *, now: datetime
 
     - AwaitApproval: awaiting_approval (not claimable, no lease: a DB check constraint); the
       proposal is recorded once per (run, step). The attempt counts: it did work.
-    - BudgetWait: waiting_retry until the budget window resets. The attempt is taken back (deleted,
-      count decremented): no call was made, and waiting must not use up retries.
+    - BudgetWait: waiting_retry until the budget window resets (or, ProviderWait, until the agent's
+      provider pool may be called again). The attempt is taken back (deleted, count decremented):
+      waiting must not use up retries.
     """
     with transaction.atomic():
         if isinstance(parked, AwaitApproval):
@@ -204,7 +205,7 @@ def run_park(run: TaskRun, attempt: Attempt, parked: RunParked, *, now: datetime
                 "run_after": parked.until,
                 "attempts": F("attempts") - 1,
                 "last_error": str(parked),
-                "last_error_kind": BUDGET_WAIT_KIND,
+                "last_error_kind": parked.kind,
             }
         else:
             raise TypeError(f"unknown parking reason {parked!r}")

@@ -3,12 +3,13 @@
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db.models import Count, Min
 from django.utils.translation import gettext as _
 
 from deadletters.models import DeadLetter
 from harness_site.audit.models import AuditEntry
-from runs.models import Decision, SchedulerTick, TaskRun
-from tasks.models import TriggerRule
+from runs.models import Decision, PoolSlot, PoolWaiter, SchedulerTick, TaskRun
+from tasks.models import Pool, TriggerRule
 
 # A scheduler that has not ticked for this many tick periods is considered stalled.
 STALL_FACTOR = 10
@@ -120,3 +121,123 @@ def duration_text(delta) -> str:
     if abs(s) < 3600:
         return _("%(n).1f min") % {"n": s / 60}
     return _("%(n).1f h") % {"n": s / 3600} if abs(s) < 86400 else _("%(n).1f days") % {"n": s / 86400}
+
+
+# --- Flow control (issue 11): pressure per pool, saturation, why a run waits. ---
+
+# Decision reasons written by backpressure (shed) and coalescing; counted whether or not they exist yet.
+SHED_REASONS = ("shed", "coalesced")
+PRESSURE_WINDOW = timedelta(hours=1)
+
+
+def pool_pressure(*, now: datetime, top: int = 5) -> list[dict]:
+    """Each pool's limit, in use, waiting (per key, top N), shed and coalesced in the last hour, and
+    its oldest waiting run. Five queries, whatever the number of pools, keys or runs."""
+    pools = list(Pool.objects.order_by("name"))
+    in_use: dict[int, dict[str, int]] = {}
+    for row in PoolSlot.objects.filter(expires_at__gt=now).values("pool_id", "key").annotate(n=Count("id")):
+        in_use.setdefault(row["pool_id"], {})[row["key"]] = row["n"]
+    waiting: dict[int, dict[str, int]] = {}
+    for row in PoolWaiter.objects.values("pool_id", "key").annotate(n=Count("run_id")):
+        waiting.setdefault(row["pool_id"], {})[row["key"]] = row["n"]
+    oldest: dict[int, dict] = {}
+    for row in PoolWaiter.objects.order_by("since").values("pool_id", "run_id", "since", "reason", "run__biz_key")[
+        :500
+    ]:
+        oldest.setdefault(row["pool_id"], row)
+    shed: dict[tuple[str, str], int] = {}
+    decisions = Decision.objects.filter(reason__in=SHED_REASONS, created_at__gte=now - PRESSURE_WINDOW)
+    for row in decisions.values("reason", "details__pool").annotate(n=Count("id")):
+        pool_name = row["details__pool"] if isinstance(row["details__pool"], str) else ""
+        shed[(row["reason"], pool_name)] = shed.get((row["reason"], pool_name), 0) + row["n"]
+    rows = []
+    for pool in pools:
+        used, waits = in_use.get(pool.id, {}), waiting.get(pool.id, {})
+        busiest = max(used.values(), default=0)
+        # Decisions that name no pool are intake-wide: counted on the global pool.
+        mine = ("", pool.name) if pool.name == "global" else (pool.name,)
+        rows.append(
+            {
+                "pool": pool,
+                "name": pool.name,
+                "limit": pool.max_concurrency,
+                "rate": f"{pool.rate_count}/{pool.rate_period_seconds}s" if pool.rate_count else "",
+                "keyed": bool(pool.key_template),
+                "in_use": sum(used.values()),
+                "busiest_key_in_use": busiest,
+                "waiting": sum(waits.values()),
+                "waiting_by_key": sorted(waits.items(), key=lambda kv: (-kv[1], kv[0]))[:top],
+                "shed_1h": sum(shed.get(("shed", name), 0) for name in mine),
+                "coalesced_1h": sum(shed.get(("coalesced", name), 0) for name in mine),
+                "oldest_waiting": oldest.get(pool.id),
+                "oldest_waiting_age_seconds": (now - oldest[pool.id]["since"]).total_seconds()
+                if pool.id in oldest
+                else None,
+                "paused": bool(pool.paused_until and pool.paused_until > now),
+                "paused_until": pool.paused_until,
+                "saturated": pool.enabled and pool.max_concurrency is not None and busiest >= pool.max_concurrency,
+            }
+        )
+    return rows
+
+
+def flow_saturation(*, now: datetime) -> dict:
+    """For /healthz and the dashboard: pools at their limit (on some key), paused pools, and how many
+    runs wait for a pool. Saturation is pressure, not a fault: it never makes /healthz fail. Two queries."""
+    saturated, paused = set(), set()
+    rows = (
+        PoolSlot.objects.filter(expires_at__gt=now, pool__enabled=True, pool__max_concurrency__isnull=False)
+        .values("pool__name", "pool__max_concurrency", "key")
+        .annotate(n=Count("id"))
+    )
+    for row in rows:
+        if row["n"] >= row["pool__max_concurrency"]:
+            saturated.add(row["pool__name"])
+    waiters = PoolWaiter.objects.values("pool__name", "pool__paused_until").annotate(
+        n=Count("run_id"), since=Min("since")
+    )
+    waiting, oldest = 0, None
+    for row in waiters:
+        waiting += row["n"]
+        oldest = row["since"] if oldest is None or row["since"] < oldest else oldest
+        if row["pool__paused_until"] and row["pool__paused_until"] > now:
+            paused.add(row["pool__name"])
+    return {
+        "saturated_pools": sorted(saturated),
+        "paused_pools": sorted(paused),
+        "waiting_for_pool": waiting,
+        "oldest_pool_wait_seconds": (now - oldest).total_seconds() if oldest else None,
+    }
+
+
+def run_wait_explain(run: TaskRun, *, now: datetime) -> dict | None:
+    """Why a run that has not started is waiting for a pool, or None: which pool (and key), and
+    in use / limit, the next rate token, or the provider's pause."""
+    if run.state not in TaskRun.CLAIMABLE:
+        return None
+    waiter = PoolWaiter.objects.filter(run_id=run.id).select_related("pool").first()
+    if waiter is None:
+        return None
+    pool = waiter.pool
+    where = f"pool {pool.name}" + (f" [{waiter.key}]" if waiter.key else "")
+    details = {
+        "pool": pool.name,
+        "key": waiter.key,
+        "reason": waiter.reason,
+        "since": waiter.since.isoformat(),
+        "checked_at": waiter.checked_at.isoformat(),
+    }
+    if waiter.reason == PoolWaiter.Reason.CONCURRENCY:
+        in_use = PoolSlot.objects.filter(pool=pool, key=waiter.key, expires_at__gt=now).count()
+        ahead = PoolWaiter.objects.filter(pool=pool, key=waiter.key, reason=waiter.reason, since__lt=waiter.since)
+        details.update(in_use=in_use, limit=pool.max_concurrency, waiting_ahead=ahead.count())
+        limit = "∞" if pool.max_concurrency is None else pool.max_concurrency
+        summary = f"waiting for {where}: {in_use} of {limit} in use, {details['waiting_ahead']} waiting ahead"
+    elif waiter.reason == PoolWaiter.Reason.RATE:
+        details.update(rate=f"{pool.rate_count}/{pool.rate_period_seconds}s", until=waiter.until.isoformat())
+        summary = f"waiting for {where}: rate {details['rate']}, next start at {waiter.until.isoformat()}"
+    else:
+        until = pool.paused_until or waiter.until
+        details.update(until=until.isoformat() if until else None)
+        summary = f"waiting for {where}: paused by the model provider (429 Retry-After) until {details['until']}"
+    return {"summary": summary, "details": details}

@@ -1,4 +1,5 @@
-"""The sweeper: takes back expired leases and re-dispatches due runs whose message may be lost."""
+"""The sweeper: takes back expired leases, reclaims their pool slots, hands free pool capacity to
+waiting runs and re-dispatches due runs whose message may be lost."""
 
 import logging
 import random
@@ -9,8 +10,9 @@ from datetime import datetime, timedelta
 from django.db import transaction
 from django.db.models import F, Q
 
+from runs.admission import pool_sweep
 from runs.dispatch import run_dispatch_on_commit
-from runs.models import Attempt, TaskRun
+from runs.models import Attempt, PoolSlot, TaskRun
 from runs.outcome import run_record_failure
 from tasks.skills.errors import ClassifiedError
 from tasks.skills.sdk import ErrorKind
@@ -26,12 +28,21 @@ SWEEP_BATCH = 500
 class SweepResult:
     expired: int
     dispatched: int
+    slots_reclaimed: int = 0
+    woken: int = 0
 
 
 def sweep(*, now: datetime, rand: Callable[[], float] = random.random) -> SweepResult:
-    """One pass: expire stale leases first (their runs may become due), then dispatch due runs."""
+    """One pass: expire stale leases first (their runs may become due and their slots free), reclaim
+    expired pool slots and wake waiting runs into the capacity, then dispatch due runs."""
     expired = sum(_expire_one(run_id, fence, now=now, draw=rand()) for run_id, fence in _expired_leases(now))
-    return SweepResult(expired=expired, dispatched=_dispatch_due(now=now))
+    pools = pool_sweep(now=now)
+    return SweepResult(
+        expired=expired,
+        dispatched=_dispatch_due(now=now),
+        slots_reclaimed=pools["slots_reclaimed"],
+        woken=pools["woken"],
+    )
 
 
 def _expired_leases(now: datetime) -> list[tuple[int, int]]:
@@ -71,6 +82,8 @@ def _expire_one(run_id: int, fence: int, *, now: datetime, draw: float) -> bool:
         )
         if decision is None:
             return False
+        # The lost attempt's pool slots go with its lease (pool_sweep hands them on).
+        PoolSlot.objects.filter(run_id=run_id, fence=fence).delete()
     log.warning("run %s: lease expired, %s", run_id, decision.reason)
     return True
 

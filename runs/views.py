@@ -1,10 +1,11 @@
-"""HTTP edges of the runs app: /healthz for outside monitors, and the dashboard page."""
+"""HTTP edges of the runs app: /healthz for outside monitors, the dashboard and the flow page."""
 
 import logging
 import time
 
 from celery import current_app
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError
 from django.http import JsonResponse
 from django.template.response import TemplateResponse
@@ -23,12 +24,17 @@ BROKER_TIMEOUT = 2  # seconds: a monitor's probe must answer quickly, reachable 
 
 def healthz(request):
     """Always JSON. 200 while the scheduler is healthy; 503 with a `reason` when the database or
-    the broker is unreachable, no tick ran for the stall period, or a slot is overdue beyond its grace."""
+    the broker is unreachable, no tick ran for the stall period, or a slot is overdue beyond its grace.
+    `flow` shows saturation (pools at their limit, paused pools, runs waiting for a pool)."""
     try:
         status = selectors.scheduler_health(now=timezone.now())
     except DatabaseError as exc:
         log.warning("healthz: database unreachable: %s", _one_line(exc))
         return JsonResponse({"ok": False, "reason": "database unreachable", "detail": _one_line(exc)}, status=503)
+    try:
+        status["flow"] = selectors.flow_saturation(now=timezone.now())  # pressure, not a fault: ok is unchanged
+    except DatabaseError as exc:
+        status["flow"] = {"error": _one_line(exc)}
     broker = _broker_error()
     if broker:
         status.update(ok=False, reason=f"broker unreachable: {broker}")
@@ -101,3 +107,24 @@ def _bars(values: dict) -> list[dict]:
         {"name": k, "value": v, "pct": 100 * (v or 0) / top, "text": "-" if v is None else f"{v:.2f}s"}
         for k, v in values.items()
     ]
+
+
+FLOW_TOP_KEYS = 5
+
+
+def flow_view(request):
+    """The flow page under /admin/flow/: each pool's limit, in use, waiting (top keys), shed and
+    coalesced in the last hour, and its oldest waiting run (runs/selectors.pool_pressure)."""
+    if not request.user.has_perm("tasks.view_pool"):
+        raise PermissionDenied
+    at = now()
+    rows = selectors.pool_pressure(now=at, top=FLOW_TOP_KEYS)
+    context = {
+        **admin.site.each_context(request),
+        "title": _("Flow control"),
+        "rows": rows,
+        "flow": selectors.flow_saturation(now=at),
+        "now": at,
+        "top": FLOW_TOP_KEYS,
+    }
+    return TemplateResponse(request, "admin/flow.html", context)

@@ -67,3 +67,27 @@ def bucket_take(
         return Take(taken=True, bucket=Bucket(tokens=tokens - 1.0, at=now), retry_at=None)
     wait = (1.0 - tokens) / per_second
     return Take(taken=False, bucket=Bucket(tokens=tokens, at=now), retry_at=now + timedelta(seconds=wait))
+
+
+@dataclass(frozen=True)
+class FairGroup:
+    """The runs of one fair key waiting for a pool: when that key last started a run there, and
+    when its oldest waiter began waiting."""
+
+    key: str
+    last_start_at: datetime | None
+    oldest_since: datetime
+
+
+def fair_order(groups: list[FairGroup], picks: int) -> list[str]:
+    """Which fair key each of the next `picks` free slots goes to: round robin, starting with the key
+    that started a run longest ago (never first), ties by the oldest waiter, then by name.
+
+    A key picked moves to the back of the line, so with slots for three keys and a backlog of one,
+    the others are served in turn instead of waiting behind it. Keys may repeat when picks > keys.
+    """
+    if not groups or picks <= 0:
+        return []
+    never = datetime.min.replace(tzinfo=groups[0].oldest_since.tzinfo)
+    line = sorted(groups, key=lambda g: (g.last_start_at or never, g.oldest_since, g.key))
+    return [line[i % len(line)].key for i in range(picks)]

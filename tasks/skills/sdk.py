@@ -60,9 +60,18 @@ class AwaitApproval(RunParked):
 class BudgetWait(RunParked):
     """The agent's hourly budget is spent: the run waits until the window resets."""
 
+    kind = "budget"  # the run's last_error_kind while it waits
+
     def __init__(self, *, agent: str, until: datetime, reason: str):
         super().__init__(f"agent {agent!r}: {reason}; waiting until {until:%Y-%m-%dT%H:%M:%SZ}")
         self.agent, self.until, self.reason = agent, until, reason
+
+
+class ProviderWait(BudgetWait):
+    """The agent's provider pool is paused (a 429 Retry-After) or out of rate tokens: the run waits
+    until then, like a spent budget: no attempt counted, never dead-lettered for it (issue 11)."""
+
+    kind = "provider_wait"
 
 
 def digest(value: Any) -> str:

@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 from django.utils.dateparse import parse_datetime
 
 from runs.models import Decision, SlotHold, TaskRun
+from runs.selectors import run_wait_explain
 from tasks.models import TriggerRule
 from tasks.rules import evaluation, schedule
 from tasks.rules.guards import rule_guards
@@ -55,6 +56,9 @@ def slot_explain(*, rule: TriggerRule, slot: datetime, now: datetime) -> dict:
             summary += f"; {run.last_error}"
         elif run.state == TaskRun.State.PENDING and run.run_after > now:
             summary += f"; starts at {run.run_after.isoformat()} (deferred or paced)"
+        waiting = run_wait_explain(run, now=now)  # not started: which pool it waits for, and why
+        if waiting is not None:
+            summary = f"run {run.id} not started yet, {waiting['summary']}"
         return {
             **base,
             "outcome": "run",
@@ -68,6 +72,7 @@ def slot_explain(*, rule: TriggerRule, slot: datetime, now: datetime) -> dict:
                 "identity": run.identity,
                 "rule_version": run.rule_version,
                 "run_after": run.run_after.isoformat(),
+                **({"waiting_for": waiting["details"]} if waiting else {}),
             },
         }
     decision = Decision.objects.filter(rule=rule, slot=slot).first()

@@ -19,7 +19,7 @@ from runs.claims import Work, run_claim
 from runs.executor import run_execute
 from runs.models import ActionProposal, Attempt, ExternalCall, RunStep, TaskRun
 from runs.sweeper import sweep
-from tasks.models import Agent, DiagnosticRecord
+from tasks.models import Agent, DiagnosticRecord, Pool
 from tasks.skills.actions import action
 from tasks.skills.sdk import ErrorKind, SkillContext
 from tests.support.fake_model import FakeModelServer, Reply, completion, json_completion
@@ -512,3 +512,42 @@ def test_it_expires_approvals_from_the_periodic_sweep(server):
 
     assert result["approvals_expired"] == 1
     assert fresh(run).state == TaskRun.State.FAILED and DeadLetter.objects.filter(run=run).exists()
+
+
+# --- provider pacing through the agent's pool (issue 11) ---------------------------------------
+
+
+def test_a_429_with_retry_after_pauses_the_agents_pool_and_the_run_waits_without_counting_an_attempt(server):
+    provider = Pool.objects.create(
+        name="provider", reason="60 requests a minute", rate_count=60, rate_period_seconds=60
+    )
+    server.respond(Reply(429, '{"error": "rate"}', {"Retry-After": "30"}), json_completion(GOOD))
+    agent = make_agent(server, pool=provider)
+    run, other = make_run(agent), make_run(agent, biz_key="llm:2")
+
+    first = execute(run, T0)
+
+    run, provider = fresh(run), Pool.objects.get(id=provider.id)
+    assert first.status == "waiting_budget" and provider.paused_until == T0 + timedelta(seconds=30)
+    assert run.state == TaskRun.State.WAITING_RETRY and run.run_after == T0 + timedelta(seconds=30)
+    assert run.attempts == 0 and run.last_error_kind == "provider_wait"
+    assert not DeadLetter.objects.exists()
+    # The whole pool waits, not just the run that was told: the other run is not even started.
+    assert execute(other, T0 + timedelta(seconds=1)).status == "pool_wait"
+    assert len(server.requests) == 1
+
+    assert execute(run, T0 + timedelta(seconds=30)).status == "succeeded"
+    assert fresh(run).attempts == 1
+
+
+def test_an_agents_rate_pool_paces_its_model_calls(server):
+    provider = Pool.objects.create(name="provider", reason="1 request a minute", rate_count=1, rate_period_seconds=60)
+    server.respond(json_completion(GOOD))
+    agent = make_agent(server, pool=provider)
+    first, second = make_run(agent), make_run(agent, biz_key="llm:2")
+
+    assert execute(first, T0).status == "succeeded"
+    # The run itself was admitted (an agent's rate counts calls, not starts); its call waits for a token.
+    assert execute(second, T0).status == "waiting_budget"
+    assert fresh(second).run_after == T0 + timedelta(seconds=60) and fresh(second).attempts == 0
+    assert len(server.requests) == 1

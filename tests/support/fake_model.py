@@ -3,6 +3,7 @@ the chat-completions format, answering from a script of responses."""
 
 import json
 import threading
+import time
 from collections import deque
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -51,7 +52,12 @@ class FakeModelServer:
                 raw = self.rfile.read(length).decode()
                 with server._lock:
                     server.requests.append(
-                        {"path": self.path, "headers": dict(self.headers), "body": json.loads(raw) if raw else None}
+                        {
+                            "path": self.path,
+                            "headers": dict(self.headers),
+                            "body": json.loads(raw) if raw else None,
+                            "at": time.time(),  # when it arrived, for pacing tests
+                        }
                     )
                     reply = server.script.popleft() if len(server.script) > 1 else server.script[0]
                 if reply.hang:

@@ -1,0 +1,290 @@
+"""Pool admission (issue 11) at the service level: the executor in-process with an explicit clock and
+the real database. A run takes a slot in every pool it draws from before its lease, waits unstarted
+(no attempt, no lease) when it gets none, and a release hands the slot to the next waiting run in
+round-robin order across keys. Transactional, so dispatch hooks really fire.
+"""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+
+from runs.admission import HANDOFF_TTL, pool_admit, pool_release
+from runs.claims import Work, run_claim
+from runs.executor import run_execute
+from runs.leases import LeaseRenewer, run_lease_claim
+from runs.models import Attempt, PoolSlot, PoolWaiter, TaskRun
+from runs.sweeper import sweep
+from tasks.models import GLOBAL_POOL, Pool
+from tests.support.desk import make_rule
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+TTL = timedelta(seconds=60)
+POLICY = {
+    "max_attempts": 3,
+    "backoff_base_seconds": 10.0,
+    "jitter_min": 1.0,
+    "jitter_max": 1.0,
+    "lease_ttl_seconds": 60,
+}
+
+
+@pytest.fixture(autouse=True)
+def global_pool():
+    # Installed by the data migration; transactional tests flush it.
+    return Pool.objects.get_or_create(name=GLOBAL_POOL, defaults={"reason": "every run"})[0]
+
+
+def pool(name: str, **limits) -> Pool:
+    return Pool.objects.create(name=name, reason="test", **limits)
+
+
+def rule_with(*pools: Pool, name: str = "flow", skill: str = "harness.noop"):
+    rule = make_rule(name=name, skill=skill)
+    rule.pools.set(pools)
+    return rule
+
+
+def claim(rule, n: int, *, by: str = "tests", object_key: str = "", params=None, now=T0) -> TaskRun:
+    payload = {"params": params or {}, "policy": POLICY}
+    return run_claim(
+        Work(
+            biz_key=f"{rule.name}:{by}:{object_key}:{n}",
+            skill=rule.skill,
+            source=TaskRun.Source.API,
+            triggered_by=by,
+            payload=payload,
+            rule=rule,
+            object_key=object_key,
+        ),
+        now=now,
+    ).run
+
+
+def execute(run: TaskRun, at: datetime = T0, worker: str = "w1"):
+    return run_execute(run_id=run.id, worker=worker, clock=lambda: at, rand=lambda: 0.5)
+
+
+def fresh(run: TaskRun) -> TaskRun:
+    return TaskRun.objects.get(id=run.id)
+
+
+def hold(run: TaskRun, at: datetime = T0):
+    """A run that is executing elsewhere: admitted and under its lease (a worker mid-skill)."""
+    admission = pool_admit(run, worker="elsewhere", now=at, ttl=TTL)
+    assert admission.admitted
+    assert run_lease_claim(run, worker="elsewhere", now=at) is not None
+    return admission
+
+
+def handed(p: Pool) -> list[int]:
+    """Runs a release handed a slot of `p` to, that have not started yet."""
+    return list(
+        PoolSlot.objects.filter(pool=p, worker="").order_by("acquired_at", "id").values_list("run_id", flat=True)
+    )
+
+
+def test_a_pool_of_two_admits_two_and_the_third_waits_unstarted_without_a_lease():
+    two = pool("two", max_concurrency=2)
+    rule = rule_with(two)
+    first, second, third = (claim(rule, i) for i in range(3))
+    hold(first)
+    hold(second)
+
+    outcome = execute(third)
+
+    third = fresh(third)
+    assert outcome.status == "pool_wait" and "pool two: 2 of 2 in use" in outcome.detail
+    assert third.state == TaskRun.State.PENDING and third.attempts == 0
+    assert (third.lease_owner, third.lease_expires_at) == ("", None)
+    assert not Attempt.objects.filter(run=third).exists()
+    assert not PoolSlot.objects.filter(run=third).exists()
+    waiter = PoolWaiter.objects.get(run=third)
+    assert (waiter.pool, waiter.reason, waiter.in_use, waiter.limit) == (two, "concurrency", 2, 2)
+
+
+def test_a_release_hands_the_slot_to_the_waiting_run_which_then_runs_while_newcomers_wait():
+    two = pool("two", max_concurrency=2)
+    rule = rule_with(two)
+    first, second, third, late = (claim(rule, i) for i in range(4))
+    a = hold(first)
+    hold(second)
+    assert execute(third).status == "pool_wait"
+
+    pool_release(run_id=first.id, fence=a.fence, now=T0 + timedelta(seconds=1))
+
+    assert handed(two) == [third.id]
+    assert fresh(third).dispatched_at == T0 + timedelta(seconds=1)
+    # The freed slot is third's: a run arriving now finds the pool full and cannot jump the line.
+    assert execute(late, T0 + timedelta(seconds=1)).status == "pool_wait"
+    assert execute(third, T0 + timedelta(seconds=2)).status == "succeeded"
+    assert not PoolSlot.objects.filter(run=third).exists() and not PoolWaiter.objects.filter(run=third).exists()
+
+
+def test_every_run_draws_from_the_global_pool():
+    Pool.objects.filter(name=GLOBAL_POOL).update(max_concurrency=1)
+    rule = make_rule(name="plain")
+    first, second = claim(rule, 1), claim(rule, 2)
+    hold(first)
+    assert execute(second).status == "pool_wait"
+    assert PoolWaiter.objects.get(run=second).pool.name == GLOBAL_POOL
+
+
+def test_a_keyed_pool_serializes_each_key_and_lets_other_keys_run():
+    per_sender = pool("per-sender", max_concurrency=1, key_template="{triggered_by}")
+    rule = rule_with(per_sender)
+    a1, a2, b1 = claim(rule, 1, by="a"), claim(rule, 2, by="a"), claim(rule, 3, by="b")
+    hold(a1)
+    assert execute(a2).status == "pool_wait"
+    assert execute(b1).status == "succeeded"
+    assert PoolWaiter.objects.get(run=a2).key == "a"
+
+
+def test_round_robin_across_keys_none_waits_behind_another_keys_backlog():
+    one = pool("one", max_concurrency=1)
+    tenant = pool("tenant", key_template="{triggered_by}")  # no limit of its own: it names the key
+    rule = rule_with(one, tenant)
+    holder = claim(rule, 0, by="x")
+    admission = hold(holder)
+    backlog = [claim(rule, i, by=key) for key in "abc" for i in range(3)]
+    for i, run in enumerate(backlog):  # they arrive a, a, a, b, b, b, c, c, c
+        assert execute(run, T0 + timedelta(seconds=i)).status == "pool_wait"
+
+    order, at = [], T0 + timedelta(seconds=20)
+    pool_release(run_id=holder.id, fence=admission.fence, now=at)
+    while handed(one):
+        (run_id,) = handed(one)
+        order.append(TaskRun.objects.get(id=run_id).triggered_by)
+        at += timedelta(seconds=1)
+        assert execute(TaskRun.objects.get(id=run_id), at).status == "succeeded"  # its release hands on
+
+    assert order == ["a", "b", "c", "a", "b", "c", "a", "b", "c"]
+
+
+def test_a_run_waiting_for_its_retry_holds_no_slot_and_another_run_takes_it():
+    one = pool("one", max_concurrency=1)
+    rule = rule_with(one, skill="harness.fail")
+    failing = claim(rule, 1, params={"error_kind": "timeout"})
+    other = claim(rule_with(one, name="other"), 2)
+
+    assert execute(failing).status == "retry"
+
+    assert fresh(failing).state == TaskRun.State.WAITING_RETRY
+    assert not PoolSlot.objects.filter(pool=one).exists()
+    assert execute(other).status == "succeeded"
+
+
+def test_a_killed_worker_leaks_no_capacity_the_sweeper_reclaims_its_slot_and_wakes_the_waiter():
+    one = pool("one", max_concurrency=1)
+    rule = rule_with(one)
+    killed, waiting = claim(rule, 1), claim(rule, 2)
+    hold(killed)  # and its worker dies: nothing releases the slot
+    assert execute(waiting).status == "pool_wait"
+
+    sweep(now=T0 + TTL + timedelta(seconds=1))
+
+    assert fresh(killed).state == TaskRun.State.WAITING_RETRY  # lease expired, retried by policy
+    assert handed(one) == [waiting.id]
+    assert execute(waiting, T0 + TTL + timedelta(seconds=2)).status == "succeeded"
+
+
+def test_a_handed_slot_whose_run_never_comes_expires_and_goes_to_the_next():
+    one = pool("one", max_concurrency=1)
+    rule = rule_with(one)
+    holder, lost, next_run = claim(rule, 1), claim(rule, 2), claim(rule, 3)
+    admission = hold(holder)
+    assert execute(lost).status == "pool_wait"
+    assert execute(next_run, T0 + timedelta(seconds=1)).status == "pool_wait"
+    pool_release(run_id=holder.id, fence=admission.fence, now=T0 + timedelta(seconds=2))
+    assert handed(one) == [lost.id]
+    TaskRun.objects.filter(id=lost.id).update(state=TaskRun.State.CANCELLED)  # it will never arrive
+
+    sweep(now=T0 + timedelta(seconds=2) + HANDOFF_TTL)
+
+    assert handed(one) == [next_run.id]
+
+
+def test_a_stale_release_cannot_free_a_newer_attempts_slot():
+    one = pool("one", max_concurrency=1)
+    run = claim(rule_with(one), 1)
+    old = hold(run)
+    sweep(now=T0 + TTL + timedelta(seconds=1))  # lease expired: fence moved on, run waits for its retry
+    later = T0 + TTL + timedelta(seconds=30)
+    new = hold(fresh(run), later)
+
+    assert pool_release(run_id=run.id, fence=old.fence, now=later) == 0
+    assert PoolSlot.objects.filter(run=run, fence=new.fence).exists()
+
+
+def test_the_lease_renewer_keeps_the_slots_alive_with_the_lease():
+    one = pool("one", max_concurrency=1)
+    run = claim(rule_with(one), 1)
+    hold(run)
+    run = fresh(run)
+    later = T0 + timedelta(seconds=40)
+    renewer = LeaseRenewer(run_id=run.id, fence=run.fence, ttl=TTL, clock=lambda: later)
+
+    assert renewer._renew()
+
+    assert set(PoolSlot.objects.filter(run=run).values_list("expires_at", flat=True)) == {later + TTL}
+
+
+def test_raising_a_limit_takes_effect_at_the_next_admission_without_a_restart():
+    one = pool("one", max_concurrency=1)
+    rule = rule_with(one)
+    first, second = claim(rule, 1), claim(rule, 2)
+    hold(first)
+    assert execute(second).status == "pool_wait"
+
+    one.max_concurrency = 2
+    one.save()
+    sweep(now=T0 + timedelta(seconds=1))  # the sweeper hands the new capacity to the waiter
+
+    assert handed(one) == [second.id]
+    assert execute(second, T0 + timedelta(seconds=1)).status == "succeeded"
+
+
+def test_lowering_a_limit_counts_the_runs_already_in():
+    roomy = pool("roomy")  # unlimited: slots are still counted
+    rule = rule_with(roomy)
+    first, second = claim(rule, 1), claim(rule, 2)
+    hold(first)
+    Pool.objects.filter(id=roomy.id).update(max_concurrency=1)
+    assert execute(second).status == "pool_wait"
+
+
+def test_a_rate_pool_paces_starts_and_waiters_wake_one_per_token():
+    rate = pool("rate", rate_count=2, rate_period_seconds=10)
+    rule = rule_with(rate)
+    runs = [claim(rule, i) for i in range(4)]
+
+    statuses = [execute(run).status for run in runs]
+
+    assert statuses == ["succeeded", "succeeded", "pool_wait", "pool_wait"]
+    third, fourth = fresh(runs[2]), fresh(runs[3])
+    # A token every 5 s; the second waiter is spaced behind the first instead of racing it.
+    assert (third.run_after, fourth.run_after) == (T0 + timedelta(seconds=5), T0 + timedelta(seconds=10))
+    assert third.attempts == 0 and PoolWaiter.objects.get(run=third).reason == "rate"
+    assert execute(third, T0 + timedelta(seconds=4)).status == "not_claimable"  # not due yet
+    assert execute(third, T0 + timedelta(seconds=5)).status == "succeeded"
+
+
+def test_a_paused_pool_holds_its_runs_until_the_pause_ends():
+    provider = pool("provider", paused_until=T0 + timedelta(seconds=30))
+    run = claim(rule_with(provider), 1)
+
+    assert execute(run).status == "pool_wait"
+
+    run = fresh(run)
+    assert run.run_after == T0 + timedelta(seconds=30) and run.attempts == 0
+    assert PoolWaiter.objects.get(run=run).reason == "paused"
+    assert execute(run, T0 + timedelta(seconds=30)).status == "succeeded"
+
+
+def test_a_disabled_pool_is_not_enforced():
+    one = pool("one", max_concurrency=1, enabled=False)
+    rule = rule_with(one)
+    first, second = claim(rule, 1), claim(rule, 2)
+    hold(first)
+    assert execute(second).status == "succeeded"
