@@ -9,7 +9,7 @@ from django.db.models import F
 
 from runs.backpressure import Pressure, pressure_check, pressure_note_admitted
 from runs.dispatch import run_dispatch_on_commit
-from runs.models import Decision, TaskRun
+from runs.models import Decision, PoolWaiter, TaskRun
 from tasks.models import TriggerRule
 from tasks.rules import backpressure
 
@@ -156,6 +156,8 @@ def _replace_pending(work: Work, *, now: datetime) -> TaskRun | None:
     changed = TaskRun.objects.filter(pk=head.pk, state=TaskRun.State.PENDING, attempts=0).update(
         state=TaskRun.State.COALESCED, finish_at=now
     )
+    if changed:  # it may have been waiting for pool capacity: the survivor waits in its place
+        PoolWaiter.objects.filter(run_id=head.pk).delete()
     return head if changed else None
 
 

@@ -14,7 +14,7 @@ class Migration(migrations.Migration):
 
     dependencies = [
         ('audit', '0004_pool_roles'),
-        ('runs', '0003_flow_backpressure_coalescing'),
+        ('runs', '0004_flow_backpressure_coalescing'),
     ]
 
     operations = [

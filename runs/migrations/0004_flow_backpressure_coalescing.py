@@ -16,7 +16,7 @@ def global_watermark_create(apps, schema_editor):
 class Migration(migrations.Migration):
 
     dependencies = [
-        ('runs', '0002_beat_entries'),
+        ('runs', '0003_pools'),
         ('tasks', '0003_rule_recoverability'),
     ]
 
