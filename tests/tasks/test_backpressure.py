@@ -15,7 +15,7 @@ from runs.backpressure import pressure_cache_clear
 from runs.claims import Work, run_claim
 from runs.models import Backpressure, Decision, TaskRun
 from tasks.admin.rules import lint_input
-from tasks.models import Pool, TriggerRule, TriggerSource
+from tasks.models import EventDelivery, Pool, TriggerRule, TriggerSource
 from tasks.rules import lint
 from tasks.triggers.events import event_intake
 from tasks.triggers.explain import slot_explain, trigger_explain
@@ -24,6 +24,7 @@ from tasks.triggers.operator import rule_fire
 from tasks.triggers.scheduler import TickResult, scheduler_tick
 from tests.support.desk import client_for, operator  # noqa: F401 - fixtures
 from tests.tasks.test_scheduler_tick import due_slots, make_rule, outcomes
+from tests.tasks.test_webhook import EVENT, post, source  # noqa: F401 - the signed webhook fixture
 
 pytestmark = pytest.mark.django_db
 
@@ -301,3 +302,18 @@ def test_a_rule_lint_fails_coalescing_without_an_object_key_and_names_the_waterm
     rule.refresh_from_db()
     items = {i.check: i for i in lint.rule_lint(lint_input(rule, None))}
     assert items["backpressure class fits"].status == lint.FAIL
+
+
+def test_a_webhook_sender_is_answered_202_shed_over_http_not_dropped_silently(client, source):  # noqa: F811
+    TriggerRule.objects.filter(pk=source.rule_id).update(recoverability="recomputable")
+    watermark(1)
+    backlog(1)
+
+    response = post(client, EVENT)
+
+    assert response.status_code == 202
+    body = response.json()
+    assert (body["outcome"], body["run_id"], body["created"]) == ("shed", None, False)
+    assert body["decision_id"] == Decision.objects.get(reason="shed").id
+    assert EventDelivery.objects.get().run_id is None  # remembered: a resend gets the same answer
+    assert post(client, EVENT).json()["outcome"] == "shed"
