@@ -4,8 +4,10 @@ intake resumes at the low watermark. Every intake path: scheduler slots, events,
 heartbeats; the state is the database's, so every process agrees. Real database."""
 
 from datetime import UTC, datetime, timedelta
+from io import StringIO
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
@@ -317,3 +319,17 @@ def test_a_webhook_sender_is_answered_202_shed_over_http_not_dropped_silently(cl
     assert body["decision_id"] == Decision.objects.get(reason="shed").id
     assert EventDelivery.objects.get().run_id is None  # remembered: a resend gets the same answer
     assert post(client, EVENT).json()["outcome"] == "shed"
+
+
+def test_the_explain_command_answers_for_a_trigger_by_its_business_key():
+    watermark(1)
+    backlog(1)
+    rule = event_rule("quotes", "recomputable")
+    send(rule, 7)
+    out = StringIO()
+
+    call_command("harness", "explain", "quotes", "--biz-key", "quotes:o-1:7", stdout=out)
+
+    assert "shed: did not run: Shed by backpressure" in out.getvalue()
+    with pytest.raises(CommandError, match="--biz-key"):
+        call_command("harness", "explain", "quotes")
