@@ -93,8 +93,11 @@ def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | 
     if work.start_by is not None:
         payload["start_by"] = work.start_by.isoformat()
     rule = work.rule
+    # A run gated for approval is not coalesced: approving it later must never meet a pending one
+    # of its object on the run_one_pending_per_object index.
+    coalesces = work.coalesces and state in (None, TaskRun.State.PENDING)
     run_after = work.run_after or now
-    if work.coalesces and work.run_after is None:
+    if coalesces and work.run_after is None:
         run_after = now + work.coalesce_window
     replaced: list[TaskRun] = []
     for _turn in range(MAX_COALESCE_TURNS):
@@ -116,7 +119,7 @@ def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | 
                     is_trial=work.is_trial,
                     identity=work.identity,
                     object_key=work.object_key,
-                    coalesces=work.coalesces,
+                    coalesces=coalesces,
                     state=state or TaskRun.State.PENDING,
                 )
             break
@@ -124,7 +127,7 @@ def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | 
             updated = TaskRun.objects.filter(biz_key=work.biz_key).update(dedupe_hits=F("dedupe_hits") + 1)
             if updated:
                 return ClaimResult(run=TaskRun.objects.get(biz_key=work.biz_key), created=False)
-            if not work.coalesces:  # the conflict was not on biz_key: a real error
+            if not coalesces:  # the conflict was not on biz_key: a real error
                 raise
             head = _replace_pending(work, now=now)
             if head is not None:

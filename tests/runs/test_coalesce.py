@@ -10,13 +10,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 
-from runs.claims import MAX_COALESCE_TURNS
+from runs.approvals import catchup_approve
+from runs.claims import MAX_COALESCE_TURNS, run_claim
 from runs.executor import run_execute
 from runs.leases import run_lease_claim
 from runs.models import Decision, TaskRun
 from tasks.models import TriggerRule, TriggerSource
 from tasks.triggers.events import event_intake
 from tasks.triggers.operator import rule_fire
+from tasks.triggers.work import work_for_slot
 from tests.runs.test_claims import run_concurrently
 
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
@@ -190,3 +192,25 @@ def test_concurrent_triggers_leave_exactly_one_pending_run_and_lose_none():
     # Every trigger is the survivor or a coalesced decision pointing at it.
     assert sorted(decisions.values_list("biz_key", flat=True)) == sorted(coalesced.values_list("biz_key", flat=True))
     assert set(decisions.values_list("survivor_id", flat=True)) == {pending.get().pk}
+
+
+@pytest.mark.django_db
+def test_a_catch_up_run_gated_for_approval_is_not_coalesced_and_approving_it_never_conflicts():
+    rule = TriggerRule.objects.create(
+        name="hourly-sync",
+        reason="test",
+        timezone="UTC",
+        cron="0 * * * *",
+        skill="harness.noop",
+        object_key_template="account:main",
+        recoverability="coalesce",
+    )
+    gated = run_claim(
+        work_for_slot(rule, NOW - timedelta(hours=2), source="catchup"), now=NOW, state="awaiting_approval"
+    )
+    on_time = run_claim(work_for_slot(rule, NOW, source="scheduler"), now=NOW)
+    assert on_time.replaced == ()
+
+    assert catchup_approve(run_ids=[gated.run.id], actor="olga", now=NOW) == 1
+
+    assert TaskRun.objects.filter(rule=rule, state=TaskRun.State.PENDING).count() == 2
