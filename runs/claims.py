@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
+from runs.admission import pool_release
 from runs.backpressure import Pressure, pressure_check, pressure_note_admitted
 from runs.dispatch import run_dispatch_on_commit
 from runs.models import Decision, PoolWaiter, TaskRun
@@ -159,8 +160,11 @@ def _replace_pending(work: Work, *, now: datetime) -> TaskRun | None:
     changed = TaskRun.objects.filter(pk=head.pk, state=TaskRun.State.PENDING, attempts=0).update(
         state=TaskRun.State.COALESCED, finish_at=now
     )
-    if changed:  # it may have been waiting for pool capacity: the survivor waits in its place
+    if changed:
+        # It may have been waiting for pool capacity, or just been handed a slot: the survivor
+        # waits in its place, and a handed slot goes to the next waiting run now, not in 30 s.
         PoolWaiter.objects.filter(run_id=head.pk).delete()
+        pool_release(run_id=head.pk, fence=head.fence, now=now)
     return head if changed else None
 
 

@@ -14,8 +14,8 @@ from runs.approvals import catchup_approve
 from runs.claims import MAX_COALESCE_TURNS, run_claim
 from runs.executor import run_execute
 from runs.leases import run_lease_claim
-from runs.models import Decision, TaskRun
-from tasks.models import TriggerRule, TriggerSource
+from runs.models import Decision, PoolSlot, PoolWaiter, TaskRun
+from tasks.models import Pool, TriggerRule, TriggerSource
 from tasks.triggers.events import event_intake
 from tasks.triggers.operator import rule_fire
 from tasks.triggers.work import work_for_slot
@@ -214,3 +214,19 @@ def test_a_catch_up_run_gated_for_approval_is_not_coalesced_and_approving_it_nev
     assert catchup_approve(run_ids=[gated.run.id], actor="olga", now=NOW) == 1
 
     assert TaskRun.objects.filter(rule=rule, state=TaskRun.State.PENDING).count() == 2
+
+
+@pytest.mark.django_db
+def test_a_replaced_run_gives_up_its_place_in_the_pool_line_and_any_slot_it_was_handed():
+    rule = coalescing_rule()
+    pool = Pool.objects.create(name="provider", reason="test", max_concurrency=1)
+    first = TaskRun.objects.get(pk=send(rule, 1).run_id)
+    PoolWaiter.objects.create(run=first, pool=pool, reason="concurrency", since=NOW, checked_at=NOW)
+    PoolSlot.objects.create(
+        pool=pool, run=first, fence=first.fence, acquired_at=NOW, expires_at=NOW + timedelta(seconds=30)
+    )
+
+    send(rule, 2)
+
+    assert not PoolWaiter.objects.filter(run=first).exists()
+    assert not PoolSlot.objects.filter(run=first).exists()  # free for the next run now, not when it expires
