@@ -169,9 +169,10 @@ def _replace_pending(work: Work, *, now: datetime) -> TaskRun | None:
 
 
 def _record_coalesced(head: TaskRun, *, survivor: TaskRun, work: Work, now: datetime) -> None:
-    """The replaced run's decision, and every earlier decision that pointed at it, point at the survivor."""
+    """The replaced run's decision points at the run that replaced it. A longer chain is followed
+    when asked (runs.selectors.run_coalesced_into), not rewritten here: repointing every earlier
+    decision would cost each trigger of a busy object a write per trigger before it."""
     TaskRun.objects.filter(pk=head.pk).update(last_error=f"coalesced into run {survivor.id} ({survivor.biz_key})")
-    Decision.objects.filter(survivor=head).update(survivor=survivor)
     details = {
         "run_id": head.id,
         "slot": head.slot.isoformat() if head.slot else None,
@@ -186,9 +187,9 @@ def _record_coalesced(head: TaskRun, *, survivor: TaskRun, work: Work, now: date
     fields = {"reason": Decision.Reason.COALESCED, "details": details, "survivor": survivor, "created_at": now}
     try:
         with transaction.atomic():
-            Decision.objects.create(rule=head.rule, slot=None, biz_key=head.biz_key, **fields)
+            Decision.objects.create(rule=work.rule, slot=None, biz_key=head.biz_key, **fields)
     except IntegrityError:  # the trigger was shed once before it got its run: the decision now says coalesced
-        Decision.objects.filter(rule=head.rule, slot=None, biz_key=head.biz_key).update(hits=F("hits") + 1, **fields)
+        Decision.objects.filter(rule=work.rule, slot=None, biz_key=head.biz_key).update(hits=F("hits") + 1, **fields)
 
 
 def _shed(work: Work, pressure: Pressure, *, now: datetime) -> ClaimResult:

@@ -266,7 +266,8 @@ class Decision(models.Model):
     biz_key = models.CharField(max_length=255, blank=True)
     reason = models.CharField(max_length=30, choices=Reason.choices)
     details = models.JSONField(default=dict, blank=True)
-    # Coalesced: the run that carries the work now (its newest trigger).
+    # Coalesced: the run that replaced this trigger's run. If that one was replaced in turn, the run
+    # carrying the work now is runs.selectors.run_coalesced_into (explain and intake answers use it).
     survivor = models.ForeignKey(
         TaskRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="coalesced_decisions"
     )

@@ -17,6 +17,7 @@ from django.db.models import F
 
 from runs.claims import run_claim
 from runs.models import Decision, TaskRun
+from runs.selectors import run_coalesced_into
 from tasks.models import EventDelivery, EventMetric, EventRefusal, TriggerSource
 from tasks.rules import events
 from tasks.rules.events import Refused
@@ -260,8 +261,8 @@ def _flow_answer(rule, run: TaskRun | None, *, biz_key: str) -> IntakeResult | N
         extra = {"decision_id": decision.id if decision else None, "backpressure": details}
         return IntakeResult(202, SHED, detail, None, biz_key, extra={**extra, "detail": detail})
     if run.state == TaskRun.State.COALESCED:
-        decision = Decision.objects.filter(rule=rule, slot=None, biz_key=run.biz_key).select_related("survivor").first()
-        survivor = decision.survivor if decision else None
+        decision = Decision.objects.filter(rule=rule, slot=None, biz_key=run.biz_key).first()
+        survivor = run_coalesced_into(run)
         extra = {
             "decision_id": decision.id if decision else None,
             "survivor": {"run_id": survivor.id, "biz_key": survivor.biz_key} if survivor else None,

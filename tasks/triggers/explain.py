@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 from django.utils.dateparse import parse_datetime
 
 from runs.models import Decision, SlotHold, TaskRun
-from runs.selectors import run_wait_explain
+from runs.selectors import run_coalesced_into, run_wait_explain
 from tasks.models import TriggerRule
 from tasks.rules import evaluation, schedule
 from tasks.rules.guards import rule_guards
@@ -148,10 +148,14 @@ def trigger_explain(*, rule: TriggerRule, biz_key: str, now: datetime) -> dict:
     "summary", "details", ...}. outcome is one of run | coalesced | shed | no_record."""
     base = {"rule": rule.name, "biz_key": biz_key}
     run = TaskRun.objects.filter(rule=rule, biz_key=biz_key).first()
-    decision = Decision.objects.filter(rule=rule, slot=None, biz_key=biz_key).select_related("survivor").first()
+    decision = Decision.objects.filter(rule=rule, slot=None, biz_key=biz_key).first()
     if run is not None and run.state == TaskRun.State.COALESCED:
-        survivor = decision.survivor if decision else None
-        details = {**(decision.details if decision else {}), "run_id": run.id}
+        survivor = run_coalesced_into(run)
+        details = {
+            **(decision.details if decision else {}),
+            "run_id": run.id,
+            "carried_by_run_id": survivor.id if survivor else None,
+        }
         where = f"run {survivor.id} ({survivor.biz_key}, {survivor.get_state_display()})" if survivor else "a newer run"
         summary = (
             f"coalesced: run {run.id} was replaced before it started by a newer trigger of object "

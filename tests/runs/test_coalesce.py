@@ -15,6 +15,7 @@ from runs.claims import MAX_COALESCE_TURNS, run_claim
 from runs.executor import run_execute
 from runs.leases import run_lease_claim
 from runs.models import Decision, PoolSlot, PoolWaiter, TaskRun
+from runs.selectors import run_coalesced_into
 from tasks.models import Pool, TriggerRule, TriggerSource
 from tasks.triggers.events import event_intake
 from tasks.triggers.operator import rule_fire
@@ -118,15 +119,19 @@ def test_other_objects_and_other_rules_are_not_coalesced():
 
 
 @pytest.mark.django_db
-def test_a_chain_of_triggers_leaves_one_survivor_that_every_decision_points_at():
+def test_a_chain_of_triggers_leaves_one_survivor_that_every_replaced_run_leads_to():
     rule = coalescing_rule()
     results = [send(rule, v, at=NOW + timedelta(seconds=v)) for v in range(1, 5)]
 
     survivor = TaskRun.objects.get(state=TaskRun.State.PENDING)
     assert survivor.pk == results[-1].run_id
     decisions = Decision.objects.filter(reason=Decision.Reason.COALESCED)
-    assert decisions.count() == 3 and {d.survivor_id for d in decisions} == {survivor.pk}
-    assert TaskRun.objects.filter(state=TaskRun.State.COALESCED).count() == 3
+    # Each decision names the run that replaced it; following them ends at the one survivor.
+    assert [d.survivor_id for d in decisions.order_by("id")] == [r.run_id for r in results[1:]]
+    replaced = TaskRun.objects.filter(state=TaskRun.State.COALESCED)
+    assert replaced.count() == 3 and {run_coalesced_into(r) for r in replaced} == {survivor}
+    # A resend of the first trigger is told which run carries its work now, not the next link.
+    assert send(rule, 1, at=NOW + timedelta(seconds=9)).as_json()["survivor"]["run_id"] == survivor.pk
 
 
 @pytest.mark.django_db
@@ -189,9 +194,9 @@ def test_concurrent_triggers_leave_exactly_one_pending_run_and_lose_none():
     coalesced = TaskRun.objects.filter(state=TaskRun.State.COALESCED)
     assert TaskRun.objects.count() == racers and coalesced.count() == racers - 1
     decisions = Decision.objects.filter(reason=Decision.Reason.COALESCED)
-    # Every trigger is the survivor or a coalesced decision pointing at it.
+    # Every trigger is the survivor or a coalesced run with its decision, leading to the survivor.
     assert sorted(decisions.values_list("biz_key", flat=True)) == sorted(coalesced.values_list("biz_key", flat=True))
-    assert set(decisions.values_list("survivor_id", flat=True)) == {pending.get().pk}
+    assert {run_coalesced_into(r) for r in coalesced} == {pending.get()}
 
 
 @pytest.mark.django_db
