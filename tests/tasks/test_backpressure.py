@@ -333,3 +333,10 @@ def test_the_explain_command_answers_for_a_trigger_by_its_business_key():
     assert "shed: did not run: Shed by backpressure" in out.getvalue()
     with pytest.raises(CommandError, match="--biz-key"):
         call_command("harness", "explain", "quotes")
+
+
+def test_the_rule_page_shows_the_class_and_the_coalesce_window(operator):  # noqa: F811
+    rule = make_rule("refresh", recoverability="recomputable", due=None)
+    page = client_for(operator).get(reverse("admin:tasks_triggerrule_change", args=[rule.pk])).content.decode()
+    assert 'name="recoverability"' in page and 'name="coalesce_window_seconds"' in page
+    assert "backpressure class fits" in page
