@@ -82,20 +82,22 @@ def run_pool_values(run: TaskRun) -> dict[str, str]:
     }
 
 
-def run_pool_ids(run: TaskRun) -> tuple[list[int], set[int]]:
-    """The enabled pools the run draws from: global, its rule's pools and its agent's pool;
-    and which of them it draws from only as its agent's provider limit (their rate counts model
-    calls, runs/calls.py, not run starts)."""
+def run_pools(run: TaskRun) -> tuple[list[Pool], set[int]]:
+    """The enabled pools the run draws from, in id order: global, its rule's pools and its agent's
+    pool; and which of them it draws from only as its agent's provider limit (their rate counts
+    model calls, runs/calls.py, not run starts). One query, two with an agent."""
     # Not rules__id=None: that would mean "pools no rule names".
     drawn = Q(name=GLOBAL_POOL) | Q(rules__id=run.rule_id) if run.rule_id is not None else Q(name=GLOBAL_POOL)
-    named = set(Pool.objects.filter(drawn, enabled=True).values_list("id", flat=True).distinct())
+    named = {p.id: p for p in Pool.objects.filter(drawn, enabled=True)}
     if not named and not Pool.objects.filter(name=GLOBAL_POOL).exists():
         # Installed by a data migration; a flushed test database or a hand-deleted row gets it back.
-        named = {Pool.objects.get_or_create(name=GLOBAL_POOL, defaults={"reason": "Every run draws from it."})[0].id}
-    agent = set()
+        glob = Pool.objects.get_or_create(name=GLOBAL_POOL, defaults={"reason": "Every run draws from it."})[0]
+        named = {glob.id: glob}
+    agent = {}
     if run.payload.get("agent"):  # the agent the run was triggered with (the rule's snapshot)
-        agent = set(Pool.objects.filter(enabled=True, agents__name=run.payload["agent"]).values_list("id", flat=True))
-    return sorted(named | agent), agent - named
+        agent = {p.id: p for p in Pool.objects.filter(enabled=True, agents__name=run.payload["agent"])}
+    pools = {**agent, **named}
+    return [pools[i] for i in sorted(pools)], set(agent) - set(named)
 
 
 def _limited(pool: Pool) -> bool:
@@ -128,17 +130,18 @@ def pool_admit(run: TaskRun, *, worker: str, now: datetime, ttl: timedelta) -> A
     """
     fence = run.fence + 1
     values = run_pool_values(run)
-    ids, agent_only = run_pool_ids(run)
+    pools, agent_only = run_pools(run)
     with transaction.atomic():
-        pools = list(Pool.objects.filter(id__in=ids).order_by("id"))
         limited = [p.id for p in pools if _limited(p)]
         if limited:
             # The row locks, in id order (no deadlock); the locked rows carry the limits as of now.
             fresh = {p.id: p for p in Pool.objects.select_for_update().filter(id__in=limited).order_by("id")}
             pools = [fresh.get(p.id, p) for p in pools]
         keys = {p.id: _key(p, values) for p in pools}
-        PoolSlot.objects.filter(run_id=run.id).exclude(fence=fence).delete()  # stale: an older attempt's
-        held = set(PoolSlot.objects.filter(run_id=run.id, fence=fence).values_list("pool_id", flat=True))
+        mine = list(PoolSlot.objects.filter(run_id=run.id).values_list("pool_id", "fence"))
+        if any(f != fence for _, f in mine):  # an older attempt's, never released (a crash)
+            PoolSlot.objects.filter(run_id=run.id).exclude(fence=fence).delete()
+        held = {pool_id for pool_id, f in mine if f == fence}  # handed over by a release
 
         refusal, refused_pool, takes = None, None, {}
         for pool in pools:
@@ -172,7 +175,8 @@ def pool_admit(run: TaskRun, *, worker: str, now: datetime, ttl: timedelta) -> A
                 pool_id=pool_id, key=keys[pool_id], defaults={"tokens": take.bucket.tokens, "tokens_at": now}
             )
         expires = now + ttl
-        PoolSlot.objects.filter(run_id=run.id, fence=fence).update(worker=worker, expires_at=expires)
+        if held:
+            PoolSlot.objects.filter(run_id=run.id, fence=fence).update(worker=worker, expires_at=expires)
         PoolSlot.objects.bulk_create(
             [
                 PoolSlot(
@@ -188,9 +192,7 @@ def pool_admit(run: TaskRun, *, worker: str, now: datetime, ttl: timedelta) -> A
                 if p.id not in held
             ]
         )
-        for pool in pools:
-            if pool.max_concurrency is not None and pool.id not in held:
-                _mark_started(pool.id, _fair_key(pool, keys, pools, run), now=now)
+        # Fair order is remembered at handovers only (pool_wake): without a queue there is no turn to take.
         PoolWaiter.objects.filter(run_id=run.id).delete()
     return Admission(run.id, fence)
 
@@ -250,11 +252,19 @@ def _mark_started(pool_id: int, fair_key: str, *, now: datetime) -> None:
 
 def pool_release(*, run_id: int, fence: int, now: datetime) -> int:
     """The attempt ended (any outcome): give back its slots and hand each to the next waiting run."""
-    freed = list(PoolSlot.objects.filter(run_id=run_id, fence=fence).values_list("pool_id", "key"))
+    freed = list(PoolSlot.objects.filter(run_id=run_id, fence=fence).values_list("id", "pool_id", "key"))
     if not freed:
         return 0
-    PoolSlot.objects.filter(run_id=run_id, fence=fence).delete()
-    return sum(pool_wake(pool_id=pool_id, key=key, now=now) for pool_id, key in freed)
+    PoolSlot.objects.filter(id__in=[i for i, _, _ in freed]).delete()
+    # Only where a run waits for a slot (one indexed look-up): a waiter recorded at this very
+    # moment is woken by the sweeper's next pass instead.
+    waiting = {
+        (pool_id, key)
+        for pool_id, key in PoolWaiter.objects.filter(reason=Reason.CONCURRENCY, pool_id__in=[p for _, p, _ in freed])
+        .values_list("pool_id", "key")
+        .distinct()
+    }
+    return sum(pool_wake(pool_id=p, key=k, now=now) for _, p, k in freed if (p, k) in waiting)
 
 
 def slots_renew(*, run_id: int, fence: int, expires_at: datetime) -> None:

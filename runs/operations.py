@@ -12,7 +12,7 @@ from deadletters.services import deadletter_mark_replayed
 from harness_site.audit.models import AuditEntry
 from harness_site.audit.services import audit_record
 from runs.dispatch import run_dispatch_on_commit
-from runs.models import Attempt, Lease, TaskRun
+from runs.models import Attempt, Lease, PoolSlot, TaskRun
 from tasks.skills.sdk import ErrorKind
 
 RETRYABLE_STATES = (TaskRun.State.WAITING_RETRY, TaskRun.State.FAILED)
@@ -121,6 +121,8 @@ def run_lease_force_release(*, run_id: int, actor, now: datetime, reason: str) -
         Attempt.objects.filter(run_id=run.id, fence=run.fence, outcome=Attempt.Outcome.RUNNING).update(
             outcome=Attempt.Outcome.FENCED, finished_at=now, error_kind=ErrorKind.LEASE_LOST, error=message
         )
+        # Its pool slots go with the lease, as on expiry (the next sweep hands them on).
+        PoolSlot.objects.filter(run_id=run.id, fence=run.fence).delete()
         audit_record(
             actor=actor,
             action=AuditEntry.Action.LEASE_RELEASE,

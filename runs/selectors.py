@@ -170,6 +170,9 @@ def pool_pressure(*, now: datetime, top: int = 5) -> list[dict]:
                 "shed_1h": sum(shed.get(("shed", name), 0) for name in mine),
                 "coalesced_1h": sum(shed.get(("coalesced", name), 0) for name in mine),
                 "oldest_waiting": oldest.get(pool.id),
+                "oldest_waiting_reason": PoolWaiter.Reason(oldest[pool.id]["reason"]).label
+                if pool.id in oldest
+                else "",
                 "oldest_waiting_age_seconds": (now - oldest[pool.id]["since"]).total_seconds()
                 if pool.id in oldest
                 else None,

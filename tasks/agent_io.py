@@ -7,6 +7,7 @@ are safe to commit. Rules name their agent by name ("agent": "demo-echo").
 from django.core.exceptions import ValidationError
 
 from tasks.models.agent import Agent
+from tasks.pool_io import Staged, pool_lookup
 
 AGENT_FIELDS = (
     "name",
@@ -21,17 +22,23 @@ AGENT_FIELDS = (
     "max_calls_per_hour",
     "max_tokens_per_hour",
     "store_prompts",
+    "pool",
 )
 REQUIRED_AGENT_FIELDS = ("name", "provider", "model")
 
 
 def agent_export() -> list[dict]:
-    return [{f: getattr(a, f) for f in AGENT_FIELDS} for a in Agent.objects.order_by("name")]
+    rows = []
+    for agent in Agent.objects.select_related("pool").order_by("name"):
+        row = {f: getattr(agent, f) for f in AGENT_FIELDS}
+        row["pool"] = agent.pool.name if agent.pool_id else None
+        rows.append(row)
+    return rows
 
 
-def agent_stage(items) -> tuple[dict[str, tuple[Agent, bool, bool]], list[str]]:
+def agent_stage(items, pools: Staged | None = None) -> tuple[dict[str, tuple[Agent, bool, bool]], list[str]]:
     """Validate the file's agents without saving: name → (agent, created, changed), and errors that
-    name the agent and the field at fault."""
+    name the agent and the field at fault. An agent's "pool" names a pool of the file or the database."""
     staged: dict[str, tuple[Agent, bool, bool]] = {}
     errors: list[str] = []
     if items is None:
@@ -50,6 +57,13 @@ def agent_stage(items) -> tuple[dict[str, tuple[Agent, bool, bool]], list[str]]:
         problems += [f"field {f}: required" for f in REQUIRED_AGENT_FIELDS if item.get(f) in (None, "")]
         if isinstance(name, str) and name in staged:
             problems.append(f"field name: {name!r} appears more than once in the file")
+        if item.get("pool") not in (None, ""):
+            pool, problem = pool_lookup(item["pool"], pools or {})
+            if problem:
+                problems.append(f"field pool: {problem}")
+            item = {**item, "pool": pool}
+        elif "pool" in item:
+            item = {**item, "pool": None}
         if problems:
             errors.extend(f"{label} {p}" for p in problems)
             continue

@@ -11,6 +11,7 @@ from django.utils.dateparse import parse_datetime
 
 from tasks.agent_io import agent_export, agent_resolve, agent_save, agent_stage
 from tasks.models import ServiceIdentity, TriggerRule
+from tasks.pool_io import pool_export, pool_lookup, pool_save, pool_stage
 from tasks.triggers.operator import rule_save
 
 # Fields that travel in an export/import file, in the order they are written.
@@ -61,6 +62,7 @@ EXPORT_FIELDS = (
     "identity",
     "heartbeat_every_seconds",
     "heartbeat_grace_seconds",
+    "pools",
 )
 # Local times of day, written as "HH:MM:SS".
 TIME_FIELDS = ("ready_deadline", "hours_start", "hours_end")
@@ -87,11 +89,32 @@ def rule_export() -> dict:
         data["run_at"] = rule.run_at.isoformat() if rule.run_at else None
         data["agent"] = rule.agent.name if rule.agent_id else None
         data["identity"] = rule.identity.name if rule.identity_id else None
+        data["pools"] = sorted(p.name for p in rule.pools.all())
         for f in TIME_FIELDS:
             data[f] = data[f].isoformat() if data[f] else None
         rules.append(data)
+    doc = {"version": 1}
+    pools = [p for p in pool_export() if p != _UNTOUCHED_GLOBAL]
+    if pools:
+        doc["pools"] = pools
     agents = agent_export()
-    return {"version": 1, "agents": agents, "rules": rules} if agents else {"version": 1, "rules": rules}
+    if agents:
+        doc["agents"] = agents
+    doc["rules"] = rules
+    return doc
+
+
+# The global pool as the migration installs it is left out of an export (nothing to carry).
+_UNTOUCHED_GLOBAL = {
+    "name": "global",
+    "reason": "Every run draws from the global pool. Empty limits: unlimited.",
+    "enabled": True,
+    "max_concurrency": None,
+    "rate_count": None,
+    "rate_period_seconds": None,
+    "rate_burst": None,
+    "key_template": "",
+}
 
 
 def rule_import(text: str, *, now: datetime | None = None) -> ImportResult:
@@ -107,8 +130,10 @@ def rule_import(text: str, *, now: datetime | None = None) -> ImportResult:
     if not isinstance(items, list):
         raise RuleImportError(['file: expected {"rules": [ ... ]} or a list of rules'])
 
-    agents, errors = agent_stage(doc.get("agents") if isinstance(doc, dict) else None)
-    staged: list[tuple[TriggerRule, bool, bool]] = []
+    pools, errors = pool_stage(doc.get("pools") if isinstance(doc, dict) else None)
+    agents, agent_errors = agent_stage(doc.get("agents") if isinstance(doc, dict) else None, pools)
+    errors += agent_errors
+    staged: list[tuple[TriggerRule, bool, bool, list | None]] = []
     seen: set[str] = set()
     for index, item in enumerate(items):
         label = f"rule #{index + 1}"
@@ -127,13 +152,16 @@ def rule_import(text: str, *, now: datetime | None = None) -> ImportResult:
         identity_problem = _identity_resolve(item)
         if identity_problem:
             problems.append(f"field identity: {identity_problem}")
+        rule_pools, pool_problems = _pools_resolve(item, pools)
+        problems += pool_problems
         if problems:
             errors.extend(f"{label} {p}" for p in problems)
             continue
         rule = TriggerRule.objects.filter(name=name).first()
         created = rule is None
         rule = rule or TriggerRule()
-        before = {f: getattr(rule, f) for f in EXPORT_FIELDS} if not created else None
+        before = {f: getattr(rule, f) for f in RULE_FIELDS} if not created else None
+        pools_before = set() if created else {p.name for p in rule.pools.all()}
         for f, value in item.items():
             setattr(rule, f, value)
         try:
@@ -142,19 +170,46 @@ def rule_import(text: str, *, now: datetime | None = None) -> ImportResult:
             for f, messages in exc.message_dict.items():
                 errors.extend(f"{label} field {f}: {m}" for m in messages)
             continue
-        changed = created or before != {f: getattr(rule, f) for f in EXPORT_FIELDS}
-        staged.append((rule, created, changed))
+        pools_changed = rule_pools is not None and {p.name for p in rule_pools} != pools_before
+        changed = created or pools_changed or before != {f: getattr(rule, f) for f in RULE_FIELDS}
+        staged.append((rule, created, changed, rule_pools))
     if errors:
         raise RuleImportError(errors)
 
     result = ImportResult()
     with transaction.atomic():
-        agent_save(agents)  # first: rules may name an agent new in this file
-        for rule, created, changed in staged:
+        pool_save(pools)  # first: agents and rules may name a pool new in this file
+        agent_save(agents)  # then: rules may name an agent new in this file
+        for rule, created, changed, rule_pools in staged:
             if changed:
                 rule_save(rule, now=now)
+                if rule_pools is not None:
+                    rule.pools.set(rule_pools)
             (result.created if created else result.updated if changed else result.unchanged).append(rule.name)
     return result
+
+
+# The rule's own columns (pools is a many-to-many, set after the rule is saved).
+RULE_FIELDS = tuple(f for f in EXPORT_FIELDS if f != "pools")
+
+
+def _pools_resolve(item: dict, staged) -> tuple[list | None, list[str]]:
+    """Take a rule item's "pools" (names) out of it: the pools, or None when the file does not say."""
+    if "pools" not in item:
+        return None, []
+    names = item.pop("pools")
+    if names is None:
+        return [], []
+    if not isinstance(names, list):
+        return None, [f"field pools: must be a JSON list of pool names, got {json.dumps(names)}"]
+    found, problems = [], []
+    for name in names:
+        pool, problem = pool_lookup(name, staged)
+        if problem:
+            problems.append(f"field pools: {problem}")
+        else:
+            found.append(pool)
+    return found, problems
 
 
 # JSON type of each imported field; bool is excluded from the numbers (True is not 1 second).
@@ -204,6 +259,7 @@ IMPORT_TYPES = {
     "identity": str,
     "heartbeat_every_seconds": int,
     "heartbeat_grace_seconds": int,
+    "pools": list,
 }
 NULLABLE_IMPORT_FIELDS = {
     "interval_seconds",
@@ -218,6 +274,7 @@ NULLABLE_IMPORT_FIELDS = {
     "hours_end",
     "identity",
     "heartbeat_every_seconds",
+    "pools",
 }
 _TYPE_NAMES = {
     str: "a string",

@@ -36,6 +36,7 @@ LONGEST_FIRST = (
     "tests/tasks/test_scheduler_tick.py::test_every_slot_ends_in_exactly_one_run_or_decision[gap2-",
     "tests/deadletters/test_alerts.py::test_a_storm_of_500",
     "tests/e2e/test_failures_e2e.py::",
+    "tests/e2e/test_flow_e2e.py::",
     "tests/e2e/test_object_lease_e2e.py::",
     "tests/e2e/test_steps_e2e.py::",
     "tests/e2e/test_guards_e2e.py::",

@@ -7,7 +7,11 @@ One invocation, in order (worker processes are the same for every phase):
   1. Bare Celery baseline: N no-op tasks (tests/bench/bench_tasks.py) from first publish to last execution.
   2. Harness: N runs of harness.noop claimed through runs.claims.run_claim (source "api", one transaction
      each, dispatched on commit), then executed by the workers until all have succeeded.
-  3. Lateness: beat (DatabaseScheduler) + interval rules of 1 s for --seconds; per scheduled run
+  3. Pool accounting (issue 11): N runs claimed without a message, then dispatched at once and drained,
+     first with every pool switched off (no admission rows or locks), then drawing from a named pool
+     whose limit never binds (slot rows under the Pool row lock, plus the global pool): runs/s of
+     each, their ratio and SQL statements per run, the cost of pool accounting per run.
+  4. Lateness: beat (DatabaseScheduler) + interval rules of 1 s for --seconds; per scheduled run
      trigger_at - slot, start_at - slot and start_at - trigger_at percentiles.
 
 The database (default postgres://root@127.0.0.1:5432/harness_bench) is created and migrated if needed;
@@ -27,7 +31,7 @@ from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlsplit
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]  # the checkout (this file is tests/bench/benchmark.py)
 DEFAULT_DATABASE_URL = "postgres://root@127.0.0.1:5432/harness_bench"
 DEFAULT_BROKER_URL = "redis://127.0.0.1:6379/14"
 POLL = 0.02  # seconds between completion polls
@@ -246,7 +250,7 @@ def bench_celery(n: int, procs: list[Proc], timeout: float) -> dict:
     return {"publish": n / (t_pub - t0), "e2e": n / (t_end - t0), "seconds": t_end - t0}
 
 
-def harness_claim(tag: str, i: int, *, dispatch: bool = True):
+def harness_claim(tag: str, i: int, *, dispatch: bool = True, rule=None):
     from django.db import transaction
     from django.utils import timezone
 
@@ -261,19 +265,20 @@ def harness_claim(tag: str, i: int, *, dispatch: bool = True):
                 source=TaskRun.Source.API,
                 triggered_by="benchmark",
                 payload={"params": {}},
+                rule=rule,
             ),
             now=timezone.now(),
             dispatch=dispatch,
         )
 
 
-def bench_harness(n: int, tag: str, procs: list[Proc], timeout: float) -> dict:
+def bench_harness(n: int, tag: str, procs: list[Proc], timeout: float, rule=None) -> dict:
     from django.db.models import Max, Min
 
     from runs.models import TaskRun
 
     t0 = time.time()
-    ids = [harness_claim(tag, i).run.id for i in range(n)]
+    ids = [harness_claim(tag, i, rule=rule).run.id for i in range(n)]
     t_claim = time.time()
     runs = TaskRun.objects.filter(id__gte=min(ids), id__lte=max(ids), biz_key__startswith=f"bench:{tag}:")
     wait_for(
@@ -300,6 +305,75 @@ def bench_harness(n: int, tag: str, procs: list[Proc], timeout: float) -> dict:
         "in_worker_p50_ms": pct(in_worker, 50) * 1000,
         "succeeded": succeeded,
     }
+
+
+def bench_pools(n: int, tag: str, procs: list[Proc], timeout: float) -> dict:
+    """Runs/s without any pool accounting, then drawing from a pool whose limit never binds.
+
+    Claimed first without a message, then all dispatched at once, so the figure is the workers'
+    execution rate alone (admission, lease, skill, outcome, release), not the claiming client's."""
+    from tasks.models import GLOBAL_POOL, Pool, TriggerRule
+
+    rule = TriggerRule.objects.create(
+        name=f"bench-{tag}-pooled",
+        reason="benchmark: pool accounting",
+        kind=TriggerRule.Kind.INTERVAL,
+        interval_seconds=3600,
+        enabled=False,
+        timezone="UTC",
+        skill="harness.noop",
+    )
+    pool = Pool.objects.create(name=f"bench-{tag}", reason="benchmark: never binds", max_concurrency=100_000)
+    rule.pools.set([pool])
+    Pool.objects.update(enabled=False)
+    try:
+        without = _bench_drain(n, f"{tag}-nopool", procs, timeout, rule=rule)
+        without["statements"] = _execute_statements(f"{tag}-nopool-count", rule)
+    finally:
+        Pool.objects.filter(name__in=[GLOBAL_POOL, pool.name]).update(enabled=True)
+    pooled = _bench_drain(n, f"{tag}-pool", procs, timeout, rule=rule)
+    pooled["statements"] = _execute_statements(f"{tag}-pool-count", rule)
+    pool.delete()
+    return {"without": without, "with": pooled}
+
+
+def _bench_drain(n: int, tag: str, procs: list[Proc], timeout: float, *, rule) -> dict:
+    from celery import current_app
+    from django.db.models import Max, Min
+
+    from runs.dispatch import EXECUTE_TASK
+    from runs.models import TaskRun
+
+    ids = [harness_claim(tag, i, dispatch=False, rule=rule).run.id for i in range(n)]
+    for run_id in ids:
+        current_app.send_task(EXECUTE_TASK, args=[run_id])
+    runs = TaskRun.objects.filter(id__in=ids)
+    wait_for(
+        lambda: runs.filter(state__in=TaskRun.FINISHED).count() >= n,
+        timeout=timeout,
+        what=f"{n} runs ({tag}) to finish",
+        procs=procs,
+    )
+    agg = runs.aggregate(first_start=Min("start_at"), last_finish=Max("finish_at"))
+    in_worker = [(f - s).total_seconds() for s, f in runs.values_list("start_at", "finish_at")]
+    return {
+        "exec": n / (agg["last_finish"] - agg["first_start"]).total_seconds(),
+        "in_worker_p50_ms": pct(in_worker, 50) * 1000,
+        "succeeded": runs.filter(state=TaskRun.State.SUCCEEDED).count(),
+    }
+
+
+def _execute_statements(tag: str, rule) -> int:
+    from django.db import connection
+    from django.test.utils import CaptureQueriesContext
+    from django.utils import timezone
+
+    from runs import executor
+
+    run = harness_claim(tag, 0, dispatch=False, rule=rule).run
+    with CaptureQueriesContext(connection) as queries:
+        executor.run_execute(run_id=run.id, worker="bench-inprocess", clock=timezone.now)
+    return len(queries)
 
 
 def bench_claim_variants(n: int, tag: str) -> dict:
@@ -444,6 +518,7 @@ def main() -> None:
         bench_celery(args.workers * 10, procs, timeout=60)
         out["celery"] = bench_celery(args.runs, procs, args.timeout)
         out["harness"] = bench_harness(args.runs, tag, procs, args.timeout)
+        out["pools"] = bench_pools(args.runs, tag, procs, args.timeout)
         out["variants"] = bench_claim_variants(min(args.runs, 500), tag)
         out["statements"] = statement_counts(tag)
         out["late"] = bench_lateness(args, tag, log_dir, procs)
@@ -505,6 +580,21 @@ def report(args: argparse.Namespace, out: dict, control_queue: str | None, elaps
             f"{har['drained']} runs; claims took {har['claim_seconds']:.1f}s; "
             f"start->finish p50 {har['in_worker_p50_ms']:.1f} ms",
         )
+    pools = out.get("pools")
+    if pools:
+        off, on = pools["without"], pools["with"]
+        row(
+            "harness drain, no pool accounting",
+            off["exec"],
+            "runs/s",
+            f"every pool off; {off['statements']} statements/run",
+        )
+        row(
+            "harness drain, with a pool",
+            on["exec"],
+            "runs/s",
+            f"{on['exec'] / off['exec']:.2f}x without; {on['statements']} statements/run (global + 1 named pool)",
+        )
     width = max(len(r[0]) for r in rows) if rows else 0
     print()
     for name, value, note in rows:
@@ -514,6 +604,13 @@ def report(args: argparse.Namespace, out: dict, control_queue: str | None, elaps
         print(
             f"\n  SQL statements incl. BEGIN/SAVEPOINT/COMMIT: claim {s['claim']},"
             f" execution {s['execute']} ({s['execute_status']})"
+        )
+    if pools:
+        off, on = pools["without"], pools["with"]
+        print(
+            f"\n  pool accounting: {on['exec']:,.0f} runs/s with a pool / {off['exec']:,.0f} runs/s without"
+            f" = {on['exec'] / off['exec']:.2f} ({on['statements']} vs {off['statements']} SQL statements per run;"
+            f" start->finish p50 {on['in_worker_p50_ms']:.1f} ms vs {off['in_worker_p50_ms']:.1f} ms)"
         )
     late = out.get("late")
     if late:

@@ -13,6 +13,7 @@ from runs.claims import Work, run_claim
 from runs.executor import run_execute
 from runs.leases import LeaseRenewer, run_lease_claim
 from runs.models import Attempt, PoolSlot, PoolWaiter, TaskRun
+from runs.operations import run_lease_force_release
 from runs.sweeper import sweep
 from tasks.models import GLOBAL_POOL, Pool
 from tests.support.desk import make_rule
@@ -288,3 +289,17 @@ def test_a_disabled_pool_is_not_enforced():
     first, second = claim(rule, 1), claim(rule, 2)
     hold(first)
     assert execute(second).status == "succeeded"
+
+
+def test_a_force_released_lease_gives_its_slots_back():
+    one = pool("one", max_concurrency=1)
+    rule = rule_with(one)
+    stuck, waiting = claim(rule, 1), claim(rule, 2)
+    hold(stuck)
+    assert execute(waiting).status == "pool_wait"
+
+    assert run_lease_force_release(run_id=stuck.id, actor="oncall", now=T0 + timedelta(seconds=5), reason="stuck")
+    sweep(now=T0 + timedelta(seconds=6))
+
+    assert not PoolSlot.objects.filter(run=stuck).exists()
+    assert handed(one) == [waiting.id]

@@ -3,7 +3,9 @@
 import pytest
 from django.core.exceptions import ValidationError
 
-from tasks.models import GLOBAL_POOL, Pool
+from tasks.management.commands.harness import DEMO_RULES
+from tasks.models import GLOBAL_POOL, Agent, Pool, TriggerRule
+from tasks.services import RuleImportError, rule_export, rule_import
 
 pytestmark = pytest.mark.django_db
 
@@ -28,3 +30,25 @@ def test_a_rate_needs_its_period():
     with pytest.raises(ValidationError) as exc:
         Pool(name="p", reason="r", rate_count=10).full_clean()
     assert "rate_period_seconds" in exc.value.message_dict
+
+
+def test_the_demo_file_imports_its_pools_and_who_draws_from_them_and_exports_them_again():
+    rule_import(DEMO_RULES.read_text())
+
+    assert Pool.objects.get(name="demo-reports").max_concurrency == 2
+    assert [p.name for p in TriggerRule.objects.get(name="demo-daily-report").pools.all()] == ["demo-reports"]
+    assert Agent.objects.get(name="demo-echo").pool.rate_count == 30
+    doc = rule_export()
+    assert {p["name"] for p in doc["pools"]} == {"demo-echo-provider", "demo-reports"}  # untouched global left out
+    assert next(r for r in doc["rules"] if r["name"] == "demo-daily-report")["pools"] == ["demo-reports"]
+    # The same file again changes nothing.
+    again = rule_import(DEMO_RULES.read_text())
+    assert again.created == [] and again.updated == []
+
+
+def test_an_import_naming_an_unknown_pool_is_refused_whole_with_the_rule_and_field():
+    doc = """{"rules": [{"name": "r", "reason": "x", "kind": "interval", "interval_seconds": 60,
+               "timezone": "UTC", "skill": "harness.noop", "pools": ["nope"]}]}"""
+    with pytest.raises(RuleImportError) as exc:
+        rule_import(doc)
+    assert exc.value.errors == ["rule 'r' field pools: no pool named 'nope' in the file or the database"]
