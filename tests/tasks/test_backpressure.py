@@ -340,3 +340,18 @@ def test_the_rule_page_shows_the_class_and_the_coalesce_window(operator):  # noq
     page = client_for(operator).get(reverse("admin:tasks_triggerrule_change", args=[rule.pk])).content.decode()
     assert 'name="recoverability"' in page and 'name="coalesce_window_seconds"' in page
     assert "backpressure class fits" in page
+
+
+def test_the_admin_explain_page_answers_for_a_trigger_by_its_business_key(operator):  # noqa: F811
+    rule = event_rule("order-state", "coalesce", object_key_template="order:{object_id}")
+    send(rule, 1)
+    second = send(rule, 2)
+    url = reverse("admin:tasks_triggerrule_explain", args=[rule.pk])
+
+    page = client_for(operator).get(url, {"biz_key": "order-state:o-1:1"})
+
+    body = page.content.decode()
+    assert page.status_code == 200 and 'id="explain-outcome">coalesced<' in body
+    assert f"run {second.run_id}" in body and "order-state:o-1:1" in body
+    recent = client_for(operator).get(url).content.decode()
+    assert "?biz_key=order-state%3Ao-1%3A1" in recent  # the recent decisions link to their trigger
