@@ -80,6 +80,8 @@ def run_timeline(run: TaskRun) -> dict:
     """Everything the run page shows, in reading order (a handful of queries)."""
     attempts = list(run.attempt_set.order_by("number"))
     decisions = list(Decision.objects.filter(rule_id=run.rule_id, slot=run.slot)) if run.rule_id and run.slot else []
+    if run.state == TaskRun.State.COALESCED and run.rule_id:  # its trigger's decision: replaced by which run
+        decisions += list(Decision.objects.filter(rule_id=run.rule_id, slot=None, biz_key=run.biz_key))
     audit = list(AuditEntry.objects.filter(target_type="run", target_id=str(run.id)).order_by("at"))
     tickets = list(DeadLetter.objects.filter(run=run).order_by("created_at"))
     return {

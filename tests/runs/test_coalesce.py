@@ -15,7 +15,7 @@ from runs.claims import MAX_COALESCE_TURNS, run_claim
 from runs.executor import run_execute
 from runs.leases import run_lease_claim
 from runs.models import Decision, PoolSlot, PoolWaiter, TaskRun
-from runs.selectors import run_coalesced_into
+from runs.selectors import run_coalesced_into, run_timeline
 from tasks.models import Pool, TriggerRule, TriggerSource
 from tasks.triggers.events import event_intake
 from tasks.triggers.operator import rule_fire
@@ -235,3 +235,14 @@ def test_a_replaced_run_gives_up_its_place_in_the_pool_line_and_any_slot_it_was_
 
     assert not PoolWaiter.objects.filter(run=first).exists()
     assert not PoolSlot.objects.filter(run=first).exists()  # free for the next run now, not when it expires
+
+
+@pytest.mark.django_db
+def test_the_run_page_of_a_replaced_run_shows_its_coalesced_decision():
+    rule = coalescing_rule()
+    first = send(rule, 1)
+    send(rule, 2)
+
+    timeline = run_timeline(TaskRun.objects.get(pk=first.run_id))
+
+    assert [d.reason for d in timeline["decisions"]] == ["coalesced"]
