@@ -13,6 +13,7 @@ from runs.admin.desk import (  # also registers the live run leases desk
 from runs.admin.steps import ActionProposalInline, ExternalCallInline, RunStepInline
 from runs.backpressure import pending_count, watermarks_set
 from runs.models import Attempt, Backpressure, Decision, Lease, SchedulerTick, SlotHold, TaskRun
+from runs.selectors import run_wait_explain
 
 
 class ReadOnlyAdmin(admin.ModelAdmin):
@@ -99,6 +100,7 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
                     "start_at",
                     "finish_at",
                     "run_after",
+                    "waiting_for",
                     "dispatched_at",
                     "attempts",
                     "first_failure_at",
@@ -109,6 +111,12 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
         (_("Lease"), {"fields": ("lease_owner", "lease_expires_at", "fence")}),
         (_("Data"), {"fields": ("payload", "result", "last_error_kind", "last_error")}),
     )
+
+    @admin.display(description=_("waiting for"))
+    def waiting_for(self, run: TaskRun) -> str:
+        """Why a run that has not started waits: which pool, how full, or until when (flow control)."""
+        waiting = run_wait_explain(run, now=timezone.now())
+        return waiting["summary"] if waiting else "—"
 
 
 @admin.register(Decision)

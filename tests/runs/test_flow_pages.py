@@ -173,3 +173,11 @@ def test_healthz_and_the_dashboard_show_saturation_without_failing(client, viewe
     assert health["flow"]["saturated_pools"] == ["one"] and health["flow"]["waiting_for_pool"] == 2
     assert flow_saturation(now=timezone.now())["saturated_pools"] == ["one"]
     assert 'id="dash-flow-waiting">2<' in dashboard and "At their limit:" in dashboard
+
+
+def test_the_run_page_says_which_pool_the_run_waits_for(viewer_client):
+    _one, _rule, _holder, waiting = busy_pool(now=timezone.now())
+
+    page = viewer_client.get(reverse("admin:runs_taskrun_change", args=[waiting[1].id])).content.decode()
+
+    assert "waiting for pool one: 1 of 1 in use, 1 waiting ahead" in page
