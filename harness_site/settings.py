@@ -251,6 +251,9 @@ HARNESS = {
     # Seconds between alert checks (beat entry "harness: alerts"): stalled scheduler, storm
     # summaries, delivery retries.
     "ALERT_CHECK_SECONDS": env.int("HARNESS_ALERT_CHECK_SECONDS", default=30),
+    # Backpressure (runs/backpressure.py): a process counts pending runs at most this often per scope,
+    # adding the runs it admitted since; watermark edits take effect within it.
+    "BACKPRESSURE_CACHE_SECONDS": env.float("HARNESS_BACKPRESSURE_CACHE_SECONDS", default=1.0),
 }
 
 # Secrets are granted by the deployment, never named by an operator (docs/secrets.md): an agent's key
@@ -303,6 +306,7 @@ _KNOWN_HARNESS_VARS = {
     "HARNESS_SENSOR_SECONDS",
     "HARNESS_DECISION_RETENTION_DAYS",
     "HARNESS_ALERT_CHECK_SECONDS",
+    "HARNESS_BACKPRESSURE_CACHE_SECONDS",
     "HARNESS_SECRET_PREFIX",
     "HARNESS_SECRETS",
     "HARNESS_AGENT_URL_ALLOW",

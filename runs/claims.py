@@ -1,15 +1,20 @@
-"""Claiming a unit of work: one run per biz_key, ever (invariant 1)."""
+"""Claiming a unit of work: one run per biz_key, ever (invariant 1); shed or coalesced at intake."""
 
+import logging
 from dataclasses import dataclass, field
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
+from runs.admission import pool_release
+from runs.backpressure import Pressure, pressure_check, pressure_note_admitted
 from runs.dispatch import run_dispatch_on_commit
-from runs.models import TaskRun
+from runs.models import Decision, PoolWaiter, TaskRun
 from tasks.models import TriggerRule
-from tasks.rules import keys
+from tasks.rules import backpressure, keys
+
+log = logging.getLogger("harness.claims")
 
 
 @dataclass(frozen=True)
@@ -19,6 +24,9 @@ class Work:
     `identity` is the executing identity ("" for an unrestricted rule), `object_key` the object the
     run is serialized on ("" for none); `payload` carries the rule's snapshot as it was at trigger
     time; `start_by` the latest start of a first attempt (the rule's start window), if any.
+    `recoverability` is what intake may do with it under backpressure (only "recomputable" is
+    shed; operator work is one-time input); `coalesce_window` is set when the trigger replaces its
+    object's pending run (rule class "coalesce"): the new run waits that long for newer triggers.
     """
 
     biz_key: str
@@ -33,12 +41,32 @@ class Work:
     run_after: datetime | None = None
     start_by: datetime | None = None
     is_trial: bool = False
+    recoverability: str = backpressure.ONE_TIME_INPUT
+    coalesce_window: timedelta | None = None
+
+    @property
+    def coalesces(self) -> bool:
+        return self.coalesce_window is not None and bool(self.object_key) and self.rule is not None
 
 
 @dataclass(frozen=True)
 class ClaimResult:
-    run: TaskRun
+    """`run` is the run created or found (None only when shed); `decision` the shed decision;
+    `replaced` the pending runs this trigger coalesced (each now a coalesced decision)."""
+
+    run: TaskRun | None
     created: bool
+    decision: Decision | None = None
+    replaced: tuple[TaskRun, ...] = ()
+
+    @property
+    def shed(self) -> bool:
+        return self.decision is not None
+
+
+# Concurrent coalescers of one object take turns replacing each other's runs; each turn succeeds
+# for one of them, so this bounds a storm of triggers for one object arriving in the same instant.
+MAX_COALESCE_TURNS = 50
 
 
 def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | None = None) -> ClaimResult:
@@ -47,40 +75,159 @@ def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | 
     Insert-and-catch-conflict, never check-then-insert: the unique constraint decides the winner
     even across processes. A dedupe hit is acknowledged (returned) and counted, never retried.
     `state` other than pending (awaiting approval) is for runs that must not start on their own.
-    Raises ValueError for a key outside the rule's namespaces (keys.in_namespace): keys are scoped
-    by construction (tasks.triggers.work), and this is the one door every run comes through.
+
+    1. Recomputable work in a scope above its high watermark is shed: a dedupe hit if its biz_key
+       already has a run, else a "shed" decision (runs.backpressure; nothing is inserted).
+    2. Coalescing work whose object already has a pending, never-started run replaces it: the old
+       run becomes "coalesced" (kept, so its biz_key stays taken) with a decision pointing at the
+       new one. The partial unique index run_one_pending_per_object makes the second insert
+       conflict, so two concurrent triggers cannot both leave a pending run.
+    3. A key outside the rule's namespaces (keys.in_namespace) raises ValueError: keys are scoped by
+       construction (tasks.triggers.work), and this is the one door every run comes through.
     """
     if not keys.in_namespace(work.biz_key, work.rule.pk if work.rule else None):
         raise ValueError(f"biz_key {work.biz_key!r} is outside the namespace of its rule")
+    if work.recoverability == backpressure.RECOMPUTABLE:
+        pressure = pressure_check(work.rule, now=now)
+        if (
+            pressure is not None
+            and backpressure.intake_verdict(work.recoverability, shedding=True) == backpressure.SHED
+        ):
+            return _shed(work, pressure, now=now)
     payload = dict(work.payload)
     if work.start_by is not None:
         payload["start_by"] = work.start_by.isoformat()
     rule = work.rule
-    try:
-        # A savepoint, so the conflict does not poison the caller's transaction.
-        with transaction.atomic():
-            run = TaskRun.objects.create(
-                biz_key=work.biz_key,
-                rule=rule,
-                rule_name=rule.name if rule else "",
-                rule_version=rule.version if rule else None,
-                skill=work.skill,
-                source=work.source,
-                triggered_by=work.triggered_by,
-                slot=work.slot,
-                trigger_at=now,
-                run_after=work.run_after or now,
-                payload=payload,
-                is_trial=work.is_trial,
-                identity=work.identity,
-                object_key=work.object_key,
-                state=state or TaskRun.State.PENDING,
-            )
-    except IntegrityError:
-        updated = TaskRun.objects.filter(biz_key=work.biz_key).update(dedupe_hits=F("dedupe_hits") + 1)
-        if not updated:  # the conflict was not on biz_key: a real error
-            raise
-        return ClaimResult(run=TaskRun.objects.get(biz_key=work.biz_key), created=False)
+    # A run gated for approval is not coalesced: approving it later must never meet a pending one
+    # of its object on the run_one_pending_per_object index.
+    coalesces = work.coalesces and state in (None, TaskRun.State.PENDING)
+    run_after = work.run_after or now
+    if coalesces and work.run_after is None:
+        run_after = now + work.coalesce_window
+    replaced: list[TaskRun] = []
+    for _turn in range(MAX_COALESCE_TURNS):
+        try:
+            # A savepoint, so the conflict does not poison the caller's transaction.
+            with transaction.atomic():
+                run = TaskRun.objects.create(
+                    biz_key=work.biz_key,
+                    rule=rule,
+                    rule_name=rule.name if rule else "",
+                    rule_version=rule.version if rule else None,
+                    skill=work.skill,
+                    source=work.source,
+                    triggered_by=work.triggered_by,
+                    slot=work.slot,
+                    trigger_at=now,
+                    run_after=run_after,
+                    payload=payload,
+                    is_trial=work.is_trial,
+                    identity=work.identity,
+                    object_key=work.object_key,
+                    coalesces=coalesces,
+                    state=state or TaskRun.State.PENDING,
+                )
+            break
+        except IntegrityError:
+            updated = TaskRun.objects.filter(biz_key=work.biz_key).update(dedupe_hits=F("dedupe_hits") + 1)
+            if updated:
+                return ClaimResult(run=TaskRun.objects.get(biz_key=work.biz_key), created=False)
+            if not coalesces:  # the conflict was not on biz_key: a real error
+                raise
+            head = _replace_pending(work, now=now)
+            if head is not None:
+                replaced.append(head)
+                # The survivor starts no later than the run it replaced would have.
+                run_after = min(run_after, head.run_after)
+            # None: the pending run started or was replaced meanwhile; insert again.
+    else:
+        raise RuntimeError(f"could not coalesce {work.biz_key!r} in {MAX_COALESCE_TURNS} turns")
+    for head in replaced:
+        _record_coalesced(head, survivor=run, work=work, now=now)
+    pressure_note_admitted(rule)
     if dispatch and run.run_after <= now and run.state == TaskRun.State.PENDING:
         run_dispatch_on_commit(run_ids=[run.id], now=now)
-    return ClaimResult(run=run, created=True)
+    return ClaimResult(run=run, created=True, replaced=tuple(replaced))
+
+
+def _replace_pending(work: Work, *, now: datetime) -> TaskRun | None:
+    """Take the object's pending, never-started run out of the way: state coalesced, in the
+    caller's transaction. Locked first, so a worker's compare-and-set claim and this update
+    cannot both succeed: a run that started is never replaced."""
+    head = (
+        TaskRun.objects.select_for_update()
+        .filter(rule=work.rule, object_key=work.object_key, coalesces=True, state=TaskRun.State.PENDING, attempts=0)
+        .first()
+    )
+    if head is None:
+        return None
+    changed = TaskRun.objects.filter(pk=head.pk, state=TaskRun.State.PENDING, attempts=0).update(
+        state=TaskRun.State.COALESCED, finish_at=now
+    )
+    if changed:
+        # It may have been waiting for pool capacity, or just been handed a slot: the survivor
+        # waits in its place, and a handed slot goes to the next waiting run now, not in 30 s.
+        PoolWaiter.objects.filter(run_id=head.pk).delete()
+        pool_release(run_id=head.pk, fence=head.fence, now=now)
+    return head if changed else None
+
+
+def _record_coalesced(head: TaskRun, *, survivor: TaskRun, work: Work, now: datetime) -> None:
+    """The replaced run's decision points at the run that replaced it. A longer chain is followed
+    when asked (runs.selectors.run_coalesced_into), not rewritten here: repointing every earlier
+    decision would cost each trigger of a busy object a write per trigger before it."""
+    TaskRun.objects.filter(pk=head.pk).update(last_error=f"coalesced into run {survivor.id} ({survivor.biz_key})")
+    details = {
+        "run_id": head.id,
+        "slot": head.slot.isoformat() if head.slot else None,
+        "object_key": head.object_key,
+        "source": head.source,
+        "triggered_at": head.trigger_at.isoformat(),
+        "survivor_run_id": survivor.id,
+        "survivor_biz_key": survivor.biz_key,
+        "survivor_source": work.source,
+        "window_seconds": work.coalesce_window.total_seconds() if work.coalesce_window else 0,
+    }
+    fields = {"reason": Decision.Reason.COALESCED, "details": details, "survivor": survivor, "created_at": now}
+    try:
+        with transaction.atomic():
+            Decision.objects.create(rule=work.rule, slot=None, biz_key=head.biz_key, **fields)
+    except IntegrityError:  # the trigger was shed once before it got its run: the decision now says coalesced
+        Decision.objects.filter(rule=work.rule, slot=None, biz_key=head.biz_key).update(hits=F("hits") + 1, **fields)
+
+
+def _shed(work: Work, pressure: Pressure, *, now: datetime) -> ClaimResult:
+    """Record a shed trigger: a slot's decision by (rule, slot), an event's by (rule, biz_key).
+
+    A trigger whose biz_key already has a run is a dedupe hit, not shed: nothing is inserted here,
+    so reading first cannot break invariant 1.
+    """
+    if TaskRun.objects.filter(biz_key=work.biz_key).update(dedupe_hits=F("dedupe_hits") + 1):
+        return ClaimResult(run=TaskRun.objects.get(biz_key=work.biz_key), created=False)
+    details = {
+        **pressure.as_details(),
+        "recoverability": work.recoverability,
+        "source": work.source,
+        "triggered_by": work.triggered_by,
+        "biz_key": work.biz_key,
+    }
+    if work.slot is not None:
+        lookup = {"rule": work.rule, "slot": work.slot}
+        biz_key = ""  # a key template without {slot} may give two slots one key: the slot is the identity
+    else:
+        lookup = {"rule": work.rule, "slot": None, "biz_key": work.biz_key}
+        biz_key = work.biz_key
+    try:
+        with transaction.atomic():
+            decision = Decision.objects.create(
+                **{**lookup, "biz_key": biz_key},
+                reason=Decision.Reason.SHED,
+                details=details,
+                created_at=now,
+            )
+    except IntegrityError:
+        # The same slot (another tick) or the same business event (a resend) was decided already.
+        Decision.objects.filter(**lookup).update(hits=F("hits") + 1)
+        decision = Decision.objects.get(**lookup)
+    log.info("shed %s (%s) at %d pending in %s", work.biz_key, work.source, pressure.pending, pressure.pool)
+    return ClaimResult(run=None, created=False, decision=decision)

@@ -2,10 +2,13 @@
 
 from datetime import datetime
 
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext_lazy as _
+
+from tasks.rules.backpressure import watermark_errors
 
 
 class TaskRun(models.Model):
@@ -20,6 +23,9 @@ class TaskRun(models.Model):
         CANCELLED = "cancelled", _("Cancelled")
         # Catch-up above the rule's approval threshold: not claimable until an operator approves.
         AWAITING_APPROVAL = "awaiting_approval", _("Awaiting approval")
+        # Replaced while still pending by a newer trigger of its object (rule class "coalesce"); never
+        # executed. The row keeps its biz_key, so a redelivery of it stays a dedupe hit (invariant 1).
+        COALESCED = "coalesced", _("Coalesced into a newer trigger")
 
     class Source(models.TextChoices):
         SCHEDULER = "scheduler", _("Scheduler")
@@ -32,7 +38,7 @@ class TaskRun(models.Model):
         EVENT = "event", _("Event (webhook, queue, file, Python)")
 
     CLAIMABLE = (State.PENDING, State.WAITING_RETRY)
-    FINISHED = (State.SUCCEEDED, State.FAILED, State.CANCELLED)
+    FINISHED = (State.SUCCEEDED, State.FAILED, State.CANCELLED, State.COALESCED)
 
     biz_key = models.CharField(_("biz key"), max_length=255)
     rule = models.ForeignKey(
@@ -87,6 +93,9 @@ class TaskRun(models.Model):
     identity = models.CharField(_("identity"), max_length=100, blank=True)
     # Runs with the same object key never execute at once: the executor holds Lease "object:<key>".
     object_key = models.CharField(_("object key"), max_length=255, blank=True)
+    # Claimed by a coalescing rule: while pending and never started, the only one of its (rule,
+    # object_key); a newer trigger of the object replaces it (run_one_pending_per_object).
+    coalesces = models.BooleanField(_("coalesces"), default=False)
     approved_by = models.CharField(_("approved by"), max_length=150, blank=True)
     approved_at = models.DateTimeField(_("approved at"), null=True, blank=True)
     # A trial run (admin "Trial run"): its biz_key lives in the "trial:" namespace, so it never
@@ -115,6 +124,13 @@ class TaskRun(models.Model):
                 condition=~Q(state="awaiting_approval") | Q(lease_expires_at__isnull=True),
                 name="run_awaiting_approval_no_lease",
             ),
+            # Coalescing (runs.claims): at most one not-yet-started run per object of a coalescing
+            # rule. A second insert conflicts, and the claim replaces the pending one instead.
+            models.UniqueConstraint(
+                fields=["rule", "object_key"],
+                condition=Q(coalesces=True, state="pending", attempts=0),
+                name="run_one_pending_per_object",
+            ),
         ]
         indexes = [
             # run_list_due (sweeper): claimable runs by run_after.
@@ -130,6 +146,8 @@ class TaskRun(models.Model):
             models.Index(fields=["-trigger_at"], name="run_recent_idx"),
             # skill_duration_p99s (rule lint): a skill's most recent succeeded runs.
             models.Index(fields=["skill", "-finish_at"], condition=Q(state="succeeded"), name="run_skill_done_idx"),
+            # pending_count (backpressure): pending runs, counted by index alone.
+            models.Index(fields=["rule"], condition=Q(state="pending"), name="run_pending_idx"),
         ]
         permissions = [
             ("retry_run", "Can retry a run now"),
@@ -221,7 +239,12 @@ class Lease(models.Model):
 
 
 class Decision(models.Model):
-    """A recorded "did not run" outcome for one slot of a rule (invariant 3)."""
+    """A recorded "did not run" outcome for one slot of a rule, or for one trigger (invariant 3).
+
+    A scheduled slot's decision names its slot (one per (rule, slot)). A trigger without a slot (an
+    event) or one replaced by coalescing names its biz_key instead (one per (rule, biz_key); a
+    repeat of the same trigger counts in `hits`).
+    """
 
     class Reason(models.TextChoices):
         MISSED = "missed", _("Missed beyond the catch-up window")
@@ -234,23 +257,46 @@ class Decision(models.Model):
         OVERLAP = "overlap", _("A run of this rule was still active")
         CATCHUP_CAPPED = "catchup_capped", _("Missed, beyond the catch-up max count")
         PAUSED = "paused", _("Rule was paused")
+        SHED = "shed", _("Shed by backpressure (recomputable, above the high watermark)")
+        COALESCED = "coalesced", _("Coalesced into a newer trigger of the same object")
 
     rule = models.ForeignKey("tasks.TriggerRule", on_delete=models.CASCADE, related_name="decisions")
-    slot = models.DateTimeField()
+    slot = models.DateTimeField(null=True, blank=True)
+    # The trigger's business key: set for trigger decisions (no slot), kept in details for slots.
+    biz_key = models.CharField(max_length=255, blank=True)
     reason = models.CharField(max_length=30, choices=Reason.choices)
     details = models.JSONField(default=dict, blank=True)
+    # Coalesced: the run that replaced this trigger's run. If that one was replaced in turn, the run
+    # carrying the work now is runs.selectors.run_coalesced_into (explain and intake answers use it).
+    survivor = models.ForeignKey(
+        TaskRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="coalesced_decisions"
+    )
+    hits = models.PositiveIntegerField(default=1, help_text=_("Triggers this decision answered."))
     created_at = models.DateTimeField()
 
     class Meta:
         verbose_name = _("decision")
         verbose_name_plural = _("decisions")
         ordering = ["-slot"]
-        constraints = [models.UniqueConstraint(fields=["rule", "slot"], name="decision_one_per_slot")]
-        # decision_sweep: retention deletes by age.
-        indexes = [models.Index(fields=["created_at"], name="decision_created_idx")]
+        constraints = [
+            models.UniqueConstraint(fields=["rule", "slot"], name="decision_one_per_slot"),
+            models.UniqueConstraint(
+                fields=["rule", "biz_key"], condition=Q(slot__isnull=True), name="decision_one_per_trigger"
+            ),
+            models.CheckConstraint(
+                condition=Q(slot__isnull=False) | ~Q(biz_key=""), name="decision_names_slot_or_trigger"
+            ),
+        ]
+        indexes = [
+            # decision_sweep: retention deletes by age.
+            models.Index(fields=["created_at"], name="decision_created_idx"),
+            # pressure page: shed and coalesced counts of the last hour.
+            models.Index(fields=["reason", "created_at"], name="decision_reason_idx"),
+        ]
 
     def __str__(self) -> str:
-        return f"{self.rule_id}@{self.slot:%Y-%m-%dT%H:%M:%SZ}: {self.reason}"
+        at = f"{self.slot:%Y-%m-%dT%H:%M:%SZ}" if self.slot else self.biz_key
+        return f"{self.rule_id}@{at}: {self.reason}"
 
 
 class SlotHold(models.Model):
@@ -282,6 +328,66 @@ class SlotHold(models.Model):
 
     def __str__(self) -> str:
         return f"{self.rule_id}@{self.slot:%Y-%m-%dT%H:%M:%SZ}: {self.reason}"
+
+
+class Backpressure(models.Model):
+    """The watermarks of pending runs for one pool, and whether intake is shedding there now
+    (runs/backpressure.py). The global pool's row is the harness-wide watermark: every pending run
+    counts; another pool's counts the pending runs of the rules that name it.
+
+    The state is kept here, not in a process, so every intake of every process agrees; it flips
+    only when the pending count crosses a watermark (tasks.rules.backpressure.shedding_next).
+    Operators edit the watermarks in the admin (audited); intake reads them within a second.
+    """
+
+    pool = models.OneToOneField(
+        "tasks.Pool", on_delete=models.CASCADE, related_name="backpressure", verbose_name=_("pool")
+    )
+    high_watermark = models.PositiveIntegerField(
+        _("high watermark"),
+        null=True,
+        blank=True,
+        help_text=_("At this many pending runs intake starts shedding recomputable triggers; blank: never."),
+    )
+    low_watermark = models.PositiveIntegerField(
+        _("low watermark"),
+        null=True,
+        blank=True,
+        help_text=_("Shedding stops once pending runs fall to this many; blank: one below the high watermark."),
+    )
+    shedding = models.BooleanField(_("shedding"), default=False, editable=False)
+    # When `shedding` last flipped, and the pending count that flipped it.
+    changed_at = models.DateTimeField(_("changed at"), null=True, blank=True, editable=False)
+    pending_at_change = models.PositiveIntegerField(_("pending at change"), null=True, blank=True, editable=False)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
+
+    class Meta:
+        verbose_name = _("backpressure watermark")
+        verbose_name_plural = _("backpressure watermarks")
+        ordering = ["pool__name"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(low_watermark__isnull=True) | Q(low_watermark__lte=models.F("high_watermark")),
+                name="backpressure_low_not_above_high",
+            )
+        ]
+
+    def __str__(self) -> str:
+        return str(self.pool)
+
+    def clean(self) -> None:
+        # The pure check finds the field at fault; the message is said here, so it is translated.
+        found = watermark_errors(high=self.high_watermark, low=self.low_watermark)
+        messages = {
+            "high_watermark": _(
+                "Set a high watermark of at least 1 (blank: never shed) for a low watermark to mean anything."
+            )
+            if self.high_watermark is None
+            else _("The high watermark must be at least 1 (leave it blank to never shed)."),
+            "low_watermark": _("The low watermark must not be above the high watermark."),
+        }
+        if found:
+            raise ValidationError({field: messages[field] for field in found})
 
 
 class SchedulerTick(models.Model):

@@ -80,6 +80,8 @@ def run_timeline(run: TaskRun) -> dict:
     """Everything the run page shows, in reading order (a handful of queries)."""
     attempts = list(run.attempt_set.order_by("number"))
     decisions = list(Decision.objects.filter(rule_id=run.rule_id, slot=run.slot)) if run.rule_id and run.slot else []
+    if run.state == TaskRun.State.COALESCED and run.rule_id:  # its trigger's decision: replaced by which run
+        decisions += list(Decision.objects.filter(rule_id=run.rule_id, slot=None, biz_key=run.biz_key))
     audit = list(AuditEntry.objects.filter(target_type="run", target_id=str(run.id)).order_by("at"))
     tickets = list(DeadLetter.objects.filter(run=run).order_by("created_at"))
     return {
@@ -244,3 +246,20 @@ def run_wait_explain(run: TaskRun, *, now: datetime) -> dict | None:
         details.update(until=until.isoformat() if until else None)
         summary = f"waiting for {where}: paused by the model provider (429 Retry-After) until {details['until']}"
     return {"summary": summary, "details": details}
+
+
+def run_coalesced_into(run: TaskRun) -> TaskRun | None:
+    """The run that carries a coalesced run's work now: the first run of its rule and object, after
+    it, that was not itself replaced. None for a run that was not coalesced (or whose survivor is gone).
+
+    Every coalescing run of an object created after a replaced one replaced it or its successor
+    (run_one_pending_per_object), so that run ends the chain. Served by run_object_idx.
+    """
+    if run.state != TaskRun.State.COALESCED:
+        return None
+    return (
+        TaskRun.objects.filter(rule_id=run.rule_id, object_key=run.object_key, coalesces=True, id__gt=run.id)
+        .exclude(state=TaskRun.State.COALESCED)
+        .order_by("id")
+        .first()
+    )

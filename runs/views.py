@@ -69,6 +69,7 @@ STATE_COLOURS = {
     TaskRun.State.SUCCEEDED: "#3c9a5f",
     TaskRun.State.FAILED: "#ba2121",
     TaskRun.State.CANCELLED: "#999999",
+    TaskRun.State.COALESCED: "#b39ddb",  # replaced by a newer trigger of its object, never executed
 }
 
 

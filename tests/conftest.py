@@ -95,6 +95,16 @@ def _default_language():
     translation.deactivate()
 
 
+@pytest.fixture(autouse=True)
+def _pressure_measurements_forgotten():
+    """Backpressure measurements are cached per process for a second of `now`; tests reuse instants."""
+    from runs.backpressure import pressure_cache_clear
+
+    pressure_cache_clear()
+    yield
+    pressure_cache_clear()
+
+
 @pytest.fixture
 def purged_broker():
     """An empty broker, so no message from an earlier test reaches this test's workers."""

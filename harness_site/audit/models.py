@@ -23,6 +23,8 @@ class AuditEntry(models.Model):
         # Written by runs/approvals.py when someone releases or rejects gated catch-up runs.
         CATCHUP_APPROVE = "catchup.approve", _("Catch-up runs approved")
         CATCHUP_REJECT = "catchup.reject", _("Catch-up runs rejected")
+        # Written by runs/backpressure.py when someone edits a scope's watermarks.
+        WATERMARK_CHANGE = "watermark.change", _("Backpressure watermarks changed")
 
     at = models.DateTimeField(_("at"))
     # The username, not a foreign key: the record must outlive the account.

@@ -33,6 +33,7 @@ VIEW = [
             "runstep",
             "externalcall",
             "actionproposal",
+            "backpressure",
         )
     ),
     "deadletters.view_deadletter",
@@ -58,6 +59,8 @@ GROUPS = {
         # Flow control: operators tune limits at runtime (issue 11).
         "tasks.add_pool",
         "tasks.change_pool",
+        "runs.add_backpressure",
+        "runs.change_backpressure",
         "tasks.add_triggersource",
         "tasks.change_triggersource",
         "runs.retry_run",

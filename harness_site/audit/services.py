@@ -28,6 +28,7 @@ TARGET_TYPES = {
     "runlease": "run",
     "lease": "lease",
     "deadletter": "deadletter",
+    "backpressure": "watermark",
 }
 
 

@@ -1,5 +1,8 @@
+from django import forms
 from django.contrib import admin
+from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
 from runs.admin.desk import (  # also registers the live run leases desk
@@ -8,7 +11,8 @@ from runs.admin.desk import (  # also registers the live run leases desk
     RunDeskMixin,
 )
 from runs.admin.steps import ActionProposalInline, ExternalCallInline, RunStepInline
-from runs.models import Attempt, Decision, Lease, SchedulerTick, SlotHold, TaskRun
+from runs.backpressure import pending_count, watermarks_set
+from runs.models import Attempt, Backpressure, Decision, Lease, SchedulerTick, SlotHold, TaskRun
 from runs.selectors import run_wait_explain
 
 
@@ -117,10 +121,63 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
 
 @admin.register(Decision)
 class DecisionAdmin(ReadOnlyAdmin):
-    list_display = ("rule", "slot", "reason", "created_at")
+    """Why a slot or a trigger did not run; a shed or coalesced trigger has its biz_key, not a slot."""
+
+    list_display = ("rule", "slot", "biz_key", "reason", "survivor_link", "hits", "created_at")
     list_filter = ("reason", "rule")
-    date_hierarchy = "slot"
-    readonly_fields = ("rule", "slot", "reason", "details", "created_at")
+    search_fields = ("biz_key",)
+    date_hierarchy = "created_at"
+    readonly_fields = ("rule", "slot", "biz_key", "reason", "survivor_link", "hits", "details", "created_at")
+    list_select_related = ("rule", "survivor")
+
+    @admin.display(description=_("survivor"))
+    def survivor_link(self, decision: Decision) -> str:
+        if decision.survivor_id is None:
+            return "—"
+        url = reverse("admin:runs_taskrun_change", args=[decision.survivor_id])
+        return format_html('<a href="{}">{}</a>', url, decision.survivor.biz_key)
+
+
+class BackpressureForm(forms.ModelForm):
+    reason = forms.CharField(
+        label=_("Reason"), widget=forms.Textarea(attrs={"rows": 2}), help_text=_("Why (kept in the audit log).")
+    )
+
+    class Meta:
+        model = Backpressure
+        fields = ("pool", "high_watermark", "low_watermark")
+
+
+@admin.register(Backpressure)
+class BackpressureAdmin(admin.ModelAdmin):
+    """Watermarks of pending runs per pool, edited at runtime; every edit is audited."""
+
+    form = BackpressureForm
+    list_display = ("pool", "high_watermark", "low_watermark", "shedding", "changed_at", "pending_now")
+    list_select_related = ("pool",)
+    readonly_fields = ("shedding", "changed_at", "pending_at_change", "pending_now", "updated_at")
+    fieldsets = (
+        (None, {"fields": ("pool", "high_watermark", "low_watermark", "reason")}),
+        (_("State"), {"fields": ("shedding", "changed_at", "pending_at_change", "pending_now", "updated_at")}),
+    )
+
+    @admin.display(description=_("pending now"))
+    def pending_now(self, row: Backpressure) -> int | str:
+        return pending_count(row.pool) if row.pk else "—"
+
+    def get_readonly_fields(self, request, obj=None):
+        return (*self.readonly_fields, "pool") if obj is not None else self.readonly_fields
+
+    def save_model(self, request, obj, form, change):
+        before = {}
+        if change:
+            before = {f: form.initial.get(f) for f in ("high_watermark", "low_watermark")}
+        watermarks_set(
+            row=obj, actor=request.user, now=timezone.now(), reason=form.cleaned_data["reason"], before=before
+        )
+
+    def has_delete_permission(self, request, obj=None) -> bool:
+        return False  # blank watermarks turn shedding off; the row keeps its history in the audit log
 
 
 @admin.register(SlotHold)

@@ -14,7 +14,7 @@ from django.utils.translation import gettext_lazy as _
 from harness_site.desk import JSON_FORMFIELDS, desk_object
 from tasks.flags import FlagError, flag_clear, flag_set
 from tasks.models import ApiToken, ReadinessFlag, ServiceIdentity, TriggerRule
-from tasks.triggers.explain import SlotParseError, parse_slot, rule_preview, slot_explain
+from tasks.triggers.explain import SlotParseError, parse_slot, rule_preview, slot_explain, trigger_explain
 
 GUARD_FIELDSETS = (
     (
@@ -26,6 +26,7 @@ GUARD_FIELDSETS = (
         {"fields": ("start_window_seconds", "hours_start", "hours_end", "outside_hours", "weekdays", "excluded_dates")},
     ),
     (_("Overlap"), {"fields": ("overlap", "object_key_template")}),
+    (_("Backpressure and coalescing"), {"fields": ("recoverability", "coalesce_window_seconds")}),
     (_("Heartbeat"), {"fields": ("heartbeat_every_seconds", "heartbeat_grace_seconds", "last_ping_at")}),
     (_("Snapshot and identity"), {"fields": ("snapshot_fields", "identity")}),
     (_("Next fires (DST and guards)"), {"fields": ("guard_preview",)}),
@@ -41,6 +42,8 @@ def _defaults() -> dict:
         "ready_recheck_seconds",
         "outside_hours",
         "overlap",
+        "recoverability",
+        "coalesce_window_seconds",
         "catchup_spacing_seconds",
         "heartbeat_grace_seconds",
         "depends_on",
@@ -126,8 +129,11 @@ class GuardAdminMixin:
         if not self.has_view_permission(request, rule):
             raise PermissionDenied
         text = request.GET.get("slot", "").strip()
+        biz_key = request.GET.get("biz_key", "").strip()[:255]
         result, error = None, ""
-        if rule.kind == TriggerRule.Kind.EVENT:
+        if biz_key:
+            result = trigger_explain(rule=rule, biz_key=biz_key, now=timezone.now())
+        elif rule.kind == TriggerRule.Kind.EVENT:
             # An event rule has no schedule, so no slot to explain: say where its runs are instead.
             error = gettext(
                 "This is an event rule: it has no slots, it runs when an event arrives. Its runs and "
@@ -144,9 +150,10 @@ class GuardAdminMixin:
             "opts": self.opts,
             "object": rule,
             "slot_text": text,
+            "biz_key": biz_key,
             "result": result,
             "error": error,
-            "recent": rule.decisions.order_by("-slot")[:20],
+            "recent": rule.decisions.order_by("-created_at", "-id")[:20],
             "change_url": reverse("admin:tasks_triggerrule_change", args=[rule.pk]),
         }
         return TemplateResponse(request, "admin/tasks/triggerrule/explain.html", context)

@@ -23,7 +23,9 @@ from django.utils.translation import gettext_lazy
 from deadletters.alerts import ALERT_FIELDS
 from harness_site.desk import FORM_TEMPLATE, ReasonForm, change_url, desk_object, now, posted, require_perm
 from runs.dashboard import skill_duration_p99s
+from runs.models import Backpressure
 from tasks.models import ReadinessFlag, TriggerRule
+from tasks.models.pool import GLOBAL_POOL
 from tasks.rules import events, keys, lint, schedule
 from tasks.rules.preview import WallInstant, wall_instant
 from tasks.triggers.operator import (
@@ -192,7 +194,19 @@ def lint_input(rule: TriggerRule, p99: float | None) -> lint.LintInput:
         flags_seen=frozenset(
             ReadinessFlag.objects.filter(name__in=depends).values_list("name", flat=True) if depends else ()
         ),
+        recoverability=rule.recoverability,
+        object_key_template=rule.object_key_template,
+        coalesce_window_seconds=rule.coalesce_window_seconds or 0,
+        watermarks=rule_watermarks(rule),
     )
+
+
+def rule_watermarks(rule: TriggerRule) -> tuple[tuple[str, int | None, int | None], ...]:
+    """(scope, high, low) of the global pool and of the rule's pools that have a watermark row."""
+    rows = Backpressure.objects.select_related("pool").filter(pool__name=GLOBAL_POOL)
+    if rule.pk is not None:
+        rows = rows | Backpressure.objects.select_related("pool").filter(pool__in=rule.pools.all())
+    return tuple((r.pool.name, r.high_watermark, r.low_watermark) for r in rows.order_by("pool__name"))
 
 
 def _parse_slot(text: str, zone_name: str) -> datetime:

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from tasks.flags import FlagError, flag_clear, flag_json, flag_list, flag_set
 from tasks.models import TriggerRule
-from tasks.triggers.explain import SlotParseError, parse_slot, rule_preview, slot_explain
+from tasks.triggers.explain import SlotParseError, parse_slot, rule_preview, slot_explain, trigger_explain
 from tasks.triggers.heartbeat import rule_ping
 from tasks.views import token_create
 
@@ -32,9 +32,10 @@ def add_guard_parsers(sub) -> None:
     p.add_argument("--scope")
     p.add_argument("--json", action="store_true", dest="as_json")
 
-    explain = sub.add_parser("explain", help="why did or didn't RULE run at SLOT?")
+    explain = sub.add_parser("explain", help="why did or didn't RULE run at SLOT (or for a trigger, --biz-key)?")
     explain.add_argument("rule")
-    explain.add_argument("slot", help="ISO 8601; without an offset it is read in the rule's timezone")
+    explain.add_argument("slot", nargs="?", help="ISO 8601; without an offset it is read in the rule's timezone")
+    explain.add_argument("--biz-key", default="", help="a trigger by its business key: shed, coalesced or run")
     explain.add_argument("--json", action="store_true", dest="as_json")
 
     preview = sub.add_parser("preview", help="the next fires of RULE across DST changes and windows")
@@ -77,17 +78,25 @@ class GuardCommandsMixin:
         except FlagError as exc:
             raise CommandError(str(exc)) from None
 
-    def _explain(self, *, rule, slot, as_json, **opts):
+    def _explain(self, *, rule, slot, as_json, biz_key="", **opts):
         obj = _rule(rule)
-        try:
-            at = parse_slot(slot, rule=obj)
-        except SlotParseError as exc:
-            raise CommandError(str(exc)) from None
-        result = slot_explain(rule=obj, slot=at, now=timezone.now())
+        if biz_key:
+            result = trigger_explain(rule=obj, biz_key=biz_key, now=timezone.now())
+        elif slot:
+            try:
+                at = parse_slot(slot, rule=obj)
+            except SlotParseError as exc:
+                raise CommandError(str(exc)) from None
+            result = slot_explain(rule=obj, slot=at, now=timezone.now())
+        else:
+            raise CommandError("give a SLOT, or --biz-key for a trigger")
         if as_json:
             self.stdout.write(json.dumps(result, indent=2, cls=DjangoJSONEncoder))
             return
-        self.stdout.write(f"{obj.name} @ {result['slot_local']} ({result['slot_utc']})")
+        if biz_key:
+            self.stdout.write(f"{obj.name} trigger {biz_key}")
+        else:
+            self.stdout.write(f"{obj.name} @ {result['slot_local']} ({result['slot_utc']})")
         self.stdout.write(f"  {result['outcome']}: {result['summary']}")
         if result["reason"]:
             self.stdout.write(f"  reason: {result['reason']}")

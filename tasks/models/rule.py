@@ -47,6 +47,12 @@ class TriggerRule(models.Model):
         SKIP = "skip", _("Skip while a run of this rule is active")
         BUFFER = "buffer", _("Buffer one: run once after the active one ends")
 
+    class Recoverability(models.TextChoices):
+        # Values are tasks.rules.backpressure's classes.
+        ONE_TIME_INPUT = "one_time_input", _("One-time input: never shed")
+        RECOMPUTABLE = "recomputable", _("Recomputable: shed above the high watermark")
+        COALESCE = "coalesce", _("Coalesce: a newer trigger replaces its object's pending run")
+
     class DstGap(models.TextChoices):
         SHIFT = "shift", _("Shift to the first valid time after the gap")
         SKIP = "skip", _("Skip")
@@ -252,6 +258,22 @@ class TriggerRule(models.Model):
         verbose_name=_("pools"),
         help_text=_("Named pools the rule's runs take a slot in (besides the global pool) before they start."),
     )
+    # --- Issue 11 flow control: backpressure class and coalescing (tasks/rules/backpressure.py). ---
+    recoverability = models.CharField(
+        _("recoverability"),
+        max_length=20,
+        choices=Recoverability.choices,
+        default=Recoverability.ONE_TIME_INPUT,
+        help_text=_("What intake may do with this rule's triggers above the high watermark of pending runs."),
+    )
+    coalesce_window_seconds = models.PositiveIntegerField(
+        _("coalesce window seconds"),
+        default=0,
+        help_text=_(
+            "Coalesce: a new run waits this long for newer triggers of its object, which replace it "
+            "(0: replace only while it is still pending)."
+        ),
+    )
     snapshot_fields = models.JSONField(
         _("snapshot fields"),
         default=list,
@@ -445,6 +467,10 @@ class TriggerRule(models.Model):
             errors.setdefault(f, []).extend(messages)
         if self.jitter_min is not None and self.jitter_max is not None and self.jitter_min > self.jitter_max:
             errors.setdefault("jitter_max", []).append(_("Jitter max must be at least jitter min."))
+        if self.recoverability == self.Recoverability.COALESCE and not (self.object_key_template or "").strip():
+            errors.setdefault("object_key_template", []).append(
+                _("Coalescing needs an object key template: it replaces the pending run of the same object.")
+            )
         if not (self.reason or "").strip():
             errors.setdefault("reason", []).append(_("Say why this rule is configured so."))
         for field, messages in guard_errors(self).items():

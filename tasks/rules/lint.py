@@ -6,7 +6,7 @@ rule page and a one-word summary as a list column.
 
 from dataclasses import dataclass
 
-from tasks.rules import keys, schedule
+from tasks.rules import backpressure, keys, schedule
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
 # Placeholders that make a key differ per day or per slot; any other (a param) names a business object.
@@ -35,6 +35,12 @@ class LintInput:
     flags_seen: frozenset[str] = frozenset()
     kind: str = ""  # the rule's trigger kind ("event" for event rules)
     event_key_by_date: bool = False
+    # Backpressure (tasks/rules/backpressure.py): the rule's class, object key, coalesce window, and
+    # the watermarks of the scopes it is held to, as (scope, high, low).
+    recoverability: str = backpressure.ONE_TIME_INPUT
+    object_key_template: str = ""
+    coalesce_window_seconds: int = 0
+    watermarks: tuple[tuple[str, int | None, int | None], ...] = ()
 
 
 @dataclass(frozen=True)
@@ -54,6 +60,7 @@ def rule_lint(rule: LintInput) -> list[LintItem]:
         _catchup(rule),
         _lease(rule),
         _alert_route(rule),
+        _backpressure(rule),
     ]
 
 
@@ -165,3 +172,31 @@ def _alert_route(rule: LintInput) -> LintItem:
     if missing:
         return LintItem(name, FAIL, f"Final-failure alert lacks {', '.join(missing)}.")
     return LintItem(name, PASS, "Final-failure alerts carry " + ", ".join(sorted(rule.alert_fields)) + ".")
+
+
+def _backpressure(rule: LintInput) -> LintItem:
+    name = "backpressure class fits"
+    for scope, high, low in rule.watermarks:
+        errors = backpressure.watermark_errors(high=high, low=low)
+        if errors:
+            return LintItem(name, FAIL, f"Watermarks of {scope}: " + " ".join(errors.values()))
+    if rule.recoverability == backpressure.COALESCE and not (rule.object_key_template or "").strip():
+        return LintItem(
+            name, FAIL, "Coalesce without an object key template: there is no object whose pending run to replace."
+        )
+    if rule.coalesce_window_seconds and rule.recoverability != backpressure.COALESCE:
+        return LintItem(
+            name,
+            WARN,
+            f"A coalesce window of {rule.coalesce_window_seconds}s does nothing unless the class is coalesce.",
+        )
+    if rule.recoverability == backpressure.COALESCE:
+        window = f", waiting {rule.coalesce_window_seconds}s for newer ones" if rule.coalesce_window_seconds else ""
+        return LintItem(name, PASS, f"Newer triggers of an object replace its pending run{window}.")
+    if rule.recoverability == backpressure.RECOMPUTABLE:
+        set_marks = [(s, h) for s, h, _low in rule.watermarks if h is not None]
+        if not set_marks:
+            return LintItem(name, PASS, "Recomputable, but no watermark is set: never shed.")
+        where = ", ".join(f"{s} at {h}" for s, h in set_marks)
+        return LintItem(name, PASS, f"Shed above the high watermark of pending runs ({where}).")
+    return LintItem(name, PASS, "One-time input: never shed.")

@@ -8,13 +8,15 @@ docs/events.md describes the protocol and every refusal code.
 
 import logging
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from runs.claims import run_claim
+from runs.models import Decision, TaskRun
+from runs.selectors import run_coalesced_into
 from tasks.models import EventDelivery, EventMetric, EventRefusal, RefusalCount, TriggerSource
 from tasks.rules import events, signatures
 from tasks.rules.events import Refused
@@ -26,6 +28,10 @@ log = logging.getLogger("harness.events")
 ACCEPTED = "accepted"  # a new run
 DUPLICATE = "duplicate"  # the business event (biz_key) already had a run: 200 with that run
 REDELIVERY = "redelivery"  # the same delivery id with the same body again: 200 with its run
+# Backpressure (docs/backpressure.md): answered 202 so the sender knows it was received and needs no
+# resend, with the outcome saying it will not run as its own run.
+SHED = "shed"  # recomputable, above the high watermark: a "shed" decision, nothing run
+COALESCED = "coalesced"  # its run was replaced by a newer trigger of the same object: the survivor runs
 # Delivery and refusal rows are kept this long. A webhook delivery id only has to be remembered
 # for the timestamp tolerance (an older signed request is refused as stale), so this is ample.
 EVENT_RECORD_RETENTION = timedelta(days=30)
@@ -41,6 +47,7 @@ class IntakeResult:
     detail: str = ""
     run_id: int | None = None
     biz_key: str = ""
+    extra: dict = field(default_factory=dict)  # shed: the decision; coalesced: the survivor
 
     @property
     def ok(self) -> bool:
@@ -53,7 +60,8 @@ class IntakeResult:
     def as_json(self) -> dict:
         if not self.ok:
             return {"error": self.outcome, "detail": self.detail}
-        return {"outcome": self.outcome, "run_id": self.run_id, "biz_key": self.biz_key, "created": self.created}
+        body = {"outcome": self.outcome, "run_id": self.run_id, "biz_key": self.biz_key, "created": self.created}
+        return {**body, **self.extra}
 
 
 @dataclass
@@ -251,16 +259,52 @@ def _accept(source: TriggerSource, payload: dict, *, attempt: _Attempt, now: dat
                     status=409,
                 ) from None
             event_metric_count(source.name, REDELIVERY, now=now)
+            earlier_run = TaskRun.objects.filter(pk=earlier.run_id).first() if earlier.run_id else None
+            answered = _flow_answer(rule, earlier_run, biz_key=earlier.biz_key)
+            if answered is not None:
+                return answered
             return IntakeResult(200, REDELIVERY, "this delivery was already accepted", earlier.run_id, earlier.biz_key)
         claim = run_claim(work, now=now)
-        delivery.run_id = claim.run.id
+        delivery.run_id = claim.run.id if claim.run else None
         delivery.run_created = claim.created
         delivery.save(update_fields=["run_id", "run_created"])
-        outcome = ACCEPTED if claim.created else DUPLICATE
+        answered = None if claim.created else _flow_answer(rule, claim.run, biz_key=biz_key)
+        outcome = answered.outcome if answered else ACCEPTED if claim.created else DUPLICATE
         event_metric_count(source.name, outcome, now=now)
-    log.info("event %s from %s: %s run %s %s", delivery_id or "-", source.name, outcome, claim.run.id, biz_key)
+    log.info(
+        "event %s from %s: %s run %s %s", delivery_id or "-", source.name, outcome, claim.run and claim.run.id, biz_key
+    )
+    if answered is not None:
+        return answered
+    if claim.replaced:
+        replaced = [{"run_id": r.id, "biz_key": r.biz_key} for r in claim.replaced]
+        return IntakeResult(202, ACCEPTED, "", claim.run.id, biz_key, extra={"replaced": replaced})
     status = 202 if claim.created else 200
     return IntakeResult(status, outcome, "", claim.run.id, biz_key)
+
+
+def _flow_answer(rule, run: TaskRun | None, *, biz_key: str) -> IntakeResult | None:
+    """The answer for an event that will not run as its own run: shed (no run; its decision) or
+    coalesced (its run was replaced; the survivor). None for any other outcome."""
+    if run is None:
+        decision = Decision.objects.filter(rule=rule, slot=None, biz_key=biz_key).first()
+        details = decision.details if decision else {}
+        detail = (
+            f"shed by backpressure: {details.get('pending')} pending runs in {details.get('pool')}, "
+            f"high watermark {details.get('high_watermark')}; recomputable work is not run"
+        )
+        extra = {"decision_id": decision.id if decision else None, "backpressure": details}
+        return IntakeResult(202, SHED, detail, None, biz_key, extra={**extra, "detail": detail})
+    if run.state == TaskRun.State.COALESCED:
+        decision = Decision.objects.filter(rule=rule, slot=None, biz_key=run.biz_key).first()
+        survivor = run_coalesced_into(run)
+        extra = {
+            "decision_id": decision.id if decision else None,
+            "survivor": {"run_id": survivor.id, "biz_key": survivor.biz_key} if survivor else None,
+        }
+        detail = "replaced by a newer trigger of the same object before it started; the survivor runs instead"
+        return IntakeResult(202, COALESCED, detail, run.id, run.biz_key, extra={**extra, "detail": detail})
+    return None
 
 
 def _refuse(attempt: _Attempt, refused: Refused, *, now: datetime) -> IntakeResult:

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 from django.utils.dateparse import parse_datetime
 
 from runs.models import Decision, SlotHold, TaskRun
-from runs.selectors import run_wait_explain
+from runs.selectors import run_coalesced_into, run_wait_explain
 from tasks.models import TriggerRule
 from tasks.rules import evaluation, schedule
 from tasks.rules.guards import rule_guards
@@ -50,6 +50,8 @@ def slot_explain(*, rule: TriggerRule, slot: datetime, now: datetime) -> dict:
     local = schedule.slot_label(spec, slot)
     base = {"rule": rule.name, "slot_utc": slot.isoformat(), "slot_local": local}
     run = TaskRun.objects.filter(rule=rule, slot=slot, is_trial=False).order_by("id").first()
+    if run is not None and run.state == TaskRun.State.COALESCED:
+        return {**base, **trigger_explain(rule=rule, biz_key=run.biz_key, now=now)}
     if run is not None:
         summary = f"ran: run {run.id} ({run.get_state_display()}), source {run.source}, biz_key {run.biz_key}"
         if run.state == TaskRun.State.AWAITING_APPROVAL:
@@ -80,6 +82,8 @@ def slot_explain(*, rule: TriggerRule, slot: datetime, now: datetime) -> dict:
     decision = Decision.objects.filter(rule=rule, slot=slot).first()
     if decision is not None:
         why = decision.details.get("why") if isinstance(decision.details, dict) else None
+        if decision.reason == Decision.Reason.SHED:
+            why = _shed_why(decision.details)
         summary = f"did not run: {decision.get_reason_display()}" + (f" ({why})" if why else "")
         return {
             **base,
@@ -141,6 +145,70 @@ def slot_explain(*, rule: TriggerRule, slot: datetime, now: datetime) -> dict:
         "resumed), or its decision is older than the retention period",
         "details": {"rule_updated_at": rule.updated_at.isoformat() if rule.updated_at else None},
     }
+
+
+def trigger_explain(*, rule: TriggerRule, biz_key: str, now: datetime) -> dict:
+    """What happened to one trigger, by its biz_key (events have no slot): {"outcome", "reason",
+    "summary", "details", ...}. outcome is one of run | coalesced | shed | no_record."""
+    base = {"rule": rule.name, "biz_key": biz_key}
+    run = TaskRun.objects.filter(rule=rule, biz_key=biz_key).first()
+    decision = Decision.objects.filter(rule=rule, slot=None, biz_key=biz_key).first()
+    if run is not None and run.state == TaskRun.State.COALESCED:
+        survivor = run_coalesced_into(run)
+        details = {
+            **(decision.details if decision else {}),
+            "run_id": run.id,
+            "carried_by_run_id": survivor.id if survivor else None,
+        }
+        where = f"run {survivor.id} ({survivor.biz_key}, {survivor.get_state_display()})" if survivor else "a newer run"
+        summary = (
+            f"coalesced: run {run.id} was replaced before it started by a newer trigger of object "
+            f"{run.object_key}; {where} carries the work with the newest payload"
+        )
+        return {
+            **base,
+            "outcome": "coalesced",
+            "reason": Decision.Reason.COALESCED,
+            "summary": summary,
+            "details": details,
+        }
+    if run is not None:
+        summary = f"ran: run {run.id} ({run.get_state_display()}), source {run.source}, triggered by {run.triggered_by}"
+        if run.dedupe_hits:
+            summary += f"; {run.dedupe_hits} later trigger(s) were dedupe hits on it"
+        details = {"run_id": run.id, "source": run.source, "run_after": run.run_after.isoformat()}
+        return {**base, "outcome": "run", "reason": run.state, "summary": summary, "details": details}
+    if decision is not None:
+        why = _shed_why(decision.details) if decision.reason == Decision.Reason.SHED else ""
+        summary = f"did not run: {decision.get_reason_display()}" + (f" ({why})" if why else "")
+        if decision.hits > 1:
+            summary += f"; {decision.hits} trigger(s) with this key were answered so"
+        return {
+            **base,
+            "outcome": decision.reason,
+            "reason": decision.reason,
+            "summary": summary,
+            "details": decision.details,
+            "decided_at": decision.created_at.isoformat(),
+        }
+    return {
+        **base,
+        "outcome": "no_record",
+        "reason": "",
+        "summary": "no record: no trigger with this business key reached this rule, or its record is older than "
+        "the retention period (a refused event is in the event refusals)",
+        "details": {},
+    }
+
+
+def _shed_why(details: dict) -> str:
+    if not isinstance(details, dict):
+        return ""
+    return (
+        f"{details.get('pending')} pending runs in {details.get('pool')} at or above the high watermark "
+        f"{details.get('high_watermark')}, shedding until {details.get('low_watermark')}; "
+        f"the rule is {details.get('recoverability')}"
+    )
 
 
 def _paused_text(rule: TriggerRule) -> str:

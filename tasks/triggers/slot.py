@@ -242,7 +242,8 @@ def slot_claim(
     dispatch: bool = True,
 ) -> TaskRun | None:
     """Claim the slot's run; returns the run when this call created it, else None (a dedupe hit,
-    or a rule whose key cannot be rendered, which becomes an invalid_rule decision)."""
+    a slot shed by backpressure, which run_claim records as a "shed" decision, or a rule whose key
+    cannot be rendered, which becomes an invalid_rule decision)."""
     try:
         work = work_for_slot(rule, slot, source=source, run_after=run_after)
     except (keys.KeyTemplateError, KeyError, ValueError) as exc:
@@ -253,6 +254,9 @@ def slot_claim(
         )
         return None
     claim = run_claim(work, now=now, dispatch=dispatch, state=state)
+    if claim.shed:  # recomputable, above the high watermark: the slot's decision says so (invariant 3)
+        result.decisions += 1
+        return None
     if claim.created:
         result.claimed += 1
         return claim.run

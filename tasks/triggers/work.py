@@ -128,6 +128,7 @@ def work_for_operator(
         triggered_by=actor,
         run_after=run_after,
         trial=trial,
+        intake=False,
     )
 
 
@@ -194,7 +195,10 @@ def _work(
     start_by: datetime | None = None,
     trial: bool = False,
     object_key: str | None = None,
+    intake: bool = True,
 ) -> Work:
+    """`intake`: a trigger of the system (schedule, heartbeat, event) that backpressure may shed or
+    coalesce by the rule's class; an operator's run is one-time input and never coalesced."""
     payload = rule_payload(rule, slot)
     if trial:
         payload["trial"] = True  # skills see it too, e.g. to write to a sandbox
@@ -211,7 +215,17 @@ def _work(
         run_after=run_after,
         start_by=start_by,
         is_trial=trial,
+        **(_flow_control(rule) if intake else {}),
     )
+
+
+def _flow_control(rule: TriggerRule) -> dict:
+    """The Work fields backpressure and coalescing read, from the rule's recoverability class."""
+    coalesce = rule.recoverability == TriggerRule.Recoverability.COALESCE
+    return {
+        "recoverability": rule.recoverability,
+        "coalesce_window": timedelta(seconds=rule.coalesce_window_seconds or 0) if coalesce else None,
+    }
 
 
 def _params(rule: TriggerRule) -> dict:
