@@ -157,6 +157,8 @@ AXES_RESET_ON_SUCCESS = True
 AXES_LOCKOUT_CALLABLE = "harness_site.lockout.lockout_response"
 # Only failures are kept (AccessAttempt, one row per username and address); not every successful login.
 AXES_DISABLE_ACCESS_LOG = True
+# Not its banner in every worker, beat and manage.py start-up; lockouts are still logged.
+AXES_VERBOSE = False
 if AXES_FAILURE_LIMIT < 1 or AXES_COOLOFF_TIME <= timedelta(0):
     raise environ.ImproperlyConfigured(
         "HARNESS_LOGIN_FAILURE_LIMIT and HARNESS_LOGIN_COOLOFF_MINUTES must be 1 or more"
@@ -332,5 +334,7 @@ LOGGING = {
         "django.db.backends": {"level": "WARNING"},
         "httpx": {"level": "WARNING"},
         "httpcore": {"level": "WARNING"},
+        # django-axes logs every successful login's (empty) reset at INFO; lockouts are warnings.
+        "axes": {"level": "WARNING"},
     },
 }

@@ -595,7 +595,8 @@ class RuleDeskMixin:
 
     def change_view(self, request, object_id, form_url="", extra_context=None):
         extra = {**(extra_context or {})}
-        rule = TriggerRule.objects.filter(pk=object_id).first() if object_id.isdigit() else None
+        # isascii: str.isdigit() is also true for "²", which the query would refuse with a 500.
+        rule = TriggerRule.objects.filter(pk=object_id).first() if object_id.isascii() and object_id.isdigit() else None
         if rule is not None:
             user = request.user
             extra["desk_buttons"] = [

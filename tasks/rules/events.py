@@ -211,7 +211,7 @@ def validate_field_paths(paths: object, *, field: str) -> list[str]:
     if not isinstance(paths, list) or not all(isinstance(p, str) for p in paths):
         raise ValueError(f'{field} must be a JSON list of dotted field names, e.g. ["amount", "customer.tier"]')
     for p in paths:
-        if not p or any(not part.isidentifier() and not part.isdigit() for part in p.split(".")):
+        if not p or any(not part.isidentifier() and not (part.isascii() and part.isdigit()) for part in p.split(".")):
             raise ValueError(f"{field}: {p!r} is not a dotted field name such as customer.tier")
     return paths
 

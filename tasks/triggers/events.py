@@ -272,7 +272,13 @@ def _accept(source: TriggerSource, payload: dict, *, attempt: _Attempt, now: dat
         outcome = answered.outcome if answered else ACCEPTED if claim.created else DUPLICATE
         event_metric_count(source.name, outcome, now=now)
     log.info(
-        "event %s from %s: %s run %s %s", delivery_id or "-", source.name, outcome, claim.run and claim.run.id, biz_key
+        # %r: the key and the delivery id carry sender values; quoted, a line break cannot forge a log line.
+        "event %r from %s: %s run %s %r",
+        delivery_id or "-",
+        source.name,
+        outcome,
+        claim.run and claim.run.id,
+        biz_key,
     )
     if answered is not None:
         return answered
@@ -337,7 +343,7 @@ def _refuse(attempt: _Attempt, refused: Refused, *, now: datetime) -> IntakeResu
         event_metric_count(counted_name, refused.code, now=now)
     # Never the body or the secret: the sender's data stays out of the logs.
     log.warning(
-        "event refused from %r (%s): %s: %s", attempt.source_name, attempt.channel, refused.code, refused.detail
+        "event refused from %r (%s): %s: %r", attempt.source_name, attempt.channel, refused.code, refused.detail
     )
     return IntakeResult(refused.status, refused.code, refused.detail)
 

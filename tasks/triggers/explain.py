@@ -10,7 +10,7 @@ from django.utils.dateparse import parse_datetime
 from runs.models import Decision, SlotHold, TaskRun
 from runs.selectors import run_coalesced_into, run_wait_explain
 from tasks.models import TriggerRule
-from tasks.rules import evaluation, schedule
+from tasks.rules import evaluation, keys, schedule
 from tasks.rules.guards import rule_guards
 
 # How far around the asked instant explain looks for the nearest real slots.
@@ -150,9 +150,16 @@ def slot_explain(*, rule: TriggerRule, slot: datetime, now: datetime) -> dict:
 def trigger_explain(*, rule: TriggerRule, biz_key: str, now: datetime) -> dict:
     """What happened to one trigger, by its biz_key (events have no slot): {"outcome", "reason",
     "summary", "details", ...}. outcome is one of run | coalesced | shed | no_record."""
+    # The stored key, or the rendered part an operator reads in a payload (any of the rule's namespaces).
+    stored = (
+        [biz_key]
+        if biz_key.startswith(keys.NAMESPACE_ROOT + "/")
+        else [keys.namespace(rule.pk, kind) + biz_key for kind in keys.KINDS]
+    )
+    run = TaskRun.objects.filter(rule=rule, biz_key__in=stored).order_by("id").first()
+    decision = Decision.objects.filter(rule=rule, slot=None, biz_key__in=stored).order_by("id").first()
+    biz_key = run.biz_key if run else decision.biz_key if decision else biz_key
     base = {"rule": rule.name, "biz_key": biz_key}
-    run = TaskRun.objects.filter(rule=rule, biz_key=biz_key).first()
-    decision = Decision.objects.filter(rule=rule, slot=None, biz_key=biz_key).first()
     if run is not None and run.state == TaskRun.State.COALESCED:
         survivor = run_coalesced_into(run)
         details = {

@@ -76,7 +76,10 @@ def test_a_resend_of_the_replaced_trigger_stays_a_dedupe_hit_and_is_told_so():
     again = send(rule, 1, at=NOW + timedelta(minutes=1))
 
     assert (again.status, again.outcome, again.run_id) == (202, "coalesced", first.run_id)
-    assert again.as_json()["survivor"] == {"run_id": second.run_id, "biz_key": "order-state:o-1:2"}
+    assert again.as_json()["survivor"] == {
+        "run_id": second.run_id,
+        "biz_key": f"rule/{rule.pk}/event/order-state:o-1:2",
+    }
     assert TaskRun.objects.count() == 2  # no new run for version 1: one run per biz_key, ever
     assert TaskRun.objects.get(pk=first.run_id).dedupe_hits == 1
 

@@ -18,7 +18,7 @@ from runs.claims import Work, run_claim
 from runs.models import Backpressure, Decision, TaskRun
 from tasks.admin.rules import lint_input
 from tasks.models import EventDelivery, Pool, TriggerRule, TriggerSource
-from tasks.rules import lint
+from tasks.rules import keys, lint
 from tasks.triggers.events import event_intake
 from tasks.triggers.explain import slot_explain, trigger_explain
 from tasks.triggers.heartbeat import heartbeat_tick
@@ -45,7 +45,7 @@ def backlog(n: int, *, rule: TriggerRule | None = None) -> None:
     """n pending runs of a rule that is never shed (what the workers have not taken yet)."""
     for i in range(n):
         work = Work(
-            biz_key=f"backlog:{rule.pk if rule else 0}:{i}",
+            biz_key=keys.scoped(rule.pk, keys.MANUAL_KEY, f"backlog:{i}") if rule else f"backlog:0:{i}",
             skill="harness.noop",
             source="api",
             triggered_by="tests",
@@ -93,7 +93,7 @@ def test_a_scheduler_slot_of_a_recomputable_rule_is_shed_above_the_high_watermar
         "recoverability": "recomputable",
         "source": "scheduler",
         "triggered_by": "scheduler",
-        "biz_key": f"refresh:{T0.isoformat()}",
+        "biz_key": f"rule/{rule.pk}/slot/refresh:{T0.isoformat()}",
     }
     assert Backpressure.objects.get().shedding is True
 
@@ -156,7 +156,7 @@ def test_a_shed_event_is_answered_202_with_the_decision_and_a_resend_gets_the_sa
     assert "shed by backpressure" in body["detail"]
     assert (again.status, again.outcome, again.as_json()["decision_id"]) == (202, "shed", decision.id)
     assert (other.status, other.outcome) == (202, "shed")
-    assert (decision.slot, decision.biz_key, decision.hits) == (None, "quotes:o-1:7", 2)
+    assert (decision.slot, decision.biz_key, decision.hits) == (None, f"rule/{rule.pk}/event/quotes:o-1:7", 2)
     assert not TaskRun.objects.filter(rule=rule).exists()
 
 
@@ -354,4 +354,5 @@ def test_the_admin_explain_page_answers_for_a_trigger_by_its_business_key(operat
     assert page.status_code == 200 and 'id="explain-outcome">coalesced<' in body
     assert f"run {second.run_id}" in body and "order-state:o-1:1" in body
     recent = client_for(operator).get(url).content.decode()
-    assert "?biz_key=order-state%3Ao-1%3A1" in recent  # the recent decisions link to their trigger
+    # the recent decisions link to their trigger
+    assert f"?biz_key=rule/{rule.pk}/event/order-state%3Ao-1%3A1" in recent

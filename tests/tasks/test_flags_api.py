@@ -190,5 +190,5 @@ def test_it_refuses_a_note_with_a_nul(client):
 
     # Strict JSON refuses it before any field is read, naming where it is.
     assert response.status_code == 400 and response.json()["reason"] == "malformed_json"
-    assert "$.note: NUL" in response.json()["error"]
+    assert "$.note: contains a NUL character" in response.json()["error"]
     assert not ReadinessFlag.objects.exists()
