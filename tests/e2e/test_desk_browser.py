@@ -178,7 +178,7 @@ def test_it_trial_runs_a_rule_and_the_run_appears(browser, live_server, harness)
 
     _until(browser, succeeded, "the trial run to succeed", timeout=60)
     run = TaskRun.objects.get()
-    assert run.is_trial and run.biz_key.startswith("trial:") and run.state == "succeeded"
+    assert run.is_trial and run.biz_key.startswith(f"rule/{run.rule_id}/trial/") and run.state == "succeeded"
     _shot(browser, "run-timeline")
     browser.get(live_server.url + reverse("admin:runs_taskrun_changelist"))
     _shot(browser, "runs")

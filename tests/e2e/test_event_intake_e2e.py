@@ -37,7 +37,11 @@ def test_it_turns_a_queue_message_into_one_executed_run(harness):
         timeout=RUN_TIMEOUT,
         what="the event's run to succeed",
     )
-    assert (run.biz_key, run.source, run.triggered_by) == ("queue-events:o-1:created:1", "event", "svc:orders")
+    assert (run.biz_key, run.source, run.triggered_by) == (
+        f"rule/{run.rule_id}/event/queue-events:o-1:created:1",
+        "event",
+        "svc:orders",
+    )
     assert run.payload["event"]["snapshot"] == {"total": 10} and run.payload["event"]["channel"] == "queue"
     assert TaskRun.objects.count() == 1 and run.dedupe_hits == 1
     assert DiagnosticRecord.objects.filter(biz_key=run.biz_key).count() == 1

@@ -222,7 +222,7 @@ def test_a_rate_pool_of_ten_per_ten_seconds_paces_forty_runs(workers):
     assert starts[-1] >= 29
 
 
-KEY_ENV = "H11_E2E_MODEL_KEY"
+KEY_ENV = "HARNESS_SECRET_H11_E2E_MODEL_KEY"  # a granted name (tasks/secrets.py)
 KEY = "sk-e2e-flow-4c2a"
 GOOD = {"summary": "paced", "severity": "info"}
 

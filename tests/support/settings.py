@@ -51,3 +51,8 @@ os.environ.setdefault("HARNESS_SLOT_GRACE_SECONDS", "10")
 os.environ.setdefault("HARNESS_AGENT_URL_ALLOW", "http://127.0.0.1,https://x.example/v1")
 
 from harness_site.settings import *  # noqa: E402, F403
+
+# Django's advice for test runs: a fast hasher. The default (PBKDF2, 1,000,000 rounds) spends about
+# half a second of CPU on every test user's password; what is tested here is who may log in and what
+# they may do, not the hash. The worker and beat processes a test starts keep the real settings.
+PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
