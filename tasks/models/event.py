@@ -31,27 +31,34 @@ class TriggerSource(models.Model):
         FILE = "file", _("File arrival: folder sensor")
         PYTHON = "python", _("Python: tasks.triggers.events.event_intake()")
 
-    name = models.SlugField(max_length=100, unique=True, help_text=_("In the URL /hooks/<name>/ and {source} in keys."))
-    enabled = models.BooleanField(default=True)
-    kind = models.CharField(max_length=10, choices=Kind.choices, default=Kind.WEBHOOK)
-    description = models.CharField(max_length=500, blank=True)
+    name = models.SlugField(
+        _("name"), max_length=100, unique=True, help_text=_("In the URL /hooks/<name>/ and {source} in keys.")
+    )
+    enabled = models.BooleanField(_("enabled"), default=True)
+    kind = models.CharField(_("kind"), max_length=10, choices=Kind.choices, default=Kind.WEBHOOK)
+    description = models.CharField(_("description"), max_length=500, blank=True)
     identity = models.CharField(
-        max_length=150, help_text=_("Who this source stands for; recorded as the run's triggered_by, e.g. svc:billing.")
+        _("identity"),
+        max_length=150,
+        help_text=_("Who this source stands for; recorded as the run's triggered_by, e.g. svc:billing."),
     )
     rule = models.ForeignKey(
         TriggerRule,
+        verbose_name=_("rule"),
         on_delete=models.PROTECT,
         related_name="sources",
         limit_choices_to={"kind": "event"},
         help_text=_("The event rule each accepted event triggers."),
     )
     signature_scheme = models.CharField(
+        _("signature scheme"),
         max_length=20,
         choices=Scheme.choices,
         default=Scheme.HARNESS,
         help_text=_("Webhook sources: how requests are signed (docs/events.md)."),
     )
     secret_env = models.CharField(
+        _("secret variable"),
         max_length=100,
         blank=True,
         help_text=_(
@@ -60,6 +67,7 @@ class TriggerSource(models.Model):
         ),
     )
     secret_env_next = models.CharField(
+        _("next secret variable"),
         max_length=100,
         blank=True,
         help_text=_(
@@ -67,33 +75,48 @@ class TriggerSource(models.Model):
             "a request signed with either is accepted."
         ),
     )
-    object_id_path = models.CharField(max_length=200, default="object_id", help_text=_("Dotted payload path."))
-    action_path = models.CharField(max_length=200, default="action", help_text=_("Dotted payload path."))
-    version_path = models.CharField(max_length=200, default="version", help_text=_("Dotted payload path."))
+    object_id_path = models.CharField(
+        _("object id path"), max_length=200, default="object_id", help_text=_("Dotted payload path.")
+    )
+    action_path = models.CharField(
+        _("action path"), max_length=200, default="action", help_text=_("Dotted payload path.")
+    )
+    version_path = models.CharField(
+        _("version path"), max_length=200, default="version", help_text=_("Dotted payload path.")
+    )
     snapshot_fields = models.JSONField(
+        _("snapshot fields"),
         default=list,
         blank=True,
         help_text=_('Payload fields copied into the run at intake, e.g. ["amount", "customer.tier"].'),
     )
     reference_fields = models.JSONField(
+        _("reference fields"),
         default=list,
         blank=True,
         help_text=_('Payload fields kept as references, e.g. ["document_url"]; not documents.'),
     )
     max_body_bytes = models.PositiveIntegerField(
+        _("max body bytes"),
         default=65536,
         validators=[MinValueValidator(1), MaxValueValidator(10 * 1024 * 1024)],
         help_text=_("Larger bodies are refused unread (413)."),
     )
-    watch_dir = models.CharField(max_length=500, blank=True, help_text=_("File sources: absolute folder path."))
+    watch_dir = models.CharField(
+        _("watched folder"), max_length=500, blank=True, help_text=_("File sources: absolute folder path.")
+    )
     require_ready_marker = models.BooleanField(
-        default=False, help_text=_("File sources: only files with a <name>.ready marker next to them count.")
+        _("require a ready marker"),
+        default=False,
+        help_text=_("File sources: only files with a <name>.ready marker next to them count."),
     )
     settle_seconds = models.PositiveIntegerField(
-        default=5, help_text=_("File sources without a marker: the file must be unchanged this long.")
+        _("settle seconds"),
+        default=5,
+        help_text=_("File sources without a marker: the file must be unchanged this long."),
     )
-    created_at = models.DateTimeField(auto_now_add=True)
-    updated_at = models.DateTimeField(auto_now=True)
+    created_at = models.DateTimeField(_("created at"), auto_now_add=True)
+    updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     class Meta:
         verbose_name = _("trigger source")

@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
+from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 from simple_history.models import HistoricalRecords
 
@@ -55,8 +56,11 @@ class Pool(models.Model):
         _("key template"),
         max_length=200,
         blank=True,
-        help_text=_("Blank: one limit for the whole pool. Else a limit per rendered key; placeholders: %(names)s.")
-        % {"names": " ".join("{" + n + "}" for n in POOL_KEY_PLACEHOLDERS)},
+        # Formatted when shown, not at import: a lazy string formatted here would freeze in English.
+        help_text=format_lazy(
+            _("Blank: one limit for the whole pool. Else a limit per rendered key; placeholders: {names}."),
+            names=" ".join("{" + n + "}" for n in POOL_KEY_PLACEHOLDERS),
+        ),
     )
     # Provider pacing: a model provider's 429 Retry-After pauses the whole pool until then.
     paused_until = models.DateTimeField(_("paused until"), null=True, blank=True)
