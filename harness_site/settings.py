@@ -304,6 +304,9 @@ _KNOWN_HARNESS_VARS = {
     "HARNESS_BEAT_MAX_LOOP_INTERVAL",
     "HARNESS_BROKER_DIR",
     "HARNESS_TEST_SQLITE",
+    # ./harness test's knobs (xdist workers per backend): set on its command line, so seen here too.
+    "HARNESS_TEST_WORKERS",
+    "HARNESS_E2E_WORKERS",
     "HARNESS_PORT",
     "HARNESS_SENSOR_SECONDS",
     "HARNESS_DECISION_RETENTION_DAYS",

@@ -70,3 +70,16 @@ def test_the_test_suite_itself_runs_with_a_strong_key():
     from django.conf import settings
 
     assert not settings.DEBUG and len(settings.SECRET_KEY) >= 32 and os.environ["SECRET_KEY"] == settings.SECRET_KEY
+
+
+def test_the_test_commands_knobs_are_known_settings():
+    # `HARNESS_E2E_WORKERS=1 ./harness test` puts them in every process's environment.
+    done = _start(DEBUG="false", SECRET_KEY=STRONG, HARNESS_TEST_WORKERS="1", HARNESS_E2E_WORKERS="1")
+
+    assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_a_mistyped_harness_setting_is_refused():
+    done = _start(DEBUG="false", SECRET_KEY=STRONG, HARNESS_TICK_SECONDZ="1")
+
+    assert done.returncode != 0 and "unknown setting(s) HARNESS_TICK_SECONDZ" in done.stderr
