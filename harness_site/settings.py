@@ -262,14 +262,23 @@ HARNESS = {
 # or a webhook source's secret must be an environment variable under this prefix or in this list.
 HARNESS_SECRET_PREFIX = env.str("HARNESS_SECRET_PREFIX", default="HARNESS_SECRET_")
 HARNESS_SECRETS = env.list("HARNESS_SECRETS", default=[])
-# Never grantable, whatever the list says: they would hand out the site's own keys.
-_NEVER_SECRETS = {"SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL", "CELERY_RESULT_BACKEND"}
-if not HARNESS_SECRET_PREFIX.endswith("_") or len(HARNESS_SECRET_PREFIX) < 4 or HARNESS_SECRET_PREFIX in {"HARNESS_"}:
+# Never grantable, whatever the prefix or the list says: they would hand out the site's own keys.
+# tasks/secrets.py refuses them too, so a prefix cannot reach them either.
+HARNESS_NEVER_SECRETS = frozenset(
+    {"SECRET_KEY", "DATABASE_URL", "CELERY_BROKER_URL", "REDIS_URL", "CELERY_RESULT_BACKEND", "EMAIL_URL"}
+)
+if (
+    not HARNESS_SECRET_PREFIX.endswith("_")
+    or len(HARNESS_SECRET_PREFIX) < 4
+    or HARNESS_SECRET_PREFIX in {"HARNESS_"}
+    or any(name.startswith(HARNESS_SECRET_PREFIX) for name in HARNESS_NEVER_SECRETS)
+):
     raise environ.ImproperlyConfigured(
         f"HARNESS_SECRET_PREFIX={HARNESS_SECRET_PREFIX!r}: give a prefix of its own ending in _, e.g. HARNESS_SECRET_"
+        " (it may not cover the site's own keys)"
     )
-if _NEVER_SECRETS & set(HARNESS_SECRETS):
-    _listed = ", ".join(sorted(_NEVER_SECRETS & set(HARNESS_SECRETS)))
+if HARNESS_NEVER_SECRETS & set(HARNESS_SECRETS):
+    _listed = ", ".join(sorted(HARNESS_NEVER_SECRETS & set(HARNESS_SECRETS)))
     raise environ.ImproperlyConfigured(f"HARNESS_SECRETS lists {_listed}: the site's own keys are never handed out")
 
 # Where an agent may send its key: base URLs under these roots (scheme, host, optional port, optional

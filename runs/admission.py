@@ -64,10 +64,12 @@ class Admission:
     run_id: int
     fence: int
     refusal: Refusal | None = None
+    # Another worker already admitted this very attempt (a duplicate message): nothing was taken.
+    elsewhere: bool = False
 
     @property
     def admitted(self) -> bool:
-        return self.refusal is None
+        return self.refusal is None and not self.elsewhere
 
 
 def run_pool_values(run: TaskRun) -> dict[str, str]:
@@ -138,10 +140,14 @@ def pool_admit(run: TaskRun, *, worker: str, now: datetime, ttl: timedelta) -> A
             fresh = {p.id: p for p in Pool.objects.select_for_update().filter(id__in=limited).order_by("id")}
             pools = [fresh.get(p.id, p) for p in pools]
         keys = {p.id: _key(p, values) for p in pools}
-        mine = list(PoolSlot.objects.filter(run_id=run.id).values_list("pool_id", "fence"))
-        if any(f != fence for _, f in mine):  # an older attempt's, never released (a crash)
+        mine = list(PoolSlot.objects.filter(run_id=run.id).values_list("pool_id", "fence", "worker", "expires_at"))
+        if any(f == fence and w and w != worker and until > now for _, f, w, until in mine):
+            # A duplicate message: another worker admitted this attempt and is taking (or holds) its
+            # lease. Its slots are not ours to adopt, and not ours to free; the lease claim decides.
+            return Admission(run.id, fence, elsewhere=True)
+        if any(f != fence for _, f, _, _ in mine):  # an older attempt's, never released (a crash)
             PoolSlot.objects.filter(run_id=run.id).exclude(fence=fence).delete()
-        held = {pool_id for pool_id, f in mine if f == fence}  # handed over by a release
+        held = {pool_id for pool_id, f, _, _ in mine if f == fence}  # handed over by a release
 
         refusal, refused_pool, takes = None, None, {}
         for pool in pools:
@@ -165,8 +171,8 @@ def pool_admit(run: TaskRun, *, worker: str, now: datetime, ttl: timedelta) -> A
 
         if refusal is not None:
             _wait(run, refused_pool, keys, pools, refusal, now=now)
-            given_back = list(PoolSlot.objects.filter(run_id=run.id).values_list("pool_id", "key"))
-            PoolSlot.objects.filter(run_id=run.id).delete()
+            given_back = list(PoolSlot.objects.filter(run_id=run.id, fence=fence).values_list("pool_id", "key"))
+            PoolSlot.objects.filter(run_id=run.id, fence=fence).delete()
             transaction.on_commit(lambda: [pool_wake(pool_id=p, key=k, now=now) for p, k in given_back])
             return Admission(run.id, fence, refusal)
 
@@ -250,9 +256,13 @@ def _mark_started(pool_id: int, fair_key: str, *, now: datetime) -> None:
     PoolKey.objects.update_or_create(pool_id=pool_id, key=fair_key, defaults={"last_start_at": now})
 
 
-def pool_release(*, run_id: int, fence: int, now: datetime) -> int:
-    """The attempt ended (any outcome): give back its slots and hand each to the next waiting run."""
-    freed = list(PoolSlot.objects.filter(run_id=run_id, fence=fence).values_list("id", "pool_id", "key"))
+def pool_release(*, run_id: int, fence: int, now: datetime, worker: str | None = None) -> int:
+    """The attempt ended (any outcome): give back its slots and hand each to the next waiting run.
+    `worker`: only the slots that worker holds (an executor frees its own, never a duplicate's)."""
+    slots = PoolSlot.objects.filter(run_id=run_id, fence=fence)
+    if worker is not None:
+        slots = slots.filter(worker=worker)
+    freed = list(slots.values_list("id", "pool_id", "key"))
     if not freed:
         return 0
     PoolSlot.objects.filter(id__in=[i for i, _, _ in freed]).delete()
@@ -318,7 +328,8 @@ def pool_wake(*, pool_id: int, key: str, now: datetime) -> int:
         )
         fair = dict(PoolWaiter.objects.filter(run_id__in=[r for r, _ in runs]).values_list("run_id", "fair_key"))
         for run_id, _fence in runs:
-            _mark_started(pool_id, fair[run_id], now=now)
+            if run_id in fair:  # its waiter may be gone meanwhile (coalesced away)
+                _mark_started(pool_id, fair[run_id], now=now)
         ids = [r for r, _ in runs]
         TaskRun.objects.filter(id__in=ids, state__in=TaskRun.CLAIMABLE).update(run_after=now)
         run_dispatch_on_commit(run_ids=ids, now=now)

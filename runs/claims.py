@@ -168,7 +168,8 @@ def _replace_pending(work: Work, *, now: datetime) -> TaskRun | None:
         # It may have been waiting for pool capacity, or just been handed a slot: the survivor
         # waits in its place, and a handed slot goes to the next waiting run now, not in 30 s.
         PoolWaiter.objects.filter(run_id=head.pk).delete()
-        pool_release(run_id=head.pk, fence=head.fence, now=now)
+        # A handed slot is for the attempt it would have started: fence + 1 (runs/admission.py).
+        pool_release(run_id=head.pk, fence=head.fence + 1, now=now)
     return head if changed else None
 
 

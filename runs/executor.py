@@ -60,6 +60,8 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
     admission = None
     try:
         admission = pool_admit(run, worker=worker, now=clock(), ttl=run_lease_ttl(run))
+        if admission.elsewhere:  # a duplicate message: another worker is starting this attempt
+            return ExecuteOutcome(run_id, "not_claimable")
         if not admission.admitted:
             return ExecuteOutcome(run_id, "pool_wait", str(admission.refusal))
         attempt = run_lease_claim(run, worker=worker, now=clock())
@@ -86,7 +88,7 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
         if admission is not None and admission.admitted:
             # Every outcome (success, retry wait, failure, park, fenced, not claimed) frees the slots:
             # a run waiting for a retry holds none (invariant 5).
-            pool_release(run_id=run_id, fence=admission.fence, now=clock())
+            pool_release(run_id=run_id, fence=admission.fence, now=clock(), worker=worker)
         object_gate_exit(gate, now=clock())
 
 

@@ -4,7 +4,7 @@ writes its audit row in the same transaction."""
 
 from datetime import datetime
 
-from django.db import transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from deadletters.models import DeadLetter
@@ -46,7 +46,17 @@ def run_retry_now(*, run_id: int, actor, now: datetime, reason: str = "", ticket
             # A fresh retry window for the new attempt; the attempt cap still counts every attempt.
             fields["first_failure_at"] = None
         # Compare-and-set on the state we read: 0 rows means someone else acted first.
-        if not TaskRun.objects.filter(id=run.id, state=run.state).update(**fields):
+        try:
+            with transaction.atomic():
+                changed = TaskRun.objects.filter(id=run.id, state=run.state).update(**fields)
+        except IntegrityError:
+            # A coalescing rule keeps one pending run per object (run_one_pending_per_object): a newer
+            # trigger of this object is already pending and carries the newest payload.
+            raise OperationError(
+                f"run {run.id}: object {run.object_key} already has a pending run with a newer trigger; "
+                "that run carries its work"
+            ) from None
+        if not changed:
             if ticket_id is not None:
                 transaction.set_rollback(True)  # give the ticket back its open state
             return False

@@ -22,6 +22,8 @@ def secret_name_error(name: str) -> str | None:
     """Why `name` is not a granted secret, or None when it is."""
     if not NAME.fullmatch(name or ""):
         return "not an environment variable name (capitals, digits and _)"
+    if name in settings.HARNESS_NEVER_SECRETS:
+        return "not granted, ever: it is one of the site's own keys"
     prefix = settings.HARNESS_SECRET_PREFIX
     if name.startswith(prefix) and len(name) > len(prefix):
         return None

@@ -131,7 +131,10 @@ class GuardAdminMixin:
         text = request.GET.get("slot", "").strip()
         biz_key = request.GET.get("biz_key", "").strip()[:255]
         result, error = None, ""
-        if biz_key:
+        if "\x00" in biz_key or "\x00" in text:
+            # PostgreSQL refuses a NUL in a query parameter: say so instead of a 500.
+            error = gettext("A business key or slot cannot contain a NUL character.")
+        elif biz_key:
             result = trigger_explain(rule=rule, biz_key=biz_key, now=timezone.now())
         elif rule.kind == TriggerRule.Kind.EVENT:
             # An event rule has no schedule, so no slot to explain: say where its runs are instead.

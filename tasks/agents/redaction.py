@@ -67,7 +67,10 @@ def secret_forms(secret: str) -> list[str]:
 @lru_cache(maxsize=64)
 def _pattern(secrets: tuple[str, ...]) -> re.Pattern[str]:
     forms = sorted({f for s in secrets for f in secret_forms(s)}, key=len, reverse=True)
-    return re.compile("|".join("".join(_char(ch) for ch in form) for form in forms))
+    hexes = {s.encode().hex() for s in secrets}  # hex may come in either case, or mixed
+    return re.compile(
+        "|".join(("(?i:{})" if form in hexes else "{}").format("".join(_char(ch) for ch in form)) for form in forms)
+    )
 
 
 def redact(text: str, *secrets: str | None) -> str:

@@ -32,10 +32,12 @@ TRIAL_KEY = "trial-key"
 KINDS = (SLOT, EVENT, MANUAL, MANUAL_KEY, TRIAL, TRIAL_KEY)
 
 # Percent-encoded in values: `%` itself, every ASCII punctuation but `-_.~`, whitespace and control
-# characters. Any of them may therefore separate two placeholders in a template.
+# characters. Any of them but `%` may therefore separate two placeholders in a template: an escaped
+# value holds `%` (in its %HH sequences), so `{a}%{b}` could still render two inputs as one key.
 ESCAPED = frozenset(
     set(string.punctuation) - set("-_.~") | set(string.whitespace) | {chr(c) for c in range(32)} | {"\x7f"}
 )
+SEPARATORS = ESCAPED - {"%"}
 
 
 class KeyTemplateError(ValueError):
@@ -144,7 +146,7 @@ def check_separated(template: str) -> None:
     for literal, field, _spec, _conversion in Formatter().parse(template):
         if field is None:
             continue
-        if seen_field and not any(ch in ESCAPED for ch in literal):
+        if seen_field and not any(ch in SEPARATORS for ch in literal):
             raise KeyTemplateError(
                 f"Separate {{{field}}} from the placeholder before it with a character such as ':' or '/' "
                 f"(found {literal!r}), or two different inputs could render one key."

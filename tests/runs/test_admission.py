@@ -304,3 +304,27 @@ def test_a_force_released_lease_gives_its_slots_back():
 
     assert not PoolSlot.objects.filter(run=stuck).exists()
     assert handed(one) == [waiting.id]
+
+
+def test_a_duplicate_message_cannot_take_or_free_the_slots_of_the_attempt_running_elsewhere():
+    # Messages are hints: a second worker may read the run while it is still pending, just before the
+    # first admits it and takes its lease. Its admission must not adopt the first worker's slots as if
+    # handed over, and its release must not free them (the limit would be exceeded).
+    one = pool("one", max_concurrency=1)
+    rule = rule_with(one)
+    run, other = claim(rule, 1), claim(rule, 2)
+    stale = fresh(run)  # what the duplicate's worker read
+    admission = hold(run)
+
+    duplicate = pool_admit(stale, worker="w2", now=T0, ttl=TTL)
+    pool_release(run_id=run.id, fence=duplicate.fence, now=T0, worker="w2")
+
+    assert not duplicate.admitted
+    # Its slots (global and one) are untouched.
+    assert set(PoolSlot.objects.filter(run=run).values_list("pool__name", "fence", "worker")) == {
+        (GLOBAL_POOL, admission.fence, "elsewhere"),
+        ("one", admission.fence, "elsewhere"),
+    }
+    assert execute(other).status == "pool_wait"  # the pool of one is still full
+    assert run_execute(run_id=run.id, worker="w2", clock=lambda: T0, rand=lambda: 0.5).status == "not_claimable"
+    assert PoolSlot.objects.filter(run=run, worker="elsewhere").exists()

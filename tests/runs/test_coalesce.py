@@ -10,11 +10,13 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 
+from runs.admission import pool_wake
 from runs.approvals import catchup_approve
 from runs.claims import MAX_COALESCE_TURNS, run_claim
 from runs.executor import run_execute
 from runs.leases import run_lease_claim
 from runs.models import Decision, PoolSlot, PoolWaiter, TaskRun
+from runs.operations import OperationError, run_retry_now
 from runs.selectors import run_coalesced_into, run_timeline
 from tasks.models import Pool, TriggerRule, TriggerSource
 from tasks.triggers.events import event_intake
@@ -230,9 +232,8 @@ def test_a_replaced_run_gives_up_its_place_in_the_pool_line_and_any_slot_it_was_
     pool = Pool.objects.create(name="provider", reason="test", max_concurrency=1)
     first = TaskRun.objects.get(pk=send(rule, 1).run_id)
     PoolWaiter.objects.create(run=first, pool=pool, reason="concurrency", since=NOW, checked_at=NOW)
-    PoolSlot.objects.create(
-        pool=pool, run=first, fence=first.fence, acquired_at=NOW, expires_at=NOW + timedelta(seconds=30)
-    )
+    assert pool_wake(pool_id=pool.id, key="", now=NOW) == 1  # a release hands it the slot, as admission would
+    assert PoolSlot.objects.filter(run=first, worker="").exists()
 
     send(rule, 2)
 
@@ -249,3 +250,19 @@ def test_the_run_page_of_a_replaced_run_shows_its_coalesced_decision():
     timeline = run_timeline(TaskRun.objects.get(pk=first.run_id))
 
     assert [d.reason for d in timeline["decisions"]] == ["coalesced"]
+
+
+@pytest.mark.django_db
+def test_retry_now_of_a_parked_run_whose_object_has_a_newer_pending_run_is_refused_with_a_reason():
+    # A budget- or provider-parked run waits with its attempt taken back; a newer trigger of the same
+    # object then becomes the object's pending run, and "retry now" must say so rather than fail.
+    rule = coalescing_rule()
+    parked = TaskRun.objects.get(pk=send(rule, 1).run_id)
+    TaskRun.objects.filter(pk=parked.pk).update(state=TaskRun.State.WAITING_RETRY, last_error_kind="budget")
+    newer = send(rule, 2)
+
+    with pytest.raises(OperationError, match="already has a pending run"):
+        run_retry_now(run_id=parked.pk, actor=None, now=NOW, reason="on-call")
+
+    assert TaskRun.objects.get(pk=parked.pk).state == TaskRun.State.WAITING_RETRY
+    assert TaskRun.objects.get(pk=newer.run_id).state == TaskRun.State.PENDING

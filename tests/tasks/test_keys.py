@@ -168,3 +168,14 @@ def test_the_upgrade_of_a_stored_key(old, source, trial, new):
     assert keys.legacy_upgrade(old, rule_id=3, source=source, is_trial=trial) == new
     if new:
         assert keys.legacy_downgrade(new, rule_id=3) == old
+
+
+def test_a_percent_between_placeholders_is_no_separator():
+    # Escaped values hold "%" (in their %HH sequences), so "{a}%{b}" could render ("x", "3A:") and
+    # ("x:", "3A") as one key; the template is refused, as "{a}{b}" is.
+    with pytest.raises(KeyTemplateError, match="Separate"):
+        keys.check_separated("{a}%{b}")
+    one = render("{a}%{b}", rule="r", slot=SLOT, business_date=DATE, params={"a": "x", "b": "3A:"}, escaped=True)
+    two = render("{a}%{b}", rule="r", slot=SLOT, business_date=DATE, params={"a": "x:", "b": "3A"}, escaped=True)
+    assert one == two  # why: the collision the check prevents
+    keys.check_separated("{a}%:{b}")  # a real separator beside it is fine

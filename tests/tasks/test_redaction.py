@@ -45,3 +45,15 @@ def test_it_leaves_text_without_the_secret_alone():
 def test_it_redacts_several_secrets_at_once():
     other = "whsec_0123456789abcdefghij"
     assert redact(f"{KEY} {other}", KEY, other) == f"{REDACTED} {REDACTED}"
+
+
+@pytest.mark.parametrize("case", ["lower", "upper", "mixed"])
+def test_it_redacts_the_hex_form_in_either_case(case):
+    key = "sk-live-hexcase-0123456789"
+    hexed = key.encode().hex()
+    shown = {
+        "lower": hexed,
+        "upper": hexed.upper(),
+        "mixed": "".join(c.upper() if i % 2 else c for i, c in enumerate(hexed)),
+    }
+    assert redact(f"echo {shown[case]} end", key) == f"echo {REDACTED} end"

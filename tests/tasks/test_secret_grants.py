@@ -7,6 +7,7 @@ Both are checked when the agent is saved (model, admin form, import file) and ag
 against a real HTTP server on loopback that would receive the Bearer token."""
 
 import json
+import os
 import subprocess
 import sys
 from datetime import UTC, datetime
@@ -209,3 +210,25 @@ def test_it_refuses_a_malformed_url_allow_list_at_start_up(value):
         [sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=env, capture_output=True, text=True
     )
     assert done.returncode != 0 and "HARNESS_AGENT_URL_ALLOW" in done.stderr
+
+
+def test_the_sites_own_keys_are_never_granted_whatever_the_prefix(settings):
+    settings.HARNESS_SECRET_PREFIX = "SECRET_"  # a deployment's prefix that would cover SECRET_KEY
+    settings.HARNESS_SECRETS = ["DATABASE_URL"]
+    from tasks.secrets import secret_name_error, secret_value
+
+    assert "not granted, ever" in secret_name_error("SECRET_KEY")
+    assert "not granted, ever" in secret_name_error("DATABASE_URL")
+    assert secret_value("SECRET_KEY") is None
+    assert secret_name_error("SECRET_OPENAI") is None
+
+
+def test_a_prefix_covering_the_sites_own_keys_stops_the_start_up():
+    done = subprocess.run(
+        [sys.executable, "-c", "import django; django.setup()"],
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "harness_site.settings", "HARNESS_SECRET_PREFIX": "SECRET_"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode != 0 and "may not cover the site's own keys" in done.stderr
