@@ -259,6 +259,8 @@ class EventRefusal(models.Model):
             models.Index(fields=["created_at"], name="refusal_created_idx"),  # event_records_prune
             models.Index(fields=["source_name", "-created_at"], name="refusal_source_recent_idx"),  # admin
             models.Index(fields=["authenticated", "reason", "source"], name="refusal_sample_idx"),  # trimming
+            # Is this authenticated refusal a repeat (a replayed request, a refused file seen again)?
+            models.Index(fields=["source", "delivery_id"], name="refusal_repeat_idx"),
         ]
 
     def __str__(self) -> str:

@@ -318,34 +318,58 @@ def _refuse(attempt: _Attempt, refused: Refused, *, now: datetime) -> IntakeResu
 
     An authenticated sender's refusal is kept as a row (auditable). Before authentication anyone can
     send anything, so the refusal is counted (RefusalCount, per source, reason and hour) and only the
-    last REFUSAL_SAMPLE per source and reason are kept as rows: a flood adds no rows.
+    last REFUSAL_SAMPLE per source and reason are kept as rows: a flood adds no rows. The same holds
+    for a repeat of an authenticated refusal (one captured signed request replayed, a refused file
+    seen again at every scan): the first is the row, the repeats are counted.
     """
     known = attempt.source is not None
-    with transaction.atomic():
-        EventRefusal.objects.create(
+    repeat = (
+        attempt.authenticated
+        and bool(attempt.delivery_id)
+        and EventRefusal.objects.filter(
             source=attempt.source,
-            source_name=attempt.source_name,
-            channel=attempt.channel,
             reason=refused.code,
-            status=refused.status,
-            detail=refused.detail,
             delivery_id=attempt.delivery_id,
             body_sha256=attempt.body_sha256,
-            body_bytes=attempt.body_bytes,
-            remote_addr=attempt.remote_addr[:64],
-            authenticated=attempt.authenticated,
-            created_at=now,
-        )
+            authenticated=True,
+        ).exists()
+    )
+    with transaction.atomic():
+        if not repeat:
+            _refusal_row(attempt, refused, now=now)
         counted_name = attempt.source_name if known else UNKNOWN_SOURCE_METRIC
         if not attempt.authenticated:
             _sample_trim(attempt.source, refused.code)
+        if repeat or not attempt.authenticated:
             refusal_count(counted_name, refused.code, status=refused.status, now=now)
         event_metric_count(counted_name, refused.code, now=now)
     # Never the body or the secret: the sender's data stays out of the logs.
     log.warning(
-        "event refused from %r (%s): %s: %r", attempt.source_name, attempt.channel, refused.code, refused.detail
+        "event refused from %r (%s): %s: %r%s",
+        attempt.source_name,
+        attempt.channel,
+        refused.code,
+        refused.detail,
+        " (a repeat, counted)" if repeat else "",
     )
     return IntakeResult(refused.status, refused.code, refused.detail)
+
+
+def _refusal_row(attempt: _Attempt, refused: Refused, *, now: datetime) -> None:
+    EventRefusal.objects.create(
+        source=attempt.source,
+        source_name=attempt.source_name,
+        channel=attempt.channel,
+        reason=refused.code,
+        status=refused.status,
+        detail=refused.detail,
+        delivery_id=attempt.delivery_id,
+        body_sha256=attempt.body_sha256,
+        body_bytes=attempt.body_bytes,
+        remote_addr=attempt.remote_addr[:64],
+        authenticated=attempt.authenticated,
+        created_at=now,
+    )
 
 
 def _sample_trim(source: TriggerSource | None, reason: str) -> None:

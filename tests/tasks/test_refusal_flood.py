@@ -169,3 +169,24 @@ def test_concurrent_refusals_in_a_new_hour_share_one_counter(transactional_db):
     assert REFUSAL_SAMPLE <= EventRefusal.objects.count() <= REFUSAL_SAMPLE + 3
     webhook_intake(source_name="nobody-here", headers={}, read_body=lambda n: b"", content_length=0, now=now)
     assert EventRefusal.objects.count() == REFUSAL_SAMPLE
+
+
+def test_a_replayed_refused_request_is_counted_not_stored_again(client, source):
+    # Anyone holding one captured signed request could replay it within the freshness window; a
+    # refused one (here: the rule is paused) must not add a row per replay. The first stays auditable.
+    TriggerRule.objects.filter(pk=source.rule_id).update(enabled=False)
+    ts = str(int(time.time()))
+    signature = signatures.sign(signatures.HARNESS, SECRET.encode(), timestamp=ts, delivery_id="cap-1", body=EVENT)
+    headers = {"X-Harness-Timestamp": ts, "X-Harness-Delivery": "cap-1", "X-Harness-Signature": signature}
+    before = rows()
+
+    answers = {
+        client.post("/hooks/billing/", data=EVENT, content_type="application/json", headers=headers).json()["error"]
+        for _ in range(200)
+    }
+
+    grown = {label: n - before[label] for label, n in rows().items() if n != before[label]}
+    assert answers == {"rule_paused"}
+    assert EventRefusal.objects.filter(authenticated=True, delivery_id="cap-1").count() == 1
+    assert RefusalCount.objects.filter(reason="rule_paused").aggregate(n=Sum("count"))["n"] == 199  # the repeats
+    assert sum(grown.values()) <= 3, grown  # the row, one counter, one metric
