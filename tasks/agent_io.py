@@ -8,6 +8,7 @@ import json
 
 from django.core.exceptions import ValidationError
 
+from tasks.file_items import STAGING_ERRORS, field_problems, file_entries, staging_errors
 from tasks.models.agent import Agent
 from tasks.pool_io import Staged, pool_lookup
 
@@ -64,16 +65,8 @@ def agent_stage(items, pools: Staged | None = None) -> tuple[dict[str, tuple[Age
         return staged, errors
     if not isinstance(items, list):
         return staged, ["file: agents must be a list of objects"]
-    for index, item in enumerate(items):
-        label = f"agent #{index + 1}"
-        if not isinstance(item, dict):
-            errors.append(f"{label}: expected an object")
-            continue
-        name = item.get("name")
-        label = f"agent {name!r}" if isinstance(name, str) and name else label
-        unknown = sorted(set(item) - set(AGENT_FIELDS))
-        problems = [f"field {unknown[0]}: unknown field; known fields: {', '.join(AGENT_FIELDS)}"] if unknown else []
-        problems += [f"field {f}: required" for f in REQUIRED_AGENT_FIELDS if item.get(f) in (None, "")]
+    for label, name, item in file_entries(items, "agent", errors):
+        problems = field_problems(item, AGENT_FIELDS, REQUIRED_AGENT_FIELDS)
         for f, value in item.items():
             expected = AGENT_IMPORT_TYPES.get(f)
             if expected is None or (value is None and (f in NULLABLE_AGENT_FIELDS or f in REQUIRED_AGENT_FIELDS)):
@@ -100,12 +93,8 @@ def agent_stage(items, pools: Staged | None = None) -> tuple[dict[str, tuple[Age
             for f, value in item.items():
                 setattr(agent, f, value)
             agent.full_clean()
-        except ValidationError as exc:
-            for f, messages in exc.message_dict.items() if hasattr(exc, "error_dict") else [("", exc.messages)]:
-                errors.extend(f"{label} field {f}: {m}" if f else f"{label}: {m}" for m in messages)
-            continue
-        except (TypeError, ValueError, OverflowError) as exc:  # a value no field can take, e.g. a list for a name
-            errors.append(f"{label}: {exc}")
+        except (ValidationError, *STAGING_ERRORS) as exc:
+            errors.extend(staging_errors(label, exc))
             continue
         staged[name] = (agent, created, created or before != {f: getattr(agent, f) for f in AGENT_FIELDS})
     return staged, errors

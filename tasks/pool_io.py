@@ -5,6 +5,7 @@ name. Rules name the pools they draw from ("pools": ["reports"]), agents their p
 
 from django.core.exceptions import ValidationError
 
+from tasks.file_items import STAGING_ERRORS, field_problems, file_entries, staging_errors
 from tasks.models.pool import Pool
 
 POOL_FIELDS = (
@@ -35,16 +36,8 @@ def pool_stage(items) -> tuple[Staged, list[str]]:
         return staged, errors
     if not isinstance(items, list):
         return staged, ["file: pools must be a list of objects"]
-    for index, item in enumerate(items):
-        label = f"pool #{index + 1}"
-        if not isinstance(item, dict):
-            errors.append(f"{label}: expected an object")
-            continue
-        name = item.get("name")
-        label = f"pool {name!r}" if isinstance(name, str) and name else label
-        unknown = sorted(set(item) - set(POOL_FIELDS))
-        problems = [f"field {unknown[0]}: unknown field; known fields: {', '.join(POOL_FIELDS)}"] if unknown else []
-        problems += [f"field {f}: required" for f in REQUIRED_POOL_FIELDS if item.get(f) in (None, "")]
+    for label, name, item in file_entries(items, "pool", errors):
+        problems = field_problems(item, POOL_FIELDS, REQUIRED_POOL_FIELDS)
         if isinstance(name, str) and name in staged:
             problems.append(f"field name: {name!r} appears more than once in the file")
         if problems:
@@ -58,10 +51,8 @@ def pool_stage(items) -> tuple[Staged, list[str]]:
             setattr(pool, f, value)
         try:
             pool.full_clean()
-        except (ValidationError, TypeError, ValueError) as exc:
-            messages = exc.message_dict if isinstance(exc, ValidationError) else {"value": [str(exc)]}
-            for f, texts in messages.items():
-                errors.extend(f"{label} field {f}: {m}" for m in texts)
+        except (ValidationError, *STAGING_ERRORS) as exc:
+            errors.extend(staging_errors(label, exc))
             continue
         staged[name] = (pool, created, created or before != {f: getattr(pool, f) for f in POOL_FIELDS})
     return staged, errors

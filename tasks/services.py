@@ -10,6 +10,7 @@ from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
 from tasks.agent_io import agent_export, agent_resolve, agent_save, agent_stage
+from tasks.file_items import STAGING_ERRORS, field_problems, file_entries, staging_errors
 from tasks.models import ServiceIdentity, TriggerRule
 from tasks.pool_io import pool_export, pool_lookup, pool_save, pool_stage
 from tasks.rules import json_limits
@@ -119,11 +120,6 @@ _UNTOUCHED_GLOBAL = {
 }
 
 
-# A value the model's fields cannot take even after the type check (a date past year 9999, a
-# number too large for a float): the rule is rejected with the reason, as for a validation error.
-_STAGING_ERRORS = (TypeError, ValueError, OverflowError)
-
-
 def rule_import(text: str | bytes, *, now: datetime | None = None) -> ImportResult:
     """Upsert rules by name from a JSON document (text, or bytes that must be UTF-8). All or nothing:
     any error rejects the whole file with RuleImportError, and every error names the rule and the
@@ -150,13 +146,7 @@ def rule_import(text: str | bytes, *, now: datetime | None = None) -> ImportResu
     errors += agent_errors
     staged: list[tuple[TriggerRule, bool, bool, list | None]] = []
     seen: set[str] = set()
-    for index, item in enumerate(items):
-        label = f"rule #{index + 1}"
-        if not isinstance(item, dict):
-            errors.append(f"{label}: expected an object")
-            continue
-        name = item.get("name")
-        label = f"rule {name!r}" if isinstance(name, str) and name else label
+    for label, name, item in file_entries(items, "rule", errors):
         problems = _check_shape(item)
         if isinstance(name, str) and name in seen:
             problems.append(f"name: {name!r} appears more than once in the file")
@@ -185,12 +175,8 @@ def rule_import(text: str | bytes, *, now: datetime | None = None) -> ImportResu
             # (blank values are not validated) and would fail only inside the save.
             for f in rule._meta.concrete_fields:
                 f.get_db_prep_save(f.pre_save(rule, add=created), connection=connection)
-        except ValidationError as exc:
-            for f, messages in exc.message_dict.items() if hasattr(exc, "error_dict") else [("", exc.messages)]:
-                errors.extend(f"{label} field {f}: {m}" if f else f"{label}: {m}" for m in messages)
-            continue
-        except _STAGING_ERRORS as exc:
-            errors.append(f"{label}: {exc}")
+        except (ValidationError, *STAGING_ERRORS) as exc:
+            errors.extend(staging_errors(label, exc))
             continue
         pools_changed = rule_pools is not None and {p.name for p in rule_pools} != pools_before
         changed = created or pools_changed or before != {f: getattr(rule, f) for f in RULE_FIELDS}
@@ -212,7 +198,7 @@ def rule_import(text: str | bytes, *, now: datetime | None = None) -> ImportResu
                     if rule_pools is not None:
                         rule.pools.set(rule_pools)
                 (result.created if created else result.updated if changed else result.unchanged).append(rule.name)
-    except (DatabaseError, ValidationError, *_STAGING_ERRORS) as exc:
+    except (DatabaseError, ValidationError, *STAGING_ERRORS) as exc:
         # The last line of defence: whatever the checks above missed, the transaction rolled back.
         raise RuleImportError([f"{current}: the database refused it: {exc}"]) from None
     return result
@@ -350,12 +336,7 @@ def _check_shape(item: dict) -> list[str]:
             problems.append(f"field {f}: must be {_TYPE_NAMES[expected]}, got {json.dumps(value)[:80]}")
         elif not _finite(value):
             problems.append(f"field {f}: NaN and Infinity are not allowed")
-    unknown = sorted(set(item) - set(EXPORT_FIELDS))
-    if unknown:
-        problems.append(f"field {unknown[0]}: unknown field; known fields: {', '.join(EXPORT_FIELDS)}")
-    for f in REQUIRED_IMPORT_FIELDS:
-        if item.get(f) in (None, ""):
-            problems.append(f"field {f}: required")
+    problems += field_problems(item, EXPORT_FIELDS, REQUIRED_IMPORT_FIELDS)
     run_at = item.get("run_at")
     if run_at is not None:
         parsed = parse_datetime(run_at) if isinstance(run_at, str) else None

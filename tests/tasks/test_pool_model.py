@@ -52,3 +52,12 @@ def test_an_import_naming_an_unknown_pool_is_refused_whole_with_the_rule_and_fie
     with pytest.raises(RuleImportError) as exc:
         rule_import(doc)
     assert exc.value.errors == ["rule 'r' field pools: no pool named 'nope' in the file or the database"]
+
+
+@pytest.mark.django_db
+def test_a_pool_value_no_field_can_take_is_a_rejected_file_not_a_traceback():
+    doc = '{"pools": [{"name": "p", "reason": "r", "max_concurrency": 1e999}], "rules": []}'
+
+    with pytest.raises(RuleImportError, match="pool 'p': cannot convert float infinity to integer"):
+        rule_import(doc)
+    assert not Pool.objects.filter(name="p").exists()
