@@ -48,15 +48,16 @@ def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model
     Raises BudgetWait (before calling) when the agent's hourly budget is spent, and ModelCallError
     (after recording the failed call) when the call fails.
     """
+    now = ctx.current_time()
     decision = budget_decide(
         max_calls=agent.max_calls_per_hour,
         max_tokens=agent.max_tokens_per_hour,
-        spend=agent_spend(agent_id=agent.id, now=ctx.now),
-        now=ctx.now,
+        spend=agent_spend(agent_id=agent.id, now=now),
+        now=now,
     )
     if not decision.allowed:
         raise BudgetWait(agent=agent.name, until=decision.reset_at, reason=decision.reason)
-    provider_pace(ctx, agent)
+    provider_pace(ctx, agent, now=now)
 
     messages = build_messages(agent, prompt)
     record = ExternalCall(
@@ -70,11 +71,11 @@ def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model
         model=agent.model,
         input_sha256=input_sha256(agent.model, messages),
         prompt_text=json.dumps(messages, ensure_ascii=False) if agent.store_prompts else "",
-        started_at=ctx.now,
+        started_at=now,
     )
     started = time.monotonic()
     try:
-        reply = chat(agent, messages, now=ctx.now)
+        reply = chat(agent, messages, now=now)
     except ModelCallError as exc:
         record.status = exc.status
         record.error_kind = exc.kind
@@ -83,7 +84,8 @@ def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model
             record.output_valid = False
         if exc.kind == ErrorKind.RATE_LIMITED and exc.retry_after is not None and agent.pool_id is not None:
             # The provider paces the whole pool, not this run alone: every run using it waits.
-            until = ctx.now + timedelta(seconds=exc.retry_after)
+            # Retry-After counts from its answer, not from when this attempt started.
+            until = ctx.current_time() + timedelta(seconds=exc.retry_after)
             pool_pause(pool_id=agent.pool_id, until=until)
             raise ProviderWait(agent=agent.name, until=until, reason="provider answered 429") from exc
         raise
@@ -107,15 +109,15 @@ def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model
     return reply, record.id
 
 
-def provider_pace(ctx: SkillContext, agent) -> None:
+def provider_pace(ctx: SkillContext, agent, *, now: datetime) -> None:
     """Before a call: wait (ProviderWait) while the agent's pool is paused by its provider, or until
     its next rate token; every model call of every run using the agent draws from that pool."""
     pool = agent.pool
     if pool is None or not pool.enabled:
         return
-    if pool.paused_until and pool.paused_until > ctx.now:
+    if pool.paused_until and pool.paused_until > now:
         raise ProviderWait(agent=agent.name, until=pool.paused_until, reason=f"pool {pool.name} paused by the provider")
-    next_token = pool_call_take(pool=pool, run=TaskRun.objects.filter(id=ctx.run_id).first(), now=ctx.now)
+    next_token = pool_call_take(pool=pool, run=TaskRun.objects.filter(id=ctx.run_id).first(), now=now)
     if next_token is not None:
         raise ProviderWait(agent=agent.name, until=next_token, reason=f"pool {pool.name} rate limit")
 

@@ -103,6 +103,7 @@ def _call_skill(
         attempt=attempt.number,
         params=run.payload.get("params", {}),
         now=clock(),
+        clock=clock,
         logger=logger,
         worker=worker,
         rule_name=run.rule_name,

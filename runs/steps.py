@@ -62,7 +62,7 @@ def _checkpoint(ctx: SkillContext, name: str, output: Any, *, skipped: bool = Fa
         output=output,
         digest=digest(output),  # TypeError here means the step returned something that is not JSON
         skipped=skipped,
-        completed_at=ctx.now,
+        completed_at=ctx.current_time(),
     )
 
 

@@ -73,7 +73,7 @@ def _record(ctx: SkillContext, args: dict[str, Any]) -> dict:
         fence=ctx.fence,
         attempt=ctx.attempt,
         worker=ctx.worker,
-        created_at=ctx.now,
+        created_at=ctx.current_time(),
     )
     return {"record_id": row.id}
 

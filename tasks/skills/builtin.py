@@ -55,7 +55,7 @@ def record(ctx: SkillContext) -> dict:
             fence=ctx.fence,
             attempt=ctx.attempt,
             worker=ctx.worker,
-            created_at=ctx.now,
+            created_at=ctx.current_time(),
         )
         return {"record_id": row.id}
 

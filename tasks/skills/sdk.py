@@ -121,6 +121,13 @@ class SkillContext:
     # Supplied by the executor: True once this attempt's lease is lost (another worker may run it).
     # A long skill checks it between units of work; ctx.step and ctx.fenced() check it for you.
     lease_lost: Callable[[], bool] = field(default=lambda: False)
+    # Supplied by the executor: the time now. ctx.now is when the attempt started; a model call,
+    # a checkpoint or a provider's Retry-After minutes into the attempt needs the time it happened.
+    clock: Callable[[], datetime] | None = None
+
+    def current_time(self) -> datetime:
+        """The time now (the attempt's start, ctx.now, outside the executor)."""
+        return self.clock() if self.clock is not None else self.now
 
     @property
     def snapshot(self) -> dict[str, Any]:

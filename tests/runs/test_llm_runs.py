@@ -551,3 +551,18 @@ def test_an_agents_rate_pool_paces_its_model_calls(server):
     assert execute(second, T0).status == "waiting_budget"
     assert fresh(second).run_after == T0 + timedelta(seconds=60) and fresh(second).attempts == 0
     assert len(server.requests) == 1
+
+
+def test_a_429_pause_counts_from_when_the_provider_answered_not_from_when_the_attempt_started(server):
+    # Found by CI: the pause was ctx.now + Retry-After, and ctx.now is the attempt's start. A skill
+    # that calls the model 5 s into its attempt paused the pool 5 s short of what the provider asked.
+    provider = Pool.objects.create(name="provider", reason="the provider's limit")
+    server.respond(Reply(429, '{"error": "rate"}', {"Retry-After": "30"}))
+    agent = make_agent(server, pool=provider)
+    run = make_run(agent)
+    answered = T0 + timedelta(seconds=5)
+
+    run_execute(run_id=run.id, worker="w1", clock=lambda: answered if server.requests else T0, rand=lambda: 0.5)
+
+    assert Pool.objects.get(id=provider.id).paused_until == answered + timedelta(seconds=30)
+    assert fresh(run).run_after == answered + timedelta(seconds=30)
