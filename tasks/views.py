@@ -30,10 +30,15 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def token_create(*, name: str, user, now) -> str:
-    """A new API token for `user`; the plaintext is returned once and only its hash is stored."""
+def token_create(*, name: str, user, now, scopes: list[str] | None = None) -> str:
+    """A new API token for `user`; the plaintext is returned once and only its hash is stored.
+    `scopes` narrows what it may do in the REST API (tasks.models.access.API_SCOPES); None: all."""
     token = "hk_" + secrets.token_urlsafe(32)
-    ApiToken.objects.create(name=name, user=user, token_hash=token_hash(token), created_at=now)
+    found = ApiToken(name=name, user=user, token_hash=token_hash(token), created_at=now)
+    if scopes is not None:
+        found.scopes = list(scopes)
+    found.full_clean(exclude=["user", "token_hash"])
+    found.save()
     return token
 
 
