@@ -92,7 +92,7 @@ class RunNowSerializer(serializers.Serializer):
         help_text="ISO 8601; without an offset it is read in the rule's timezone. Empty: this minute.",
     )
     biz_key = serializers.CharField(required=False, allow_blank=True, help_text="Instead of a slot: this business key.")
-    reason = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    reason = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False)
 
 
 # --- runs ----------------------------------------------------------------------------------
@@ -190,7 +190,7 @@ class ScheduleOnceSerializer(serializers.Serializer):
     )
     timezone = serializers.CharField(required=False, help_text="IANA zone for a run_at without offset.")
     delay_seconds = serializers.FloatField(required=False, help_text="Instead of run_at: seconds from now.")
-    reason = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    reason = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False)
 
 
 # --- dead letters --------------------------------------------------------------------------
@@ -230,7 +230,7 @@ class CloseSerializer(serializers.Serializer):
 
 class AssignSerializer(serializers.Serializer):
     owner = serializers.CharField(allow_null=True, help_text="A staff username; null: unassign.")
-    reason = serializers.CharField(required=False, allow_blank=True, trim_whitespace=False)
+    reason = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False)
 
 
 class ReplaySerializer(serializers.Serializer):
