@@ -3,10 +3,10 @@
 from datetime import datetime
 
 from django.utils.dateparse import parse_datetime
-from drf_spectacular.utils import OpenApiParameter, OpenApiResponse
+from drf_spectacular.utils import OpenApiExample, OpenApiParameter, OpenApiResponse
 from rest_framework.views import APIView
 
-from harness_site.api.problems import ApiProblem, ProblemSerializer, invalid
+from harness_site.api.problems import PROBLEM_TYPE, ApiProblem, ProblemSerializer, invalid
 
 MAX_QUERY_VALUE = 255  # a biz_key is at most 255 characters; nothing we store is longer
 
@@ -23,12 +23,26 @@ class DeskView(APIView):
 
 def problems(*codes: int) -> dict:
     """drf-spectacular responses for the problem statuses a view may answer."""
-    return {code: OpenApiResponse(ProblemSerializer, description=f"problem details ({code})") for code in codes}
+    return {
+        (code, PROBLEM_TYPE): OpenApiResponse(ProblemSerializer, description=f"problem details ({code})")
+        for code in codes
+    }
 
 
 COMMON = (400, 401, 403)
-RUN_ID = OpenApiParameter("run_id", int, OpenApiParameter.PATH, description="the run's id")
-TICKET_ID = OpenApiParameter("ticket_id", int, OpenApiParameter.PATH, description="the ticket's id")
+RUN_ID = OpenApiParameter(
+    "run_id", int, OpenApiParameter.PATH, description="the run's id", examples=[OpenApiExample("a run", value=1)]
+)
+TICKET_ID = OpenApiParameter(
+    "ticket_id", int, OpenApiParameter.PATH, description="the ticket's id", examples=[OpenApiExample("a ticket", 1)]
+)
+RULE_NAME = OpenApiParameter(
+    "name",
+    str,
+    OpenApiParameter.PATH,
+    description="the rule's name",
+    examples=[OpenApiExample("a rule", value="daily-report")],
+)
 
 
 def query_text(request, name: str) -> str:

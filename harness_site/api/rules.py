@@ -13,7 +13,7 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from harness_site.api.base import COMMON, DeskView, body_object, problems, query_text, validated
+from harness_site.api.base import COMMON, RULE_NAME, DeskView, body_object, problems, query_text, validated
 from harness_site.api.problems import ApiProblem, invalid
 from harness_site.api.serializers import (
     ClaimSerializer,
@@ -149,7 +149,7 @@ class RuleListView(DeskView):
         return rule_response(rule, status=201, headers={"Location": f"/api/v1/rules/{rule.name}"})
 
 
-@extend_schema(tags=["rules"])
+@extend_schema(tags=["rules"], parameters=[RULE_NAME])
 class RuleDetailView(DeskView):
     scope_area = "rules"
     perms = {"GET": VIEW, "PATCH": ("tasks.change_triggerrule",), "DELETE": ("tasks.delete_triggerrule",)}
@@ -208,7 +208,7 @@ def _action_error(exc: RuleActionError) -> ApiProblem:
     return ApiProblem(400, "refused", str(exc), field=exc.field or "")
 
 
-@extend_schema(tags=["rules"])
+@extend_schema(tags=["rules"], parameters=[RULE_NAME])
 class RulePauseView(_RuleActionView):
     perms = {"POST": ("tasks.pause_rule",)}
     enabled_after = False
@@ -239,7 +239,7 @@ class RuleResumeView(RulePauseView):
     enabled_after = True
 
 
-@extend_schema(tags=["rules"])
+@extend_schema(tags=["rules"], parameters=[RULE_NAME])
 class RuleRunNowView(_RuleActionView):
     perms = {"POST": ("tasks.run_rule_now",)}
     trial = False
@@ -285,7 +285,7 @@ class RuleTrialView(RuleRunNowView):
     trial = True
 
 
-@extend_schema(tags=["rules"])
+@extend_schema(tags=["rules"], parameters=[RULE_NAME])
 class RuleExplainView(_RuleActionView):
     perms = {"GET": VIEW}
 
@@ -320,7 +320,7 @@ class PreviewRowSerializer(serializers.Serializer):
     guards = serializers.CharField(allow_blank=True)
 
 
-@extend_schema(tags=["rules"])
+@extend_schema(tags=["rules"], parameters=[RULE_NAME])
 class RulePreviewView(_RuleActionView):
     perms = {"GET": VIEW}
 
