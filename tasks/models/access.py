@@ -37,7 +37,8 @@ class ServiceIdentity(models.Model):
             )
 
 
-# What a token may touch in the REST API (/api/v1/, harness_site/api): an area and read or write.
+# What a token may touch in the HTTP APIs (/api/v1/ in harness_site/api, and /api/flags): an area and read
+# or write.
 # A token acts with its user's permissions narrowed to its scopes; "*" is every scope.
 API_SCOPES = (
     "rules:read",
@@ -46,6 +47,9 @@ API_SCOPES = (
     "runs:write",
     "deadletters:read",
     "deadletters:write",
+    # The readiness-flag and heartbeat-ping API (tasks/views.py): GET /api/flags reads, the rest write.
+    "flags:read",
+    "flags:write",
 )
 ALL_SCOPES = "*"
 

@@ -185,3 +185,16 @@ def test_the_schema_and_docs_are_served_from_our_own_static_files():
     for page in ("/api/v1/docs/", "/api/v1/redoc/"):
         html = client.get(page).content.decode()
         assert "/static/drf_spectacular_sidecar/" in html and "cdn" not in html.lower()
+
+
+def test_the_flags_api_honours_token_scopes_too():
+    root = make_user("root", superuser=True)
+    flag = {"name": "pipeline.ready", "scope": "2026-12-01"}
+    runs_only = api_for(root, scopes=["runs:write"])
+    refused = runs_only.post("/api/flags/set", flag)
+    assert refused.status_code == 403 and refused.json()["reason"] == "token_scope"
+    assert runs_only.get("/api/flags").json()["reason"] == "token_scope"
+    reader = api_for(root, scopes=["flags:read"])
+    assert reader.get("/api/flags").status_code == 200
+    assert reader.post("/api/flags/set", flag).status_code == 403
+    assert api_for(root, scopes=["flags:write"]).post("/api/flags/set", flag).status_code == 201
