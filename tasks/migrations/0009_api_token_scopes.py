@@ -14,6 +14,6 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='apitoken',
             name='scopes',
-            field=models.JSONField(blank=True, default=tasks.models.access.default_scopes, help_text='REST API scopes, e.g. ["rules:read", "runs:write"]; ["*"]: all of its user\'s permissions.'),
+            field=models.JSONField(blank=True, default=tasks.models.access.default_scopes, help_text='API scopes, e.g. ["rules:read", "runs:write"]; ["*"]: all of its user\'s permissions.'),
         ),
     ]

@@ -70,7 +70,7 @@ class ApiToken(models.Model):
     scopes = models.JSONField(
         default=default_scopes,
         blank=True,
-        help_text=_('REST API scopes, e.g. ["rules:read", "runs:write"]; ["*"]: all of its user\'s permissions.'),
+        help_text=_('API scopes, e.g. ["rules:read", "runs:write"]; ["*"]: all of its user\'s permissions.'),
     )
 
     class Meta:
