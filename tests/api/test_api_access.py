@@ -198,3 +198,23 @@ def test_the_flags_api_honours_token_scopes_too():
     assert reader.get("/api/flags").status_code == 200
     assert reader.post("/api/flags/set", flag).status_code == 403
     assert api_for(root, scopes=["flags:write"]).post("/api/flags/set", flag).status_code == 201
+
+
+def test_the_token_command_takes_scopes():
+    from io import StringIO
+
+    from django.core.management import CommandError, call_command
+
+    make_user("olga", "Operators")
+    out = StringIO()
+    call_command("harness", "token", "create", "ci", "--user", "olga", "--scope", "runs:write", stdout=out)
+    assert ApiToken.objects.get(name="ci").scopes == ["runs:write"]
+    token = out.getvalue().strip().rsplit(" ", 1)[-1]
+    api = Api(token)
+    assert (
+        api.post("/api/v1/runs", {"skill": "harness.noop", "delay_seconds": 5, "idempotency_key": "k"}).status_code
+        == 201
+    )
+    assert_problem(api.get("/api/v1/rules"), 403)
+    with pytest.raises(CommandError, match="scopes"):
+        call_command("harness", "token", "create", "bad", "--user", "olga", "--scope", "everything")
