@@ -63,7 +63,7 @@ def import_problems(errors: list[str], label: str) -> ApiProblem:
     return ApiProblem(400, "invalid-rule", detail, field=first["field"], errors=items)
 
 
-def _import_one(item: dict, *, now) -> tuple[list[str], str]:
+def _import_one(item: dict, *, now) -> tuple[list[str], list[str]]:
     """Apply one rule through the rules import: (created, updated) names. RuleImportError as problems."""
     name = item.get("name")
     label = f"rule {name!r}" if isinstance(name, str) and name else "rule #1"

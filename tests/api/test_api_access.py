@@ -218,3 +218,12 @@ def test_the_token_command_takes_scopes():
     assert_problem(api.get("/api/v1/rules"), 403)
     with pytest.raises(CommandError, match="scopes"):
         call_command("harness", "token", "create", "bad", "--user", "olga", "--scope", "everything")
+
+
+def test_the_admin_lists_a_token_s_scopes():
+    from tests.support.desk import client_for
+
+    root = make_user("root", superuser=True)
+    api_for(root, scopes=["deadletters:read"])
+    page = client_for(root).get("/admin/tasks/apitoken/")
+    assert page.status_code == 200 and "deadletters:read" in page.content.decode()

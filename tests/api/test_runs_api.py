@@ -206,3 +206,10 @@ def test_a_delayed_run_is_visible_and_cancellable_in_the_admin(admin_api):
     done = desk.post(f"/admin/runs/taskrun/{run_id}/cancel/", {"reason": "not needed"})
     assert done.status_code == 302
     assert TaskRun.objects.get(id=run_id).state == TaskRun.State.CANCELLED
+
+
+def test_explain_answers_for_a_delayed_run_by_its_idempotency_key(admin_api):
+    rule = make_rule()
+    admin_api.post("/api/v1/runs", {"rule": rule.name, "delay_seconds": 60, "idempotency_key": "remind:1"})
+    explained = admin_api.get(f"/api/v1/rules/{rule.name}/explain", biz_key="remind%3A1").json()
+    assert explained["outcome"] == "run" and explained["biz_key"] == f"rule/{rule.id}/once-key/remind%3A1"
