@@ -16,6 +16,8 @@ from tasks.rules.json_limits import strict_loads
 
 PROBLEM_TYPE = "application/problem+json"
 TYPE_PREFIX = "urn:agent-harness:problem:"
+# A rule with a long output schema is a few KiB; nothing the API takes comes near this.
+MAX_BODY = 256 * 1024
 
 
 class ApiProblem(exceptions.APIException):
@@ -153,7 +155,10 @@ class StrictJSONParser(parsers.JSONParser):
     NaN or Infinity, no NUL, bounded nesting and number size; the fault is named."""
 
     def parse(self, stream, media_type=None, parser_context=None):
-        raw = stream.read() if stream is not None else b""
+        # Read at most one byte past the limit: a client cannot make the server hold a huge body.
+        raw = stream.read(MAX_BODY + 1) if stream is not None else b""
+        if len(raw) > MAX_BODY:
+            raise ApiProblem(413, "body-too-large", f"the body is larger than {MAX_BODY} bytes")
         try:
             return strict_loads(raw)
         except ValueError as exc:

@@ -199,3 +199,27 @@ def test_unknown_paths_and_methods_are_problems(admin_api):
     assert_problem(admin_api.get("/api/v1/nothing-here"), 404)
     assert_problem(admin_api.get("/api/v1/rules/nope"), 404, field="name")
     assert_problem(admin_api.delete("/api/v1/rules"), 405)
+
+
+@pytest.mark.parametrize(
+    "slot", ["9999-12-31T23:59:59-12:00", "0001-01-01T00:00:00+14:00", "9999-12-31T23:59", "0001-01-01T00:00"]
+)
+def test_instants_at_the_ends_of_the_calendar_are_never_a_500(admin_api, slot):
+    create(admin_api)
+    url = "/api/v1/rules/daily-report"
+    answers = [
+        admin_api.get(url + "/explain", slot=slot),
+        admin_api.post(url + "/run-now", {"slot": slot}),
+        admin_api.post(url + "/trial", {"slot": slot}),
+        admin_api.post("/api/v1/runs", {"rule": "daily-report", "run_at": slot, "idempotency_key": "a"}),
+        admin_api.post(
+            "/api/v1/runs",
+            {"rule": "daily-report", "run_at": slot, "timezone": "Pacific/Kiritimati", "idempotency_key": "b"},
+        ),
+    ]
+    assert all(a.status_code < 500 for a in answers), [(a.status_code, a.content[:200]) for a in answers]
+
+
+def test_a_body_over_the_limit_is_refused_before_it_is_parsed(admin_api):
+    big = '{"name": "x", "reason": "' + "r" * (1024 * 1024) + '"}'
+    assert_problem(admin_api.post("/api/v1/rules", big), 413, code="body-too-large")
