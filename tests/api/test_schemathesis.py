@@ -1,6 +1,7 @@
 """A real client nobody here wrote: Schemathesis reads the served OpenAPI schema and fuzzes every
 operation against a live server (Django's, in a thread): no response may be a 5xx, and every
-response must conform to the schema (status code, content type, headers, body). Bounded: a few
+response must conform to the schema (status code, content type, headers, body), and data outside
+the schema must be refused with a 4xx. Bounded: a few
 examples per operation, one worker, well under a minute."""
 
 import json
@@ -25,6 +26,7 @@ CHECKS = ",".join(
         "content_type_conformance",
         "response_headers_conformance",
         "response_schema_conformance",
+        "negative_data_rejection",
     )
 )
 MAX_EXAMPLES = 5
