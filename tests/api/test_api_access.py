@@ -10,7 +10,7 @@ from django.utils import timezone
 from deadletters.models import DeadLetter
 from runs.models import TaskRun
 from tasks.models import ApiToken
-from tests.api.conftest import Api, api_for, assert_problem
+from tests.support.api import Api, api_for, assert_problem
 from tests.support.desk import make_failed_run, make_rule, make_user
 
 pytestmark = pytest.mark.django_db

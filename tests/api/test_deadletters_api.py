@@ -6,7 +6,7 @@ import pytest
 from deadletters.models import DeadLetter
 from harness_site.audit.models import AuditEntry
 from runs.models import TaskRun
-from tests.api.conftest import assert_problem
+from tests.support.api import assert_problem
 from tests.support.desk import make_failed_run, make_user
 
 pytestmark = pytest.mark.django_db

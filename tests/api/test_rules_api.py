@@ -9,7 +9,7 @@ from harness_site.audit.models import AuditEntry
 from runs.models import TaskRun
 from tasks.models import TriggerRule
 from tasks.services import RuleImportError, rule_import
-from tests.api.conftest import assert_problem
+from tests.support.api import assert_problem
 
 pytestmark = pytest.mark.django_db
 

@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from deadletters.models import DeadLetter
 from runs.models import Decision, TaskRun
-from tests.api.conftest import assert_problem
+from tests.support.api import assert_problem
 from tests.support.desk import client_for, make_failed_run, make_rule, make_user
 
 pytestmark = pytest.mark.django_db
