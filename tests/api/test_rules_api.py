@@ -223,3 +223,16 @@ def test_instants_at_the_ends_of_the_calendar_are_never_a_500(admin_api, slot):
 def test_a_body_over_the_limit_is_refused_before_it_is_parsed(admin_api):
     big = '{"name": "x", "reason": "' + "r" * (1024 * 1024) + '"}'
     assert_problem(admin_api.post("/api/v1/rules", big), 413, code="body-too-large")
+
+
+def test_an_update_keeps_what_it_does_not_name(admin_api):
+    from tasks.models import Pool, ServiceIdentity
+
+    ServiceIdentity.objects.create(name="reporter", allowed_skills=["harness.noop"])
+    Pool.objects.create(name="reports", reason="at most two reports at once", max_concurrency=2)
+    create(admin_api, identity="reporter", pools=["reports"], params={"channel": "email"})
+    done = admin_api.patch("/api/v1/rules/daily-report", {"reason": "finance asked"}, HTTP_IF_MATCH='"1"')
+    assert done.status_code == 200, done.content
+    body = done.json()
+    assert body["identity"] == "reporter" and body["pools"] == ["reports"] and body["params"] == {"channel": "email"}
+    assert body["reason"] == "finance asked" and body["version"] == 2
