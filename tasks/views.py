@@ -33,7 +33,7 @@ def token_hash(token: str) -> str:
 
 def token_create(*, name: str, user, now, scopes: list[str] | None = None) -> str:
     """A new API token for `user`; the plaintext is returned once and only its hash is stored.
-    `scopes` narrows what it may do in the REST API (tasks.models.access.API_SCOPES); None: all."""
+    `scopes` narrows what it may do in the HTTP APIs (tasks.models.access.API_SCOPES); None: all."""
     token = "hk_" + secrets.token_urlsafe(32)
     found = ApiToken(name=name, user=user, token_hash=token_hash(token), created_at=now)
     if scopes is not None:

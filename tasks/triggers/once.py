@@ -155,22 +155,26 @@ def schedule_once(
             raise OnceError("skill", f"Unknown skill {skill!r}. Registered: {known}.")
         due = once_due_at(now=now, run_at=run_at, timezone=timezone, delay_seconds=delay_seconds)
     name = getattr(actor, "get_username", lambda: str(actor))()
+    prefix = keys.namespace(rule.pk, keys.ONCE_KEY) if rule is not None else keys.skill_scoped(skill, keys.ONCE_KEY, "")
+    if len(prefix) + len(keys.escape(idempotency_key)) > keys.MAX_KEY_LENGTH:
+        raise OnceError(
+            "idempotency_key",
+            f"idempotency_key is too long: escaped under {prefix!r} it passes the {keys.MAX_KEY_LENGTH}-character "
+            "limit of a business key.",
+        )
     try:
         work = (
             work_for_once(rule, key=idempotency_key, actor=name, run_after=due.utc, params=params)
             if rule is not None
             else _skill_work(skill, key=idempotency_key, actor=name, run_after=due.utc, params=params)
         )
-    except keys.KeyTemplateError as exc:
-        raise OnceError("idempotency_key", str(exc)) from None
     except schedule.ScheduleError as exc:
         raise OnceError("rule", f"The rule's timezone is invalid ({exc}); fix the rule first.") from None
+    except (KeyError, ValueError) as exc:  # the rule's object-key template cannot be rendered
+        raise OnceError("rule", f"Cannot render the rule's object key: {exc}") from None
     work.payload["once"] = {"key": idempotency_key, "due_at": due.utc.isoformat(), "requested_at": now.isoformat()}
     with transaction.atomic():
-        try:
-            claim = run_claim(work, now=now)
-        except (KeyError, ValueError) as exc:  # the rule's object-key template cannot be rendered
-            raise OnceError("rule", f"Cannot render the rule's object key: {exc}") from None
+        claim = run_claim(work, now=now)
         if claim.created:
             audit_record(
                 actor=actor,

@@ -149,3 +149,17 @@ def test_a_bad_call_is_refused_with_the_field(kwargs, field):
         schedule_once(delay_seconds=5, actor="t", now=NOW, **kwargs)
     assert caught.value.field == field
     assert not TaskRun.objects.exists()
+
+
+@pytest.mark.django_db
+def test_a_key_too_long_for_its_namespace_and_an_unrenderable_object_key_name_their_fields():
+    rule = _rule()
+    with pytest.raises(OnceError) as too_long:
+        schedule_once(rule=rule, idempotency_key=":" * 80, delay_seconds=1, actor="t", now=NOW)  # 240 escaped
+    assert too_long.value.field == "idempotency_key"
+    TriggerRule.objects.filter(pk=rule.pk).update(object_key_template="{slot[9]}")  # saved without its checks
+    rule.refresh_from_db()
+    with pytest.raises(OnceError) as bad_object:
+        schedule_once(rule=rule, idempotency_key="k", delay_seconds=1, actor="t", now=NOW)
+    assert bad_object.value.field == "rule"
+    assert not TaskRun.objects.exists()
