@@ -79,6 +79,11 @@ INSTALLED_APPS = [
     "harness_site.audit",
     # Login throttling (django-axes): failed admin logins counted per username and address.
     "axes",
+    # The REST API under /api/v1/ (harness_site/api): DRF, its OpenAPI 3 schema, and Swagger UI and
+    # Redoc served from our own static files (the sidecar), never from a CDN.
+    "rest_framework",
+    "drf_spectacular",
+    "drf_spectacular_sidecar",
 ]
 
 MIDDLEWARE = [
@@ -177,6 +182,36 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+
+# --- REST API (harness_site/api, docs/api.md) ------------------------------------------------
+REST_FRAMEWORK = {
+    "DEFAULT_AUTHENTICATION_CLASSES": [
+        # Authorization: Bearer <ApiToken>, narrowed to the token's scopes; or a session + CSRF.
+        "harness_site.api.auth.BearerTokenAuthentication",
+        "rest_framework.authentication.SessionAuthentication",
+    ],
+    "DEFAULT_PERMISSION_CLASSES": ["harness_site.api.auth.DeskPermission"],
+    "DEFAULT_PARSER_CLASSES": ["harness_site.api.problems.StrictJSONParser"],
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    "EXCEPTION_HANDLER": "harness_site.api.problems.problem_handler",
+    "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
+}
+SPECTACULAR_SETTINGS = {
+    "TITLE": "Agent Harness API",
+    "DESCRIPTION": "Rules, runs, delayed one-time runs and dead letters. Errors are RFC 9457 problem details.",
+    "VERSION": "1",
+    "SERVE_INCLUDE_SCHEMA": False,
+    "SWAGGER_UI_DIST": "SIDECAR",
+    "SWAGGER_UI_FAVICON_HREF": "SIDECAR",
+    "REDOC_DIST": "SIDECAR",
+    "COMPONENT_SPLIT_REQUEST": True,
+    "SCHEMA_PATH_PREFIX": "/api/v1",
+    "ENUM_NAME_OVERRIDES": {
+        "RunStateEnum": "runs.models.TaskRun.State",
+        "DeadLetterStateEnum": "deadletters.models.DeadLetter.State",
+    },
+}
 
 # "Name:email" or a bare address.
 ADMINS = [tuple(a.split(":", 1)) if ":" in a else ("", a) for a in env.list("ADMINS", default=[])]

@@ -1,5 +1,5 @@
 from django.contrib import admin
-from django.urls import path
+from django.urls import include, path
 from django.utils.translation import gettext_lazy as _
 
 from runs.views import dashboard_view, flow_view, healthz
@@ -16,6 +16,8 @@ urlpatterns = [
     path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="harness-dashboard"),
     path("admin/flow/", admin.site.admin_view(flow_view), name="harness-flow"),
     path("admin/", admin.site.urls),
+    # The REST API (harness_site/api, docs/api.md): rules, runs, delayed runs, dead letters; schema and docs.
+    path("api/v1/", include("harness_site.api.urls")),
     # Readiness flags and heartbeat pings (tasks/views.py): token or session, JSON refusals.
     path("api/flags", flags_list_view, name="api-flags"),
     path("api/flags/set", flags_set_view, name="api-flags-set"),

@@ -86,16 +86,7 @@ class ImportResult:
 
 
 def rule_export() -> dict:
-    rules = []
-    for rule in TriggerRule.objects.order_by("name"):
-        data = {f: getattr(rule, f) for f in EXPORT_FIELDS}
-        data["run_at"] = rule.run_at.isoformat() if rule.run_at else None
-        data["agent"] = rule.agent.name if rule.agent_id else None
-        data["identity"] = rule.identity.name if rule.identity_id else None
-        data["pools"] = sorted(p.name for p in rule.pools.all())
-        for f in TIME_FIELDS:
-            data[f] = data[f].isoformat() if data[f] else None
-        rules.append(data)
+    rules = [rule_export_one(rule) for rule in TriggerRule.objects.order_by("name")]
     doc = {"version": 1}
     pools = [p for p in pool_export() if p != _UNTOUCHED_GLOBAL]
     if pools:
@@ -105,6 +96,18 @@ def rule_export() -> dict:
         doc["agents"] = agents
     doc["rules"] = rules
     return doc
+
+
+def rule_export_one(rule: TriggerRule) -> dict:
+    """One rule as an export file (and the REST API) writes it: EXPORT_FIELDS, names for relations."""
+    data = {f: getattr(rule, f) for f in EXPORT_FIELDS if f != "pools"}
+    data["run_at"] = rule.run_at.isoformat() if rule.run_at else None
+    data["agent"] = rule.agent.name if rule.agent_id else None
+    data["identity"] = rule.identity.name if rule.identity_id else None
+    data["pools"] = sorted(p.name for p in rule.pools.all())
+    for f in TIME_FIELDS:
+        data[f] = data[f].isoformat() if data[f] else None
+    return data
 
 
 # The global pool as the migration installs it is left out of an export (nothing to carry).

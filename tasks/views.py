@@ -3,7 +3,8 @@
 A refusal is `{"ok": false, "reason": "<code>", "error": "<what, for a human>"}`; the codes are listed in
 docs/evaluation.md. Bodies are strict JSON (tasks/rules/json_input.py): no NaN, no NUL, bounded nesting.
 
-Authentication: `Authorization: Bearer <token>` (an ApiToken, acting with its user's permissions) or a
+Authentication: `Authorization: Bearer <token>` (an ApiToken, acting with its user's permissions within
+its scopes: flags:read to list, flags:write to set, clear and ping) or a
 Django session, which must then pass the CSRF check like any form post. Permissions:
 tasks.view_readinessflag to list, tasks.add_readinessflag to set, tasks.delete_readinessflag to clear,
 tasks.send_ping to ping a heartbeat rule.
@@ -30,10 +31,15 @@ def token_hash(token: str) -> str:
     return hashlib.sha256(token.encode()).hexdigest()
 
 
-def token_create(*, name: str, user, now) -> str:
-    """A new API token for `user`; the plaintext is returned once and only its hash is stored."""
+def token_create(*, name: str, user, now, scopes: list[str] | None = None) -> str:
+    """A new API token for `user`; the plaintext is returned once and only its hash is stored.
+    `scopes` narrows what it may do in the HTTP APIs (tasks.models.access.API_SCOPES); None: all."""
     token = "hk_" + secrets.token_urlsafe(32)
-    ApiToken.objects.create(name=name, user=user, token_hash=token_hash(token), created_at=now)
+    found = ApiToken(name=name, user=user, token_hash=token_hash(token), created_at=now)
+    if scopes is not None:
+        found.scopes = list(scopes)
+    found.full_clean(exclude=["user", "token_hash"])
+    found.save()
     return token
 
 
@@ -51,6 +57,9 @@ def _authenticate(request):
         found = ApiToken.objects.select_related("user").filter(token_hash=token_hash(token.strip())).first()
         if found is None or not found.user.is_active:
             return None, _refuse(401, "unknown_token", "unknown or revoked token")
+        scope = "flags:read" if request.method == "GET" else "flags:write"
+        if not found.allows(scope):
+            return None, _refuse(403, "token_scope", f"this token lacks the scope {scope!r}")
         ApiToken.objects.filter(pk=found.pk).update(last_used_at=timezone.now())
         return found.user, None
     if request.user.is_authenticated:

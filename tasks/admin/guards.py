@@ -219,8 +219,8 @@ class ServiceIdentityAdmin(admin.ModelAdmin):
 class ApiTokenAdmin(admin.ModelAdmin):
     """Tokens are created with `manage.py harness token create` (shown once); the admin lists and revokes."""
 
-    list_display = ("name", "user", "created_at", "last_used_at")
-    readonly_fields = ("name", "user", "created_at", "last_used_at")
+    list_display = ("name", "user", "scopes", "created_at", "last_used_at")
+    readonly_fields = ("name", "user", "scopes", "created_at", "last_used_at")
 
     def has_add_permission(self, request) -> bool:
         return False

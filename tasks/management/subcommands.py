@@ -3,6 +3,7 @@
 import json
 
 from django.contrib.auth import get_user_model
+from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
@@ -49,6 +50,13 @@ def add_guard_parsers(sub) -> None:
     token.add_argument("action", choices=["create"])
     token.add_argument("name")
     token.add_argument("--user", required=True)
+    token.add_argument(
+        "--scope",
+        action="append",
+        dest="scopes",
+        help="REST API scope, repeatable (rules:read, rules:write, runs:read, runs:write, deadletters:read, "
+        "deadletters:write); none given: all of the user's permissions",
+    )
 
 
 def _rule(name: str) -> TriggerRule:
@@ -120,9 +128,12 @@ class GuardCommandsMixin:
             raise CommandError(str(exc)) from None
         self.stdout.write(f"pinged {rule}; fires if silent until {deadline.isoformat()}")
 
-    def _token(self, *, action, name, user, **opts):
+    def _token(self, *, action, name, user, scopes=None, **opts):
         found = get_user_model().objects.filter(username=user).first()
         if found is None:
             raise CommandError(f"no user named {user!r}")
-        token = token_create(name=name, user=found, now=timezone.now())
+        try:
+            token = token_create(name=name, user=found, now=timezone.now(), scopes=scopes)
+        except ValidationError as exc:
+            raise CommandError("; ".join(f"{f}: {' '.join(m)}" for f, m in exc.message_dict.items())) from None
         self.stdout.write(f"token {name!r} for {user} (shown once, store it now): {token}")

@@ -37,14 +37,41 @@ class ServiceIdentity(models.Model):
             )
 
 
+# What a token may touch in the HTTP APIs (/api/v1/ in harness_site/api, and /api/flags): an area and read
+# or write.
+# A token acts with its user's permissions narrowed to its scopes; "*" is every scope.
+API_SCOPES = (
+    "rules:read",
+    "rules:write",
+    "runs:read",
+    "runs:write",
+    "deadletters:read",
+    "deadletters:write",
+    # The readiness-flag and heartbeat-ping API (tasks/views.py): GET /api/flags reads, the rest write.
+    "flags:read",
+    "flags:write",
+)
+ALL_SCOPES = "*"
+
+
+def default_scopes() -> list[str]:
+    return [ALL_SCOPES]
+
+
 class ApiToken(models.Model):
-    """A bearer token for the HTTP API; it acts with its user's permissions. Only the hash is stored."""
+    """A bearer token for the HTTP API; it acts with its user's permissions, narrowed to its scopes
+    in the REST API. Only the hash is stored."""
 
     name = models.CharField(max_length=100)
     user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
     token_hash = models.CharField(max_length=64, unique=True, editable=False)
     created_at = models.DateTimeField()
     last_used_at = models.DateTimeField(null=True, blank=True)
+    scopes = models.JSONField(
+        default=default_scopes,
+        blank=True,
+        help_text=_('API scopes, e.g. ["rules:read", "runs:write"]; ["*"]: all of its user\'s permissions.'),
+    )
 
     class Meta:
         verbose_name = _("API token")
@@ -53,3 +80,10 @@ class ApiToken(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def allows(self, scope: str) -> bool:
+        return isinstance(self.scopes, list) and (ALL_SCOPES in self.scopes or scope in self.scopes)
+
+    def clean(self) -> None:
+        if not isinstance(self.scopes, list) or any(s not in (*API_SCOPES, ALL_SCOPES) for s in self.scopes):
+            raise ValidationError({"scopes": "A JSON list of scopes among: " + ", ".join((ALL_SCOPES, *API_SCOPES))})

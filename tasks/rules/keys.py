@@ -29,7 +29,11 @@ MANUAL = "manual"
 MANUAL_KEY = "manual-key"
 TRIAL = "trial"
 TRIAL_KEY = "trial-key"
-KINDS = (SLOT, EVENT, MANUAL, MANUAL_KEY, TRIAL, TRIAL_KEY)
+# A delayed one-time run's idempotency key (POST /api/v1/runs, tasks.triggers.once.schedule_once).
+ONCE_KEY = "once-key"
+KINDS = (SLOT, EVENT, MANUAL, MANUAL_KEY, TRIAL, TRIAL_KEY, ONCE_KEY)
+# A delayed run of a bare skill has no rule: its keys live under the skill's name instead.
+SKILL_ROOT = "skill"
 
 # Percent-encoded in values: `%` itself, every ASCII punctuation but `-_.~`, whitespace and control
 # characters. Any of them but `%` may therefore separate two placeholders in a template: an escaped
@@ -94,6 +98,19 @@ def namespace(rule_id: object, kind: str) -> str:
 def scoped(rule_id: int, kind: str, rendered: str) -> str:
     """The stored biz_key: the rule's namespace and the rendered template (or an escaped named key)."""
     key = namespace(rule_id, kind) + rendered
+    if len(key) > MAX_KEY_LENGTH:
+        raise KeyTemplateError(
+            f"The business key is {len(key)} characters with its namespace; the limit is {MAX_KEY_LENGTH}."
+        )
+    return key
+
+
+def skill_scoped(skill: str, kind: str, rendered: str) -> str:
+    """The stored biz_key of a run with no rule: `skill/<escaped skill>/<kind>/<rendered>`. Outside
+    every rule's namespace (in_namespace), so such a run can never take, or be taken by, a rule's."""
+    if kind not in KINDS:
+        raise ValueError(f"unknown key kind {kind!r}")
+    key = f"{SKILL_ROOT}/{escape(skill)}/{kind}/{rendered}"
     if len(key) > MAX_KEY_LENGTH:
         raise KeyTemplateError(
             f"The business key is {len(key)} characters with its namespace; the limit is {MAX_KEY_LENGTH}."

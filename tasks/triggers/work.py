@@ -132,6 +132,29 @@ def work_for_operator(
     )
 
 
+def work_for_once(
+    rule: TriggerRule, *, key: str, actor: str, run_after: datetime, params: dict, source: str = TaskRun.Source.API
+) -> Work:
+    """A delayed one-time run of a rule (tasks.triggers.once): its idempotency `key` is escaped into
+    the rule's ONCE_KEY namespace, so it can never meet a slot's, an event's or an operator's key.
+    No slot (it is not one of the schedule's), one-time input (never shed or coalesced); `params`
+    are laid over the rule's for this run only."""
+    zone = schedule.validate_timezone(rule.timezone)
+    values = {"rule": rule.name, "slot": "", "business_date": run_after.astimezone(zone).date().isoformat()}
+    work = _work(
+        rule,
+        biz_key=keys.scoped(rule.pk, keys.ONCE_KEY, keys.escape(key)),
+        slot=None,
+        values=values,
+        source=source,
+        triggered_by=actor,
+        run_after=run_after,
+        intake=False,
+    )
+    work.payload["params"] = {**_params(rule), **params}
+    return work
+
+
 def work_for_event(
     rule: TriggerRule,
     source: TriggerSource,

@@ -1,0 +1,242 @@
+"""What the API reads and writes. Output serializers describe rows; the input serializers of rules
+only document the shape (the rules import checks and words every refusal, tasks/services.py)."""
+
+from django.contrib.auth import get_user_model
+from rest_framework import serializers
+
+from deadletters.models import DeadLetter
+from runs.models import Attempt, Decision, TaskRun
+from tasks.models import TriggerRule
+from tasks.services import EXPORT_FIELDS, IMPORT_TYPES, NULLABLE_IMPORT_FIELDS, REQUIRED_IMPORT_FIELDS
+
+# --- rules ---------------------------------------------------------------------------------
+
+
+def _input_field(name: str, *, creating: bool) -> serializers.Field:
+    """The documented type of one rule field, from the import's own type table."""
+    kind = IMPORT_TYPES.get(name)
+    model_field = TriggerRule._meta.get_field(name)
+    opts = {
+        "required": creating and name in REQUIRED_IMPORT_FIELDS,
+        "allow_null": name in NULLABLE_IMPORT_FIELDS,
+        "help_text": str(model_field.help_text or model_field.verbose_name),
+    }
+    if name == "agent":
+        return serializers.CharField(allow_blank=True, **{**opts, "allow_null": True})
+    if name == "output_schema":
+        return serializers.JSONField(**{**opts, "allow_null": True})
+    if getattr(model_field, "choices", None):
+        return serializers.ChoiceField(choices=model_field.choices, **opts)
+    if name == "run_at":
+        return serializers.DateTimeField(**opts)
+    if kind is str:
+        return serializers.CharField(allow_blank=True, trim_whitespace=False, **opts)
+    if kind is bool:
+        return serializers.BooleanField(**opts)
+    if kind is dict:
+        return serializers.DictField(**opts)
+    if kind is list:
+        return serializers.ListField(child=serializers.CharField(), **opts)
+    if kind is int:
+        return serializers.IntegerField(**opts)
+    if isinstance(kind, tuple):  # a number: int or float
+        return serializers.FloatField(**opts)
+    return serializers.JSONField(**opts)
+
+
+def _rule_input(name: str, *, creating: bool) -> type[serializers.Serializer]:
+    fields = {f: _input_field(f, creating=creating) for f in EXPORT_FIELDS}
+    doc = "A rule as `rules import` reads it; every field is checked, and refused with the same message."
+    return type(name, (serializers.Serializer,), {**fields, "__doc__": doc})
+
+
+RuleCreateSerializer = _rule_input("RuleCreate", creating=True)
+RuleUpdateSerializer = _rule_input("RuleUpdate", creating=False)
+
+
+class RuleSerializer(serializers.ModelSerializer):
+    """A rule as `rules export` writes it, plus its id, version (also the ETag) and schedule state."""
+
+    agent = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    identity = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    pools = serializers.SlugRelatedField(slug_field="name", read_only=True, many=True)
+
+    class Meta:
+        model = TriggerRule
+        fields = (
+            "id",
+            "version",
+            *EXPORT_FIELDS,
+            "next_fire_at",
+            "last_slot_at",
+            "paused_at",
+            "pause_reason",
+            "created_at",
+            "updated_at",
+        )
+        read_only_fields = fields
+
+
+class ReasonSerializer(serializers.Serializer):
+    reason = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False)
+
+
+class RequiredReasonSerializer(serializers.Serializer):
+    reason = serializers.CharField(help_text="Why; kept on the rule and in the audit log.", trim_whitespace=False)
+
+
+class RunNowSerializer(serializers.Serializer):
+    slot = serializers.CharField(
+        required=False,
+        allow_blank=True,
+        help_text="ISO 8601; without an offset it is read in the rule's timezone. Empty: this minute.",
+    )
+    biz_key = serializers.CharField(required=False, allow_blank=True, help_text="Instead of a slot: this business key.")
+    reason = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False)
+
+
+# --- runs ----------------------------------------------------------------------------------
+
+
+class AttemptSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Attempt
+        fields = ("number", "fence", "worker", "started_at", "finished_at", "outcome", "error_kind", "error")
+        read_only_fields = fields
+
+
+class DecisionSerializer(serializers.ModelSerializer):
+    rule = serializers.SlugRelatedField(slug_field="name", read_only=True)
+
+    class Meta:
+        model = Decision
+        fields = ("id", "rule", "slot", "biz_key", "reason", "details", "hits", "survivor", "created_at")
+        read_only_fields = fields
+
+
+RUN_FIELDS = (
+    "id",
+    "biz_key",
+    "rule",
+    "rule_name",
+    "rule_version",
+    "skill",
+    "source",
+    "state",
+    "triggered_by",
+    "identity",
+    "executed_by",
+    "object_key",
+    "is_trial",
+    "slot",
+    "trigger_at",
+    "run_after",
+    "start_at",
+    "finish_at",
+    "attempts",
+    "dedupe_hits",
+    "last_error_kind",
+    "last_error",
+    "payload",
+    "result",
+)
+
+
+class RunSerializer(serializers.ModelSerializer):
+    rule = serializers.PrimaryKeyRelatedField(read_only=True, allow_null=True)
+
+    class Meta:
+        model = TaskRun
+        fields = RUN_FIELDS
+        read_only_fields = fields
+
+
+class TicketRefSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = DeadLetter
+        fields = ("id", "state", "error_kind", "created_at")
+        read_only_fields = fields
+
+
+class RunDetailSerializer(RunSerializer):
+    """A run with its attempts, the decisions about its slot and its dead-letter tickets."""
+
+    attempt_list = AttemptSerializer(many=True, read_only=True)
+    decisions = DecisionSerializer(many=True, read_only=True)
+    tickets = TicketRefSerializer(many=True, read_only=True)
+
+    class Meta(RunSerializer.Meta):
+        fields = (*RUN_FIELDS, "attempt_list", "decisions", "tickets")
+        read_only_fields = fields
+
+
+class ClaimSerializer(serializers.Serializer):
+    created = serializers.BooleanField(help_text="False: the key already had this run (a dedupe hit).")
+    run = RunSerializer()
+
+
+class ScheduleOnceSerializer(serializers.Serializer):
+    """A delayed one-time run: a rule or a skill, when, and the idempotency key that becomes its biz_key."""
+
+    idempotency_key = serializers.CharField(
+        max_length=200, help_text="Names this unit of work; a repeat returns the same run (the biz_key)."
+    )
+    rule = serializers.CharField(required=False, help_text="A rule's name (its skill, identity and policy).")
+    skill = serializers.CharField(required=False, help_text="A registered skill, run with no rule.")
+    params = serializers.DictField(required=False, help_text="Laid over the rule's params.")
+    run_at = serializers.CharField(
+        required=False,
+        help_text="ISO 8601 instant with an offset, or a local time with `timezone`.",
+    )
+    timezone = serializers.CharField(required=False, help_text="IANA zone for a run_at without offset.")
+    delay_seconds = serializers.FloatField(required=False, help_text="Instead of run_at: seconds from now.")
+    reason = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False)
+
+
+# --- dead letters --------------------------------------------------------------------------
+
+
+class DeadLetterSerializer(serializers.ModelSerializer):
+    owner = serializers.SlugRelatedField(slug_field="username", read_only=True, allow_null=True)
+
+    class Meta:
+        model = DeadLetter
+        fields = (
+            "id",
+            "run",
+            "biz_key",
+            "rule_name",
+            "source",
+            "state",
+            "owner",
+            "error_kind",
+            "last_error_digest",
+            "last_error",
+            "attempts",
+            "first_failure_at",
+            "last_failure_at",
+            "note",
+            "replayed_at",
+            "closed_at",
+            "created_at",
+            "raw_payload",
+        )
+        read_only_fields = fields
+
+
+class CloseSerializer(serializers.Serializer):
+    note = serializers.CharField(help_text="Why it needs no replay.", trim_whitespace=False)
+
+
+class AssignSerializer(serializers.Serializer):
+    owner = serializers.CharField(allow_null=True, help_text="A staff username; null: unassign.")
+    reason = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False)
+
+
+class ReplaySerializer(serializers.Serializer):
+    replayed = serializers.BooleanField()
+    ticket = DeadLetterSerializer()
+
+
+def staff_user(username: str):
+    return get_user_model().objects.filter(username=username, is_active=True, is_staff=True).first()

@@ -1,0 +1,64 @@
+"""/api/v1/: the REST API, its OpenAPI 3 schema and its docs (Swagger UI, Redoc), served from our static files."""
+
+from django.http import JsonResponse
+from django.urls import path, re_path
+from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+
+from harness_site.api import deadletters, rules, runs
+
+app_name = "api"
+
+
+class PublicSchemaView(SpectacularAPIView):
+    # The schema and docs describe the API; reading them needs no account (the data does).
+    authentication_classes = []
+    permission_classes = []
+
+
+class PublicSwaggerView(SpectacularSwaggerView):
+    authentication_classes = []
+    permission_classes = []
+
+
+class PublicRedocView(SpectacularRedocView):
+    authentication_classes = []
+    permission_classes = []
+
+
+def not_found(request, *args, **kwargs):
+    """Any other path under /api/v1/: a problem document, not the site's HTML 404."""
+    body = {
+        "type": "urn:agent-harness:problem:not-found",
+        "title": "Not found",
+        "status": 404,
+        "detail": "no such endpoint; see /api/v1/schema/",
+        "field": "",
+        "errors": [],
+        "instance": request.path,
+    }
+    return JsonResponse(body, status=404, content_type="application/problem+json")
+
+
+urlpatterns = [
+    path("schema/", PublicSchemaView.as_view(), name="schema"),
+    path("docs/", PublicSwaggerView.as_view(url_name="api:schema"), name="docs"),
+    path("redoc/", PublicRedocView.as_view(url_name="api:schema"), name="redoc"),
+    path("rules", rules.RuleListView.as_view(), name="rules"),
+    path("rules/<str:name>", rules.RuleDetailView.as_view(), name="rule"),
+    path("rules/<str:name>/pause", rules.RulePauseView.as_view(), name="rule-pause"),
+    path("rules/<str:name>/resume", rules.RuleResumeView.as_view(), name="rule-resume"),
+    path("rules/<str:name>/run-now", rules.RuleRunNowView.as_view(), name="rule-run-now"),
+    path("rules/<str:name>/trial", rules.RuleTrialView.as_view(), name="rule-trial"),
+    path("rules/<str:name>/explain", rules.RuleExplainView.as_view(), name="rule-explain"),
+    path("rules/<str:name>/preview", rules.RulePreviewView.as_view(), name="rule-preview"),
+    path("runs", runs.RunListView.as_view(), name="runs"),
+    path("runs/<str:run_id>", runs.RunDetailView.as_view(), name="run"),
+    path("runs/<str:run_id>/retry", runs.RunRetryView.as_view(), name="run-retry"),
+    path("runs/<str:run_id>/cancel", runs.RunCancelView.as_view(), name="run-cancel"),
+    path("deadletters", deadletters.DeadLetterListView.as_view(), name="deadletters"),
+    path("deadletters/<str:ticket_id>", deadletters.DeadLetterDetailView.as_view(), name="deadletter"),
+    path("deadletters/<str:ticket_id>/replay", deadletters.DeadLetterReplayView.as_view(), name="deadletter-replay"),
+    path("deadletters/<str:ticket_id>/close", deadletters.DeadLetterCloseView.as_view(), name="deadletter-close"),
+    path("deadletters/<str:ticket_id>/assign", deadletters.DeadLetterAssignView.as_view(), name="deadletter-assign"),
+    re_path(r"^.*$", not_found),
+]
