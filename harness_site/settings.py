@@ -7,6 +7,8 @@ from urllib.parse import urlsplit
 
 import environ
 
+from harness_site.logs import logging_config
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 
@@ -344,6 +346,8 @@ _KNOWN_HARNESS_VARS = {
     "HARNESS_LOGIN_COOLOFF_MINUTES",
     "HARNESS_METRICS_TOKEN",
     "HARNESS_METRICS_BIND",
+    # Not under HARNESS_, so never refused here; listed so that this set names every setting of ours.
+    "LOG_FORMAT",
 }
 _unknown = sorted(
     k
@@ -353,18 +357,9 @@ _unknown = sorted(
 if _unknown:
     raise environ.ImproperlyConfigured(f"unknown setting(s) {', '.join(_unknown)}; see .env.example")
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    # httpx logs every request's full URL at INFO; alert webhook URLs carry tokens (never log them).
-    "loggers": {
-        "django.db.backends": {"level": "WARNING"},
-        "httpx": {"level": "WARNING"},
-        "httpcore": {"level": "WARNING"},
-        # django-axes logs every successful login's (empty) reset at INFO; lockouts are warnings.
-        "axes": {"level": "WARNING"},
-    },
-}
+# LOG_FORMAT=text (readable lines, the trace and run in brackets) or json (one object per line with
+# trace_id, run_id, biz_key, rule, attempt): harness_site/logs.py. Celery's workers and beat use it too.
+LOG_FORMAT = env.str("LOG_FORMAT", default="text").strip().lower()
+if LOG_FORMAT not in {"text", "json"}:
+    raise environ.ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r}: use text or json")
+LOGGING = logging_config(log_format=LOG_FORMAT, level=env.str("LOG_LEVEL", default="INFO"))
