@@ -18,10 +18,10 @@ def run_dispatch_on_commit(*, run_ids: list[int], now: datetime) -> None:
         return
     TaskRun.objects.filter(id__in=run_ids).update(dispatched_at=now)
     # The trace of the trigger (or the sweep) sending them, taken now: on commit it has ended.
-    headers = tracing.outgoing_headers()
+    trace = {"headers": headers} if (headers := tracing.outgoing_headers()) else {}
 
     def send() -> None:
         for run_id in run_ids:
-            current_app.send_task(EXECUTE_TASK, args=[run_id], headers=headers)
+            current_app.send_task(EXECUTE_TASK, args=[run_id], **trace)
 
     transaction.on_commit(send)
