@@ -37,6 +37,8 @@ _PROPAGATOR = TraceContextTextMapPropagator()
 # A TracerProvider of our own choosing (otel_configure, or a test's in-memory one); None: the global
 # provider, which is the API's no-op until an SDK is installed.
 _provider: Any = None
+# Set when opentelemetry-instrumentation-celery runs in this process: it then owns each task's context.
+_celery_instrumented = False
 
 # The work in hand, for log lines: run id, biz_key, rule, attempt (the trace id is the span context's).
 LOG_FIELDS = ("run_id", "biz_key", "rule", "attempt")
@@ -193,13 +195,13 @@ def context_from_headers(headers: dict) -> Any:
 
 
 def task_enter(task) -> None:
-    """At task start: the message's traceparent becomes the current context, unless an instrumentation
-    (opentelemetry-instrumentation-celery) already made a span for the task. Undone by task_exit."""
+    """At task start: the message's traceparent becomes the current context, unless the Celery
+    instrumentation does that itself (its span is the task's, with the same parent). Undone by task_exit."""
     request = getattr(task, "request", None)
     headers = getattr(request, "headers", None) or {}
     value = getattr(request, TRACEPARENT, None) or headers.get(TRACEPARENT)
     tokens = [_fields.set({})]
-    if isinstance(value, str) and not trace.get_current_span().get_span_context().is_valid:
+    if isinstance(value, str) and not _celery_instrumented:
         tokens.append(otel_context.attach(context_from_headers({TRACEPARENT: value})))
     request.harness_trace_tokens = tokens
 
@@ -269,6 +271,8 @@ def otel_configure(*, django: bool = False, celery: bool = False, environ=os.env
     if celery:
         from opentelemetry.instrumentation.celery import CeleryInstrumentor
 
+        global _celery_instrumented
         CeleryInstrumentor().instrument(tracer_provider=provider)
+        _celery_instrumented = True
     log.info("OpenTelemetry traces exported with %s", exporter_name)
     return True

@@ -8,6 +8,7 @@ import re
 import time
 
 import pytest
+from django.utils import timezone
 
 from runs.models import TaskRun
 from tasks.models import Agent, TriggerRule, TriggerSource
@@ -79,3 +80,60 @@ def test_a_real_worker_logs_json_lines_in_the_runs_trace_and_sends_it_to_the_pro
     # Celery's own line for the task is in the trace too: the worker read the message's header.
     task_lines = [line for line in lines if "runs.execute" in line["message"] and "succeeded" in line["message"]]
     assert task_lines and {line["trace_id"] for line in task_lines} == {run.trace_id}, task_lines
+
+
+def test_a_queue_producers_traceparent_is_the_runs_trace(harness):
+    from harness_site.celery import app
+
+    rule = TriggerRule.objects.create(
+        name="traced-queue",
+        reason="test",
+        kind="event",
+        timezone="UTC",
+        dedupe_key_template="{rule}:{object_id}:{action}:{version}",
+        skill="harness.noop",
+    )
+    TriggerSource.objects.create(name="orders-queue", kind="queue", identity="svc:queue", rule=rule)
+    harness.worker("w1")
+    producer_trace = "4bf92f3577b34da6a3ce929d0e0e4736"
+
+    app.send_task(
+        "tasks.event_intake",
+        kwargs={"source": "orders-queue", "payload": {"object_id": "Q-1", "action": "placed", "version": 1}},
+        headers={"traceparent": f"00-{producer_trace}-00f067aa0ba902b7-01"},
+    )
+
+    run = wait_for(
+        lambda: TaskRun.objects.filter(rule=rule).first(), timeout=RUN_TIMEOUT, what="the queued event's run"
+    )
+    assert run.trace_id == producer_trace
+    wait_for(
+        lambda: TaskRun.objects.filter(id=run.id, state=TaskRun.State.SUCCEEDED).exists(),
+        timeout=RUN_TIMEOUT,
+        what="the run to succeed",
+    )
+
+
+def test_a_worker_with_otel_variables_exports_the_runs_spans_in_its_trace(harness):
+    from runs.claims import Work, run_claim
+
+    worker = harness.worker("w1", extra_env={"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "100"})
+    runs = [
+        run_claim(
+            Work(biz_key=f"trace:otel:{i}", skill="harness.noop", source="api", triggered_by="tests", payload={}),
+            now=timezone.now(),
+        ).run
+        for i in range(2)
+    ]
+
+    def exported(run: TaskRun, name: str) -> bool:
+        text = worker.log()
+        return any(
+            f'"trace_id": "0x{run.trace_id}"' in block and f'"name": "{name}"' in block for block in text.split("\n}\n")
+        )
+
+    for run in runs:
+        # Our attempt span, and the Celery instrumentation's span of the task, both in the run's trace.
+        wait_for(lambda run=run: exported(run, "run.attempt"), timeout=RUN_TIMEOUT, what="the attempt span")
+        wait_for(lambda run=run: exported(run, "run/runs.execute"), timeout=RUN_TIMEOUT, what="Celery's task span")
+    assert runs[0].trace_id != runs[1].trace_id

@@ -11,6 +11,7 @@ every JSON log line carry the same trace id.
 import io
 import json
 import logging
+import os
 import re
 import subprocess
 import sys
@@ -291,11 +292,7 @@ def _settings_process(**env: str) -> subprocess.CompletedProcess:
     return subprocess.run(
         [sys.executable, "-c", "import django; django.setup(); import logging; logging.getLogger('x').warning('hi')"],
         cwd=ROOT,
-        env={
-            **{k: v for k, v in __import__("os").environ.items()},
-            "DJANGO_SETTINGS_MODULE": "harness_site.settings",
-            **env,
-        },
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "harness_site.settings", **env},
         capture_output=True,
         text=True,
         timeout=120,
@@ -308,3 +305,33 @@ def test_log_format_is_text_or_json_and_anything_else_fails_at_start_up():
     assert json.loads(json_run.stderr.strip().splitlines()[-1])["message"] == "hi"
     bad = _settings_process(LOG_FORMAT="xml")
     assert bad.returncode != 0 and "LOG_FORMAT='xml'" in bad.stderr
+
+
+OTEL_SCRIPT = """
+import django
+django.setup()
+from harness_site import tracing
+assert tracing.otel_configure(django=True, celery=True)
+from django.conf import settings
+assert any("opentelemetry" in m for m in settings.MIDDLEWARE), settings.MIDDLEWARE
+with tracing.span("trigger.test", new_trace=True):
+    trace_id = tracing.current_trace_id()
+from opentelemetry import trace
+trace.get_tracer_provider().force_flush()
+print("TRACE", trace_id)
+"""
+
+
+def test_with_otel_variables_set_spans_are_exported_and_django_and_celery_instrumented():
+    done = subprocess.run(
+        [sys.executable, "-c", OTEL_SCRIPT],
+        cwd=ROOT,
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "harness_site.settings", "OTEL_TRACES_EXPORTER": "console"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert done.returncode == 0, done.stderr
+    trace_id = done.stdout.split("TRACE ")[1].split()[0]
+    exported = json.loads(done.stdout[: done.stdout.index("TRACE ")])
+    assert exported["name"] == "trigger.test" and exported["context"]["trace_id"] == "0x" + trace_id
