@@ -335,3 +335,34 @@ def test_with_otel_variables_set_spans_are_exported_and_django_and_celery_instru
     trace_id = done.stdout.split("TRACE ")[1].split()[0]
     exported = json.loads(done.stdout[: done.stdout.index("TRACE ")])
     assert exported["name"] == "trigger.test" and exported["context"]["trace_id"] == "0x" + trace_id
+
+
+def test_each_file_a_sensor_scan_finds_starts_a_trace_of_its_own(tmp_path, spans):
+    from tasks.triggers.sensors import sensor_scan
+
+    rule = TriggerRule.objects.create(
+        name="ingest",
+        reason="test",
+        kind="event",
+        timezone="UTC",
+        skill="harness.noop",
+        dedupe_key_template="{rule}:{object_id}:{version}",
+    )
+    source = TriggerSource.objects.create(
+        name="inbox", kind="file", identity="svc:drop", rule=rule, watch_dir=str(tmp_path), settle_seconds=0
+    )
+    now = timezone.now()
+    for name in ("a.csv", "b.csv"):
+        (tmp_path / name).write_bytes(b"x\n")
+        old = (now - timedelta(minutes=1)).timestamp()
+        os.utime(tmp_path / name, (old, old))
+
+    with tracing.span("harness.sensors_scan"):  # the scan task's own trace, e.g. Celery's span
+        scan_trace = tracing.current_trace_id()
+        sensor_scan(source=source, now=now)
+
+    runs = list(TaskRun.objects.all())
+    assert len(runs) == 2
+    assert len({r.trace_id for r in runs} | {scan_trace}) == 3
+    roots = [s for s in spans.get_finished_spans() if s.name == "trigger.event"]
+    assert len(roots) == 2 and all(s.parent is None for s in roots)
