@@ -41,6 +41,8 @@ class DeadLetter(models.Model):
     note = models.TextField(_("note"), blank=True, help_text=_("Why it was closed, or what was done."))
     replayed_at = models.DateTimeField(_("replayed at"), null=True, blank=True)
     closed_at = models.DateTimeField(_("closed at"), null=True, blank=True)
+    # The run's trace id, to find the trigger, the attempts and the model calls in logs and traces.
+    trace_id = models.CharField(_("trace id"), max_length=32, blank=True)
     created_at = models.DateTimeField(_("created at"))
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 

@@ -37,6 +37,7 @@ def deadletter_open(*, run: "TaskRun", error: ClassifiedError, reason: str, now:
                 last_error_digest=error.digest,
                 last_error=error.message,
                 raw_output=error.raw_output,
+                trace_id=run.trace_id,
                 created_at=now,
             )
             # The alert is an outbox row in the ticket's transaction; a worker sends it after commit.

@@ -1,8 +1,11 @@
 import logging
+import logging.config
 import os
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun
+from celery.signals import setup_logging, task_postrun, task_prerun, worker_process_init
+
+from harness_site import tracing
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
 
@@ -19,6 +22,34 @@ def _close_old_connections(**_kwargs) -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+@task_prerun.connect
+def _trace_enter(task=None, **_kwargs) -> None:
+    # The traceparent header of the message (runs.dispatch) is the task's context; see tracing.task_enter.
+    if task is not None:
+        tracing.task_enter(task)
+
+
+@task_postrun.connect
+def _trace_exit(task=None, **_kwargs) -> None:
+    if task is not None:
+        tracing.task_exit(task)
+
+
+@setup_logging.connect
+def _django_logging(**_kwargs) -> None:
+    # Workers and beat log like the web app (LOG_FORMAT, with the trace and run on each line),
+    # instead of Celery's own format without them.
+    from django.conf import settings
+
+    logging.config.dictConfig(settings.LOGGING)
+
+
+@worker_process_init.connect
+def _otel_in_pool_process(**_kwargs) -> None:
+    # Only with OTEL_* set (tracing.otel_enabled); after the fork, so the exporter's thread is this process's.
+    tracing.otel_configure(celery=True)
 
 
 class OneLineSendErrors(logging.Filter):

@@ -7,6 +7,8 @@ from urllib.parse import urlsplit
 
 import environ
 
+from harness_site.logs import logging_config
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 
@@ -291,7 +293,23 @@ HARNESS = {
     # Backpressure (runs/backpressure.py): a process counts pending runs at most this often per scope,
     # adding the runs it admitted since; watermark edits take effect within it.
     "BACKPRESSURE_CACHE_SECONDS": env.float("HARNESS_BACKPRESSURE_CACHE_SECONDS", default=1.0),
+    # Prometheus /metrics on the web app answers only a request bearing this token (unset: /metrics is
+    # off there). `manage.py metrics_serve` serves the same metrics without a token on METRICS_BIND, an
+    # address of its own (docs/observability.md).
+    "METRICS_TOKEN": env.str("HARNESS_METRICS_TOKEN", default=""),
+    "METRICS_BIND": env.str("HARNESS_METRICS_BIND", default="127.0.0.1:9464"),
 }
+MIN_METRICS_TOKEN_LENGTH = 16
+if HARNESS["METRICS_TOKEN"] and len(HARNESS["METRICS_TOKEN"]) < MIN_METRICS_TOKEN_LENGTH:
+    raise environ.ImproperlyConfigured(
+        f"HARNESS_METRICS_TOKEN is shorter than {MIN_METRICS_TOKEN_LENGTH} characters; use a random value, e.g. "
+        "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+    )
+_bind_host, _, _bind_port = HARNESS["METRICS_BIND"].rpartition(":")
+if not _bind_host or not _bind_port.isascii() or not _bind_port.isdigit() or not 0 < int(_bind_port) < 65536:
+    raise environ.ImproperlyConfigured(
+        f"HARNESS_METRICS_BIND={HARNESS['METRICS_BIND']!r}: give host:port, e.g. 127.0.0.1:9464 or 0.0.0.0:9464"
+    )
 
 # Secrets are granted by the deployment, never named by an operator (docs/secrets.md): an agent's key
 # or a webhook source's secret must be an environment variable under this prefix or in this list.
@@ -361,6 +379,10 @@ _KNOWN_HARNESS_VARS = {
     "HARNESS_AGENT_URL_ALLOW",
     "HARNESS_LOGIN_FAILURE_LIMIT",
     "HARNESS_LOGIN_COOLOFF_MINUTES",
+    "HARNESS_METRICS_TOKEN",
+    "HARNESS_METRICS_BIND",
+    # Not under HARNESS_, so never refused here; listed so that this set names every setting of ours.
+    "LOG_FORMAT",
 }
 _unknown = sorted(
     k
@@ -370,18 +392,9 @@ _unknown = sorted(
 if _unknown:
     raise environ.ImproperlyConfigured(f"unknown setting(s) {', '.join(_unknown)}; see .env.example")
 
-LOGGING = {
-    "version": 1,
-    "disable_existing_loggers": False,
-    "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s"}},
-    "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": env.str("LOG_LEVEL", default="INFO")},
-    # httpx logs every request's full URL at INFO; alert webhook URLs carry tokens (never log them).
-    "loggers": {
-        "django.db.backends": {"level": "WARNING"},
-        "httpx": {"level": "WARNING"},
-        "httpcore": {"level": "WARNING"},
-        # django-axes logs every successful login's (empty) reset at INFO; lockouts are warnings.
-        "axes": {"level": "WARNING"},
-    },
-}
+# LOG_FORMAT=text (readable lines, the trace and run in brackets) or json (one object per line with
+# trace_id, run_id, biz_key, rule, attempt): harness_site/logs.py. Celery's workers and beat use it too.
+LOG_FORMAT = env.str("LOG_FORMAT", default="text").strip().lower()
+if LOG_FORMAT not in {"text", "json"}:
+    raise environ.ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r}: use text or json")
+LOGGING = logging_config(log_format=LOG_FORMAT, level=env.str("LOG_LEVEL", default="INFO"))

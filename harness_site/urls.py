@@ -2,7 +2,7 @@ from django.contrib import admin
 from django.urls import include, path
 from django.utils.translation import gettext_lazy as _
 
-from runs.views import dashboard_view, flow_view, healthz
+from runs.views import dashboard_view, flow_view, healthz, metrics_view
 from tasks.triggers.webhook import webhook
 from tasks.views import flags_clear_view, flags_list_view, flags_set_view, ping_view
 
@@ -12,6 +12,8 @@ admin.site.index_title = _("Operations")
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    # Prometheus (runs/metrics.py): off unless HARNESS_METRICS_TOKEN is set; a Bearer token then.
+    path("metrics", metrics_view, name="metrics"),
     # Before admin/, so the admin's catch-all does not take it; admin_view requires a staff login.
     path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="harness-dashboard"),
     path("admin/flow/", admin.site.admin_view(flow_view), name="harness-flow"),

@@ -11,6 +11,7 @@ from typing import Any
 from django.db.models import Count, Sum
 from django.db.models.functions import Coalesce
 
+from harness_site import tracing
 from runs.admission import pool_call_take, pool_pause
 from runs.models import ExternalCall, TaskRun
 from runs.steps import propose_action, run_step
@@ -42,6 +43,14 @@ class SkillRuntime:
         call_mark_output(call_id, valid=valid)
 
 
+@tracing.traced(
+    "model.call",
+    attributes=lambda ctx, agent, *_a, **_k: {
+        "harness.agent": agent.name,
+        "gen_ai.system": agent.provider,
+        "gen_ai.request.model": agent.model,
+    },
+)
 def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model") -> tuple[ModelReply, int]:
     """Call `agent` for run `ctx` and record the call; returns the reply and the ExternalCall id.
 

@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
+from harness_site import tracing
 from runs.admission import pool_release
 from runs.backpressure import Pressure, pressure_check, pressure_note_admitted
 from runs.dispatch import run_dispatch_on_commit
@@ -27,6 +28,8 @@ class Work:
     `recoverability` is what intake may do with it under backpressure (only "recomputable" is
     shed; operator work is one-time input); `coalesce_window` is set when the trigger replaces its
     object's pending run (rule class "coalesce"): the new run waits that long for newer triggers.
+    `trace_id` is the trace the trigger belongs to (harness_site/tracing.py): the current one where
+    the work is assembled (the trigger's span, the HTTP request's, the queue message's), else a new one.
     """
 
     biz_key: str
@@ -43,6 +46,7 @@ class Work:
     is_trial: bool = False
     recoverability: str = backpressure.ONE_TIME_INPUT
     coalesce_window: timedelta | None = None
+    trace_id: str = field(default_factory=tracing.trace_id_here, compare=False)
 
     @property
     def coalesces(self) -> bool:
@@ -69,6 +73,11 @@ class ClaimResult:
 MAX_COALESCE_TURNS = 50
 
 
+@tracing.traced(
+    "run.claim",
+    trace_of=lambda work, **_: work.trace_id,
+    attributes=lambda work, **_: {"harness.biz_key": work.biz_key, "harness.source": work.source},
+)
 def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | None = None) -> ClaimResult:
     """Insert the run for `work`, or count a dedupe hit on the run that already has its biz_key.
 
@@ -126,6 +135,7 @@ def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | 
                     object_key=work.object_key,
                     coalesces=coalesces,
                     state=state or TaskRun.State.PENDING,
+                    trace_id=work.trace_id,
                 )
             break
         except IntegrityError:

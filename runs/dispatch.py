@@ -5,6 +5,7 @@ from datetime import datetime
 from celery import current_app
 from django.db import transaction
 
+from harness_site import tracing
 from runs.models import TaskRun
 
 EXECUTE_TASK = "runs.execute"
@@ -16,9 +17,11 @@ def run_dispatch_on_commit(*, run_ids: list[int], now: datetime) -> None:
     if not run_ids:
         return
     TaskRun.objects.filter(id__in=run_ids).update(dispatched_at=now)
+    # The trace of the trigger (or the sweep) sending them, taken now: on commit it has ended.
+    trace = {"headers": headers} if (headers := tracing.outgoing_headers()) else {}
 
     def send() -> None:
         for run_id in run_ids:
-            current_app.send_task(EXECUTE_TASK, args=[run_id])
+            current_app.send_task(EXECUTE_TASK, args=[run_id], **trace)
 
     transaction.on_commit(send)

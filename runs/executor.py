@@ -10,6 +10,7 @@ import threading
 from collections.abc import Callable
 from datetime import datetime
 
+from harness_site import tracing
 from runs import outcome
 from runs.admission import pool_admit, pool_release
 from runs.calls import SkillRuntime
@@ -33,6 +34,7 @@ Clock = Callable[[], datetime]
 ExecuteOutcome = outcome.ExecuteOutcome
 
 
+@tracing.scoped
 def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], float] = random.random) -> ExecuteOutcome:
     """Execute one attempt of the run, if it is ours to execute.
 
@@ -52,6 +54,7 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
     if run is None or run.state not in TaskRun.CLAIMABLE or run.run_after > clock():
         # Not due: it must not take an object lease, a pool slot or a rate token meanwhile.
         return ExecuteOutcome(run_id, "not_claimable")
+    tracing.run_bind(run)  # its trace and fields on every span and log line below
     if outcome.run_cancel_late(run, now=clock()):
         return ExecuteOutcome(run_id, "start_window_passed")
     gate = object_gate_enter(run=run, worker=worker, clock=clock)
@@ -92,6 +95,15 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
         object_gate_exit(gate, now=clock())
 
 
+@tracing.traced(
+    "run.attempt",
+    attributes=lambda run, attempt, worker, *_a, **_k: {
+        "harness.run_id": run.id,
+        "harness.attempt": attempt.number,
+        "harness.skill": run.skill,
+        "harness.worker": worker,
+    },
+)
 def _call_skill(
     run: TaskRun, attempt: Attempt, worker: str, clock: Clock, *, lost: threading.Event
 ) -> tuple[object, BaseException | None]:

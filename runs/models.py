@@ -107,6 +107,9 @@ class TaskRun(models.Model):
     lease_owner = models.CharField(_("lease owner"), max_length=200, blank=True)
     lease_expires_at = models.DateTimeField(_("lease expires at"), null=True, blank=True)
     fence = models.PositiveBigIntegerField(_("fence"), default=0)
+    # The W3C trace id born at the trigger (harness_site/tracing.py): on every log line of the run, its
+    # messages, its model calls and its dead-letter ticket. Blank for runs from before tracing.
+    trace_id = models.CharField(_("trace id"), max_length=32, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 

@@ -14,6 +14,7 @@ from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
+from harness_site import tracing
 from runs.leases import connection_refresh
 from runs.models import ActionProposal, RunStep
 from tasks.skills.actions import APPROVAL_RISKS, action_get, effective_risk
@@ -27,6 +28,9 @@ def step_done(ctx: SkillContext, name: str):
     return RunStep.objects.filter(run_id=ctx.run_id, name=name).first()
 
 
+@tracing.traced(
+    "run.step", attributes=lambda ctx, name, *_a, write=False, **_k: {"harness.step": name, "harness.write": write}
+)
 def run_step(ctx: SkillContext, name: str, fn: Callable[[], Any], *, write: bool = False) -> Any:
     """Run step `name` of this run once and checkpoint its output; return the checkpoint if it exists.
 

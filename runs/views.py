@@ -1,21 +1,26 @@
-"""HTTP edges of the runs app: /healthz for outside monitors, the dashboard and the flow page."""
+"""HTTP edges of the runs app: /healthz and /metrics for outside monitors, the dashboard and the flow page."""
 
+import hashlib
+import hmac
 import logging
 import time
 
 from celery import current_app
+from django.conf import settings
 from django.contrib import admin
 from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError
-from django.http import JsonResponse
+from django.http import HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
+from prometheus_client.exposition import choose_encoder
 
 from harness_site.desk import now
 from runs import selectors
 from runs.dashboard import dashboard_build
+from runs.metrics import metrics_registry
 from runs.models import TaskRun
 
 log = logging.getLogger("harness.health")
@@ -135,3 +140,45 @@ def flow_view(request):
         "top": FLOW_TOP_KEYS,
     }
     return TemplateResponse(request, "admin/flow.html", context)
+
+
+@csrf_exempt  # read-only, token-authenticated; a POST gets a 405, not the CSRF middleware's HTML 403
+def metrics_view(request):
+    """Prometheus metrics of the whole deployment, read from the database (runs/metrics.py).
+
+    Off (404) unless HARNESS_METRICS_TOKEN is set; then only `Authorization: Bearer <token>` is
+    answered (401 otherwise). `manage.py metrics_serve` serves them on an address of their own instead.
+    """
+    token = settings.HARNESS["METRICS_TOKEN"]
+    if not token:
+        return JsonResponse(
+            {
+                "error": "metrics_disabled",
+                "detail": "set HARNESS_METRICS_TOKEN, or run manage.py metrics_serve on an address of its own",
+            },
+            status=404,
+        )
+    if request.method not in ("GET", "HEAD"):
+        response = JsonResponse({"error": "method_not_allowed", "detail": "GET /metrics"}, status=405)
+        response["Allow"] = "GET, HEAD"
+        return response
+    given = request.headers.get("Authorization", "")
+    scheme, _sep, credential = given.partition(" ")
+    # Compare digests, so neither the length nor a prefix of the token leaks through timing.
+    if scheme.lower() != "bearer" or not hmac.compare_digest(_digest(credential.strip()), _digest(token)):
+        response = JsonResponse(
+            {"error": "unauthorized", "detail": "send Authorization: Bearer <HARNESS_METRICS_TOKEN>"}, status=401
+        )
+        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
+        return response
+    encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
+    try:
+        body = encoder(metrics_registry())
+    except DatabaseError as exc:
+        log.warning("metrics: database unreachable: %s", _one_line(exc))
+        return JsonResponse({"error": "database_unreachable", "detail": _one_line(exc)}, status=503)
+    return HttpResponse(body, content_type=content_type)
+
+
+def _digest(value: str) -> bytes:
+    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).digest()

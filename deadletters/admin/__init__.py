@@ -19,7 +19,7 @@ class DeadLetterAdmin(DeadLetterDeskMixin, admin.ModelAdmin):
         "run",
     )
     list_filter = ("state", "error_kind", "rule_name")
-    search_fields = ("biz_key", "=run__id")
+    search_fields = ("biz_key", "=run__id", "=trace_id")
     readonly_fields = (
         "run",
         "biz_key",
@@ -33,6 +33,7 @@ class DeadLetterAdmin(DeadLetterDeskMixin, admin.ModelAdmin):
         "last_error_digest",
         "last_error",
         "raw_output",
+        "trace_id",
         "created_at",
         "updated_at",
     )

@@ -67,7 +67,7 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
         "last_error_kind",
     )
     list_filter = ("state", "source", "rule_name", "last_error_kind")
-    search_fields = ("=id", "biz_key")
+    search_fields = ("=id", "biz_key", "=trace_id")
     date_hierarchy = "trigger_at"
     inlines = [AttemptInline, RunStepInline, ExternalCallInline, ActionProposalInline]
     fieldsets = (
@@ -88,6 +88,7 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
                     "object_key",
                     "approved_by",
                     "approved_at",
+                    "trace_id",
                 )
             },
         ),

@@ -27,6 +27,7 @@ from typing import Any
 
 import httpx
 
+from harness_site.tracing import outgoing_headers
 from tasks.agents.redaction import redact
 from tasks.secrets import NAME, agent_url_error, secret_name_error, secret_value
 from tasks.skills.sdk import ErrorKind, SkillError
@@ -138,7 +139,9 @@ def chat(agent, messages: list[dict[str, str]], *, now: datetime) -> ModelReply:
     body: dict[str, Any] = {"model": agent.model, "messages": messages}
     try:
         with httpx.Client(timeout=timeout, follow_redirects=False) as client:
-            response = client.post(url, json=body, headers={"Authorization": f"Bearer {key}"})
+            # traceparent: the provider's logs and traces can name the run's trace (W3C Trace Context).
+            headers = {**outgoing_headers(), "Authorization": f"Bearer {key}"}
+            response = client.post(url, json=body, headers=headers)
     except httpx.ReadTimeout:
         raise ModelCallError(
             ErrorKind.TIMEOUT, f"{url}: no response within the read timeout of {agent.read_timeout_seconds:g}s"

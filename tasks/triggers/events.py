@@ -14,6 +14,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import IntegrityError, transaction
 from django.db.models import F
 
+from harness_site import tracing
 from runs.claims import run_claim
 from runs.models import Decision, TaskRun
 from runs.selectors import run_coalesced_into
@@ -221,6 +222,17 @@ def _header(headers: Mapping[str, str], name: str) -> str:
     return value
 
 
+# An event is a trigger (webhook, queue, Python, file): in the request's or the message's trace when
+# it carries one, else a new trace; each file a sensor scan finds starts its own.
+@tracing.traced(
+    "trigger.event",
+    new_trace=lambda source, payload, *, attempt, **_: attempt.channel == "file",
+    attributes=lambda source, payload, *, attempt, **_: {
+        "harness.rule": source.rule.name,
+        "harness.event_source": source.name,
+        "harness.channel": attempt.channel,
+    },
+)
 def _accept(source: TriggerSource, payload: dict, *, attempt: _Attempt, now: datetime) -> IntakeResult:
     """Map, render the biz_key, remember the delivery and claim the run, in one transaction.
 

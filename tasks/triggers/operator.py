@@ -8,6 +8,7 @@ from zoneinfo import ZoneInfo
 
 from django.db import transaction
 
+from harness_site import tracing
 from harness_site.audit.models import AuditEntry
 from harness_site.audit.services import audit_record
 from runs.claims import ClaimResult, run_claim
@@ -66,6 +67,9 @@ def rule_run_now(
     return claim
 
 
+@tracing.traced(
+    "trigger.operator", attributes=lambda *, rule, actor, **_: {"harness.rule": rule.name, "harness.actor": actor}
+)
 def rule_fire(
     *,
     rule: TriggerRule,
@@ -249,6 +253,7 @@ def rule_backfill_confirmed(
         return rule_backfill(plan=plan, actor=actor, now=now, reason=reason)
 
 
+@tracing.traced("trigger.backfill", attributes=lambda *, plan, **_: {"harness.rule": plan.rule.name})
 def rule_backfill(*, plan: BackfillPlan, actor, now: datetime, reason: str = "") -> dict:
     """Claim every planned slot, paced: the i-th new run becomes due at now + i x spacing, so the
     sweeper releases them gradually instead of flooding the workers."""

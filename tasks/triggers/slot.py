@@ -13,6 +13,7 @@ from django.db import IntegrityError, transaction
 from django.db.models import Max
 
 from deadletters.alerts import alert_slot_expired, alert_slot_missed
+from harness_site import tracing
 from runs.claims import run_claim
 from runs.models import Decision, SlotHold, TaskRun
 from runs.outcome import run_fail
@@ -230,6 +231,16 @@ def record_paused_slots(rule: TriggerRule, *, since: datetime, until: datetime) 
     return len(rows)
 
 
+# Every slot is a trigger of its own: a new trace, whichever tick (or catch-up, heartbeat, held slot) claims it.
+@tracing.traced(
+    "trigger.slot",
+    new_trace=True,
+    attributes=lambda rule, slot, *, source, **_: {
+        "harness.rule": rule.name,
+        "harness.slot": slot.isoformat(),
+        "harness.source": source,
+    },
+)
 def slot_claim(
     rule: TriggerRule,
     slot: datetime,

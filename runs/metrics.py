@@ -1,0 +1,287 @@
+"""Prometheus metrics, derived from the database at scrape time (docs/observability.md).
+
+Every value is read from the tables, not from one process's memory, so any web process (or the
+separate metrics server, `manage.py metrics_serve`) answers the same for the whole deployment,
+however many workers and beats run on however many machines. A scrape costs a fixed number of
+queries (SCRAPE_QUERIES), whatever the number of rules, runs or pools; each is one aggregate.
+
+Counters (`_total`) count rows that are never deleted (runs, attempts, tickets, event counts) and
+so only grow; gauges are the state now. The two histograms count every started run ever, in
+cumulative buckets, so `rate()` and `histogram_quantile()` work as for any Prometheus histogram.
+"""
+
+from collections import defaultdict
+from datetime import datetime, timedelta
+
+from django.db import connection
+from django.db.models import Count, Min, Q, Sum
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
+from prometheus_client.registry import Collector, CollectorRegistry
+
+from deadletters.models import Alert, DeadLetter
+from runs.models import Attempt, PoolSlot, PoolWaiter, TaskRun
+from runs.selectors import scheduler_health
+from tasks.models import EventMetric, Pool
+
+# Seconds. Queue delay (trigger to first start) is usually under a second; end-to-end latency
+# (trigger to success) spans a no-op's milliseconds to a model call's minutes.
+QUEUE_DELAY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
+LATENCY_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
+# Event outcomes that are not refusals (tasks.triggers.events); every other outcome is a refusal reason.
+EVENT_ADMITTED = frozenset({"accepted", "duplicate", "redelivery", "shed", "coalesced"})
+NEW_WINDOW = timedelta(hours=24)
+# What one scrape costs, asserted by tests/runs/test_metrics.py.
+SCRAPE_QUERIES = 13
+
+
+class HarnessCollector(Collector):
+    """Collects the harness metrics with `clock()` as now (a test passes its own)."""
+
+    def __init__(self, clock=None):
+        from django.utils import timezone
+
+        self.clock = clock or timezone.now
+
+    def collect(self):
+        now = self.clock()
+        yield from _runs(now)
+        yield from _latency()
+        yield from _attempts()
+        yield from _deadletters(now)
+        yield from _scheduler(now)
+        yield from _events()
+        yield from _alerts()
+        yield from _pools(now)
+
+
+def metrics_registry(clock=None) -> CollectorRegistry:
+    """A registry holding only the harness collector: no process metrics of the web process that
+    happens to answer, which would say nothing about the deployment."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(HarnessCollector(clock))
+    return registry
+
+
+def _runs(now: datetime):
+    # 1. Runs by rule and state, and the dedupe hits they absorbed (one grouped scan).
+    runs = GaugeMetricFamily("harness_runs", "Runs by rule and state.", labels=["rule", "state"])
+    hits = CounterMetricFamily(
+        "harness_dedupe_hits", "Triggers that found their run already there (one run per biz_key).", labels=["rule"]
+    )
+    hits_by_rule: dict[str, int] = defaultdict(int)
+    rows = TaskRun.objects.values("rule_name", "state").annotate(n=Count("id"), hits=Sum("dedupe_hits")).order_by()
+    for row in rows:
+        runs.add_metric([row["rule_name"], row["state"]], row["n"])
+        hits_by_rule[row["rule_name"]] += row["hits"] or 0
+    for rule, n in sorted(hits_by_rule.items()):
+        hits.add_metric([rule], n)
+    yield runs
+    yield hits
+    # 2. Runs due now and not started (run_due_idx): the queue a worker should be taking from.
+    due = TaskRun.objects.filter(state__in=TaskRun.CLAIMABLE, run_after__lte=now).aggregate(
+        n=Count("id"), oldest=Min("run_after")
+    )
+    yield GaugeMetricFamily("harness_runs_due", "Claimable runs whose run_after has come.", value=due["n"])
+    yield GaugeMetricFamily(
+        "harness_oldest_due_run_age_seconds",
+        "How long the oldest due, unstarted run has waited (0: none).",
+        value=(now - due["oldest"]).total_seconds() if due["oldest"] else 0.0,
+    )
+
+
+# Seconds between two instants, in SQL: native on each backend, to the millisecond (so a delay equal
+# to a bucket's bound lands in that bucket). Django's own duration arithmetic calls a Python
+# function per row on SQLite, which made a scrape of 100k runs take seconds.
+_SECONDS = {
+    "postgresql": "EXTRACT(EPOCH FROM ({a} - {b}))::float8",
+    "sqlite": "ROUND((julianday({a}) - julianday({b})) * 86400.0, 3)",
+}
+
+
+def _latency():
+    # 3. Both histograms in one pass over started runs, each difference computed once per row.
+    # Backfills are paced on purpose, so their delay says nothing about the queue (as on the dashboard).
+    seconds = _SECONDS.get(connection.vendor, _SECONDS["postgresql"])
+    delay = seconds.format(a="start_at", b="trigger_at")
+    latency = seconds.format(a="finish_at", b="trigger_at")
+    buckets = [f"SUM(CASE WHEN d <= {float(b)!r} THEN 1 ELSE 0 END)" for b in QUEUE_DELAY_BUCKETS]
+    buckets += [f"SUM(CASE WHEN l <= {float(b)!r} THEN 1 ELSE 0 END)" for b in LATENCY_BUCKETS]
+    # MATERIALIZED: computed once per row, not once per bucket (SQLite would otherwise inline it).
+    sql = f"""
+        WITH started AS MATERIALIZED (
+            SELECT {delay} AS d,
+                   CASE WHEN state = %s AND finish_at IS NOT NULL THEN {latency} END AS l
+            FROM {TaskRun._meta.db_table}
+            WHERE start_at IS NOT NULL AND source <> %s
+        )
+        SELECT COUNT(d), COALESCE(SUM(d), 0), COUNT(l), COALESCE(SUM(l), 0), {", ".join(buckets)}
+        FROM started
+    """
+    with connection.cursor() as cursor:
+        cursor.execute(sql, [TaskRun.State.SUCCEEDED, TaskRun.Source.BACKFILL])
+        row = cursor.fetchone()
+    d_n, d_sum, l_n, l_sum, *counts = row
+    n_delay = len(QUEUE_DELAY_BUCKETS)
+    yield _histogram(
+        "harness_run_queue_delay_seconds",
+        "Trigger to first start of a run (backfills excluded).",
+        QUEUE_DELAY_BUCKETS,
+        counts[:n_delay],
+        count=d_n,
+        total=d_sum,
+    )
+    yield _histogram(
+        "harness_run_latency_seconds",
+        "Trigger to success of a run, end to end (backfills excluded).",
+        LATENCY_BUCKETS,
+        counts[n_delay:],
+        count=l_n,
+        total=l_sum,
+    )
+
+
+def _histogram(name, documentation, bounds, counts, *, count: int, total) -> HistogramMetricFamily:
+    buckets = [(_le(b), int(n or 0)) for b, n in zip(bounds, counts, strict=True)] + [("+Inf", count)]
+    return HistogramMetricFamily(name, documentation, buckets=buckets, sum_value=float(total or 0))
+
+
+def _le(bound: float) -> str:
+    return repr(float(bound))
+
+
+def _attempts():
+    # 4. Finished attempts by outcome and error kind. A running attempt is not counted until it ends
+    # (it is harness_runs{state="running"}); a budget wait takes its attempt back, so it never counts.
+    attempts = CounterMetricFamily(
+        "harness_attempts", "Finished attempts by outcome and error kind.", labels=["outcome", "error_kind"]
+    )
+    rows = (
+        Attempt.objects.exclude(outcome=Attempt.Outcome.RUNNING)
+        .values("outcome", "error_kind")
+        .annotate(n=Count("id"))
+        .order_by("outcome", "error_kind")
+    )
+    for row in rows:
+        attempts.add_metric([row["outcome"], row["error_kind"]], row["n"])
+    yield attempts
+
+
+def _deadletters(now: datetime):
+    # 5. Tickets: the open backlog by rule and error kind, every ticket ever (rate() = new), and new in 24 h.
+    backlog = GaugeMetricFamily(
+        "harness_deadletters_open", "Open dead-letter tickets (pending manual action).", labels=["rule", "error_kind"]
+    )
+    total = CounterMetricFamily("harness_deadletters", "Dead-letter tickets ever opened.", labels=["rule"])
+    new = GaugeMetricFamily("harness_deadletters_new_24h", "Tickets opened in the last 24 h.", labels=["rule"])
+    opened: dict[str, int] = defaultdict(int)
+    recent: dict[str, int] = defaultdict(int)
+    rows = (
+        DeadLetter.objects.values("rule_name", "error_kind", "state")
+        .annotate(n=Count("id"), new=Count("id", filter=Q(created_at__gte=now - NEW_WINDOW)))
+        .order_by("rule_name", "error_kind", "state")
+    )
+    for row in rows:
+        opened[row["rule_name"]] += row["n"]
+        recent[row["rule_name"]] += row["new"]
+        if row["state"] == DeadLetter.State.PENDING_MANUAL:
+            backlog.add_metric([row["rule_name"], row["error_kind"]], row["n"])
+    for rule in sorted(opened):
+        total.add_metric([rule], opened[rule])
+        new.add_metric([rule], recent[rule])
+    yield backlog
+    yield total
+    yield new
+
+
+def _scheduler(now: datetime):
+    # 6-8. The last tick, the oldest due run and the oldest unclaimed slot (runs.selectors: 3 queries).
+    health = scheduler_health(now=now)
+    age = health["last_tick_age_seconds"]
+    yield GaugeMetricFamily(
+        "harness_scheduler_tick_age_seconds",
+        "Seconds since the last scheduler tick (-1: no tick yet).",
+        value=age if age is not None else -1.0,
+    )
+    yield GaugeMetricFamily(
+        "harness_scheduler_healthy", "1 while /healthz would say the scheduler is ok.", value=int(health["ok"])
+    )
+    slot = GaugeMetricFamily(
+        "harness_oldest_unclaimed_slot_age_seconds",
+        "How long the oldest due slot of an enabled rule has waited for a tick (0: none).",
+        labels=["rule"],
+    )
+    if health["oldest_unclaimed_slot_rule"] is not None:
+        slot.add_metric([health["oldest_unclaimed_slot_rule"]], health["oldest_unclaimed_slot_age_seconds"])
+    else:
+        slot.add_metric([""], 0.0)
+    yield slot
+
+
+def _events():
+    # 9. Event intake by source and outcome; refusals (every outcome that is a reason) on their own.
+    events = CounterMetricFamily("harness_events", "Event intake outcomes by source.", labels=["source", "outcome"])
+    refusals = CounterMetricFamily(
+        "harness_event_refusals",
+        "Refused events (webhook, queue, file, Python) by reason.",
+        labels=["source", "reason"],
+    )
+    for source, outcome, n in EventMetric.objects.order_by("source_name", "outcome").values_list(
+        "source_name", "outcome", "count"
+    ):
+        events.add_metric([source, outcome], n)
+        if outcome not in EVENT_ADMITTED:
+            refusals.add_metric([source, outcome], n)
+    yield events
+    yield refusals
+
+
+def _alerts():
+    # 10. The alert outbox: deliveries waiting to be sent (or retried), and those that gave up.
+    backlog = GaugeMetricFamily(
+        "harness_alert_outbox",
+        "Alert deliveries by channel and state (pending: the backlog).",
+        labels=["channel", "state"],
+    )
+    rows = (
+        Alert.objects.filter(channel__isnull=False, state__in=[Alert.State.PENDING, Alert.State.FAILED])
+        .values("channel__name", "state")
+        .annotate(n=Count("id"))
+        .order_by("channel__name", "state")
+    )
+    for row in rows:
+        backlog.add_metric([row["channel__name"], row["state"]], row["n"])
+    yield backlog
+
+
+def _pools(now: datetime):
+    # 11-12. Pool saturation: slots in use on the busiest key against the limit, runs waiting.
+    pools = {p.id: p for p in Pool.objects.only("id", "name", "enabled", "max_concurrency", "paused_until")}
+    busiest: dict[int, int] = defaultdict(int)
+    in_use: dict[int, int] = defaultdict(int)
+    for row in PoolSlot.objects.filter(expires_at__gt=now).values("pool_id", "key").annotate(n=Count("id")).order_by():
+        in_use[row["pool_id"]] += row["n"]
+        busiest[row["pool_id"]] = max(busiest[row["pool_id"]], row["n"])
+    waiting = dict(
+        PoolWaiter.objects.values("pool_id").annotate(n=Count("run_id")).order_by().values_list("pool_id", "n")
+    )
+    used = GaugeMetricFamily("harness_pool_slots_in_use", "Live slots held in the pool (all keys).", labels=["pool"])
+    limit = GaugeMetricFamily(
+        "harness_pool_limit", "The pool's concurrency limit per key (absent: unlimited).", labels=["pool"]
+    )
+    saturation = GaugeMetricFamily(
+        "harness_pool_saturation", "Slots on the busiest key over the limit (1: saturated).", labels=["pool"]
+    )
+    waiters = GaugeMetricFamily("harness_pool_waiting_runs", "Runs waiting for the pool.", labels=["pool"])
+    paused = GaugeMetricFamily("harness_pool_paused", "1 while the provider paused the pool (429).", labels=["pool"])
+    for pool in sorted(pools.values(), key=lambda p: p.name):
+        used.add_metric([pool.name], in_use[pool.id])
+        waiters.add_metric([pool.name], waiting.get(pool.id, 0))
+        paused.add_metric([pool.name], int(bool(pool.paused_until and pool.paused_until > now)))
+        if pool.max_concurrency:
+            limit.add_metric([pool.name], pool.max_concurrency)
+            saturation.add_metric([pool.name], busiest[pool.id] / pool.max_concurrency if pool.enabled else 0.0)
+    yield used
+    yield limit
+    yield saturation
+    yield waiters
+    yield paused
