@@ -79,6 +79,8 @@ INSTALLED_APPS = [
     "harness_site.audit",
     # Login throttling (django-axes): failed admin logins counted per username and address.
     "axes",
+    # htmx for the desk's live refresh: its pinned htmx.min.js is served as a static file, no CDN.
+    "django_htmx",
 ]
 
 MIDDLEWARE = [
@@ -89,6 +91,9 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # The operator's display zone (UTC, browser, rule) for admin pages; request.htmx for live refresh.
+    "harness_site.display.DisplayZoneMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Puts the request's user on rule history rows (django-simple-history).
@@ -113,6 +118,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            "libraries": {"harness": "harness_site.templatetags.harness"},
         },
     },
 ]
@@ -177,6 +183,10 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+# The desk's own CSS and JavaScript (harness_site is not an app, so name its folder).
+STATICFILES_DIRS = [BASE_DIR / "harness_site" / "static"]
+# Every date and time printed says its zone and the second (harness_site/formats).
+FORMAT_MODULE_PATH = ["harness_site.formats"]
 
 # "Name:email" or a bare address.
 ADMINS = [tuple(a.split(":", 1)) if ":" in a else ("", a) for a in env.list("ADMINS", default=[])]

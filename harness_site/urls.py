@@ -2,6 +2,7 @@ from django.contrib import admin
 from django.urls import path
 from django.utils.translation import gettext_lazy as _
 
+from harness_site.display import display_zone_view
 from runs.views import dashboard_view, flow_view, healthz
 from tasks.triggers.webhook import webhook
 from tasks.views import flags_clear_view, flags_list_view, flags_set_view, ping_view
@@ -14,6 +15,7 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     # Before admin/, so the admin's catch-all does not take it; admin_view requires a staff login.
     path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="harness-dashboard"),
+    path("admin/display-zone/", admin.site.admin_view(display_zone_view), name="harness-display-zone"),
     path("admin/flow/", admin.site.admin_view(flow_view), name="harness-flow"),
     path("admin/", admin.site.urls),
     # Readiness flags and heartbeat pings (tasks/views.py): token or session, JSON refusals.

@@ -41,11 +41,14 @@ class RunDeskMixin:
     has_retry_permission = has_perm_method("runs.retry_run")
     has_cancel_permission = has_perm_method("runs.cancel_run")
 
+    change_list_template = "admin/runs/taskrun/change_list.html"
+
     def get_list_display(self, request):
         return (*super().get_list_display(request), "trial_flag")
 
     def get_list_filter(self, request):
         base = tuple(super().get_list_filter(request))
+        # One rule filter (by the rule itself; its name is shown in the list).
         extra = ["is_trial", ("trigger_at", DateFieldListFilter), "rule"]
         return (*base, *[f for f in extra if f not in base])
 
@@ -148,7 +151,7 @@ class RunDeskMixin:
         run = self.get_object(request, object_id)
         extra = {**(extra_context or {})}
         if run is not None:
-            extra["timeline"] = run_timeline(run)
+            extra["timeline"] = run_page_timeline(run)
             user = request.user
             buttons = []
             if run.state in RETRYABLE_STATES and user.has_perm("runs.retry_run"):
@@ -161,6 +164,30 @@ class RunDeskMixin:
                 )
             extra["desk_buttons"] = buttons
         return super().change_view(request, object_id, form_url, extra)
+
+
+# A run in one of these states changes no more: its page stops refreshing itself.
+FINAL_STATES = (TaskRun.State.SUCCEEDED, TaskRun.State.FAILED, TaskRun.State.CANCELLED, TaskRun.State.COALESCED)
+
+
+def run_page_timeline(run: TaskRun) -> dict:
+    """What the run and ticket pages show: the selector's timeline, the rule's zone for every time on
+    the page, and whether the page keeps refreshing (until the run is final)."""
+    from runs.selectors import run_wait_explain
+
+    timeline = run_timeline(run)
+    final = run.state in FINAL_STATES
+    waiting = None if run.start_at else run_wait_explain(run, now=now())
+    timeline.update(
+        run=run,
+        zone=run.rule.timezone if run.rule_id else None,
+        rule_url=reverse("admin:tasks_triggerrule_change", args=[run.rule_id]) if run.rule_id else "",
+        live=not final,
+        live_stopped=_("Final: this page no longer refreshes") if final else "",
+        live_stopped_text=_("Final: this page no longer refreshes"),
+        waiting_for=waiting["summary"] if waiting else "",
+    )
+    return timeline
 
 
 def _run_is(run: TaskRun) -> str:
@@ -185,6 +212,7 @@ class RunLeaseAdmin(admin.ModelAdmin):
     """Live run leases: running runs, their holder, how long held, when the lease expires."""
 
     list_display = ("id", "biz_key", "rule_name", "lease_owner", "held_for", "lease_expires_at", "expires_in", "fence")
+    change_list_template = "admin/runs/runlease/change_list.html"
     search_fields = ("=id", "biz_key", "lease_owner")
     actions = ["force_release"]
     has_force_release_permission = has_perm_method("runs.force_release_lease")

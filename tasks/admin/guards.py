@@ -29,7 +29,6 @@ GUARD_FIELDSETS = (
     (_("Backpressure and coalescing"), {"fields": ("recoverability", "coalesce_window_seconds")}),
     (_("Heartbeat"), {"fields": ("heartbeat_every_seconds", "heartbeat_grace_seconds", "last_ping_at")}),
     (_("Snapshot and identity"), {"fields": ("snapshot_fields", "identity")}),
-    (_("Next fires (DST and guards)"), {"fields": ("guard_preview",)}),
 )
 CATCHUP_EXTRA = ("catchup_max_count", "catchup_spacing_seconds", "catchup_approval_threshold")
 
@@ -69,7 +68,7 @@ class GuardAdminMixin:
         present = {f for _n, o in fieldsets for f in o.get("fields", ())}
         for name, opts in GUARD_FIELDSETS:
             if not present.intersection(opts["fields"]):
-                fieldsets.append((name, {**opts, "classes": ("collapse",)} if name != GUARD_FIELDSETS[-1][0] else opts))
+                fieldsets.append((name, {**opts, "classes": ("collapse",)}))
         return fieldsets
 
     def get_form(self, request, obj=None, **kwargs):
