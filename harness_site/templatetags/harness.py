@@ -71,7 +71,9 @@ def clip_html(value, chars: int = CLIP_CHARS, *, copy: bool = False) -> str:
     text = "" if value is None else str(value)
     shown = text if len(text) <= chars else text[: chars - 1] + "…"
     button = (
-        format_html(' <button type="button" class="copy-btn" data-copy="{}" title="{}">⧉</button>', text, _("Copy"))
+        format_html(
+            ' <button type="button" class="copy-btn" data-copy="{}" title="{}">{}</button>', text, _("Copy"), _("copy")
+        )
         if copy
         else ""
     )

@@ -128,6 +128,14 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
         ),
     )
 
+    def get_inline_instances(self, request, obj=None):
+        # Steps, model calls and proposals only where the run has some: no empty tables on the page.
+        return [
+            inline
+            for inline in super().get_inline_instances(request, obj)
+            if obj is not None and inline.model._default_manager.filter(run=obj).exists()
+        ]
+
     @admin.display(description=_("biz key"), ordering="biz_key")
     def key_column(self, run: TaskRun) -> str:
         return clip_html(run.biz_key, 44)
