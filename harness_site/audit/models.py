@@ -59,7 +59,9 @@ class DeskPreference(models.Model):
         UTC = "utc", _("UTC")
         BROWSER = "browser", _("my browser's zone")
 
-    user = models.OneToOneField("auth.User", on_delete=models.CASCADE, related_name="desk_preference")
+    user = models.OneToOneField(
+        "auth.User", on_delete=models.CASCADE, related_name="desk_preference", verbose_name=_("user")
+    )
     display_zone = models.CharField(_("display zone"), max_length=10, choices=Zone.choices, default=Zone.RULE)
     # The IANA name the browser reported when "browser" was chosen (validated before use).
     browser_zone = models.CharField(_("browser zone"), max_length=64, blank=True)

@@ -319,19 +319,21 @@ class CatchupApprovalMixin:
                 actions[name] = (func, name, func.short_description)
         return actions
 
-    @admin.action(description="Approve selected catch-up runs (awaiting approval)")
+    @admin.action(description=gettext_lazy("Approve selected catch-up runs (awaiting approval)"))
     def approve_catchup(self, request, queryset):
         n = catchup_approve(run_ids=list(queryset.values_list("id", flat=True)), actor=request.user, now=timezone.now())
         self.message_user(
             request,
-            f"Approved {n} catch-up run(s); they start paced from now.",
+            _("Approved %(n)s catch-up run(s); they start paced from now.") % {"n": n},
             messages.SUCCESS if n else messages.WARNING,
         )
 
-    @admin.action(description="Reject selected catch-up runs (awaiting approval)")
+    @admin.action(description=gettext_lazy("Reject selected catch-up runs (awaiting approval)"))
     def reject_catchup(self, request, queryset):
         n = catchup_reject(run_ids=list(queryset.values_list("id", flat=True)), actor=request.user, now=timezone.now())
-        self.message_user(request, f"Rejected {n} catch-up run(s).", messages.SUCCESS if n else messages.WARNING)
+        self.message_user(
+            request, _("Rejected %(n)s catch-up run(s).") % {"n": n}, messages.SUCCESS if n else messages.WARNING
+        )
 
 
 __all__ = ["CatchupApprovalMixin", "LeaseDeskMixin", "OptionalReasonForm", "RunDeskMixin", "RunLeaseAdmin"]

@@ -12,6 +12,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from harness_site.desk import JSON_FORMFIELDS, desk_object
+from tasks.admin.explain_text import explain_sentence
 from tasks.flags import FlagError, flag_clear, flag_set
 from tasks.models import ApiToken, ReadinessFlag, ServiceIdentity, TriggerRule
 from tasks.triggers.explain import SlotParseError, parse_slot, rule_preview, slot_explain, trigger_explain
@@ -129,7 +130,7 @@ class GuardAdminMixin:
             raise PermissionDenied
         text = request.GET.get("slot", "").strip()
         biz_key = request.GET.get("biz_key", "").strip()[:255]
-        result, error = None, ""
+        result, error, slot = None, "", None
         if "\x00" in biz_key or "\x00" in text:
             # PostgreSQL refuses a NUL in a query parameter: say so instead of a 500.
             error = gettext("A business key or slot cannot contain a NUL character.")
@@ -143,7 +144,8 @@ class GuardAdminMixin:
             )
         elif text:
             try:
-                result = slot_explain(rule=rule, slot=parse_slot(text, rule=rule), now=timezone.now())
+                slot = parse_slot(text, rule=rule)
+                result = slot_explain(rule=rule, slot=slot, now=timezone.now())
             except SlotParseError as exc:
                 error = str(exc)
         context = {
@@ -154,6 +156,7 @@ class GuardAdminMixin:
             "slot_text": text,
             "biz_key": biz_key,
             "result": result,
+            "sentence": explain_sentence(request, rule, result, slot) if result else "",
             "error": error,
             "recent": rule.decisions.order_by("-created_at", "-id")[:20],
             "change_url": reverse("admin:tasks_triggerrule_change", args=[rule.pk]),

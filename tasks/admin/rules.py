@@ -16,16 +16,18 @@ from django.core import signing
 from django.http import HttpResponseRedirect, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
 from django.utils.safestring import mark_safe
 from django.utils.text import capfirst, format_lazy
+from django.utils.translation import get_language, gettext_lazy
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 
 from deadletters.alerts import ALERT_FIELDS
 from harness_site.desk import FORM_TEMPLATE, ReasonForm, change_url, desk_object, now, posted, require_perm
 from runs.dashboard import skill_duration_p99s
 from runs.models import Backpressure
+from tasks.admin import lint_text
 from tasks.admin.history import rule_status
 from tasks.models import ReadinessFlag, TriggerRule
 from tasks.models.pool import GLOBAL_POOL
@@ -61,6 +63,8 @@ def cron_description(expr: str) -> str:
     """Human words for a cron expression, or "" if cron-descriptor cannot read it."""
     options = Options()
     options.use_24hour_time_format = True
+    # cron-descriptor speaks Chinese too.
+    options.locale_code = "zh_CN" if (get_language() or "").startswith("zh") else "en_US"
     try:
         return ExpressionDescriptor(expr, options).get_description()
     except (FormatException, ValueError, IndexError, KeyError):
@@ -90,7 +94,7 @@ def schedule_preview(data: dict, *, at: datetime, count: int = PREVIEW_COUNT, ru
     try:
         fires = schedule.preview(spec, at, count)
     except schedule.ScheduleError as exc:
-        return {"ok": False, "errors": {exc.field: exc.message}, "fires": []}
+        return {"ok": False, "errors": {exc.field: lint_text.schedule_error_text(exc.message)}, "fires": []}
     except (OverflowError, ValueError, TypeError) as exc:
         # e.g. an interval so long the next slot is past year 9999: the form says why; the preview
         # must not turn that into an error page.
@@ -104,7 +108,7 @@ def schedule_preview(data: dict, *, at: datetime, count: int = PREVIEW_COUNT, ru
         description = _once_description(spec, at)
     items = [
         {
-            "local": f["local"].strftime("%a %Y-%m-%d %H:%M:%S %Z (UTC%z)"),
+            "local": local_text(f["local"]),
             "utc": f["utc"].strftime("%Y-%m-%d %H:%M:%S UTC"),
             "note": f["note"],
             **({"guards": fire_guards(rule, f["utc"])} if rule is not None and rule.pk else {}),
@@ -121,6 +125,11 @@ def schedule_preview(data: dict, *, at: datetime, count: int = PREVIEW_COUNT, ru
     }
 
 
+def local_text(local: datetime) -> str:
+    """A wall time with its weekday in the user's language: Wed / 周三 2026-12-02 09:00:00 CST (UTC+0800)."""
+    return f"{date_format(local, 'D')} {local:%Y-%m-%d %H:%M:%S %Z (UTC%z)}"
+
+
 def fire_guards(rule: TriggerRule, slot: datetime) -> str:
     """What the rule's pause, windows and calendar do to one fire, in words ("" when it simply runs)."""
     if not rule.enabled:
@@ -135,7 +144,7 @@ def _once_description(spec: schedule.ScheduleSpec, at: datetime) -> str:
     """A one-time rule's instant on the rule zone's clock and in UTC, and whether it is still ahead."""
     run_at = spec.run_at.astimezone(UTC)  # validated: aware and in range
     values = {
-        "local": run_at.astimezone(ZoneInfo(spec.timezone)).strftime("%a %Y-%m-%d %H:%M:%S %Z (UTC%z)"),
+        "local": local_text(run_at.astimezone(ZoneInfo(spec.timezone))),
         "utc": run_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
     }
     if run_at <= at:
@@ -576,7 +585,10 @@ class RuleDeskMixin:
         rows = format_html_join(
             "",
             '<li class="lint-{}"><strong>{} {}</strong>: {}</li>',
-            ((i.status, _ICON[i.status], i.check, i.message) for i in items),
+            (
+                (i.status, _ICON[i.status], lint_text.check_text(i.check), lint_text.message_text(i.message))
+                for i in items
+            ),
         )
         return format_html('<ul id="rule-lint" class="rule-lint">{}</ul>', rows)
 
@@ -599,7 +611,7 @@ class RuleDeskMixin:
     def lint_column(self, rule: TriggerRule) -> str:
         summary = lint.lint_summary(self._lint(rule))
         status = "pass" if summary == "ok" else ("fail" if "fail" in summary else "warn")
-        return format_html('<span class="lint-{}">{} {}</span>', status, _ICON[status], summary)
+        return format_html('<span class="lint-{}">{} {}</span>', status, _ICON[status], lint_text.summary_text(summary))
 
     lint_column.short_description = gettext_lazy("lint")
 

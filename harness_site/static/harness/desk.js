@@ -25,7 +25,7 @@
     if (!bar) { return; }
     var label = document.getElementById("live-updated");
     var n = Math.round((Date.now() - lastUpdate) / 1000);
-    var text = bar.dataset.updated.replace("%(n)s", String(n));
+    var text = bar.dataset.updated.replace("{n}", String(n));
     if (paused()) { text += " · " + bar.dataset.paused; }
     label.textContent = text;
     bar.classList.toggle("is-paused", paused());
