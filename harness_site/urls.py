@@ -30,3 +30,6 @@ urlpatterns = [
     path("hooks/<str:source>/", webhook, name="event-webhook"),
     path("hooks/<str:source>", webhook),
 ]
+
+# A refusal in admin chrome, naming the missing permission and the role that has it.
+handler403 = "harness_site.errors.permission_denied"

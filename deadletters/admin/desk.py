@@ -84,6 +84,7 @@ class DeadLetterDeskMixin:
             action="replay",
             title=_("Replay dead letters"),
             verb=_("Replayed"),
+            button=_("Replay"),
             eligible=lambda t: t.state == DeadLetter.State.PENDING_MANUAL,
             do=lambda t, form: _replay(t, request, at, form),
         )
@@ -98,6 +99,7 @@ class DeadLetterDeskMixin:
             action="close",
             title=_("Close dead letters"),
             verb=_("Closed"),
+            button=_("Close tickets"),
             form_class=CloseForm,
             eligible=lambda t: t.state == DeadLetter.State.PENDING_MANUAL,
             do=lambda t, form: deadletter_close(
@@ -115,6 +117,7 @@ class DeadLetterDeskMixin:
             action="assign",
             title=_("Assign dead letters"),
             verb=_("Assigned"),
+            button=_("Assign"),
             form_class=AssignForm,
             do=lambda t, form: deadletter_assign(
                 ticket_id=t.id,
@@ -157,6 +160,7 @@ class DeadLetterDeskMixin:
             perm="deadletters.replay_deadletter",
             title=_("Replay dead letter"),
             verb=_("Replay queued"),
+            button=_("Replay"),
             summary=[
                 _("Run #%(id)s %(biz_key)s gets a new attempt (number %(n)s) under its original business key.")
                 % {"id": ticket.run_id, "biz_key": ticket.biz_key, "n": ticket.run.attempts + 1},
@@ -175,6 +179,7 @@ class DeadLetterDeskMixin:
             perm="deadletters.close_deadletter",
             title=_("Close dead letter"),
             verb=_("Closed"),
+            button=_("Close ticket"),
             form_class=CloseForm,
             summary=[
                 _("Run #%(id)s %(biz_key)s stays failed; no replay.") % {"id": ticket.run_id, "biz_key": ticket.biz_key}
@@ -194,6 +199,7 @@ class DeadLetterDeskMixin:
             perm="deadletters.assign_deadletter",
             title=_("Assign dead letter"),
             verb=_("Assigned"),
+            button=_("Assign"),
             form_class=AssignForm,
             form_kwargs={"initial": {"owner": ticket.owner_id}},
             summary=[_("Currently: %(owner)s.") % {"owner": ticket.owner or _("nobody")}],

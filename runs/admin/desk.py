@@ -66,6 +66,7 @@ class RunDeskMixin:
             action="retry_now",
             title=_("Retry runs now"),
             verb=_("Retried"),
+            button=_("Retry now"),
             eligible=lambda r: r.state in RETRYABLE_STATES,
             do=lambda r, form: run_retry_now(
                 run_id=r.id, actor=request.user, now=at, reason=form.cleaned_data["reason"]
@@ -82,6 +83,7 @@ class RunDeskMixin:
             action="cancel",
             title=_("Cancel runs"),
             verb=_("Cancelled"),
+            button=_("Cancel runs"),
             eligible=lambda r: r.state in CANCELLABLE_STATES,
             do=lambda r, form: run_cancel(run_id=r.id, actor=request.user, now=at, reason=form.cleaned_data["reason"]),
         )
@@ -104,6 +106,7 @@ class RunDeskMixin:
             perm="runs.retry_run",
             title=_("Retry run now"),
             verb=_("Retried now"),
+            button=_("Retry now"),
             summary=[
                 _run_is(run),
                 _("It becomes pending and due now; the next attempt is number %(n)s.") % {"n": run.attempts + 1},
@@ -122,6 +125,7 @@ class RunDeskMixin:
             perm="runs.cancel_run",
             title=_("Cancel run"),
             verb=_("Cancelled"),
+            button=_("Cancel run"),
             summary=[
                 _run_is(run),
                 _("Cancelled runs never start; the business key stays taken."),
@@ -140,6 +144,7 @@ class RunDeskMixin:
             perm="runs.force_release_lease",
             title=_("Force-release lease"),
             verb=_("Lease force-released"),
+            button=_("Force-release lease"),
             form_class=ReasonForm,
             summary=_lease_summary(run),
             do=lambda form: run_lease_force_release(
@@ -260,6 +265,7 @@ class RunLeaseAdmin(admin.ModelAdmin):
             action="force_release",
             title=_("Force-release leases"),
             verb=_("Released"),
+            button=_("Force-release"),
             form_class=ReasonForm,
             do=lambda r, form: run_lease_force_release(
                 run_id=r.id, actor=request.user, now=at, reason=form.cleaned_data["reason"]
@@ -300,6 +306,7 @@ class LeaseDeskMixin:
             action="force_release",
             title=_("Force-release leases"),
             verb=_("Released"),
+            button=_("Force-release"),
             form_class=ReasonForm,
             eligible=lambda lease: bool(lease.owner),
             do=lambda lease, form: lease_force_release(
