@@ -259,7 +259,10 @@ HARNESS = {
     "SLOT_GRACE_SECONDS": env.int("HARNESS_SLOT_GRACE_SECONDS", default=60),
     # Decisions ("why didn't it run") older than this are deleted by the sweeper (bounded retention).
     "DECISION_RETENTION_DAYS": env.int("HARNESS_DECISION_RETENTION_DAYS", default=90),
-    "ADMIN_BASE_URL": env.str("HARNESS_ADMIN_BASE_URL", default="http://127.0.0.1:8000"),
+    # Base of links in alerts; by default the address `./harness up` serves (HARNESS_PORT), not a fixed 8000.
+    "ADMIN_BASE_URL": env.str(
+        "HARNESS_ADMIN_BASE_URL", default=f"http://127.0.0.1:{os.environ.get('HARNESS_PORT') or '8000'}"
+    ),
     # Seconds between alert checks (beat entry "harness: alerts"): stalled scheduler, storm
     # summaries, delivery retries.
     "ALERT_CHECK_SECONDS": env.int("HARNESS_ALERT_CHECK_SECONDS", default=30),

@@ -16,6 +16,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 
+from deadletters.alert_health import urgent_undeliverable
 from harness_site.desk import now
 from runs import selectors
 from runs.dashboard import dashboard_build
@@ -119,6 +120,7 @@ def dashboard_view(request):
         "delay_bars": _bars(d.queue_delay),
         "latency_bars": _bars(d.latency),
         "dedupe_pct": round(100 * d.dedupe_share, 2),
+        "urgent_undeliverable": urgent_undeliverable(now=d.now),
         "build_ms": round((time.perf_counter() - started) * 1000, 1),
     }
     return TemplateResponse(request, "admin/dashboard.html", context)
