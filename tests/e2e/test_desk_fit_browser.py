@@ -49,6 +49,7 @@ def _driver(size, *, lang="en-US", dark=False):
         "Emulation.setDeviceMetricsOverride",
         {"width": size[0], "height": size[1], "deviceScaleFactor": 1, "mobile": size[0] < 600},
     )
+    driver.desk_size = size
     if dark:
         driver.execute_cdp_cmd(
             "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
@@ -146,6 +147,10 @@ def _shot(browser, name: str) -> None:
         {"width": width, "height": max(height, 600), "deviceScaleFactor": 1, "mobile": width < 600},
     )
     browser.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
+    w, h = browser.desk_size
+    browser.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride", {"width": w, "height": h, "deviceScaleFactor": 1, "mobile": w < 600}
+    )
 
 
 @pytest.mark.parametrize("size", [LAPTOP, PHONE], ids=["1440x900", "390x844"])
@@ -188,9 +193,7 @@ def test_times_say_their_zone_and_the_history_strip_links_to_runs_and_decisions(
         .get_attribute("title")
         .startswith("2026-11-27 01:00:00 UTC")
     )
-    _shot(browser, "run-page")
     browser.get(live_server.url + pages["ticket"])
-    _shot(browser, "deadletter-ticket")
     browser.get(live_server.url + pages["rule"])
     assert "upstream outage until Monday" in browser.find_element(By.ID, "rule-paused-by").text
     assert "omar" in browser.find_element(By.ID, "rule-paused-by").text
@@ -200,16 +203,13 @@ def test_times_say_their_zone_and_the_history_strip_links_to_runs_and_decisions(
     hrefs = [c.get_attribute("href") for c in cells]
     assert all("/admin/runs/taskrun/" in h for h in hrefs[:6]), hrefs
     assert "/admin/runs/decision/" in hrefs[6] and hrefs[7].endswith(f"/admin/runs/taskrun/{run.pk}/change/")
-    _shot(browser, "rule-page")
     cells[7].click()
     _until(browser, lambda d: d.current_url.endswith(f"/taskrun/{run.pk}/change/"), "the failed run's page")
     # Elsewhere, UTC labelled: the runs list.
     browser.get(live_server.url + pages["runs"])
     first = browser.find_element(By.CSS_SELECTOR, "#result_list td.field-when_column time.when").text
     assert first.endswith(" UTC") and len(first) == len("2026-11-27 01:00:00 UTC"), first
-    _shot(browser, "runs")
     browser.get(live_server.url + pages["desk"])
-    _shot(browser, "deadletter-desk")
     # The display-zone switch, remembered for the user: UTC first, the rule's zone beside it.
     browser.get(live_server.url + pages["run"])
     from selenium.webdriver.support.ui import Select
@@ -268,4 +268,4 @@ def test_the_main_pages_in_both_languages_and_themes(make_browser, live_server, 
                 continue
             browser.get(live_server.url + url)
             assert _overflow(browser)[0] <= _overflow(browser)[1], (name, size, lang)
-            _shot(browser, f"{name}{suffix}{tag}")
+            _shot(browser, f"desk-{name}{suffix}{tag}")
