@@ -1,4 +1,5 @@
 from datetime import timedelta
+from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin
@@ -165,12 +166,18 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
 class DecisionAdmin(ReadOnlyAdmin):
     """Why a slot or a trigger did not run; a shed or coalesced trigger has its biz_key, not a slot."""
 
-    list_display = ("rule", "slot", "biz_key", "reason", "survivor_link", "hits", "created_at")
+    list_display = ("rule", "slot", "biz_key", "reason", "survivor_link", "hits", "created_at", "explain_link")
     list_filter = ("reason", "rule")
     search_fields = ("biz_key",)
     date_hierarchy = "created_at"
     readonly_fields = ("rule", "slot", "biz_key", "reason", "survivor_link", "hits", "details", "created_at")
     list_select_related = ("rule", "survivor")
+
+    @admin.display(description=_("explain"))
+    def explain_link(self, decision: Decision) -> str:
+        base = reverse("admin:tasks_triggerrule_explain", args=[decision.rule_id])
+        query = {"slot": decision.slot.isoformat()} if decision.slot else {"biz_key": decision.biz_key}
+        return format_html('<a href="{}?{}">{}</a>', base, urlencode(query), _("Explain"))
 
     @admin.display(description=_("survivor"))
     def survivor_link(self, decision: Decision) -> str:

@@ -1,6 +1,8 @@
 """The run and lease pages of the operator's desk: run filters, the run timeline, retry now and
 cancel with confirmation, and the live leases with force-release. Mixed into runs/admin/__init__.py."""
 
+from urllib.parse import urlencode
+
 from django.contrib import admin, messages
 from django.contrib.admin import DateFieldListFilter
 from django.db.models import Max
@@ -187,12 +189,21 @@ def run_page_timeline(run: TaskRun) -> dict:
         run=run,
         zone=run.rule.timezone if run.rule_id else None,
         rule_url=reverse("admin:tasks_triggerrule_change", args=[run.rule_id]) if run.rule_id else "",
+        explain_url=_explain_url(run),
         live=not final,
         live_stopped=_("Final: this page no longer refreshes") if final else "",
         live_stopped_text=_("Final: this page no longer refreshes"),
         waiting_for=waiting["summary"] if waiting else "",
     )
     return timeline
+
+
+def _explain_url(run: TaskRun) -> str:
+    """The rule's Explain page for this run's slot (or, without a slot, its business key)."""
+    if not run.rule_id:
+        return ""
+    base = reverse("admin:tasks_triggerrule_explain", args=[run.rule_id])
+    return base + "?" + urlencode({"slot": run.slot.isoformat()} if run.slot else {"biz_key": run.biz_key})
 
 
 def _run_is(run: TaskRun) -> str:

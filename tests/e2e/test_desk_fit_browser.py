@@ -197,6 +197,9 @@ def test_times_say_their_zone_and_the_history_strip_links_to_runs_and_decisions(
     browser.get(live_server.url + pages["rule"])
     assert "upstream outage until Monday" in browser.find_element(By.ID, "rule-paused-by").text
     assert "omar" in browser.find_element(By.ID, "rule-paused-by").text
+    # Fields that do not apply to a cron rule are hidden.
+    assert not browser.find_element(By.CSS_SELECTOR, ".field-interval_seconds").is_displayed()
+    assert browser.find_element(By.CSS_SELECTOR, ".field-cron").is_displayed()
     cells = browser.find_elements(By.CSS_SELECTOR, "#rule-history a")
     assert len(browser.find_elements(By.CSS_SELECTOR, "#rule-history > *")) == 48
     assert len(cells) == 8  # six runs, one decision, one failure; oldest first

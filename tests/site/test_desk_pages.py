@@ -54,6 +54,10 @@ def shanghai_run():
 def test_a_run_page_shows_its_times_in_the_rules_zone_with_utc_beside_them(viewer_client, shanghai_run):
     page = _text(viewer_client.get(reverse("admin:runs_taskrun_change", args=[shanghai_run.pk])))
     assert "2026-12-02 09:00:00 CST (01:00:00 UTC)" in page
+    # Explain is one click away, for this run's slot.
+    assert "/explain/?slot=2026-12-02T01%3A00%3A00%2B00%3A00" in _page(
+        viewer_client.get(reverse("admin:runs_taskrun_change", args=[shanghai_run.pk]))
+    )
     # Lists without a rule in context: UTC, labelled, to the second.
     listing = _page(viewer_client.get(reverse("admin:runs_taskrun_changelist")))
     assert "2026-12-02 01:00:00 UTC" in listing
