@@ -146,7 +146,7 @@ class AlertAdmin(admin.ModelAdmin):
     list_display = (
         "created_at",
         "severity",
-        "kind",
+        "kind_label",
         "channel_name",
         "state",
         "attempts",
@@ -174,6 +174,20 @@ class AlertAdmin(admin.ModelAdmin):
         "attempts",
         "last_error",
     )
+
+    KIND_LABELS = {
+        rules.RETRY: _("retry"),
+        rules.FINAL_FAILURE: _("final failure"),
+        rules.SLOT_EXPIRED: _("slot expired"),
+        rules.SLOT_MISSED: _("slot missed"),
+        rules.SCHEDULER_STALLED: _("scheduler stalled"),
+        rules.SUMMARY: _("summary"),
+        rules.TEST: _("test alert"),
+    }
+
+    @admin.display(description=_("kind"), ordering="kind")
+    def kind_label(self, obj: Alert) -> str:
+        return str(self.KIND_LABELS.get(obj.kind, obj.kind))
 
     @admin.display(description=_("channel"), ordering="channel__name")
     def channel_name(self, obj: Alert) -> str:
