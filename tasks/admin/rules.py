@@ -335,6 +335,9 @@ class TriggerRuleForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        for name, rows in (("reason", 2), ("params", 4), ("output_schema", 4)):
+            if name in self.fields:  # a shorter page: the boxes grow as the operator types (resize)
+                self.fields[name].widget.attrs["rows"] = rows
         self.run_at_note = ""
         self._shown_run_at = None
         stored = self.instance.run_at
@@ -546,6 +549,15 @@ class RuleDeskMixin:
             (n, {**o, "fields": [f for f in o.get("fields", ()) if f != "lint_checklist"]}) for n, o in fieldsets
         ]
         fieldsets.insert(1, (gettext_lazy("Checklist"), {"fields": ["lint_checklist"]}))
+        if obj is not None:
+            # A saved rule's policies fold away (the status header and the checklist summarise them).
+            folded = {"max_attempts", "lease_ttl_seconds", "pools", "catchup", "next_fire_at"}
+            fieldsets = [
+                (n, {**o, "classes": (*o.get("classes", ()), "collapse")})
+                if folded.intersection(o.get("fields", ())) and "collapse" not in o.get("classes", ())
+                else (n, o)
+                for n, o in fieldsets
+            ]
         return fieldsets
 
     def get_list_display(self, request):
