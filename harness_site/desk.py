@@ -95,10 +95,18 @@ def desk_object(modeladmin: admin.ModelAdmin, request, object_id: str):
     return obj
 
 
+class MissingPermission(PermissionDenied):
+    """A refusal that names what is missing, so the 403 page can say which role grants it."""
+
+    def __init__(self, perm: str):
+        super().__init__(perm)
+        self.perm = perm
+
+
 def require_perm(request, perm: str) -> None:
     """403 unless the user has `perm` ("app.codename"); superusers have all."""
     if not request.user.has_perm(perm):
-        raise PermissionDenied(f"You need the permission {perm!r} for this action.")
+        raise MissingPermission(perm)
 
 
 def has_perm_method(perm: str) -> Callable:
@@ -122,6 +130,7 @@ def confirm_bulk(
     form_class: type[forms.Form] | None = OptionalReasonForm,
     form_kwargs: dict | None = None,
     eligible: Callable[[object], bool] | None = None,
+    button: str | None = None,
 ):
     """An admin action with a confirmation page showing the count; on "yes" call do(obj, form) per
     object and report how many changed. Returns None (back to the list) or the confirmation page."""
@@ -156,6 +165,7 @@ def confirm_bulk(
         "selected_ids": [str(o.pk) for o in objects],
         "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
         "verb": verb,
+        "button": button or verb,
         "is_bulk": True,
     }
     return TemplateResponse(request, CONFIRM_TEMPLATE, context)
@@ -175,6 +185,7 @@ def confirm_object(
     form_kwargs: dict | None = None,
     done_url: str | None = None,
     failed_message: str = gettext_lazy("Nothing changed: it is not in a state for this, or someone else acted first."),
+    button: str | None = None,
 ):
     """A single-object button: GET shows the confirmation page, POST does it once."""
     require_perm(request, perm)
@@ -188,6 +199,7 @@ def confirm_object(
             form.add_error(None, str(exc))
         else:
             if changed:
+                obj.refresh_from_db()  # the message shows the new state, not the one before
                 modeladmin.message_user(
                     request, _("%(verb)s: %(object)s.") % {"verb": verb, "object": obj}, messages.SUCCESS
                 )
@@ -202,6 +214,7 @@ def confirm_object(
         "summary": summary,
         "form": form,
         "verb": verb,
+        "button": button or verb,
         "is_bulk": False,
         "cancel_url": change_url(obj),
     }

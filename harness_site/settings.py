@@ -86,6 +86,8 @@ INSTALLED_APPS = [
     "rest_framework",
     "drf_spectacular",
     "drf_spectacular_sidecar",
+    # htmx for the desk's live refresh: its pinned htmx.min.js is served as a static file, no CDN.
+    "django_htmx",
 ]
 
 MIDDLEWARE = [
@@ -96,6 +98,9 @@ MIDDLEWARE = [
     "django.middleware.common.CommonMiddleware",
     "django.middleware.csrf.CsrfViewMiddleware",
     "django.contrib.auth.middleware.AuthenticationMiddleware",
+    # The operator's display zone (UTC, browser, rule) for admin pages; request.htmx for live refresh.
+    "harness_site.display.DisplayZoneMiddleware",
+    "django_htmx.middleware.HtmxMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
     # Puts the request's user on rule history rows (django-simple-history).
@@ -120,6 +125,7 @@ TEMPLATES = [
                 "django.contrib.auth.context_processors.auth",
                 "django.contrib.messages.context_processors.messages",
             ],
+            "libraries": {"harness": "harness_site.templatetags.harness"},
         },
     },
 ]
@@ -184,6 +190,10 @@ USE_TZ = True
 
 STATIC_URL = "static/"
 STATIC_ROOT = VAR_DIR / "static"
+# The desk's own CSS and JavaScript (harness_site is not an app, so name its folder).
+STATICFILES_DIRS = [BASE_DIR / "harness_site" / "static"]
+# Every date and time printed says its zone and the second (harness_site/formats).
+FORMAT_MODULE_PATH = ["harness_site.formats"]
 
 # --- REST API (harness_site/api, docs/api.md) ------------------------------------------------
 REST_FRAMEWORK = {
@@ -286,7 +296,10 @@ HARNESS = {
     "SLOT_GRACE_SECONDS": env.int("HARNESS_SLOT_GRACE_SECONDS", default=60),
     # Decisions ("why didn't it run") older than this are deleted by the sweeper (bounded retention).
     "DECISION_RETENTION_DAYS": env.int("HARNESS_DECISION_RETENTION_DAYS", default=90),
-    "ADMIN_BASE_URL": env.str("HARNESS_ADMIN_BASE_URL", default="http://127.0.0.1:8000"),
+    # Base of links in alerts; by default the address `./harness up` serves (HARNESS_PORT), not a fixed 8000.
+    "ADMIN_BASE_URL": env.str(
+        "HARNESS_ADMIN_BASE_URL", default=f"http://127.0.0.1:{os.environ.get('HARNESS_PORT') or '8000'}"
+    ),
     # Seconds between alert checks (beat entry "harness: alerts"): stalled scheduler, storm
     # summaries, delivery retries.
     "ALERT_CHECK_SECONDS": env.int("HARNESS_ALERT_CHECK_SECONDS", default=30),

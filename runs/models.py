@@ -225,12 +225,16 @@ class Lease(models.Model):
     are one row in one transaction; this table carries the same three fields for every other key.
     """
 
-    key = models.CharField(max_length=255, unique=True)
-    owner = models.CharField(max_length=200, blank=True)
-    token = models.PositiveBigIntegerField(default=0, help_text=_("Fencing token; grows on every acquisition."))
-    acquired_at = models.DateTimeField(null=True, blank=True)
-    expires_at = models.DateTimeField(null=True, blank=True)
-    run = models.ForeignKey(TaskRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
+    key = models.CharField(_("key"), max_length=255, unique=True)
+    owner = models.CharField(_("owner"), max_length=200, blank=True)
+    token = models.PositiveBigIntegerField(
+        _("token"), default=0, help_text=_("Fencing token; grows on every acquisition.")
+    )
+    acquired_at = models.DateTimeField(_("acquired at"), null=True, blank=True)
+    expires_at = models.DateTimeField(_("expires at"), null=True, blank=True)
+    run = models.ForeignKey(
+        TaskRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", verbose_name=_("run")
+    )
 
     class Meta:
         verbose_name = _("lease")
@@ -263,19 +267,26 @@ class Decision(models.Model):
         SHED = "shed", _("Shed by backpressure (recomputable, above the high watermark)")
         COALESCED = "coalesced", _("Coalesced into a newer trigger of the same object")
 
-    rule = models.ForeignKey("tasks.TriggerRule", on_delete=models.CASCADE, related_name="decisions")
-    slot = models.DateTimeField(null=True, blank=True)
+    rule = models.ForeignKey(
+        "tasks.TriggerRule", on_delete=models.CASCADE, related_name="decisions", verbose_name=_("rule")
+    )
+    slot = models.DateTimeField(_("slot"), null=True, blank=True)
     # The trigger's business key: set for trigger decisions (no slot), kept in details for slots.
-    biz_key = models.CharField(max_length=255, blank=True)
-    reason = models.CharField(max_length=30, choices=Reason.choices)
-    details = models.JSONField(default=dict, blank=True)
+    biz_key = models.CharField(_("biz key"), max_length=255, blank=True)
+    reason = models.CharField(_("reason"), max_length=30, choices=Reason.choices)
+    details = models.JSONField(_("details"), default=dict, blank=True)
     # Coalesced: the run that replaced this trigger's run. If that one was replaced in turn, the run
     # carrying the work now is runs.selectors.run_coalesced_into (explain and intake answers use it).
     survivor = models.ForeignKey(
-        TaskRun, null=True, blank=True, on_delete=models.SET_NULL, related_name="coalesced_decisions"
+        TaskRun,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="coalesced_decisions",
+        verbose_name=_("survivor"),
     )
-    hits = models.PositiveIntegerField(default=1, help_text=_("Triggers this decision answered."))
-    created_at = models.DateTimeField()
+    hits = models.PositiveIntegerField(_("hits"), default=1, help_text=_("Triggers this decision answered."))
+    created_at = models.DateTimeField(_("created at"))
 
     class Meta:
         verbose_name = _("decision")
@@ -311,15 +322,17 @@ class SlotHold(models.Model):
         NOT_READY = "not_ready", _("Waiting for readiness flags")
         OVERLAP = "overlap", _("Buffered behind an active run")
 
-    rule = models.ForeignKey("tasks.TriggerRule", on_delete=models.CASCADE, related_name="holds")
-    slot = models.DateTimeField()
-    reason = models.CharField(max_length=20, choices=Reason.choices)
-    source = models.CharField(max_length=20, default="scheduler")
-    recheck_at = models.DateTimeField()
-    deadline = models.DateTimeField(null=True, blank=True)
-    checks = models.PositiveIntegerField(default=0)
-    details = models.JSONField(default=dict, blank=True)
-    created_at = models.DateTimeField()
+    rule = models.ForeignKey(
+        "tasks.TriggerRule", on_delete=models.CASCADE, related_name="holds", verbose_name=_("rule")
+    )
+    slot = models.DateTimeField(_("slot"))
+    reason = models.CharField(_("reason"), max_length=20, choices=Reason.choices)
+    source = models.CharField(_("source"), max_length=20, default="scheduler")
+    recheck_at = models.DateTimeField(_("recheck at"))
+    deadline = models.DateTimeField(_("deadline"), null=True, blank=True)
+    checks = models.PositiveIntegerField(_("checks"), default=0)
+    details = models.JSONField(_("details"), default=dict, blank=True)
+    created_at = models.DateTimeField(_("created at"))
 
     class Meta:
         verbose_name = _("slot hold")
@@ -396,10 +409,10 @@ class Backpressure(models.Model):
 class SchedulerTick(models.Model):
     """Liveness of the scheduler: one row per beat identity, updated by every tick."""
 
-    name = models.CharField(max_length=200, unique=True)
-    last_tick_at = models.DateTimeField()
-    last_claimed = models.PositiveIntegerField(default=0)
-    last_dedupe_hits = models.PositiveIntegerField(default=0)
+    name = models.CharField(_("name"), max_length=200, unique=True)
+    last_tick_at = models.DateTimeField(_("last tick at"))
+    last_claimed = models.PositiveIntegerField(_("last claimed"), default=0)
+    last_dedupe_hits = models.PositiveIntegerField(_("last dedupe hits"), default=0)
 
     class Meta:
         verbose_name = _("scheduler tick")

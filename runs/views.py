@@ -4,6 +4,8 @@ import hashlib
 import hmac
 import logging
 import time
+from datetime import timedelta
+from urllib.parse import urlencode
 
 from celery import current_app
 from django.conf import settings
@@ -12,11 +14,13 @@ from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError
 from django.http import HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
+from django.urls import reverse
 from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 from prometheus_client.exposition import choose_encoder
 
+from deadletters.alert_health import urgent_undeliverable
 from harness_site.desk import now
 from runs import selectors
 from runs.dashboard import dashboard_build
@@ -88,7 +92,14 @@ def dashboard_view(request):
             "hour": h["hour"],
             "total": h["total"],
             "segments": [
-                {"state": s, "n": h["by_state"][s], "pct": 100 * h["by_state"][s] / peak, "colour": c}
+                {
+                    "state": s,
+                    "label": TaskRun.State(s).label,
+                    "n": h["by_state"][s],
+                    "pct": 100 * h["by_state"][s] / peak,
+                    "colour": c,
+                    "url": _runs_url(state=s, start=h["hour"], end=h["hour"] + timedelta(hours=1)),
+                }
                 for s, c in STATE_COLOURS.items()
                 if h["by_state"].get(s)
             ],
@@ -96,7 +107,13 @@ def dashboard_view(request):
         for h in d.hours
     ]
     states = [
-        {"state": s, "label": TaskRun.State(s).label, "n": d.states.get(s, 0), "colour": c}
+        {
+            "state": s,
+            "label": TaskRun.State(s).label,
+            "n": d.states.get(s, 0),
+            "colour": c,
+            "url": _runs_url(state=s, start=d.now - timedelta(hours=24), end=None),
+        }
         for s, c in STATE_COLOURS.items()
     ]
     context = {
@@ -108,9 +125,18 @@ def dashboard_view(request):
         "delay_bars": _bars(d.queue_delay),
         "latency_bars": _bars(d.latency),
         "dedupe_pct": round(100 * d.dedupe_share, 2),
+        "urgent_undeliverable": urgent_undeliverable(now=d.now),
         "build_ms": round((time.perf_counter() - started) * 1000, 1),
     }
     return TemplateResponse(request, "admin/dashboard.html", context)
+
+
+def _runs_url(*, state: str, start, end) -> str:
+    """The runs list filtered to one state and an hour (a dashboard bar's link)."""
+    query = {"state__exact": state, "trigger_at__gte": start.isoformat()}
+    if end is not None:
+        query["trigger_at__lt"] = end.isoformat()
+    return reverse("admin:runs_taskrun_changelist") + "?" + urlencode(query)
 
 
 def _bars(values: dict) -> list[dict]:

@@ -1,22 +1,26 @@
 from django.contrib import admin
+from django.urls import reverse
+from django.utils.html import format_html
+from django.utils.translation import gettext_lazy as _
 
 from deadletters.admin.alerts import AlertAdmin, AlertChannelAdmin  # noqa: F401  (registers the alert pages)
 from deadletters.admin.desk import DeadLetterDeskMixin
 from deadletters.models import DeadLetter
+from harness_site.templatetags.harness import ago_html, clip_html, pretty_json, when_html
 
 
 @admin.register(DeadLetter)
 class DeadLetterAdmin(DeadLetterDeskMixin, admin.ModelAdmin):
+    # Fits 1440 px beside the filters (owner and fingerprint are added by the desk mixin).
     list_display = (
         "id",
-        "biz_key",
+        "key_column",
         "rule_name",
         "state",
         "error_kind",
         "attempts",
-        "first_failure_at",
-        "last_failure_at",
-        "run",
+        "last_failure_column",
+        "run_link",
     )
     list_filter = ("state", "error_kind", "rule_name")
     search_fields = ("biz_key", "=run__id", "=trace_id")
@@ -37,6 +41,39 @@ class DeadLetterAdmin(DeadLetterDeskMixin, admin.ModelAdmin):
         "created_at",
         "updated_at",
     )
+
+    @admin.display(description=_("biz key"), ordering="biz_key")
+    def key_column(self, ticket: DeadLetter) -> str:
+        return clip_html(ticket.biz_key, 40)
+
+    @admin.display(description=_("last failure"), ordering="last_failure_at")
+    def last_failure_column(self, ticket: DeadLetter) -> str:
+        return format_html("{}<br>{}", when_html(None, ticket.last_failure_at), ago_html(ticket.last_failure_at))
+
+    @admin.display(description=_("run"), ordering="run_id")
+    def run_link(self, ticket: DeadLetter) -> str:
+        return format_html(
+            '<a href="{}">#{}</a>', reverse("admin:runs_taskrun_change", args=[ticket.run_id]), ticket.run_id
+        )
+
+    # The header (templates/admin/deadletters/deadletter/change_form.html) shows the rest.
+    fieldsets = (
+        (
+            _("Details"),
+            {"classes": ("collapse",), "fields": ("payload_json", "output_json", "created_at", "updated_at")},
+        ),
+    )
+
+    @admin.display(description=_("raw payload"))
+    def payload_json(self, ticket: DeadLetter) -> str:
+        return format_html('<pre class="json">{}</pre>', pretty_json(ticket.raw_payload))
+
+    @admin.display(description=_("raw output"))
+    def output_json(self, ticket: DeadLetter) -> str:
+        return format_html('<pre class="json">{}</pre>', ticket.raw_output) if ticket.raw_output else "—"
+
+    def get_readonly_fields(self, request, obj=None):
+        return (*super().get_readonly_fields(request, obj), "payload_json", "output_json")
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -5,13 +5,16 @@ from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
 from django.core.validators import validate_email
 from django.utils import timezone
+from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
 from deadletters import alert_rules as rules
 from deadletters.alert_delivery import recipients_of
+from deadletters.alert_health import channel_failing, channel_problem, channels_with_health
 from deadletters.alerts import alert_send_test
 from deadletters.models import Alert, AlertChannel
+from harness_site.templatetags.harness import ago_html, clip_html
 
 
 class AlertChannelForm(forms.ModelForm):
@@ -57,10 +60,57 @@ class AlertChannelForm(forms.ModelForm):
 @admin.register(AlertChannel)
 class AlertChannelAdmin(admin.ModelAdmin):
     form = AlertChannelForm
-    list_display = ("name", "kind", "target", "format", "min_severity", "enabled", "updated_at")
+    list_display = ("health", "name", "kind", "target", "min_severity", "enabled", "delivered", "error_column")
+    list_display_links = ("name",)
     list_filter = ("kind", "enabled", "min_severity")
     search_fields = ("name",)
     actions = ["send_test_alert"]
+    readonly_fields = ("health_note",)
+
+    def get_queryset(self, request):
+        return channels_with_health(super().get_queryset(request))
+
+    def get_fields(self, request, obj=None):
+        fields = list(super().get_fields(request, obj))
+        return ["health_note", *[f for f in fields if f != "health_note"]] if obj is not None else fields
+
+    @admin.display(description=_("health"))
+    def health(self, obj: AlertChannel) -> str:
+        if not obj.enabled:
+            return format_html('<span class="quiet" title="{}">○</span>', _("disabled"))
+        if channel_failing(obj):
+            return format_html('<span class="bad" title="{}">✘</span>', _("failing"))
+        return format_html('<span class="ok" title="{}">✔</span>', _("delivering"))
+
+    @admin.display(description=_("last delivered"), ordering="last_delivered_at")
+    def delivered(self, obj: AlertChannel) -> str:
+        return ago_html(obj.last_delivered_at) if obj.last_delivered_at else _("never")
+
+    @admin.display(description=_("last error"))
+    def error_column(self, obj: AlertChannel) -> str:
+        if channel_problem(obj) == "no_recipients":
+            return format_html('<span class="bad">{}</span>', _("no recipients and ADMINS is unset"))
+        if not obj.last_error:
+            return "—"
+        return format_html(
+            '<span class="bad">{}</span><br>{}', clip_html(obj.last_error, 60), ago_html(obj.last_error_at)
+        )
+
+    @admin.display(description=_("health"))
+    def health_note(self, obj: AlertChannel) -> str:
+        if channel_problem(obj) == "no_recipients":
+            return format_html(
+                '<p class="errornote">{}</p>',
+                _(
+                    "This email channel names no recipients and ADMINS is not set: it cannot deliver. "
+                    "Set ADMINS (or list recipients here), then enable it."
+                ),
+            )
+        if channel_failing(obj):
+            return format_html(
+                '<p class="errornote">{}</p>', _("The latest delivery failed: %(error)s") % {"error": obj.last_error}
+            )
+        return _("Last delivered: %(when)s") % {"when": obj.last_delivered_at or _("never")}
 
     @admin.display(description=_("target"))
     def target(self, obj: AlertChannel) -> str:
@@ -96,7 +146,7 @@ class AlertAdmin(admin.ModelAdmin):
     list_display = (
         "created_at",
         "severity",
-        "kind",
+        "kind_label",
         "channel_name",
         "state",
         "attempts",
@@ -124,6 +174,20 @@ class AlertAdmin(admin.ModelAdmin):
         "attempts",
         "last_error",
     )
+
+    KIND_LABELS = {
+        rules.RETRY: _("retry"),
+        rules.FINAL_FAILURE: _("final failure"),
+        rules.SLOT_EXPIRED: _("slot expired"),
+        rules.SLOT_MISSED: _("slot missed"),
+        rules.SCHEDULER_STALLED: _("scheduler stalled"),
+        rules.SUMMARY: _("summary"),
+        rules.TEST: _("test alert"),
+    }
+
+    @admin.display(description=_("kind"), ordering="kind")
+    def kind_label(self, obj: Alert) -> str:
+        return str(self.KIND_LABELS.get(obj.kind, obj.kind))
 
     @admin.display(description=_("channel"), ordering="channel__name")
     def channel_name(self, obj: Alert) -> str:

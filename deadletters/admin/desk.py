@@ -2,18 +2,19 @@
 with everything needed to act; replay / close / assign, single or bulk, with confirmation."""
 
 from django import forms
-from django.contrib import admin
+from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.urls import path, reverse
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
+from django.utils.translation import gettext_lazy, ngettext
 
 from deadletters.models import DeadLetter
 from deadletters.services import deadletter_assign, deadletter_close
 from harness_site.desk import OptionalReasonForm, confirm_bulk, confirm_object, desk_object, has_perm_method, now
+from harness_site.templatetags.harness import clip_html
+from runs.admin.desk import run_page_timeline
 from runs.dashboard import deadletter_backlog
 from runs.operations import run_retry_now
-from runs.selectors import run_timeline
 
 
 class CloseForm(forms.Form):
@@ -45,7 +46,7 @@ class AssignForm(forms.Form):
 class DeadLetterDeskMixin:
     change_form_template = "admin/deadletters/deadletter/change_form.html"
     change_list_template = "admin/deadletters/deadletter/change_list.html"
-    actions = ["replay", "close", "assign"]
+    actions = ["replay", "close", "assign", "assign_to_me"]
 
     has_replay_permission = has_perm_method("deadletters.replay_deadletter")
     has_close_permission = has_perm_method("deadletters.close_deadletter")
@@ -59,7 +60,11 @@ class DeadLetterDeskMixin:
         return False
 
     def get_list_display(self, request):
-        return (*super().get_list_display(request), "owner", "last_error_digest")
+        return (*super().get_list_display(request), "owner", "digest_column")
+
+    @admin.display(description=gettext_lazy("fingerprint"), ordering="last_error_digest")
+    def digest_column(self, ticket: DeadLetter) -> str:
+        return clip_html(ticket.last_error_digest, 12)
 
     def get_list_filter(self, request):
         return (*super().get_list_filter(request), "last_error_digest", "owner")
@@ -79,6 +84,7 @@ class DeadLetterDeskMixin:
             action="replay",
             title=_("Replay dead letters"),
             verb=_("Replayed"),
+            button=_("Replay"),
             eligible=lambda t: t.state == DeadLetter.State.PENDING_MANUAL,
             do=lambda t, form: _replay(t, request, at, form),
         )
@@ -93,6 +99,7 @@ class DeadLetterDeskMixin:
             action="close",
             title=_("Close dead letters"),
             verb=_("Closed"),
+            button=_("Close tickets"),
             form_class=CloseForm,
             eligible=lambda t: t.state == DeadLetter.State.PENDING_MANUAL,
             do=lambda t, form: deadletter_close(
@@ -110,6 +117,7 @@ class DeadLetterDeskMixin:
             action="assign",
             title=_("Assign dead letters"),
             verb=_("Assigned"),
+            button=_("Assign"),
             form_class=AssignForm,
             do=lambda t, form: deadletter_assign(
                 ticket_id=t.id,
@@ -118,6 +126,20 @@ class DeadLetterDeskMixin:
                 now=at,
                 reason=form.cleaned_data["reason"],
             ),
+        )
+
+    @admin.action(description=gettext_lazy("Assign selected to me"), permissions=["assign"])
+    def assign_to_me(self, request, queryset):
+        at = now()
+        changed = sum(
+            bool(deadletter_assign(ticket_id=t.id, owner=request.user, actor=request.user, now=at, reason=""))
+            for t in queryset
+        )
+        self.message_user(
+            request,
+            ngettext("%(n)s ticket is now assigned to you.", "%(n)s tickets are now assigned to you.", changed)
+            % {"n": changed},
+            messages.SUCCESS if changed else messages.WARNING,
         )
 
     def get_urls(self):
@@ -138,6 +160,7 @@ class DeadLetterDeskMixin:
             perm="deadletters.replay_deadletter",
             title=_("Replay dead letter"),
             verb=_("Replay queued"),
+            button=_("Replay"),
             summary=[
                 _("Run #%(id)s %(biz_key)s gets a new attempt (number %(n)s) under its original business key.")
                 % {"id": ticket.run_id, "biz_key": ticket.biz_key, "n": ticket.run.attempts + 1},
@@ -156,6 +179,7 @@ class DeadLetterDeskMixin:
             perm="deadletters.close_deadletter",
             title=_("Close dead letter"),
             verb=_("Closed"),
+            button=_("Close ticket"),
             form_class=CloseForm,
             summary=[
                 _("Run #%(id)s %(biz_key)s stays failed; no replay.") % {"id": ticket.run_id, "biz_key": ticket.biz_key}
@@ -175,6 +199,7 @@ class DeadLetterDeskMixin:
             perm="deadletters.assign_deadletter",
             title=_("Assign dead letter"),
             verb=_("Assigned"),
+            button=_("Assign"),
             form_class=AssignForm,
             form_kwargs={"initial": {"owner": ticket.owner_id}},
             summary=[_("Currently: %(owner)s.") % {"owner": ticket.owner or _("nobody")}],
@@ -191,13 +216,14 @@ class DeadLetterDeskMixin:
         ticket = self.get_object(request, object_id)
         extra = {**(extra_context or {})}
         if ticket is not None:
-            extra["timeline"] = run_timeline(ticket.run)
+            extra["timeline"] = {**run_page_timeline(ticket.run), "in_ticket": True}
             extra["run_url"] = reverse("admin:runs_taskrun_change", args=[ticket.run_id])
             user, buttons = request.user, []
             if ticket.state == DeadLetter.State.PENDING_MANUAL:
                 for label, name, perm in (
                     (_("Replay"), "replay", "replay_deadletter"),
-                    (_("Close"), "close", "close_deadletter"),
+                    # Not "Close": the view-only page's own Close button goes back to the list.
+                    (_("Close without replay"), "close", "close_deadletter"),
                 ):
                     if user.has_perm(f"deadletters.{perm}"):
                         buttons.append(

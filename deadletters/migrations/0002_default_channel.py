@@ -1,5 +1,9 @@
-"""Out of the box, urgent alerts (final failures, expired slots, a stalled scheduler) mail ADMINS."""
+"""Out of the box, urgent alerts (final failures, expired slots, a stalled scheduler) mail ADMINS.
 
+The channel is installed disabled while ADMINS is unset: it would fail every urgent alert of a
+fresh install (issue 14). Set ADMINS, then enable it under Alert channels."""
+
+from django.conf import settings
 from django.db import migrations
 
 DEFAULT_CHANNEL = "On-call email (ADMINS)"
@@ -7,7 +11,7 @@ DEFAULT_CHANNEL = "On-call email (ADMINS)"
 
 def install(apps, schema_editor):
     apps.get_model("deadletters", "AlertChannel").objects.get_or_create(
-        name=DEFAULT_CHANNEL, defaults={"kind": "email", "recipients": "", "min_severity": "urgent", "enabled": True}
+        name=DEFAULT_CHANNEL, defaults={"kind": "email", "recipients": "", "min_severity": "urgent", "enabled": bool(settings.ADMINS)}
     )
 
 

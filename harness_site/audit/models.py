@@ -51,3 +51,26 @@ class AuditEntry(models.Model):
 
     def __str__(self) -> str:
         return f"{self.at:%Y-%m-%d %H:%M:%S} {self.actor} {self.action} {self.target_label or self.target_id}"
+
+
+class DeskPreference(models.Model):
+    """How one operator reads the desk: the zone times are shown in, remembered across sessions."""
+
+    class Zone(models.TextChoices):
+        RULE = "rule", _("rule zone (UTC beside it)")
+        UTC = "utc", _("UTC")
+        BROWSER = "browser", _("my browser's zone")
+
+    user = models.OneToOneField(
+        "auth.User", on_delete=models.CASCADE, related_name="desk_preference", verbose_name=_("user")
+    )
+    display_zone = models.CharField(_("display zone"), max_length=10, choices=Zone.choices, default=Zone.RULE)
+    # The IANA name the browser reported when "browser" was chosen (validated before use).
+    browser_zone = models.CharField(_("browser zone"), max_length=64, blank=True)
+
+    class Meta:
+        verbose_name = _("desk preference")
+        verbose_name_plural = _("desk preferences")
+
+    def __str__(self) -> str:
+        return f"{self.user_id}: {self.display_zone}"

@@ -1,6 +1,8 @@
 """The run and lease pages of the operator's desk: run filters, the run timeline, retry now and
 cancel with confirmation, and the live leases with force-release. Mixed into runs/admin/__init__.py."""
 
+from urllib.parse import urlencode
+
 from django.contrib import admin, messages
 from django.contrib.admin import DateFieldListFilter
 from django.db.models import Max
@@ -41,11 +43,14 @@ class RunDeskMixin:
     has_retry_permission = has_perm_method("runs.retry_run")
     has_cancel_permission = has_perm_method("runs.cancel_run")
 
+    change_list_template = "admin/runs/taskrun/change_list.html"
+
     def get_list_display(self, request):
         return (*super().get_list_display(request), "trial_flag")
 
     def get_list_filter(self, request):
         base = tuple(super().get_list_filter(request))
+        # One rule filter (by the rule itself; its name is shown in the list).
         extra = ["is_trial", ("trigger_at", DateFieldListFilter), "rule"]
         return (*base, *[f for f in extra if f not in base])
 
@@ -63,6 +68,7 @@ class RunDeskMixin:
             action="retry_now",
             title=_("Retry runs now"),
             verb=_("Retried"),
+            button=_("Retry now"),
             eligible=lambda r: r.state in RETRYABLE_STATES,
             do=lambda r, form: run_retry_now(
                 run_id=r.id, actor=request.user, now=at, reason=form.cleaned_data["reason"]
@@ -79,6 +85,7 @@ class RunDeskMixin:
             action="cancel",
             title=_("Cancel runs"),
             verb=_("Cancelled"),
+            button=_("Cancel runs"),
             eligible=lambda r: r.state in CANCELLABLE_STATES,
             do=lambda r, form: run_cancel(run_id=r.id, actor=request.user, now=at, reason=form.cleaned_data["reason"]),
         )
@@ -101,6 +108,7 @@ class RunDeskMixin:
             perm="runs.retry_run",
             title=_("Retry run now"),
             verb=_("Retried now"),
+            button=_("Retry now"),
             summary=[
                 _run_is(run),
                 _("It becomes pending and due now; the next attempt is number %(n)s.") % {"n": run.attempts + 1},
@@ -119,6 +127,7 @@ class RunDeskMixin:
             perm="runs.cancel_run",
             title=_("Cancel run"),
             verb=_("Cancelled"),
+            button=_("Cancel run"),
             summary=[
                 _run_is(run),
                 _("Cancelled runs never start; the business key stays taken."),
@@ -137,6 +146,7 @@ class RunDeskMixin:
             perm="runs.force_release_lease",
             title=_("Force-release lease"),
             verb=_("Lease force-released"),
+            button=_("Force-release lease"),
             form_class=ReasonForm,
             summary=_lease_summary(run),
             do=lambda form: run_lease_force_release(
@@ -148,7 +158,7 @@ class RunDeskMixin:
         run = self.get_object(request, object_id)
         extra = {**(extra_context or {})}
         if run is not None:
-            extra["timeline"] = run_timeline(run)
+            extra["timeline"] = run_page_timeline(run)
             user = request.user
             buttons = []
             if run.state in RETRYABLE_STATES and user.has_perm("runs.retry_run"):
@@ -161,6 +171,39 @@ class RunDeskMixin:
                 )
             extra["desk_buttons"] = buttons
         return super().change_view(request, object_id, form_url, extra)
+
+
+# A run in one of these states changes no more: its page stops refreshing itself.
+FINAL_STATES = (TaskRun.State.SUCCEEDED, TaskRun.State.FAILED, TaskRun.State.CANCELLED, TaskRun.State.COALESCED)
+
+
+def run_page_timeline(run: TaskRun) -> dict:
+    """What the run and ticket pages show: the selector's timeline, the rule's zone for every time on
+    the page, and whether the page keeps refreshing (until the run is final)."""
+    from runs.selectors import run_wait_explain
+
+    timeline = run_timeline(run)
+    final = run.state in FINAL_STATES
+    waiting = None if run.start_at else run_wait_explain(run, now=now())
+    timeline.update(
+        run=run,
+        zone=run.rule.timezone if run.rule_id else None,
+        rule_url=reverse("admin:tasks_triggerrule_change", args=[run.rule_id]) if run.rule_id else "",
+        explain_url=_explain_url(run),
+        live=not final,
+        live_stopped=_("Final: this page no longer refreshes") if final else "",
+        live_stopped_text=_("Final: this page no longer refreshes"),
+        waiting_for=waiting["summary"] if waiting else "",
+    )
+    return timeline
+
+
+def _explain_url(run: TaskRun) -> str:
+    """The rule's Explain page for this run's slot (or, without a slot, its business key)."""
+    if not run.rule_id:
+        return ""
+    base = reverse("admin:tasks_triggerrule_explain", args=[run.rule_id])
+    return base + "?" + urlencode({"slot": run.slot.isoformat()} if run.slot else {"biz_key": run.biz_key})
 
 
 def _run_is(run: TaskRun) -> str:
@@ -185,6 +228,7 @@ class RunLeaseAdmin(admin.ModelAdmin):
     """Live run leases: running runs, their holder, how long held, when the lease expires."""
 
     list_display = ("id", "biz_key", "rule_name", "lease_owner", "held_for", "lease_expires_at", "expires_in", "fence")
+    change_list_template = "admin/runs/runlease/change_list.html"
     search_fields = ("=id", "biz_key", "lease_owner")
     actions = ["force_release"]
     has_force_release_permission = has_perm_method("runs.force_release_lease")
@@ -232,6 +276,7 @@ class RunLeaseAdmin(admin.ModelAdmin):
             action="force_release",
             title=_("Force-release leases"),
             verb=_("Released"),
+            button=_("Force-release"),
             form_class=ReasonForm,
             do=lambda r, form: run_lease_force_release(
                 run_id=r.id, actor=request.user, now=at, reason=form.cleaned_data["reason"]
@@ -272,6 +317,7 @@ class LeaseDeskMixin:
             action="force_release",
             title=_("Force-release leases"),
             verb=_("Released"),
+            button=_("Force-release"),
             form_class=ReasonForm,
             eligible=lambda lease: bool(lease.owner),
             do=lambda lease, form: lease_force_release(
@@ -291,19 +337,21 @@ class CatchupApprovalMixin:
                 actions[name] = (func, name, func.short_description)
         return actions
 
-    @admin.action(description="Approve selected catch-up runs (awaiting approval)")
+    @admin.action(description=gettext_lazy("Approve selected catch-up runs (awaiting approval)"))
     def approve_catchup(self, request, queryset):
         n = catchup_approve(run_ids=list(queryset.values_list("id", flat=True)), actor=request.user, now=timezone.now())
         self.message_user(
             request,
-            f"Approved {n} catch-up run(s); they start paced from now.",
+            _("Approved %(n)s catch-up run(s); they start paced from now.") % {"n": n},
             messages.SUCCESS if n else messages.WARNING,
         )
 
-    @admin.action(description="Reject selected catch-up runs (awaiting approval)")
+    @admin.action(description=gettext_lazy("Reject selected catch-up runs (awaiting approval)"))
     def reject_catchup(self, request, queryset):
         n = catchup_reject(run_ids=list(queryset.values_list("id", flat=True)), actor=request.user, now=timezone.now())
-        self.message_user(request, f"Rejected {n} catch-up run(s).", messages.SUCCESS if n else messages.WARNING)
+        self.message_user(
+            request, _("Rejected %(n)s catch-up run(s).") % {"n": n}, messages.SUCCESS if n else messages.WARNING
+        )
 
 
 __all__ = ["CatchupApprovalMixin", "LeaseDeskMixin", "OptionalReasonForm", "RunDeskMixin", "RunLeaseAdmin"]

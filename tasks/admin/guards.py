@@ -12,6 +12,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from harness_site.desk import JSON_FORMFIELDS, desk_object
+from tasks.admin.explain_text import explain_sentence
 from tasks.flags import FlagError, flag_clear, flag_set
 from tasks.models import ApiToken, ReadinessFlag, ServiceIdentity, TriggerRule
 from tasks.triggers.explain import SlotParseError, parse_slot, rule_preview, slot_explain, trigger_explain
@@ -29,7 +30,6 @@ GUARD_FIELDSETS = (
     (_("Backpressure and coalescing"), {"fields": ("recoverability", "coalesce_window_seconds")}),
     (_("Heartbeat"), {"fields": ("heartbeat_every_seconds", "heartbeat_grace_seconds", "last_ping_at")}),
     (_("Snapshot and identity"), {"fields": ("snapshot_fields", "identity")}),
-    (_("Next fires (DST and guards)"), {"fields": ("guard_preview",)}),
 )
 CATCHUP_EXTRA = ("catchup_max_count", "catchup_spacing_seconds", "catchup_approval_threshold")
 
@@ -69,7 +69,7 @@ class GuardAdminMixin:
         present = {f for _n, o in fieldsets for f in o.get("fields", ())}
         for name, opts in GUARD_FIELDSETS:
             if not present.intersection(opts["fields"]):
-                fieldsets.append((name, {**opts, "classes": ("collapse",)} if name != GUARD_FIELDSETS[-1][0] else opts))
+                fieldsets.append((name, {**opts, "classes": ("collapse",)}))
         return fieldsets
 
     def get_form(self, request, obj=None, **kwargs):
@@ -130,7 +130,7 @@ class GuardAdminMixin:
             raise PermissionDenied
         text = request.GET.get("slot", "").strip()
         biz_key = request.GET.get("biz_key", "").strip()[:255]
-        result, error = None, ""
+        result, error, slot = None, "", None
         if "\x00" in biz_key or "\x00" in text:
             # PostgreSQL refuses a NUL in a query parameter: say so instead of a 500.
             error = gettext("A business key or slot cannot contain a NUL character.")
@@ -144,7 +144,8 @@ class GuardAdminMixin:
             )
         elif text:
             try:
-                result = slot_explain(rule=rule, slot=parse_slot(text, rule=rule), now=timezone.now())
+                slot = parse_slot(text, rule=rule)
+                result = slot_explain(rule=rule, slot=slot, now=timezone.now())
             except SlotParseError as exc:
                 error = str(exc)
         context = {
@@ -155,6 +156,7 @@ class GuardAdminMixin:
             "slot_text": text,
             "biz_key": biz_key,
             "result": result,
+            "sentence": explain_sentence(request, rule, result, slot) if result else "",
             "error": error,
             "recent": rule.decisions.order_by("-created_at", "-id")[:20],
             "change_url": reverse("admin:tasks_triggerrule_change", args=[rule.pk]),

@@ -5,6 +5,7 @@ get_urls view with a form or a confirmation page."""
 
 import threading
 from datetime import UTC, date, datetime, timedelta
+from urllib.parse import quote
 from zoneinfo import ZoneInfo
 
 from cron_descriptor import ExpressionDescriptor, FormatException, Options
@@ -15,18 +16,23 @@ from django.core import signing
 from django.http import HttpResponseRedirect, JsonResponse
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
+from django.utils.formats import date_format
 from django.utils.html import format_html, format_html_join
+from django.utils.safestring import mark_safe
 from django.utils.text import capfirst, format_lazy
+from django.utils.translation import get_language, gettext_lazy
 from django.utils.translation import gettext as _
-from django.utils.translation import gettext_lazy
 
 from deadletters.alerts import ALERT_FIELDS
 from harness_site.desk import FORM_TEMPLATE, ReasonForm, change_url, desk_object, now, posted, require_perm
 from runs.dashboard import skill_duration_p99s
 from runs.models import Backpressure
+from tasks.admin import lint_text
+from tasks.admin.history import rule_status
 from tasks.models import ReadinessFlag, TriggerRule
 from tasks.models.pool import GLOBAL_POOL
-from tasks.rules import events, keys, lint, schedule
+from tasks.rules import evaluation, events, keys, lint, schedule
+from tasks.rules.guards import rule_guards
 from tasks.rules.preview import WallInstant, wall_instant
 from tasks.triggers.operator import (
     DEFAULT_BACKFILL_SPACING,
@@ -57,16 +63,20 @@ def cron_description(expr: str) -> str:
     """Human words for a cron expression, or "" if cron-descriptor cannot read it."""
     options = Options()
     options.use_24hour_time_format = True
+    # cron-descriptor speaks Chinese too.
+    options.locale_code = "zh_CN" if (get_language() or "").startswith("zh") else "en_US"
     try:
         return ExpressionDescriptor(expr, options).get_description()
     except (FormatException, ValueError, IndexError, KeyError):
         return ""
 
 
-def schedule_preview(data: dict, *, at: datetime, count: int = PREVIEW_COUNT) -> dict:
+def schedule_preview(data: dict, *, at: datetime, count: int = PREVIEW_COUNT, rule: TriggerRule | None = None) -> dict:
     """The preview for a (possibly unsaved) schedule: {"ok", "errors", "description", "fires", "dst_notes"}.
 
-    `data` holds the form's raw strings; every problem is reported per field, never raised.
+    `data` holds the form's raw strings; every problem is reported per field, never raised. With the
+    saved `rule`, each fire also says what its windows, calendar and pause do to it ("guards"): one
+    next-fires table on the rule page, live as the operator types.
     """
     try:
         interval = int(data.get("interval_seconds") or 0) or None
@@ -84,7 +94,7 @@ def schedule_preview(data: dict, *, at: datetime, count: int = PREVIEW_COUNT) ->
     try:
         fires = schedule.preview(spec, at, count)
     except schedule.ScheduleError as exc:
-        return {"ok": False, "errors": {exc.field: exc.message}, "fires": []}
+        return {"ok": False, "errors": {exc.field: lint_text.schedule_error_text(exc.message)}, "fires": []}
     except (OverflowError, ValueError, TypeError) as exc:
         # e.g. an interval so long the next slot is past year 9999: the form says why; the preview
         # must not turn that into an error page.
@@ -98,9 +108,10 @@ def schedule_preview(data: dict, *, at: datetime, count: int = PREVIEW_COUNT) ->
         description = _once_description(spec, at)
     items = [
         {
-            "local": f["local"].strftime("%a %Y-%m-%d %H:%M:%S %Z (UTC%z)"),
+            "local": local_text(f["local"]),
             "utc": f["utc"].strftime("%Y-%m-%d %H:%M:%S UTC"),
             "note": f["note"],
+            **({"guards": fire_guards(rule, f["utc"])} if rule is not None and rule.pk else {}),
         }
         for f in fires
     ]
@@ -114,11 +125,26 @@ def schedule_preview(data: dict, *, at: datetime, count: int = PREVIEW_COUNT) ->
     }
 
 
+def local_text(local: datetime) -> str:
+    """A wall time with its weekday in the user's language: Wed / 周三 2026-12-02 09:00:00 CST (UTC+0800)."""
+    return f"{date_format(local, 'D')} {local:%Y-%m-%d %H:%M:%S %Z (UTC%z)}"
+
+
+def fire_guards(rule: TriggerRule, slot: datetime) -> str:
+    """What the rule's pause, windows and calendar do to one fire, in words ("" when it simply runs)."""
+    if not rule.enabled:
+        return _("paused: will not run while the rule is paused")
+    try:
+        return evaluation.describe_slot(rule_guards(rule), slot)
+    except (ValueError, TypeError, KeyError) as exc:  # a rule saved around full_clean must not 500 the page
+        return _("cannot evaluate the guards: %(error)s") % {"error": exc}
+
+
 def _once_description(spec: schedule.ScheduleSpec, at: datetime) -> str:
     """A one-time rule's instant on the rule zone's clock and in UTC, and whether it is still ahead."""
     run_at = spec.run_at.astimezone(UTC)  # validated: aware and in range
     values = {
-        "local": run_at.astimezone(ZoneInfo(spec.timezone)).strftime("%a %Y-%m-%d %H:%M:%S %Z (UTC%z)"),
+        "local": local_text(run_at.astimezone(ZoneInfo(spec.timezone))),
         "utc": run_at.strftime("%Y-%m-%d %H:%M:%S UTC"),
     }
     if run_at <= at:
@@ -309,6 +335,9 @@ class TriggerRuleForm(forms.ModelForm):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
+        for name, rows in (("reason", 2), ("params", 4), ("output_schema", 4)):
+            if name in self.fields:  # a shorter page: the boxes grow as the operator types (resize)
+                self.fields[name].widget.attrs["rows"] = rows
         self.run_at_note = ""
         self._shown_run_at = None
         stored = self.instance.run_at
@@ -501,7 +530,9 @@ class RuleDeskMixin:
 
     # Injected beside the cron and in a checklist fieldset; see get_fieldsets.
     def get_readonly_fields(self, request, obj=None):
-        return (*super().get_readonly_fields(request, obj), "schedule_preview", "lint_checklist", "key_preview")
+        fields = (*super().get_readonly_fields(request, obj), "schedule_preview", "lint_checklist", "key_preview")
+        # A saved rule is paused and resumed only through Pause/Resume, which ask for a reason.
+        return (*fields, "enabled") if obj is not None else fields
 
     def get_fieldsets(self, request, obj=None):
         fieldsets = [(name, dict(opts)) for name, opts in super().get_fieldsets(request, obj)]
@@ -518,6 +549,15 @@ class RuleDeskMixin:
             (n, {**o, "fields": [f for f in o.get("fields", ()) if f != "lint_checklist"]}) for n, o in fieldsets
         ]
         fieldsets.insert(1, (gettext_lazy("Checklist"), {"fields": ["lint_checklist"]}))
+        if obj is not None:
+            # A saved rule's policies fold away (the status header and the checklist summarise them).
+            folded = {"max_attempts", "lease_ttl_seconds", "pools", "catchup", "next_fire_at"}
+            fieldsets = [
+                (n, {**o, "classes": (*o.get("classes", ()), "collapse")})
+                if folded.intersection(o.get("fields", ())) and "collapse" not in o.get("classes", ())
+                else (n, o)
+                for n, o in fieldsets
+            ]
         return fieldsets
 
     def get_list_display(self, request):
@@ -541,12 +581,14 @@ class RuleDeskMixin:
     def _preview_data(rule: TriggerRule) -> dict:
         data = {f: getattr(rule, f) for f in PREVIEW_FIELDS}
         data["run_at"] = rule.run_at
-        return schedule_preview(data, at=now())
+        return schedule_preview(data, at=now(), rule=rule)
 
     def schedule_preview(self, rule: TriggerRule) -> str:
         preview = self._preview_data(rule)
         url = reverse("admin:tasks_triggerrule_preview")
-        return format_html('<div id="rule-preview" data-url="{}">{}</div>', url, _preview_html(preview))
+        return format_html(
+            '<div id="rule-preview" data-url="{}" data-rule="{}">{}</div>', url, rule.pk or "", _preview_html(preview)
+        )
 
     schedule_preview.short_description = gettext_lazy("Preview")
 
@@ -555,7 +597,10 @@ class RuleDeskMixin:
         rows = format_html_join(
             "",
             '<li class="lint-{}"><strong>{} {}</strong>: {}</li>',
-            ((i.status, _ICON[i.status], i.check, i.message) for i in items),
+            (
+                (i.status, _ICON[i.status], lint_text.check_text(i.check), lint_text.message_text(i.message))
+                for i in items
+            ),
         )
         return format_html('<ul id="rule-lint" class="rule-lint">{}</ul>', rows)
 
@@ -578,7 +623,7 @@ class RuleDeskMixin:
     def lint_column(self, rule: TriggerRule) -> str:
         summary = lint.lint_summary(self._lint(rule))
         status = "pass" if summary == "ok" else ("fail" if "fail" in summary else "warn")
-        return format_html('<span class="lint-{}">{} {}</span>', status, _ICON[status], summary)
+        return format_html('<span class="lint-{}">{} {}</span>', status, _ICON[status], lint_text.summary_text(summary))
 
     lint_column.short_description = gettext_lazy("lint")
 
@@ -610,6 +655,14 @@ class RuleDeskMixin:
                 if user.has_perm(perm)
             ]
             extra["runs_url"] = reverse("admin:runs_taskrun_changelist") + f"?rule__id__exact={rule.pk}"
+            extra["rule_status"] = rule_status(rule, now=now())
+            extra["rule_words"] = self._schedule_words(rule)
+            extra["explain_url"] = reverse("admin:tasks_triggerrule_explain", args=[rule.pk])
+            extra["tickets_url"] = (
+                reverse("admin:deadletters_deadletter_changelist")
+                + "?state__exact=pending_manual&rule_name__exact="
+                + quote(rule.name)
+            )
             try:
                 # The date/time widgets' "Now" and "Today" links: the rule zone's clock, as the form reads them.
                 offset = now().astimezone(schedule.validate_timezone(rule.timezone)).utcoffset()
@@ -619,6 +672,18 @@ class RuleDeskMixin:
         return super().change_view(request, object_id, form_url, extra)
 
     # --- views ---
+
+    @staticmethod
+    def _schedule_words(rule: TriggerRule) -> str:
+        if rule.kind == TriggerRule.Kind.CRON:
+            return cron_description(rule.cron) or rule.cron
+        if rule.kind == TriggerRule.Kind.INTERVAL:
+            return _("Every %(n)s seconds") % {"n": rule.interval_seconds}
+        if rule.kind == TriggerRule.Kind.EVENT:
+            return _("On events")
+        if rule.kind == TriggerRule.Kind.HEARTBEAT:
+            return _("Heartbeat: alert when no ping arrives in time")
+        return _("Once")
 
     def preview_view(self, request):
         """JSON for the live preview: 200 with the fires, or 400 naming the bad field."""
@@ -648,7 +713,9 @@ class RuleDeskMixin:
                 return JsonResponse({"ok": False, "errors": {exc.field: exc.message}, "fires": []}, status=400)
             data["run_at"] = found.utc
             note = run_at_note(found)
-        result = schedule_preview(data, at=now())
+        rule_id = request.GET.get("rule", "")
+        saved = TriggerRule.objects.filter(pk=rule_id).first() if rule_id.isascii() and rule_id.isdigit() else None
+        result = schedule_preview(data, at=now(), rule=saved)
         if note and result["ok"]:
             result["dst_notes"] = [note, *result["dst_notes"]]
             for fire in result["fires"]:
@@ -900,19 +967,22 @@ def _preview_html(preview: dict) -> str:
     if not preview["ok"]:
         errors = format_html_join("", "<li>{}: {}</li>", preview["errors"].items())
         return format_html('<ul class="errorlist preview-errors">{}</ul>', errors)
+    guarded = any("guards" in f for f in preview["fires"])
     rows = format_html_join(
         "",
-        "<tr><td>{}</td><td>{}</td><td>{}</td></tr>",
-        ((f["local"], f["utc"], f["note"]) for f in preview["fires"]),
+        "<tr><td>{}</td><td>{}</td><td>{}</td>" + ("<td>{}</td>" if guarded else "") + "</tr>",
+        ((f["local"], f["utc"], f["note"], *((f.get("guards", ""),) if guarded else ())) for f in preview["fires"]),
     )
     notes = format_html_join("", "<li>{}</li>", ((n,) for n in preview["dst_notes"]))
     return format_html(
         '<p class="preview-description"><strong>{}</strong></p>'
-        '<table class="preview-fires"><thead><tr><th>{} ({})</th><th>UTC</th><th>DST</th></tr></thead>'
+        '<table class="preview-fires stack"{}><thead><tr><th>{} ({})</th><th>UTC</th><th>DST</th>{}</tr></thead>'
         '<tbody>{}</tbody></table><ul class="preview-dst">{}</ul>',
         preview["description"] or "-",
+        mark_safe(' id="guard-preview"') if guarded else "",
         _("Next fires"),
         preview.get("timezone", ""),
+        format_html("<th>{}</th>", _("guards")) if guarded else "",
         rows,
         notes,
     )

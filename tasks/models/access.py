@@ -11,10 +11,12 @@ from tasks.skills.sdk import registry
 class ServiceIdentity(models.Model):
     """The identity a rule's runs execute as, with the skills it may run (least privilege)."""
 
-    name = models.SlugField(max_length=100, unique=True)
-    description = models.CharField(max_length=500, blank=True)
-    allowed_skills = models.JSONField(default=list, blank=True, help_text=_('Skill names, e.g. ["harness.noop"].'))
-    enabled = models.BooleanField(default=True)
+    name = models.SlugField(_("name"), max_length=100, unique=True)
+    description = models.CharField(_("description"), max_length=500, blank=True)
+    allowed_skills = models.JSONField(
+        _("allowed skills"), default=list, blank=True, help_text=_('Skill names, e.g. ["harness.noop"].')
+    )
+    enabled = models.BooleanField(_("enabled"), default=True)
 
     class Meta:
         ordering = ["name"]
@@ -62,12 +64,15 @@ class ApiToken(models.Model):
     """A bearer token for the HTTP API; it acts with its user's permissions, narrowed to its scopes
     in the REST API. Only the hash is stored."""
 
-    name = models.CharField(max_length=100)
-    user = models.ForeignKey(settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+")
-    token_hash = models.CharField(max_length=64, unique=True, editable=False)
-    created_at = models.DateTimeField()
-    last_used_at = models.DateTimeField(null=True, blank=True)
+    name = models.CharField(_("name"), max_length=100)
+    user = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.CASCADE, related_name="+", verbose_name=_("user")
+    )
+    token_hash = models.CharField(_("token hash"), max_length=64, unique=True, editable=False)
+    created_at = models.DateTimeField(_("created at"))
+    last_used_at = models.DateTimeField(_("last used at"), null=True, blank=True)
     scopes = models.JSONField(
+        _("scopes"),
         default=default_scopes,
         blank=True,
         help_text=_('API scopes, e.g. ["rules:read", "runs:write"]; ["*"]: all of its user\'s permissions.'),

@@ -202,17 +202,21 @@ class EventDelivery(models.Model):
     """An accepted event: which delivery, which business key, which run. Also the replay memory:
     a delivery id is remembered per source by a unique constraint, not by a check."""
 
-    source = models.ForeignKey(TriggerSource, on_delete=models.CASCADE, related_name="deliveries")
+    source = models.ForeignKey(
+        TriggerSource, on_delete=models.CASCADE, related_name="deliveries", verbose_name=_("source")
+    )
     # NULL, not "": callers that send no id must never collide on the unique constraint.
-    delivery_id = models.CharField(max_length=200, null=True, blank=True)  # noqa: DJ001
-    channel = models.CharField(max_length=10)
-    body_sha256 = models.CharField(max_length=64)
-    received_at = models.DateTimeField()
-    criteria = models.JSONField(default=dict)
-    biz_key = models.CharField(max_length=255)
+    delivery_id = models.CharField(_("delivery id"), max_length=200, null=True, blank=True)  # noqa: DJ001
+    channel = models.CharField(_("channel"), max_length=10)
+    body_sha256 = models.CharField(_("body SHA-256"), max_length=64)
+    received_at = models.DateTimeField(_("received at"))
+    criteria = models.JSONField(_("criteria"), default=dict)
+    biz_key = models.CharField(_("biz key"), max_length=255)
     # An id, not a foreign key: runs/ depends on tasks/, not the other way round.
-    run_id = models.BigIntegerField(null=True, blank=True)
-    run_created = models.BooleanField(help_text=_("False: the business event already had a run (dedupe hit)."))
+    run_id = models.BigIntegerField(_("run id"), null=True, blank=True)
+    run_created = models.BooleanField(
+        _("run created"), help_text=_("False: the business event already had a run (dedupe hit).")
+    )
 
     class Meta:
         ordering = ["-received_at", "-id"]
@@ -236,20 +240,24 @@ class EventRefusal(models.Model):
     reason are kept here as a sample (`authenticated` False), so a flood cannot fill the table.
     """
 
-    source = models.ForeignKey(TriggerSource, null=True, blank=True, on_delete=models.SET_NULL, related_name="+")
-    source_name = models.CharField(max_length=100, help_text=_("The source as the sender named it."))
-    channel = models.CharField(max_length=10)
-    reason = models.CharField(max_length=40)
-    status = models.PositiveSmallIntegerField()
-    detail = models.TextField()
-    delivery_id = models.CharField(max_length=200, blank=True)
-    body_sha256 = models.CharField(max_length=64, blank=True)
-    body_bytes = models.PositiveBigIntegerField(null=True, blank=True)
-    remote_addr = models.CharField(max_length=64, blank=True)
-    authenticated = models.BooleanField(
-        default=True, help_text=_("False: refused before the sender was authenticated; a sample of a counted refusal.")
+    source = models.ForeignKey(
+        TriggerSource, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", verbose_name=_("source")
     )
-    created_at = models.DateTimeField()
+    source_name = models.CharField(_("source name"), max_length=100, help_text=_("The source as the sender named it."))
+    channel = models.CharField(_("channel"), max_length=10)
+    reason = models.CharField(_("reason"), max_length=40)
+    status = models.PositiveSmallIntegerField(_("status"))
+    detail = models.TextField(_("detail"))
+    delivery_id = models.CharField(_("delivery id"), max_length=200, blank=True)
+    body_sha256 = models.CharField(_("body SHA-256"), max_length=64, blank=True)
+    body_bytes = models.PositiveBigIntegerField(_("body bytes"), null=True, blank=True)
+    remote_addr = models.CharField(_("remote addr"), max_length=64, blank=True)
+    authenticated = models.BooleanField(
+        _("authenticated"),
+        default=True,
+        help_text=_("False: refused before the sender was authenticated; a sample of a counted refusal."),
+    )
+    created_at = models.DateTimeField(_("created at"))
 
     class Meta:
         verbose_name = _("event refusal")
@@ -271,10 +279,12 @@ class EventMetric(models.Model):
     """Counter of intake outcomes per source. Unknown source names share one row (source_name ""),
     so a flood of made-up names cannot grow this table."""
 
-    source_name = models.CharField(max_length=100, blank=True)
-    outcome = models.CharField(max_length=40, help_text=_("accepted, duplicate, redelivery or a refusal reason."))
-    count = models.PositiveBigIntegerField(default=0)
-    last_at = models.DateTimeField()
+    source_name = models.CharField(_("source name"), max_length=100, blank=True)
+    outcome = models.CharField(
+        _("outcome"), max_length=40, help_text=_("accepted, duplicate, redelivery or a refusal reason.")
+    )
+    count = models.PositiveBigIntegerField(_("count"), default=0)
+    last_at = models.DateTimeField(_("last at"))
 
     class Meta:
         verbose_name = _("event metric")
@@ -290,12 +300,12 @@ class RefusalCount(models.Model):
     """Refusals before authentication, counted per source, reason and hour (upserted, never one row
     per request). Unknown source names share one row per reason and hour (source_name "")."""
 
-    source_name = models.CharField(max_length=100, blank=True)
-    reason = models.CharField(max_length=40)
-    status = models.PositiveSmallIntegerField()
-    hour = models.DateTimeField(help_text=_("Start of the hour (UTC) the refusals fell in."))
-    count = models.PositiveBigIntegerField(default=0)
-    last_at = models.DateTimeField()
+    source_name = models.CharField(_("source name"), max_length=100, blank=True)
+    reason = models.CharField(_("reason"), max_length=40)
+    status = models.PositiveSmallIntegerField(_("status"))
+    hour = models.DateTimeField(_("hour"), help_text=_("Start of the hour (UTC) the refusals fell in."))
+    count = models.PositiveBigIntegerField(_("count"), default=0)
+    last_at = models.DateTimeField(_("last at"))
 
     class Meta:
         verbose_name = _("counted refusal")

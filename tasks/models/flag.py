@@ -11,11 +11,13 @@ class ReadinessFlag(models.Model):
     Clearing a flag deletes its row; the set/clear history is in the log.
     """
 
-    name = models.CharField(max_length=200, help_text=_("e.g. pipeline.raw_data.ready"))
-    scope = models.CharField(max_length=200, help_text=_("Business date (YYYY-MM-DD) or key the flag holds for."))
-    set_at = models.DateTimeField()
-    set_by = models.CharField(max_length=150, blank=True)
-    note = models.CharField(max_length=500, blank=True)
+    name = models.CharField(_("name"), max_length=200, help_text=_("e.g. pipeline.raw_data.ready"))
+    scope = models.CharField(
+        _("scope"), max_length=200, help_text=_("Business date (YYYY-MM-DD) or key the flag holds for.")
+    )
+    set_at = models.DateTimeField(_("set at"))
+    set_by = models.CharField(_("set by"), max_length=150, blank=True)
+    note = models.CharField(_("note"), max_length=500, blank=True)
 
     class Meta:
         verbose_name = _("readiness flag")

@@ -30,8 +30,8 @@ ERROR = classify(SkillError("invalid_param", "params.channel must be one of emai
 def admins(settings):
     settings.ADMINS = [("On call", ADMIN_EMAIL)]
     # The default channel the data migration installs (flushed by transactional tests).
-    AlertChannel.objects.get_or_create(
-        name="On-call email (ADMINS)", defaults={"kind": "email", "min_severity": "urgent"}
+    AlertChannel.objects.update_or_create(  # installed disabled while ADMINS is unset
+        name="On-call email (ADMINS)", defaults={"kind": "email", "min_severity": "urgent", "enabled": True}
     )
 
 

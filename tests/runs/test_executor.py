@@ -64,8 +64,8 @@ if HOLD_SKILL not in registry:
 def admins(settings):
     settings.ADMINS = [("On call", ADMIN_EMAIL)]
     # The default alert channel the data migration installs (transactional tests flush it).
-    AlertChannel.objects.get_or_create(
-        name="On-call email (ADMINS)", defaults={"kind": "email", "min_severity": "urgent"}
+    AlertChannel.objects.update_or_create(  # installed disabled while ADMINS is unset
+        name="On-call email (ADMINS)", defaults={"kind": "email", "min_severity": "urgent", "enabled": True}
     )
 
 

@@ -58,8 +58,8 @@ def env(monkeypatch, settings):
     monkeypatch.setenv(KEY_ENV, KEY)
     settings.ADMINS = [("On call", "oncall@example.com")]
     # The default alert channel the data migration installs (transactional tests flush it).
-    AlertChannel.objects.get_or_create(
-        name="On-call email (ADMINS)", defaults={"kind": "email", "min_severity": "urgent"}
+    AlertChannel.objects.update_or_create(  # installed disabled while ADMINS is unset
+        name="On-call email (ADMINS)", defaults={"kind": "email", "min_severity": "urgent", "enabled": True}
     )
 
 

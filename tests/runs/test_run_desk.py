@@ -85,7 +85,7 @@ def test_it_shows_a_run_as_a_timeline(viewer_client):
     assert 'id="run-timeline-panel"' in page
     assert "queue delay" in page and "2.000s" in page
     assert "w1@host:1" in page and "abc123" in page and "Failed for good" in page
-    assert "Payload snapshot" in page and "'max_attempts': 1" in page
+    assert "Payload snapshot" in page and '"max_attempts": 1' in page
     assert "Dead-letter tickets" in page
 
 

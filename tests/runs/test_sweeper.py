@@ -9,7 +9,7 @@ import pytest
 from django.db import connection
 
 from deadletters.alerts import alert_deliver_due
-from deadletters.models import DeadLetter
+from deadletters.models import AlertChannel, DeadLetter
 from runs.claims import Work, run_claim
 from runs.executor import run_execute
 from runs.leases import run_lease_claim
@@ -110,6 +110,9 @@ def test_it_takes_back_an_expired_lease_and_schedules_a_retry():
 @pytest.mark.django_db
 def test_it_dead_letters_an_expired_lease_when_attempts_are_exhausted(settings, mailoutbox, sweep_committed):
     settings.ADMINS = [("On call", ADMIN_EMAIL)]
+    AlertChannel.objects.update_or_create(  # installed disabled while ADMINS is unset
+        name="On-call email (ADMINS)", defaults={"kind": "email", "min_severity": "urgent", "enabled": True}
+    )
     run = held_by("A", policy={"max_attempts": 1})
     now = T0 + TTL + timedelta(seconds=1)
 

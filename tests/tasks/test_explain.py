@@ -128,7 +128,7 @@ def test_the_admin_explain_view_answers_for_a_slot(client):
     page = client.get(url, {"slot": "2026-12-01T08:00"})
     assert page.status_code == 200
     body = page.content.decode()
-    assert 'id="explain-reason">calendar<' in body
+    assert 'id="explain-reason"><code>calendar<' in body
     assert "Excluded by the calendar" in body
     bad = client.get(url, {"slot": "tomorrow-ish"})
     assert bad.status_code == 200 and "not a date-time" in bad.content.decode()
@@ -239,8 +239,8 @@ def test_the_admin_explain_view_and_preview_say_paused(client):
         page = client.get(url, {"slot": "2099-01-01T01:00"}, headers={"accept_language": accept})
         assert page.status_code == 200
         body = page.content.decode()
-        assert 'id="explain-reason">paused<' in body
-        assert "expected: paused" in body and "expected: runs" not in body
+        assert 'id="explain-reason"><code>paused<' in body
+        assert "expected: runs" not in body and "explain-sentence" in body
     assert "解释 paused 的一个时间槽" in body and 'lang="zh-hans"' in body  # the page's own labels in Chinese
     from tasks.triggers.explain import rule_preview
 

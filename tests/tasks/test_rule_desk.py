@@ -485,13 +485,14 @@ ZH = {"accept_language": "zh-hans"}
     [
         pytest.param(
             {},
+            # Backfill is 回填 (docs/glossary.md); 补跑 is catch-up.
             ["Yes, create 3 run(s)", "Reason (for the audit log): late data", "Confirming creates exactly this plan"],
-            ["确认补跑"],
+            ["确认回填"],
             id="en",
         ),
         pytest.param(
             ZH,
-            ["确认补跑", "是，创建 3 个运行", "原因（记入审计日志）：late data", "确认后将严格按此计划"],
+            ["确认回填", "是，创建 3 个运行", "原因（记入审计日志）：late data", "确认后将严格按此计划"],
             ["Confirming creates exactly this plan"],
             id="zh-hans",
         ),

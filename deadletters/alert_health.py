@@ -1,0 +1,59 @@
+"""Can alerts reach anyone? Per channel: when it last delivered, its last error, and whether it can
+deliver at all (an email channel with no recipients while ADMINS is unset cannot). For the alert
+channel list and the dashboard card "urgent alerts undeliverable" (issue 14, item 7). Read-only."""
+
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db.models import Max, OuterRef, Q, QuerySet, Subquery
+
+from deadletters.alert_delivery import recipients_of
+from deadletters.models import Alert, AlertChannel
+
+URGENT_WINDOW = timedelta(hours=24)
+
+
+def channels_with_health(channels: QuerySet) -> QuerySet:
+    """The channels annotated with last_delivered_at, last_error and last_error_at (three subqueries)."""
+    errors = Alert.objects.filter(channel=OuterRef("pk")).exclude(last_error="").order_by("-created_at", "-id")
+    return channels.annotate(
+        last_delivered_at=Max("alerts__sent_at", filter=Q(alerts__state=Alert.State.SENT)),
+        last_error=Subquery(errors.values("last_error")[:1]),
+        last_error_at=Subquery(errors.values("created_at")[:1]),
+    )
+
+
+def channel_problem(channel: AlertChannel) -> str:
+    """Why this channel cannot deliver now ("" when it can, as far as the configuration shows)."""
+    if channel.kind == AlertChannel.Kind.EMAIL and not recipients_of(channel) and not settings.ADMINS:
+        return "no_recipients"
+    return ""
+
+
+def channel_failing(channel) -> bool:
+    """Its latest error is newer than its latest delivery (annotated channels only)."""
+    if channel_problem(channel):
+        return True
+    error_at, sent_at = getattr(channel, "last_error_at", None), getattr(channel, "last_delivered_at", None)
+    return error_at is not None and (sent_at is None or error_at > sent_at)
+
+
+def urgent_undeliverable(*, now: datetime) -> int:
+    """Urgent alerts of the last 24 h that reached no channel: every delivery failed or keeps failing,
+    or no enabled channel that can deliver takes urgent alerts. One query (plus the channel list)."""
+    able = [c for c in AlertChannel.objects.filter(enabled=True) if not channel_problem(c)]
+    recent = Alert.objects.filter(severity="urgent", created_at__gte=now - URGENT_WINDOW)
+    if not able:
+        # Nothing can carry them: every urgent alert (its log entry) is undeliverable.
+        return recent.filter(channel__isnull=True).count()
+    delivered = recent.filter(channel__in=able, state=Alert.State.SENT).values("dedupe_key")
+    return (
+        recent.filter(channel__isnull=True)
+        .exclude(dedupe_key__in=delivered)
+        .filter(
+            dedupe_key__in=recent.filter(channel__isnull=False)
+            .filter(Q(state=Alert.State.FAILED) | (Q(state=Alert.State.PENDING) & ~Q(last_error="")))
+            .values("dedupe_key")
+        )
+        .count()
+    )

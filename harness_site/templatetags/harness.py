@@ -1,0 +1,132 @@
+"""Template tags of the operator's desk: instants with their zone, relative times with the absolute
+one on hover, JSON for reading, long keys clipped with a tooltip and a copy button.
+
+Loaded as {% load harness %} (TEMPLATES libraries). The same functions serve admin list columns."""
+
+import json
+from datetime import UTC, datetime
+
+from django import template
+from django.utils import timezone
+from django.utils.html import format_html
+from django.utils.timesince import timesince, timeuntil
+from django.utils.translation import gettext as _
+
+from harness_site.display import stamp, zones_for
+
+register = template.Library()
+
+CLIP_CHARS = 48
+
+
+def when_html(request, at: datetime | None, rule_zone: str | None = None) -> str:
+    """<time> for an instant: on the display zone's clock (the rule's where given), the other zone beside
+    it, the UTC instant and how long ago on hover. "—" for None."""
+    if at is None:
+        return "—"
+    primary, secondary = zones_for(request, rule_zone)
+    utc = at.astimezone(UTC)
+    title = f"{stamp(utc, UTC)} · {relative_text(utc)}"
+    if secondary is None:
+        return format_html(
+            '<time class="when" datetime="{}" title="{}">{}</time>', utc.isoformat(), title, stamp(at, primary)
+        )
+    return format_html(
+        '<time class="when" datetime="{}" title="{}">{} <span class="tz-alt">({})</span></time>',
+        utc.isoformat(),
+        title,
+        stamp(at, primary),
+        _short_stamp(at, primary, secondary),
+    )
+
+
+def _short_stamp(at: datetime, primary, secondary) -> str:
+    """The second zone's reading, without the date when both clocks show the same day."""
+    a, b = at.astimezone(primary), at.astimezone(secondary)
+    if a.date() == b.date():
+        return stamp(at, secondary)[11:]
+    return stamp(at, secondary)
+
+
+def relative_text(at: datetime, now: datetime | None = None) -> str:
+    """ "3 minutes ago" or "in 5 minutes", in the active language."""
+    now = now or timezone.now()
+    if at <= now:
+        return _("%(delta)s ago") % {"delta": timesince(at, now)}
+    return _("in %(delta)s") % {"delta": timeuntil(at, now)}
+
+
+def ago_html(at: datetime | None) -> str:
+    """A relative time ("3 minutes ago") that keeps counting in the page, absolute UTC on hover."""
+    if at is None:
+        return "—"
+    utc = at.astimezone(UTC)
+    return format_html(
+        '<time class="ago" datetime="{}" title="{}">{}</time>', utc.isoformat(), stamp(utc, UTC), relative_text(utc)
+    )
+
+
+def clip_html(value, chars: int = CLIP_CHARS, *, copy: bool = False) -> str:
+    """A long key cut to `chars` with the whole value on hover (and a copy button)."""
+    text = "" if value is None else str(value)
+    shown = text if len(text) <= chars else text[: chars - 1] + "…"
+    button = (
+        format_html(
+            ' <button type="button" class="copy-btn" data-copy="{}" title="{}">{}</button>', text, _("Copy"), _("copy")
+        )
+        if copy
+        else ""
+    )
+    return format_html('<code class="clip" title="{}">{}</code>{}', text, shown, button)
+
+
+@register.simple_tag(takes_context=True)
+def when(context, at, rule_zone=None):
+    return when_html(context.get("request"), at, rule_zone)
+
+
+@register.simple_tag
+def ago(at):
+    return ago_html(at)
+
+
+@register.simple_tag
+def clip(value, chars=CLIP_CHARS, copy=False):
+    return clip_html(value, int(chars), copy=bool(copy))
+
+
+@register.filter
+def pretty_json(value) -> str:
+    """JSON as people read it: indented, non-ASCII kept, keys in their stored order."""
+    try:
+        return json.dumps(value, indent=2, ensure_ascii=False, default=str)
+    except (TypeError, ValueError):
+        return str(value)
+
+
+@register.simple_tag(takes_context=True)
+def zone_choices(context):
+    """(value, label, selected) for the display-zone switch in the page header."""
+    from harness_site.audit.models import DeskPreference
+
+    request = context.get("request")
+    current = getattr(request, "display_zone", DeskPreference.Zone.RULE)
+    return [(value, label, value == current) for value, label in DeskPreference.Zone.choices]
+
+
+LIVE_SECONDS = 5
+
+
+@register.simple_tag(takes_context=True)
+def live_attrs(context, on=True):
+    """The attributes that make an element re-read itself from the server every few seconds (htmx),
+    unless the operator paused live refresh or is choosing rows; none once `on` is false (a final run)."""
+    request = context.get("request")
+    if not on or request is None:
+        return ""
+    return format_html(
+        'hx-get="{}" hx-trigger="every {}s [window.harnessLive && harnessLive.active()]" '
+        'hx-select="#live-region" hx-swap="outerHTML" data-live="1"',
+        request.get_full_path(),
+        LIVE_SECONDS,
+    )
