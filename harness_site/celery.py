@@ -1,8 +1,19 @@
 import logging
 import os
+import time
 
 from celery import Celery
-from celery.signals import task_postrun, task_prerun
+from celery.signals import (
+    before_task_publish,
+    task_postrun,
+    task_prerun,
+    worker_ready,
+    worker_shutdown,
+    worker_shutting_down,
+)
+
+from harness_site import worker_watch
+from harness_site.broker import SENT_AT_HEADER
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
 
@@ -19,6 +30,20 @@ def _close_old_connections(**_kwargs) -> None:
     from django.db import close_old_connections
 
     close_old_connections()
+
+
+@before_task_publish.connect
+def _stamp_sent_at(headers=None, **_kwargs) -> None:
+    # When the message was sent, on every broker: the sweeper and the dashboard read the age of the
+    # oldest queued message from it (harness_site/broker.py queue_probe).
+    if headers is not None:
+        headers.setdefault(SENT_AT_HEADER, time.time())
+
+
+# Worker heartbeats, the stall watchdog and the bounded warm shutdown (harness_site/worker_watch.py).
+worker_ready.connect(worker_watch.on_worker_ready)
+worker_shutting_down.connect(worker_watch.on_worker_shutting_down)
+worker_shutdown.connect(worker_watch.on_worker_shutdown)
 
 
 class OneLineSendErrors(logging.Filter):

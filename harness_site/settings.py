@@ -190,7 +190,7 @@ if env.str("EMAIL_URL", default=""):
 BROKER_DIR = Path(env.str("HARNESS_BROKER_DIR", default=str(VAR_DIR / "broker")))
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("queue", "processed", "control"):
+    for sub in ("queue", "processed", "control", "claims"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT = "harness_site.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
@@ -200,6 +200,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "data_folder_out": str(BROKER_DIR / "queue"),
         "processed_folder": str(BROKER_DIR / "processed"),
         "store_processed": False,
+        # Messages a worker has received and not yet acknowledged (harness_site/broker.py): a dead
+        # worker's are put back in the queue within about a second.
+        "claims_folder": str(BROKER_DIR / "claims"),
         # Broadcast/pidbox files too, so nothing lands in the working directory.
         "control_folder": str(BROKER_DIR / "control"),
     }
@@ -256,6 +259,14 @@ HARNESS = {
     # Backpressure (runs/backpressure.py): a process counts pending runs at most this often per scope,
     # adding the runs it admitted since; watermark edits take effect within it.
     "BACKPRESSURE_CACHE_SECONDS": env.float("HARNESS_BACKPRESSURE_CACHE_SECONDS", default=1.0),
+    # Worker liveness (harness_site/worker_watch.py, runs/workers.py): each worker process reports
+    # itself this often; one that has work waiting and takes none for WORKER_STALL_SECONDS is "not
+    # consuming" in /healthz and exits, so that its runner (Procfile, systemd) starts it again.
+    "WORKER_HEARTBEAT_SECONDS": env.float("HARNESS_WORKER_HEARTBEAT_SECONDS", default=2.0),
+    "WORKER_STALL_SECONDS": env.float("HARNESS_WORKER_STALL_SECONDS", default=60.0),
+    # A warm shutdown (SIGTERM) waits this long for running tasks, then ends them: their leases expire
+    # and they are retried. Without it a worker whose pool is stuck never exits.
+    "WORKER_SHUTDOWN_SECONDS": env.float("HARNESS_WORKER_SHUTDOWN_SECONDS", default=60.0),
 }
 
 # Secrets are granted by the deployment, never named by an operator (docs/secrets.md): an agent's key
@@ -321,6 +332,9 @@ _KNOWN_HARNESS_VARS = {
     "HARNESS_DECISION_RETENTION_DAYS",
     "HARNESS_ALERT_CHECK_SECONDS",
     "HARNESS_BACKPRESSURE_CACHE_SECONDS",
+    "HARNESS_WORKER_HEARTBEAT_SECONDS",
+    "HARNESS_WORKER_STALL_SECONDS",
+    "HARNESS_WORKER_SHUTDOWN_SECONDS",
     "HARNESS_SECRET_PREFIX",
     "HARNESS_SECRETS",
     "HARNESS_AGENT_URL_ALLOW",

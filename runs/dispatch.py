@@ -4,7 +4,9 @@ from datetime import datetime
 
 from celery import current_app
 from django.db import transaction
+from django.db.models import F
 
+from harness_site.broker import RUN_HEADER
 from runs.models import TaskRun
 
 EXECUTE_TASK = "runs.execute"
@@ -15,10 +17,11 @@ def run_dispatch_on_commit(*, run_ids: list[int], now: datetime) -> None:
     so a worker never receives a run it cannot see yet. Sent by task name (runs/jobs.py)."""
     if not run_ids:
         return
-    TaskRun.objects.filter(id__in=run_ids).update(dispatched_at=now)
+    TaskRun.objects.filter(id__in=run_ids).update(dispatched_at=now, dispatches=F("dispatches") + 1)
 
     def send() -> None:
         for run_id in run_ids:
-            current_app.send_task(EXECUTE_TASK, args=[run_id])
+            # The run id in a header too: the sweeper reads the queue without decoding bodies.
+            current_app.send_task(EXECUTE_TASK, args=[run_id], headers={RUN_HEADER: run_id})
 
     transaction.on_commit(send)

@@ -14,6 +14,7 @@ from runs.claims import Work, run_claim
 from runs.executor import run_execute
 from runs.leases import run_lease_claim
 from runs.models import Attempt, TaskRun
+from harness_site.broker import QueueProbe
 from runs.sweeper import REDISPATCH_AFTER, sweep
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -28,13 +29,17 @@ POLICY = {
     "lease_ttl_seconds": int(TTL.total_seconds()),
 }
 ADMIN_EMAIL = "oncall@example.com"
+# The broker as the sweeper sees it: nothing queued, nothing held (a message sent and not there is lost).
+EMPTY_QUEUE = QueueProbe(queue="celery", depth=0, oldest_age=None, queued_runs=frozenset())
 
 
 @pytest.fixture
 def sent(monkeypatch) -> list[int]:
     """Run ids of the "execute run" messages sent to Celery (the boundary, not our storage)."""
     ids: list[int] = []
-    monkeypatch.setattr("runs.dispatch.current_app", SimpleNamespace(send_task=lambda name, args: ids.append(args[0])))
+    monkeypatch.setattr(
+        "runs.dispatch.current_app", SimpleNamespace(send_task=lambda name, args, **_: ids.append(args[0]))
+    )
     return ids
 
 
@@ -43,6 +48,7 @@ def sweep_committed(django_capture_on_commit_callbacks):
     """sweep(), with its on-commit hooks (messages, alerts) run as if its transaction committed."""
 
     def run(now: datetime, **kwargs):
+        kwargs.setdefault("probe", lambda: EMPTY_QUEUE)
         with django_capture_on_commit_callbacks(execute=True):
             return sweep(now=now, **kwargs)
 

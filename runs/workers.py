@@ -1,0 +1,110 @@
+"""Worker liveness: each Celery worker process reports itself every few seconds (worker_beat, called by
+harness_site/worker_watch.py); /healthz, the dashboard and the sweeper read the reports.
+
+A worker is
+  * "ok": it reported within WORKER_SILENT_AFTER and took work recently, or had none to take;
+  * "not consuming": it reports, but work has waited for it for longer than the stall period;
+  * "not responding": no report for WORKER_SILENT_AFTER (stopped, frozen, killed, or its host is gone).
+A report older than WORKER_FORGET_AFTER is deleted: a worker that was killed is restarted under a new
+pid, and its old row would otherwise report it missing for ever.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+
+from runs.models import WorkerHeartbeat
+
+WORKER_FORGET_AFTER = timedelta(minutes=5)
+
+
+def heartbeat_interval() -> timedelta:
+    return timedelta(seconds=settings.HARNESS["WORKER_HEARTBEAT_SECONDS"])
+
+
+def silent_after() -> timedelta:
+    """No report for this long: not responding (five missed heartbeats, at least 10 s)."""
+    return max(5 * heartbeat_interval(), timedelta(seconds=10))
+
+
+def stall_after() -> timedelta:
+    return timedelta(seconds=settings.HARNESS["WORKER_STALL_SECONDS"])
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """What a worker process says of itself at one heartbeat."""
+
+    name: str
+    hostname: str
+    pid: int
+    queues: str
+    pool: str
+    concurrency: int
+    started_at: datetime
+    progress_at: datetime
+    accepted: int
+    active: int
+    waiting: int
+    held: list[int]
+    stopping: bool = False
+
+
+def worker_beat(report: WorkerReport, *, now: datetime) -> None:
+    """Record one heartbeat (one upsert), and forget workers silent beyond WORKER_FORGET_AFTER."""
+    fields = {k: v for k, v in vars(report).items() if k != "name"}
+    WorkerHeartbeat.objects.update_or_create(name=report.name, defaults={**fields, "beat_at": now})
+    WorkerHeartbeat.objects.filter(beat_at__lt=now - WORKER_FORGET_AFTER).delete()
+
+
+def worker_gone(*, name: str) -> None:
+    """A worker that exits cleanly takes its row with it."""
+    WorkerHeartbeat.objects.filter(name=name).delete()
+
+
+def worker_status(worker: WorkerHeartbeat, *, now: datetime) -> str:
+    """ok, not consuming or not responding (see the module docstring)."""
+    if now - worker.beat_at > silent_after():
+        return "not responding"
+    if now - worker.progress_at > stall_after():
+        return "not consuming"
+    return "ok"
+
+
+def worker_health(*, now: datetime) -> dict:
+    """Every worker known within WORKER_FORGET_AFTER with its status, for /healthz and the dashboard.
+    `reason` names the first worker that is not ok ("" when all are)."""
+    rows = []
+    for w in WorkerHeartbeat.objects.filter(beat_at__gte=now - WORKER_FORGET_AFTER).order_by("name"):
+        status = worker_status(w, now=now)
+        rows.append(
+            {
+                "name": w.name,
+                "status": status,
+                "queues": w.queues,
+                "pool": w.pool,
+                "concurrency": w.concurrency,
+                "active": w.active,
+                "waiting": w.waiting,
+                "accepted": w.accepted,
+                "last_heartbeat_age_seconds": round((now - w.beat_at).total_seconds(), 1),
+                "last_progress_age_seconds": round((now - w.progress_at).total_seconds(), 1),
+                "stopping": w.stopping,
+            }
+        )
+    bad = [r for r in rows if r["status"] != "ok" and not r["stopping"]]
+    reason = ""
+    if bad:
+        r = bad[0]
+        age = r["last_heartbeat_age_seconds" if r["status"] == "not responding" else "last_progress_age_seconds"]
+        reason = f"worker {r['name']} {r['status']} for {age:.0f}s"
+    return {"ok": not bad, "reason": reason, "workers": rows}
+
+
+def worker_held_runs(*, now: datetime) -> set[int]:
+    """Runs whose messages a responding worker says it holds (received, waiting or running)."""
+    held: set[int] = set()
+    for runs in WorkerHeartbeat.objects.filter(beat_at__gte=now - silent_after()).values_list("held", flat=True):
+        held.update(r for r in runs or () if isinstance(r, int))
+    return held
