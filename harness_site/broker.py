@@ -148,6 +148,9 @@ class Channel(filesystem.Channel):
             try:
                 os.rename(source, claimed)  # atomic: exactly one reader wins the file
             except FileNotFoundError:
+                if not os.path.isdir(target):  # our claims folder is gone: make it again
+                    self._owner = None
+                    target = self._claim_dir()
                 continue
             with open(claimed, "rb") as f:
                 message = loads(bytes_to_str(f.read()))
@@ -183,6 +186,7 @@ class Channel(filesystem.Channel):
             os.replace(temp, os.path.join(self.claims_folder, f"{owner}.lock"))
             os.makedirs(os.path.join(self.claims_folder, owner))
             self._owner, self._owner_lock = owner, fd
+            _OWNED[owner] = os.getpid()
         return os.path.join(self.claims_folder, self._owner)
 
     def _maybe_restore_dead_claims(self) -> None:
@@ -199,13 +203,21 @@ class Channel(filesystem.Channel):
             with contextlib.suppress(OSError):
                 os.rmdir(os.path.join(folder, self._owner))
                 os.remove(os.path.join(folder, f"{self._owner}.lock"))
+            _OWNED.pop(self._owner, None)
             if self._owner_lock is not None:
                 os.close(self._owner_lock)
             self._owner = self._owner_lock = None
 
 
+# Owners created by this process: a POSIX lock never conflicts with its own process (and closing any
+# descriptor of the file would drop it), so our own are known here, not tested.
+_OWNED: dict[str, int] = {}
+
+
 def owner_alive(claims_folder: str, owner: str) -> bool:
     """True while the process that owns `owner`'s claims lives (it holds the lock on its lock file)."""
+    if _OWNED.get(owner) == os.getpid():
+        return True
     path = os.path.join(claims_folder, f"{owner}.lock")
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)

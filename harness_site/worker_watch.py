@@ -68,13 +68,13 @@ class WorkerWatch(threading.Thread):
         self.last_accepted = -1
         self.queues = sorted(q.name for q in consumer.task_consumer.queues) if consumer.task_consumer else []
         self.concurrency = getattr(self.pool, "limit", 0) or 0
-        self._stop = threading.Event()
+        self._halt = threading.Event()
         self._stopping_since: float | None = None
 
     # --- the loop ---------------------------------------------------------------------------
 
     def run(self) -> None:
-        while not self._stop.wait(self.interval):
+        while not self._halt.wait(self.interval):
             try:
                 self.beat()
             except Exception as exc:  # a database hiccup must not end the heartbeat thread
@@ -154,7 +154,7 @@ class WorkerWatch(threading.Thread):
             self._stopping_since = time.monotonic()
 
     def stop(self) -> None:
-        self._stop.set()
+        self._halt.set()
         with contextlib.suppress(Exception):
             from runs.workers import worker_gone
 

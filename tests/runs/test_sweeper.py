@@ -10,11 +10,11 @@ from django.db import connection
 
 from deadletters.alerts import alert_deliver_due
 from deadletters.models import DeadLetter
+from harness_site.broker import QueueProbe
 from runs.claims import Work, run_claim
 from runs.executor import run_execute
 from runs.leases import run_lease_claim
 from runs.models import Attempt, TaskRun
-from harness_site.broker import QueueProbe
 from runs.sweeper import REDISPATCH_AFTER, sweep
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
