@@ -5,8 +5,8 @@ on the warm shutdown (connected in harness_site/celery.py).
   runs received, running, waiting, and when it last took work. A SIGSTOPped, frozen or killed worker
   stops reporting, and /healthz says "not responding".
 * Work waiting (received, or in its queue for longer than the stall period) while the worker starts
-  nothing for HARNESS_WORKER_STALL_SECONDS: "not consuming". The watchdog then ends the worker (its
-  pool processes first), so that its runner starts a fresh one (the Procfile runner,
+  nothing: "not consuming" after half of HARNESS_WORKER_STALL_SECONDS; at the full period the
+  watchdog ends the worker (its pool processes first), so that its runner starts a fresh one (the Procfile runner,
   harness_site/keepalive.py; systemd's Restart=always in production).
 * A warm shutdown (SIGTERM) that has not finished after HARNESS_WORKER_SHUTDOWN_SECONDS ends the same
   way: a worker whose pool is stuck would otherwise wait for it for ever. Runs still running then lose
@@ -14,6 +14,7 @@ on the warm shutdown (connected in harness_site/celery.py).
 """
 
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -120,6 +121,7 @@ class WorkerWatch(threading.Thread):
             active=len(active),
             waiting=waiting,
             held=held,
+            stall_seconds=self.stall,
             stopping=self._stopping_since is not None,
         )
         worker_beat(report, now=now)
@@ -131,6 +133,8 @@ class WorkerWatch(threading.Thread):
                 self.name_,
                 stalled,
             )
+            with contextlib.suppress(Exception):  # say it is going: its runner starts a new one
+                worker_beat(dataclasses.replace(report, stopping=True), now=now)
             self.hard_exit(EXIT_STALLED)
 
     def _work_waiting(self, waiting: int, active: int) -> bool:

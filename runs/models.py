@@ -644,6 +644,8 @@ class WorkerHeartbeat(models.Model):
     # Runs whose messages this worker holds (received, running or waiting), at beat_at.
     held = models.JSONField(_("held runs"), default=list, blank=True)
     stopping = models.BooleanField(_("shutting down"), default=False)
+    # Its watchdog ends it after work has waited this long (HARNESS_WORKER_STALL_SECONDS).
+    stall_seconds = models.FloatField(_("stall period (s)"), default=60.0)
 
     class Meta:
         verbose_name = _("worker heartbeat")

@@ -3,7 +3,8 @@ harness_site/worker_watch.py); /healthz, the dashboard and the sweeper read the 
 
 A worker is
   * "ok": it reported within WORKER_SILENT_AFTER and took work recently, or had none to take;
-  * "not consuming": it reports, but work has waited for it for longer than the stall period;
+  * "not consuming": it reports, but work has waited for it for half its stall period (its watchdog
+    ends it at the full period, so that monitors see the state before the restart);
   * "not responding": no report for WORKER_SILENT_AFTER (stopped, frozen, killed, or its host is gone).
 A report older than WORKER_FORGET_AFTER is deleted: a worker that was killed is restarted under a new
 pid, and its old row would otherwise report it missing for ever.
@@ -16,7 +17,7 @@ from django.conf import settings
 
 from runs.models import WorkerHeartbeat
 
-WORKER_FORGET_AFTER = timedelta(minutes=5)
+WORKER_FORGET_AFTER = timedelta(minutes=2)
 
 
 def heartbeat_interval() -> timedelta:
@@ -26,10 +27,6 @@ def heartbeat_interval() -> timedelta:
 def silent_after() -> timedelta:
     """No report for this long: not responding (five missed heartbeats, at least 10 s)."""
     return max(5 * heartbeat_interval(), timedelta(seconds=10))
-
-
-def stall_after() -> timedelta:
-    return timedelta(seconds=settings.HARNESS["WORKER_STALL_SECONDS"])
 
 
 @dataclass(frozen=True)
@@ -48,6 +45,7 @@ class WorkerReport:
     active: int
     waiting: int
     held: list[int]
+    stall_seconds: float
     stopping: bool = False
 
 
@@ -67,7 +65,7 @@ def worker_status(worker: WorkerHeartbeat, *, now: datetime) -> str:
     """ok, not consuming or not responding (see the module docstring)."""
     if now - worker.beat_at > silent_after():
         return "not responding"
-    if now - worker.progress_at > stall_after():
+    if (now - worker.progress_at).total_seconds() > worker.stall_seconds / 2:
         return "not consuming"
     return "ok"
 
