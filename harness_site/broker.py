@@ -49,6 +49,12 @@ DRAIN_BATCH = 100  # messages delivered per event-loop tick at most (prefetch li
 # A run's id travels in the message headers (runs/dispatch.py) and in the file name, so the queue can
 # be read without opening files (harness_site/queue_probe.py).
 RUN_HEADER = "harness_run"
+# The run's dispatched_at (epoch seconds) as written on its row: on Redis, a run dispatched before every
+# message at the old end of the queue has left the queue (harness_site/broker.py _redis_probe).
+DISPATCHED_HEADER = "harness_dispatched_at"
+# Redis: how many messages at the old end of the queue are read to find the oldest dispatched_at (one
+# transaction's messages may reach the queue after a later transaction's).
+OLD_END = 200
 
 
 def message_name(sent_ms: int, queue: str, run_id: int | None) -> str:
@@ -308,14 +314,14 @@ SENT_AT_HEADER = "harness_sent_at"  # time.time() at publish, on every message (
 @dataclass(frozen=True)
 class QueueProbe:
     """What a queue holds now. `queued_runs` is exact on the file broker and None on Redis, where
-    `oldest_sent_at` stands in for it (a run dispatched before the oldest queued message has left the
-    queue). `held` maps the runs whose messages consumers have received and not acknowledged to how
+    `oldest_dispatched_at` stands in for it (a run dispatched before every message at the old end of the
+    queue has left the queue). `held` maps the runs whose messages consumers have received and not acknowledged to how
     long ago (seconds; None when unknown)."""
 
     queue: str
     depth: int
     oldest_age: float | None
-    oldest_sent_at: float | None = None
+    oldest_dispatched_at: float | None = None
     queued_runs: frozenset[int] | None = None
     held: dict[int, float | None] = field(default_factory=dict)
 
@@ -371,11 +377,15 @@ def _redis_probe(channel, queue: str) -> QueueProbe:
     client = channel.client
     now = time.time()
     depth = client.llen(queue)
-    oldest_sent = None
-    if depth:
-        raw = client.lindex(queue, -1)  # LPUSH in, BRPOP out: the tail is the oldest
-        with contextlib.suppress(ValueError, TypeError, AttributeError):
-            oldest_sent = float(loads(bytes_to_str(raw))["headers"][SENT_AT_HEADER])
+    oldest_sent = oldest_dispatched = None
+    # LPUSH in, BRPOP out: the tail is the old end.
+    for raw in client.lrange(queue, -OLD_END, -1) if depth else ():
+        with contextlib.suppress(ValueError, TypeError, AttributeError, KeyError):
+            headers = loads(bytes_to_str(raw))["headers"]
+            if oldest_sent is None and SENT_AT_HEADER in headers:
+                oldest_sent = float(headers[SENT_AT_HEADER])
+            if (at := headers.get(DISPATCHED_HEADER)) is not None:
+                oldest_dispatched = min(float(at), oldest_dispatched or float(at))
     held: dict[int, float | None] = {}
     delivered = dict(client.zrange(channel.unacked_index_key, 0, -1, withscores=True))
     for tag, raw in client.hgetall(channel.unacked_key).items():
@@ -388,6 +398,6 @@ def _redis_probe(channel, queue: str) -> QueueProbe:
         queue=queue,
         depth=depth,
         oldest_age=now - oldest_sent if oldest_sent else None,
-        oldest_sent_at=oldest_sent,
+        oldest_dispatched_at=oldest_dispatched,
         held=held,
     )

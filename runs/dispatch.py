@@ -6,7 +6,7 @@ from celery import current_app
 from django.db import transaction
 from django.db.models import F
 
-from harness_site.broker import RUN_HEADER
+from harness_site.broker import DISPATCHED_HEADER, RUN_HEADER
 from runs.models import TaskRun
 
 EXECUTE_TASK = "runs.execute"
@@ -19,9 +19,12 @@ def run_dispatch_on_commit(*, run_ids: list[int], now: datetime) -> None:
         return
     TaskRun.objects.filter(id__in=run_ids).update(dispatched_at=now, dispatches=F("dispatches") + 1)
 
+    # The run id and its dispatched_at in headers too: the sweeper reads the queue without decoding
+    # bodies, and tells a queued message from a lost one (runs/sweeper.py).
+    headers = {DISPATCHED_HEADER: now.timestamp()}
+
     def send() -> None:
         for run_id in run_ids:
-            # The run id in a header too: the sweeper reads the queue without decoding bodies.
-            current_app.send_task(EXECUTE_TASK, args=[run_id], headers={RUN_HEADER: run_id})
+            current_app.send_task(EXECUTE_TASK, args=[run_id], headers={**headers, RUN_HEADER: run_id})
 
     transaction.on_commit(send)

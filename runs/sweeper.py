@@ -2,8 +2,8 @@
 waiting runs, dispatches due runs that have no message yet and re-dispatches runs whose message is lost.
 
 A message is taken for lost only when the broker and the workers both say it is nowhere: not in the
-queue (the file broker lists its run ids; on Redis, the run was dispatched before the oldest message
-still queued) and held by no consumer (received and not acknowledged: the file broker's claims, Redis's
+queue (the file broker lists its run ids; on Redis, the run was dispatched before every message at the
+old end of the queue) and held by no consumer (received and not acknowledged: the file broker's claims, Redis's
 unacked messages, or a responding worker's heartbeat), for REDISPATCH_AFTER since it was sent. So a
 healthy backlog, however deep, is never sent twice; a message that died with a worker is.
 """
@@ -32,9 +32,6 @@ log = logging.getLogger("harness.sweeper")
 # A message is re-sent only when it has been nowhere (neither queued nor held) this long after it was
 # sent: covers the commit-to-publish delay and a consumer's reporting delay.
 REDISPATCH_AFTER = timedelta(seconds=10)
-# Redis: a run dispatched up to this long before the oldest queued message may still be queued (its
-# dispatched_at is written before the message is published, at commit).
-QUEUE_MARGIN = timedelta(seconds=2)
 SWEEP_BATCH = 500
 EXECUTE_QUEUE = "celery"
 
@@ -158,8 +155,8 @@ def message_lost(run_id: int, dispatched_at: datetime, *, queue: QueueProbe, hel
     if queue.queued_runs is not None:
         if run_id in queue.queued_runs:
             return False
-    elif queue.depth and queue.oldest_sent_at is not None:
-        if dispatched_at.timestamp() >= queue.oldest_sent_at - QUEUE_MARGIN.total_seconds():
+    elif queue.depth and queue.oldest_dispatched_at is not None:
+        if dispatched_at.timestamp() >= queue.oldest_dispatched_at:
             return False
     elif queue.depth:
         return False  # messages are queued, of unknown age: cannot tell
