@@ -108,7 +108,7 @@ def test_messages_a_consumer_received_come_back_when_it_is_killed_and_only_then(
                 queue.get(timeout=1.5)
         finally:
             consumer.kill()
-            consumer.wait()
+            consumer.communicate()
         # Dead (kill -9): its claims go back to the queue at the next read.
         back = [queue.get(timeout=5) for _ in range(2)]
         assert {m.payload["n"] for m in back} == taken
