@@ -186,7 +186,8 @@ if env.str("EMAIL_URL", default=""):
     globals().update(env.email_url("EMAIL_URL"))
 
 # --- Celery -----------------------------------------------------------------------------
-# The embedded broker is Celery's file-system transport: nothing to install, one machine only.
+# The embedded broker is Celery's file-system transport (made event-loop capable, with claims and
+# redelivery: harness_site/broker.py): nothing to install, one machine only.
 BROKER_DIR = Path(env.str("HARNESS_BROKER_DIR", default=str(VAR_DIR / "broker")))
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
@@ -211,7 +212,14 @@ CELERY_ENABLE_UTC = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
-# Messages are hints (the database row is the truth), but ack late so a crash redelivers them.
+# Messages are hints (the database row is the truth), acknowledged late (after the task). What a
+# crashed worker had received and not finished comes back as follows (tests/e2e/test_worker_faults_e2e.py):
+#   * file broker: its claimed messages go back to the queue about a second after it dies
+#     (harness_site/broker.py; measured: prefetched runs started elsewhere 1.2 s after kill -9);
+#   * Redis: kombu restores unacknowledged messages only after the visibility timeout (1 hour), so
+#     the sweeper re-sends them once the worker is silent for 10 s and they are neither queued nor
+#     held (runs/sweeper.py; measured: 13-14 s after kill -9).
+# A run that was executing keeps its lease until it expires (the rule's lease TTL), then is retried.
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
