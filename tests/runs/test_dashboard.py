@@ -98,3 +98,16 @@ def test_it_renders_the_dashboard_within_a_fixed_number_of_queries_on_100k_runs(
 def test_it_asks_for_a_login():
     response = Client().get(reverse("harness-dashboard"))
     assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+@pytest.mark.django_db
+def test_it_shows_the_queues_and_a_worker_that_is_not_responding(viewer_client):
+    from runs.models import WorkerHeartbeat
+
+    now = timezone.now()
+    WorkerHeartbeat.objects.create(
+        name="w1@h:7", hostname="w1@h", pid=7, started_at=now, beat_at=now - timedelta(seconds=30), progress_at=now
+    )
+    html = viewer_client.get("/admin/dashboard/").content.decode()
+    assert 'id="dash-queue-celery"' in html and 'id="dash-queue-harness_control"' in html
+    assert "w1@h:7" in html and "not responding" in html
