@@ -156,8 +156,11 @@ class Channel(filesystem.Channel):
             try:
                 os.rename(source, claimed)  # atomic: exactly one reader wins the file
             except FileNotFoundError:
-                if not os.path.isdir(target):  # our claims folder is gone: make it again
-                    self._owner = None
+                if not os.path.isdir(target):  # our claims folder is gone (removed by hand): make it again
+                    if self._owner_lock is not None:
+                        os.close(self._owner_lock)
+                    _OWNED.pop(self._owner or "", None)
+                    self._owner = self._owner_lock = None
                     target = self._claim_dir()
                 continue
             with open(claimed, "rb") as f:

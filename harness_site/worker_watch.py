@@ -138,12 +138,13 @@ class WorkerWatch(threading.Thread):
             self.hard_exit(EXIT_STALLED)
 
     def _work_waiting(self, waiting: int, active: int) -> bool:
-        """Work is waiting for this worker: messages it received and has not started, or (with a free
-        pool process) a message in one of its queues older than the stall period."""
+        """Work is waiting for a free pool process of this worker: messages it received and has not
+        started, or a message in one of its queues older than the stall period. Every pool process
+        running is busy, not stuck, however long its runs take (the shutdown grace bounds those)."""
+        if self.concurrency and active >= self.concurrency:
+            return False
         if waiting:
             return True
-        if self.concurrency and active >= self.concurrency:
-            return False  # busy, not stuck: a long run holds every pool process
         for queue in self.queues:
             with contextlib.suppress(Exception):  # an unreachable broker is /healthz's business
                 age = queue_probe(current_app, queue).oldest_age
