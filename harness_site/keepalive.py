@@ -13,6 +13,7 @@ are ended before the next start.
 """
 
 import contextlib
+import ctypes
 import os
 import signal
 import subprocess
@@ -20,6 +21,7 @@ import sys
 import time
 
 FIRST_PAUSE, MAX_PAUSE, HEALTHY_AFTER = 1.0, 30.0, 60.0
+PR_SET_PDEATHSIG = 1  # linux/prctl.h
 
 
 def main(argv: list[str]) -> int:
@@ -40,7 +42,7 @@ def main(argv: list[str]) -> int:
     quick = 0  # exits in a row within HEALTHY_AFTER of their start
     while True:
         started = time.monotonic()
-        child = subprocess.Popen(argv, start_new_session=True)
+        child = subprocess.Popen(argv, start_new_session=True, preexec_fn=_die_with_parent)
         code = child.wait()
         _end_group(child.pid)  # pool processes left behind by a dead worker
         if stopping:
@@ -58,6 +60,12 @@ def main(argv: list[str]) -> int:
             time.sleep(0.1)
         if stopping:
             return 0
+
+
+def _die_with_parent() -> None:
+    """In the child: SIGTERM when this wrapper dies (Linux), so a killed wrapper leaves no orphan."""
+    with contextlib.suppress(Exception):
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 def _end_group(pgid: int) -> None:

@@ -6,8 +6,10 @@ A worker is
   * "not consuming": it reports, but work has waited for it for half its stall period (its watchdog
     ends it at the full period, so that monitors see the state before the restart);
   * "not responding": no report for WORKER_SILENT_AFTER (stopped, frozen, killed, or its host is gone).
+  * "restarted": silent or stuck, but the same node (celery hostname) has started again since, under a
+    new pid, and reports: its runner did its job; shown, but /healthz stays ok.
 A report older than WORKER_FORGET_AFTER is deleted: a worker that was killed is restarted under a new
-pid, and its old row would otherwise report it missing for ever.
+pid, and its old row would otherwise be listed for ever.
 """
 
 from dataclasses import dataclass
@@ -74,8 +76,13 @@ def worker_health(*, now: datetime) -> dict:
     """Every worker known within WORKER_FORGET_AFTER with its status, for /healthz and the dashboard.
     `reason` names the first worker that is not ok ("" when all are)."""
     rows = []
-    for w in WorkerHeartbeat.objects.filter(beat_at__gte=now - WORKER_FORGET_AFTER).order_by("name"):
+    workers = list(WorkerHeartbeat.objects.filter(beat_at__gte=now - WORKER_FORGET_AFTER).order_by("name"))
+    # A node (celery hostname) started again under a new pid that reports: the old one was restarted.
+    restarted = {w.hostname: w.started_at for w in workers if worker_status(w, now=now) == "ok" and not w.stopping}
+    for w in workers:
         status = worker_status(w, now=now)
+        if status != "ok" and restarted.get(w.hostname, w.started_at) > w.started_at:
+            status = "restarted"
         rows.append(
             {
                 "name": w.name,
@@ -91,7 +98,7 @@ def worker_health(*, now: datetime) -> dict:
                 "stopping": w.stopping,
             }
         )
-    bad = [r for r in rows if r["status"] != "ok" and not r["stopping"]]
+    bad = [r for r in rows if r["status"] not in ("ok", "restarted") and not r["stopping"]]
     reason = ""
     if bad:
         r = bad[0]

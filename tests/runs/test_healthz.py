@@ -126,3 +126,15 @@ def test_a_worker_on_its_way_out_or_long_gone_does_not_fail_the_check(client):
     response = client.get("/healthz")
     assert response.status_code == 200, response.json()
     assert [w["name"] for w in response.json()["workers"]] == ["w1@h:7"]
+
+
+@pytest.mark.django_db
+def test_a_worker_its_runner_started_again_does_not_fail_the_check(client):
+    _ticked(timezone.now())
+    old = _worker("w1@h:7", beat_age=30, progress_age=30)  # killed 30 s ago
+    new = _worker("w1@h:9", beat_age=1, progress_age=1)  # the same node, started again under a new pid
+    new.hostname, new.started_at = old.hostname, timezone.now()
+    new.save()
+    response = client.get("/healthz")
+    assert response.status_code == 200, response.json()
+    assert {w["name"]: w["status"] for w in response.json()["workers"]} == {"w1@h:7": "restarted", "w1@h:9": "ok"}
