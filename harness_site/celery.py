@@ -1,11 +1,22 @@
 import logging
 import logging.config
 import os
+import time
 
 from celery import Celery
-from celery.signals import setup_logging, task_postrun, task_prerun, worker_process_init
+from celery.signals import (
+    before_task_publish,
+    setup_logging,
+    task_postrun,
+    task_prerun,
+    worker_process_init,
+    worker_ready,
+    worker_shutdown,
+    worker_shutting_down,
+)
 
-from harness_site import tracing
+from harness_site import tracing, worker_watch
+from harness_site.broker import SENT_AT_HEADER
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
 
@@ -50,6 +61,20 @@ def _django_logging(**_kwargs) -> None:
 def _otel_in_pool_process(**_kwargs) -> None:
     # Only with OTEL_* set (tracing.otel_enabled); after the fork, so the exporter's thread is this process's.
     tracing.otel_configure(celery=True)
+
+
+@before_task_publish.connect
+def _stamp_sent_at(headers=None, **_kwargs) -> None:
+    # When the message was sent, on every broker: the sweeper and the dashboard read the age of the
+    # oldest queued message from it (harness_site/broker.py queue_probe).
+    if headers is not None:
+        headers.setdefault(SENT_AT_HEADER, time.time())
+
+
+# Worker heartbeats, the stall watchdog and the bounded warm shutdown (harness_site/worker_watch.py).
+worker_ready.connect(worker_watch.on_worker_ready)
+worker_shutting_down.connect(worker_watch.on_worker_shutting_down)
+worker_shutdown.connect(worker_watch.on_worker_shutdown)
 
 
 class OneLineSendErrors(logging.Filter):

@@ -233,11 +233,12 @@ if env.str("EMAIL_URL", default=""):
     globals().update(env.email_url("EMAIL_URL"))
 
 # --- Celery -----------------------------------------------------------------------------
-# The embedded broker is Celery's file-system transport: nothing to install, one machine only.
+# The embedded broker is Celery's file-system transport (made event-loop capable, with claims and
+# redelivery: harness_site/broker.py): nothing to install, one machine only.
 BROKER_DIR = Path(env.str("HARNESS_BROKER_DIR", default=str(VAR_DIR / "broker")))
 CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("queue", "processed", "control"):
+    for sub in ("queue", "processed", "control", "claims"):
         (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
     CELERY_BROKER_TRANSPORT = "harness_site.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
@@ -247,6 +248,9 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         "data_folder_out": str(BROKER_DIR / "queue"),
         "processed_folder": str(BROKER_DIR / "processed"),
         "store_processed": False,
+        # Messages a worker has received and not yet acknowledged (harness_site/broker.py): a dead
+        # worker's are put back in the queue within about a second.
+        "claims_folder": str(BROKER_DIR / "claims"),
         # Broadcast/pidbox files too, so nothing lands in the working directory.
         "control_folder": str(BROKER_DIR / "control"),
     }
@@ -255,7 +259,14 @@ CELERY_ENABLE_UTC = True
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_TASK_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
-# Messages are hints (the database row is the truth), but ack late so a crash redelivers them.
+# Messages are hints (the database row is the truth), acknowledged late (after the task). What a
+# crashed worker had received and not finished comes back as follows (tests/e2e/test_worker_faults_e2e.py):
+#   * file broker: its claimed messages go back to the queue about a second after it dies
+#     (harness_site/broker.py; measured: prefetched runs started elsewhere 1.2 s after kill -9);
+#   * Redis: kombu restores unacknowledged messages only after the visibility timeout (1 hour), so
+#     the sweeper re-sends them once the worker is silent for 10 s and they are neither queued nor
+#     held (runs/sweeper.py; measured: 13-14 s after kill -9).
+# A run that was executing keeps its lease until it expires (the rule's lease TTL), then is retried.
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
@@ -311,6 +322,14 @@ HARNESS = {
     # address of its own (docs/observability.md).
     "METRICS_TOKEN": env.str("HARNESS_METRICS_TOKEN", default=""),
     "METRICS_BIND": env.str("HARNESS_METRICS_BIND", default="127.0.0.1:9464"),
+    # Worker liveness (harness_site/worker_watch.py, runs/workers.py): each worker process reports
+    # itself this often; one that has work waiting and takes none for WORKER_STALL_SECONDS is "not
+    # consuming" in /healthz and exits, so that its runner (Procfile, systemd) starts it again.
+    "WORKER_HEARTBEAT_SECONDS": env.float("HARNESS_WORKER_HEARTBEAT_SECONDS", default=2.0),
+    "WORKER_STALL_SECONDS": env.float("HARNESS_WORKER_STALL_SECONDS", default=60.0),
+    # A warm shutdown (SIGTERM) waits this long for running tasks, then ends them: their leases expire
+    # and they are retried. Without it a worker whose pool is stuck never exits.
+    "WORKER_SHUTDOWN_SECONDS": env.float("HARNESS_WORKER_SHUTDOWN_SECONDS", default=60.0),
 }
 MIN_METRICS_TOKEN_LENGTH = 16
 if HARNESS["METRICS_TOKEN"] and len(HARNESS["METRICS_TOKEN"]) < MIN_METRICS_TOKEN_LENGTH:
@@ -387,6 +406,9 @@ _KNOWN_HARNESS_VARS = {
     "HARNESS_DECISION_RETENTION_DAYS",
     "HARNESS_ALERT_CHECK_SECONDS",
     "HARNESS_BACKPRESSURE_CACHE_SECONDS",
+    "HARNESS_WORKER_HEARTBEAT_SECONDS",
+    "HARNESS_WORKER_STALL_SECONDS",
+    "HARNESS_WORKER_SHUTDOWN_SECONDS",
     "HARNESS_SECRET_PREFIX",
     "HARNESS_SECRETS",
     "HARNESS_AGENT_URL_ALLOW",

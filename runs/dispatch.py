@@ -4,8 +4,10 @@ from datetime import datetime
 
 from celery import current_app
 from django.db import transaction
+from django.db.models import F
 
 from harness_site import tracing
+from harness_site.broker import DISPATCHED_HEADER, RUN_HEADER
 from runs.models import TaskRun
 
 EXECUTE_TASK = "runs.execute"
@@ -16,12 +18,15 @@ def run_dispatch_on_commit(*, run_ids: list[int], now: datetime) -> None:
     so a worker never receives a run it cannot see yet. Sent by task name (runs/jobs.py)."""
     if not run_ids:
         return
-    TaskRun.objects.filter(id__in=run_ids).update(dispatched_at=now)
-    # The trace of the trigger (or the sweep) sending them, taken now: on commit it has ended.
-    trace = {"headers": headers} if (headers := tracing.outgoing_headers()) else {}
+    TaskRun.objects.filter(id__in=run_ids).update(dispatched_at=now, dispatches=F("dispatches") + 1)
+
+    # The run id and its dispatched_at in headers too: the sweeper reads the queue without decoding
+    # bodies, and tells a queued message from a lost one (runs/sweeper.py). The trace of the trigger
+    # (or the sweep) sending them is taken now: on commit it has ended.
+    headers = {DISPATCHED_HEADER: now.timestamp(), **tracing.outgoing_headers()}
 
     def send() -> None:
         for run_id in run_ids:
-            current_app.send_task(EXECUTE_TASK, args=[run_id], **trace)
+            current_app.send_task(EXECUTE_TASK, args=[run_id], headers={**headers, RUN_HEADER: run_id})
 
     transaction.on_commit(send)

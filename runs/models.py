@@ -103,6 +103,9 @@ class TaskRun(models.Model):
     is_trial = models.BooleanField(_("is trial"), default=False)
     # Last time a "execute run" message was sent; the sweeper re-sends only after a grace period.
     dispatched_at = models.DateTimeField(_("dispatched at"), null=True, blank=True)
+    # "Execute run R" messages sent for this run, all attempts together (runs/dispatch.py): more than
+    # attempts + 1 means the sweeper re-sent a message it took for lost (runs/sweeper.py).
+    dispatches = models.PositiveIntegerField(_("messages sent"), default=0)
     # The run lease: who may execute it, until when, and the fencing token of the current holder.
     lease_owner = models.CharField(_("lease owner"), max_length=200, blank=True)
     lease_expires_at = models.DateTimeField(_("lease expires at"), null=True, blank=True)
@@ -635,3 +638,35 @@ class PoolKey(models.Model):
 
     def __str__(self) -> str:
         return f"{self.pool_id}:{self.key}"
+
+
+class WorkerHeartbeat(models.Model):
+    """One Celery worker process, as it last reported itself (harness_site/worker_watch.py): alive,
+    and whether it is still taking work. In the database, so /healthz sees it on every backend."""
+
+    name = models.CharField(_("name"), max_length=200, unique=True)  # celery hostname + ":" + pid
+    hostname = models.CharField(_("hostname"), max_length=150)
+    pid = models.PositiveIntegerField(_("pid"))
+    queues = models.CharField(_("queues"), max_length=200, blank=True)
+    pool = models.CharField(_("pool"), max_length=40, blank=True)
+    concurrency = models.PositiveIntegerField(_("concurrency"), default=0)
+    started_at = models.DateTimeField(_("started at"))
+    beat_at = models.DateTimeField(_("last heartbeat"))
+    # The last time the worker was seen taking work, or having none to take (idle is healthy).
+    progress_at = models.DateTimeField(_("last progress"))
+    accepted = models.PositiveBigIntegerField(_("tasks started"), default=0)
+    active = models.PositiveIntegerField(_("tasks running"), default=0)
+    waiting = models.PositiveIntegerField(_("tasks received, not started"), default=0)
+    # Runs whose messages this worker holds (received, running or waiting), at beat_at.
+    held = models.JSONField(_("held runs"), default=list, blank=True)
+    stopping = models.BooleanField(_("shutting down"), default=False)
+    # Its watchdog ends it after work has waited this long (HARNESS_WORKER_STALL_SECONDS).
+    stall_seconds = models.FloatField(_("stall period (s)"), default=60.0)
+
+    class Meta:
+        verbose_name = _("worker heartbeat")
+        verbose_name_plural = _("worker heartbeats")
+        ordering = ["hostname", "pid"]
+
+    def __str__(self) -> str:
+        return self.name

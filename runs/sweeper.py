@@ -1,5 +1,12 @@
 """The sweeper: takes back expired leases, reclaims their pool slots, hands free pool capacity to
-waiting runs and re-dispatches due runs whose message may be lost."""
+waiting runs, dispatches due runs that have no message yet and re-dispatches runs whose message is lost.
+
+A message is taken for lost only when the broker and the workers both say it is nowhere: not in the
+queue (the file broker lists its run ids; on Redis, the run was dispatched before every message at the
+old end of the queue) and held by no consumer (received and not acknowledged: the file broker's claims, Redis's
+unacked messages, or a responding worker's heartbeat), for REDISPATCH_AFTER since it was sent. So a
+healthy backlog, however deep, is never sent twice; a message that died with a worker is.
+"""
 
 import logging
 import random
@@ -7,21 +14,26 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from celery import current_app
 from django.db import transaction
 from django.db.models import F, Q
 
+from harness_site.broker import QueueProbe, queue_probe
 from runs.admission import pool_sweep
 from runs.dispatch import run_dispatch_on_commit
 from runs.models import Attempt, PoolSlot, TaskRun
 from runs.outcome import run_record_failure
+from runs.workers import silent_after, worker_held_runs
 from tasks.skills.errors import ClassifiedError
 from tasks.skills.sdk import ErrorKind
 
 log = logging.getLogger("harness.sweeper")
 
-# A queued message normally reaches a worker within seconds; re-send only after this long.
-REDISPATCH_AFTER = timedelta(seconds=30)
+# A message is re-sent only when it has been nowhere (neither queued nor held) this long after it was
+# sent: covers the commit-to-publish delay and a consumer's reporting delay.
+REDISPATCH_AFTER = timedelta(seconds=10)
 SWEEP_BATCH = 500
+EXECUTE_QUEUE = "celery"
 
 
 @dataclass(frozen=True)
@@ -30,19 +42,33 @@ class SweepResult:
     dispatched: int
     slots_reclaimed: int = 0
     woken: int = 0
+    resent: int = 0  # of `dispatched`: messages taken for lost and sent again
 
 
-def sweep(*, now: datetime, rand: Callable[[], float] = random.random) -> SweepResult:
+def sweep(
+    *, now: datetime, rand: Callable[[], float] = random.random, probe: Callable[[], QueueProbe] | None = None
+) -> SweepResult:
     """One pass: expire stale leases first (their runs may become due and their slots free), reclaim
-    expired pool slots and wake waiting runs into the capacity, then dispatch due runs."""
+    expired pool slots and wake waiting runs into the capacity, then dispatch due runs. `probe` looks
+    at the execute queue (default: the configured broker); None from it means "cannot tell"."""
     expired = sum(_expire_one(run_id, fence, now=now, draw=rand()) for run_id, fence in _expired_leases(now))
     pools = pool_sweep(now=now)
+    dispatched, resent = _dispatch_due(now=now, probe=probe or _probe_execute_queue)
     return SweepResult(
         expired=expired,
-        dispatched=_dispatch_due(now=now),
+        dispatched=dispatched,
         slots_reclaimed=pools["slots_reclaimed"],
         woken=pools["woken"],
+        resent=resent,
     )
+
+
+def _probe_execute_queue() -> QueueProbe | None:
+    try:
+        return queue_probe(current_app, EXECUTE_QUEUE)
+    except Exception as exc:  # an unreachable broker: no message can be sent now either
+        log.warning("sweeper: cannot look into the queue (%s: %s); no message re-sent", type(exc).__name__, exc)
+        return None
 
 
 def _expired_leases(now: datetime) -> list[tuple[int, int]]:
@@ -88,10 +114,17 @@ def _expire_one(run_id: int, fence: int, *, now: datetime, draw: float) -> bool:
     return True
 
 
-def _dispatch_due(*, now: datetime) -> int:
+def _dispatch_due(*, now: datetime, probe: Callable[[], QueueProbe | None]) -> tuple[int, int]:
+    """Send the due runs that have no message: never dispatched, a retry that came due, or a message
+    that is lost. Returns (sent, of which re-sent).
+
+    The queue is looked at before the runs are read: a message taken from the queue after the look is
+    then either held, or its run is no longer claimable when read."""
+    queue = probe()
+    held = worker_held_runs(now=now) if queue is not None else set()
     with transaction.atomic():
-        # run_list_due: served by run_due_idx. Never-dispatched or long-unanswered runs only.
-        ids = list(
+        # run_list_due: served by run_due_idx. Never-dispatched, retry-due or possibly lost runs.
+        rows = list(
             TaskRun.objects.filter(state__in=TaskRun.CLAIMABLE, run_after__lte=now)
             .filter(
                 Q(dispatched_at__isnull=True)
@@ -99,7 +132,37 @@ def _dispatch_due(*, now: datetime) -> int:
                 | Q(state=TaskRun.State.WAITING_RETRY, dispatched_at__lt=F("run_after"))
             )
             .order_by("run_after")
-            .values_list("id", flat=True)[:SWEEP_BATCH]
+            .values_list("id", "state", "run_after", "dispatched_at")[:SWEEP_BATCH]
         )
+        ids, resent = [], 0
+        for run_id, state, run_after, dispatched_at in rows:
+            if dispatched_at is None or (state == TaskRun.State.WAITING_RETRY and dispatched_at < run_after):
+                ids.append(run_id)
+            elif queue is not None and message_lost(run_id, dispatched_at, queue=queue, held=held):
+                ids.append(run_id)
+                resent += 1
         run_dispatch_on_commit(run_ids=ids, now=now)
-    return len(ids)
+    if resent:
+        log.warning("sweeper: %s message(s) lost (not queued, held by no worker): sent again", resent)
+    return len(ids), resent
+
+
+def message_lost(run_id: int, dispatched_at: datetime, *, queue: QueueProbe, held: set[int]) -> bool:
+    """Whether the message of a run dispatched at `dispatched_at` (over REDISPATCH_AFTER ago) is lost:
+    not in the queue, and held by no consumer. A consumer's hold counts while the consumer responds
+    (its heartbeat lists the run, `held`), or, from the broker's side, for silent_after() after it
+    received the message (the time a heartbeat takes to report it)."""
+    if queue.queued_runs is not None:
+        if run_id in queue.queued_runs:
+            return False
+    elif queue.depth and queue.oldest_dispatched_at is not None:
+        if dispatched_at.timestamp() >= queue.oldest_dispatched_at:
+            return False
+    elif queue.depth:
+        return False  # messages are queued, of unknown age: cannot tell
+    if run_id in held:
+        return False
+    age = queue.held.get(run_id, -1.0)
+    if age is None or (age >= 0 and age < silent_after().total_seconds()):
+        return False
+    return True

@@ -21,11 +21,13 @@ from django.views.decorators.csrf import csrf_exempt
 from prometheus_client.exposition import choose_encoder
 
 from deadletters.alert_health import urgent_undeliverable
+from harness_site.broker import queue_probe
 from harness_site.desk import now
 from runs import selectors
 from runs.dashboard import dashboard_build
 from runs.metrics import metrics_registry
 from runs.models import TaskRun
+from runs.workers import worker_health
 
 log = logging.getLogger("harness.health")
 
@@ -35,7 +37,9 @@ BROKER_TIMEOUT = 2  # seconds: a monitor's probe must answer quickly, reachable 
 @csrf_exempt  # read-only; without it a POST gets the CSRF middleware's HTML 403 instead of a JSON 405
 def healthz(request):
     """Always JSON. 200 while the scheduler is healthy; 503 with a `reason` when the database or
-    the broker is unreachable, no tick ran for the stall period, or a slot is overdue beyond its grace.
+    the broker is unreachable, no tick ran for the stall period, a slot is overdue beyond its grace, or
+    a worker is not consuming (work waits and it takes none) or not responding (no heartbeat).
+    `workers` lists every worker process, `queues` each queue's depth and oldest message age.
     `flow` shows saturation (pools at their limit, paused pools, runs waiting for a pool)."""
     if request.method not in ("GET", "HEAD"):
         response = JsonResponse({"ok": False, "reason": "method_not_allowed", "detail": "GET /healthz"}, status=405)
@@ -50,11 +54,33 @@ def healthz(request):
         status["flow"] = selectors.flow_saturation(now=timezone.now())  # pressure, not a fault: ok is unchanged
     except DatabaseError as exc:
         status["flow"] = {"error": _one_line(exc)}
+    try:
+        workers = worker_health(now=timezone.now())
+    except DatabaseError as exc:
+        workers = {"ok": True, "reason": "", "workers": [], "error": _one_line(exc)}
+    status["workers"] = workers["workers"]
+    if status["ok"] and not workers["ok"]:  # a worker alive but not taking work, or silent
+        status.update(ok=False, reason=workers["reason"])
     broker = _broker_error()
     if broker:
         status.update(ok=False, reason=f"broker unreachable: {broker}")
     status["broker"] = "unreachable" if broker else "ok"
+    status["queues"] = queue_depths() if not broker else {}
     return JsonResponse(status, status=200 if status["ok"] else 503)
+
+
+def queue_depths() -> dict[str, dict]:
+    """Each task queue's depth and the age of its oldest message (seconds; None when empty or unknown)."""
+    out = {}
+    for queue in settings.CELERY_TASK_QUEUES:
+        try:
+            probe = queue_probe(current_app, queue)
+        except Exception as exc:  # any transport's failure: reported, never raised
+            out[queue] = {"error": _one_line(exc)}
+            continue
+        age = round(probe.oldest_age, 1) if probe.oldest_age is not None else None
+        out[queue] = {"depth": probe.depth, "oldest_message_age_seconds": age, "held": len(probe.held)}
+    return out
 
 
 def _broker_error() -> str:
@@ -126,6 +152,8 @@ def dashboard_view(request):
         "latency_bars": _bars(d.latency),
         "dedupe_pct": round(100 * d.dedupe_share, 2),
         "urgent_undeliverable": urgent_undeliverable(now=d.now),
+        "queues": queue_depths(),
+        "workers": worker_health(now=d.now),
         "build_ms": round((time.perf_counter() - started) * 1000, 1),
     }
     return TemplateResponse(request, "admin/dashboard.html", context)

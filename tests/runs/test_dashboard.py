@@ -18,9 +18,10 @@ pytestmark = pytest.mark.django_db
 BIG = 100_000
 # Session + user, then the dashboard's own aggregates (see runs/dashboard.py): a constant.
 # 16 since flow control: two aggregates over pool slots and waiters (runs/selectors.flow_saturation).
-# 19 since the desk reads each user's display zone (one indexed row) and counts undeliverable urgent
-# alerts (the channel list and one count; deadletters/alert_health.py).
-MAX_QUERIES = 19
+# 20: the desk reads each user's display zone (one indexed row) and counts undeliverable urgent alerts
+# (the channel list and one count; deadletters/alert_health.py); worker heartbeats are one read of the
+# workers' reports (runs/workers.worker_health).
+MAX_QUERIES = 20
 
 
 def _runs(n: int, *, now, spread: timedelta) -> list[TaskRun]:
@@ -99,3 +100,16 @@ def test_it_renders_the_dashboard_within_a_fixed_number_of_queries_on_100k_runs(
 def test_it_asks_for_a_login():
     response = Client().get(reverse("harness-dashboard"))
     assert response.status_code == 302 and "/login/" in response["Location"]
+
+
+@pytest.mark.django_db
+def test_it_shows_the_queues_and_a_worker_that_is_not_responding(viewer_client):
+    from runs.models import WorkerHeartbeat
+
+    now = timezone.now()
+    WorkerHeartbeat.objects.create(
+        name="w1@h:7", hostname="w1@h", pid=7, started_at=now, beat_at=now - timedelta(seconds=30), progress_at=now
+    )
+    html = viewer_client.get("/admin/dashboard/").content.decode()
+    assert 'id="dash-queue-celery"' in html and 'id="dash-queue-harness_control"' in html
+    assert "w1@h:7" in html and "not responding" in html

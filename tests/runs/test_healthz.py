@@ -75,3 +75,66 @@ def test_it_answers_503_json_with_a_reason_when_the_database_is_unreachable(clie
     assert response.status_code == 503
     assert response["Content-Type"] == "application/json"
     assert response.json() == {"ok": False, "reason": "database unreachable", "detail": response.json()["detail"]}
+
+
+# --- workers (issue 15): alive but not consuming, or not responding ------------------------------
+
+
+def _worker(name: str, *, beat_age: float, progress_age: float, stall: float = 60.0, stopping: bool = False):
+    from runs.models import WorkerHeartbeat
+
+    now = timezone.now()
+    return WorkerHeartbeat.objects.create(
+        name=name,
+        hostname=name.split(":")[0],
+        pid=int(name.split(":")[1]),
+        started_at=now - timedelta(minutes=1),
+        beat_at=now - timedelta(seconds=beat_age),
+        progress_at=now - timedelta(seconds=progress_age),
+        stall_seconds=stall,
+        stopping=stopping,
+        waiting=1,
+    )
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("beat_age", "progress_age", "status", "reason"),
+    [
+        (1, 1, 200, ""),
+        (1, 29, 200, ""),  # work waited under half the stall period: not yet
+        (1, 31, 503, "worker w1@h:7 not consuming for 31s"),
+        (11, 11, 503, "worker w1@h:7 not responding for 11s"),
+    ],
+)
+def test_it_reports_a_worker_that_takes_no_work_or_stopped_reporting(client, beat_age, progress_age, status, reason):
+    _ticked(timezone.now())
+    _worker("w1@h:7", beat_age=beat_age, progress_age=progress_age)
+    response = client.get("/healthz")
+    body = response.json()
+    assert response.status_code == status, body
+    assert body["reason"] == reason
+    assert [w["name"] for w in body["workers"]] == ["w1@h:7"]
+    assert set(body["queues"]) == {"celery", "harness_control"}
+
+
+@pytest.mark.django_db
+def test_a_worker_on_its_way_out_or_long_gone_does_not_fail_the_check(client):
+    _ticked(timezone.now())
+    _worker("w1@h:7", beat_age=20, progress_age=40, stopping=True)  # its watchdog ended it: restarting
+    _worker("w2@h:8", beat_age=600, progress_age=600)  # forgotten: killed long ago, restarted under a new pid
+    response = client.get("/healthz")
+    assert response.status_code == 200, response.json()
+    assert [w["name"] for w in response.json()["workers"]] == ["w1@h:7"]
+
+
+@pytest.mark.django_db
+def test_a_worker_its_runner_started_again_does_not_fail_the_check(client):
+    _ticked(timezone.now())
+    old = _worker("w1@h:7", beat_age=30, progress_age=30)  # killed 30 s ago
+    new = _worker("w1@h:9", beat_age=1, progress_age=1)  # the same node, started again under a new pid
+    new.hostname, new.started_at = old.hostname, timezone.now()
+    new.save()
+    response = client.get("/healthz")
+    assert response.status_code == 200, response.json()
+    assert {w["name"]: w["status"] for w in response.json()["workers"]} == {"w1@h:7": "restarted", "w1@h:9": "ok"}

@@ -10,6 +10,7 @@ from django.db import connection
 
 from deadletters.alerts import alert_deliver_due
 from deadletters.models import AlertChannel, DeadLetter
+from harness_site.broker import QueueProbe
 from runs.claims import Work, run_claim
 from runs.executor import run_execute
 from runs.leases import run_lease_claim
@@ -28,13 +29,17 @@ POLICY = {
     "lease_ttl_seconds": int(TTL.total_seconds()),
 }
 ADMIN_EMAIL = "oncall@example.com"
+# The broker as the sweeper sees it: nothing queued, nothing held (a message sent and not there is lost).
+EMPTY_QUEUE = QueueProbe(queue="celery", depth=0, oldest_age=None, queued_runs=frozenset())
 
 
 @pytest.fixture
 def sent(monkeypatch) -> list[int]:
     """Run ids of the "execute run" messages sent to Celery (the boundary, not our storage)."""
     ids: list[int] = []
-    monkeypatch.setattr("runs.dispatch.current_app", SimpleNamespace(send_task=lambda name, args: ids.append(args[0])))
+    monkeypatch.setattr(
+        "runs.dispatch.current_app", SimpleNamespace(send_task=lambda name, args, **_: ids.append(args[0]))
+    )
     return ids
 
 
@@ -43,6 +48,7 @@ def sweep_committed(django_capture_on_commit_callbacks):
     """sweep(), with its on-commit hooks (messages, alerts) run as if its transaction committed."""
 
     def run(now: datetime, **kwargs):
+        kwargs.setdefault("probe", lambda: EMPTY_QUEUE)
         with django_capture_on_commit_callbacks(execute=True):
             return sweep(now=now, **kwargs)
 
@@ -230,3 +236,68 @@ def test_it_never_dispatches_running_or_finished_runs(sent, sweep_committed):
     assert sweep_committed(T0 + timedelta(seconds=30)).dispatched == 0
     assert sent == []
     assert fresh(held).dispatched_at is None
+
+
+# --- lost messages: only a message neither queued nor held is sent again ----------------------
+
+
+def dispatched_long_ago(biz_key: str) -> TaskRun:
+    """A pending run whose message was sent at T0 (and that no worker has started)."""
+    return make_run(biz_key=biz_key)
+
+
+@pytest.mark.django_db
+def test_it_never_resends_a_message_that_is_still_queued_however_old(sent, sweep_committed):
+    queued = dispatched_long_ago("queued")
+    lost = dispatched_long_ago("lost")
+    probe = QueueProbe(queue="celery", depth=1, oldest_age=3600, queued_runs=frozenset({queued.id}))
+
+    result = sweep_committed(T0 + timedelta(hours=1), probe=lambda: probe)
+    assert (result.dispatched, result.resent) == (1, 1)
+    assert sent == [lost.id]
+    assert (fresh(queued).dispatches, fresh(lost).dispatches) == (1, 2)
+
+
+@pytest.mark.django_db
+def test_on_redis_a_run_dispatched_no_earlier_than_the_old_end_of_the_queue_counts_as_queued(sent, sweep_committed):
+    early = dispatched_long_ago("early")
+    later = make_run(biz_key="later", now=T0 + timedelta(seconds=5))
+    probe = QueueProbe(
+        queue="celery", depth=40, oldest_age=100, oldest_dispatched_at=(T0 + timedelta(seconds=5)).timestamp()
+    )
+
+    assert sweep_committed(T0 + timedelta(minutes=5), probe=lambda: probe).resent == 1
+    assert sent == [early.id]  # `later` may still be queued: not sent again
+    assert fresh(later).dispatches == 1
+
+
+@pytest.mark.django_db
+def test_it_never_resends_a_message_a_worker_holds_while_the_worker_responds(sent, sweep_committed):
+    from runs.models import WorkerHeartbeat
+
+    held = dispatched_long_ago("held")
+    just_received = dispatched_long_ago("just-received")
+    now = T0 + timedelta(minutes=5)
+    WorkerHeartbeat.objects.create(
+        name="w1@h:1", hostname="w1@h", pid=1, started_at=T0, beat_at=now, progress_at=now, held=[held.id]
+    )
+    # The broker says a consumer took `just_received` 1 s ago: no heartbeat has had time to list it.
+    probe = QueueProbe(queue="celery", depth=0, oldest_age=None, queued_runs=frozenset(), held={just_received.id: 1.0})
+
+    assert sweep_committed(now, probe=lambda: probe).resent == 0
+    assert sent == []
+
+    # The worker goes silent (frozen, killed): what it held is lost, and sent again.
+    later = now + timedelta(seconds=30)
+    stale = QueueProbe(queue="celery", depth=0, oldest_age=None, queued_runs=frozenset(), held={just_received.id: 31.0})
+    assert sweep_committed(later, probe=lambda: stale).resent == 2
+    assert sorted(sent) == sorted([held.id, just_received.id])
+
+
+@pytest.mark.django_db
+def test_it_resends_nothing_when_it_cannot_look_into_the_queue(sent, sweep_committed):
+    dispatched_long_ago("unknown")
+    never = make_run(biz_key="never", dispatch=False)
+    result = sweep_committed(T0 + timedelta(hours=1), probe=lambda: None)
+    assert (result.dispatched, result.resent) == (1, 0)
+    assert sent == [never.id]  # a run with no message at all is still sent

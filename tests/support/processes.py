@@ -103,8 +103,10 @@ class Harness:
         self.log_dir = log_dir
         self.procs: list[Proc] = []
 
-    def worker(self, name: str = "w1", *, concurrency: int = 2, extra_env: dict | None = None) -> Proc:
-        args = [
+    def worker(
+        self, name: str = "w1", *, concurrency: int = 2, extra_env: dict | None = None, args: tuple[str, ...] = ()
+    ) -> Proc:
+        argv = [
             sys.executable,
             "-m",
             "celery",
@@ -117,8 +119,9 @@ class Harness:
             "--without-gossip",
             "--without-mingle",
             "--without-heartbeat",
+            *args,
         ]
-        return self._start(name, args, extra_env)
+        return self._start(name, argv, extra_env)
 
     def beat(self, name: str = "beat1", *, extra_env: dict | None = None) -> Proc:
         args = [

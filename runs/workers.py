@@ -1,0 +1,115 @@
+"""Worker liveness: each Celery worker process reports itself every few seconds (worker_beat, called by
+harness_site/worker_watch.py); /healthz, the dashboard and the sweeper read the reports.
+
+A worker is
+  * "ok": it reported within WORKER_SILENT_AFTER and took work recently, or had none to take;
+  * "not consuming": it reports, but work has waited for it for half its stall period (its watchdog
+    ends it at the full period, so that monitors see the state before the restart);
+  * "not responding": no report for WORKER_SILENT_AFTER (stopped, frozen, killed, or its host is gone).
+  * "restarted": silent or stuck, but the same node (celery hostname) has started again since, under a
+    new pid, and reports: its runner did its job; shown, but /healthz stays ok.
+A report older than WORKER_FORGET_AFTER is deleted: a worker that was killed is restarted under a new
+pid, and its old row would otherwise be listed for ever.
+"""
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from django.conf import settings
+
+from runs.models import WorkerHeartbeat
+
+WORKER_FORGET_AFTER = timedelta(minutes=2)
+
+
+def heartbeat_interval() -> timedelta:
+    return timedelta(seconds=settings.HARNESS["WORKER_HEARTBEAT_SECONDS"])
+
+
+def silent_after() -> timedelta:
+    """No report for this long: not responding (five missed heartbeats, at least 10 s)."""
+    return max(5 * heartbeat_interval(), timedelta(seconds=10))
+
+
+@dataclass(frozen=True)
+class WorkerReport:
+    """What a worker process says of itself at one heartbeat."""
+
+    name: str
+    hostname: str
+    pid: int
+    queues: str
+    pool: str
+    concurrency: int
+    started_at: datetime
+    progress_at: datetime
+    accepted: int
+    active: int
+    waiting: int
+    held: list[int]
+    stall_seconds: float
+    stopping: bool = False
+
+
+def worker_beat(report: WorkerReport, *, now: datetime) -> None:
+    """Record one heartbeat (one upsert), and forget workers silent beyond WORKER_FORGET_AFTER."""
+    fields = {k: v for k, v in vars(report).items() if k != "name"}
+    WorkerHeartbeat.objects.update_or_create(name=report.name, defaults={**fields, "beat_at": now})
+    WorkerHeartbeat.objects.filter(beat_at__lt=now - WORKER_FORGET_AFTER).delete()
+
+
+def worker_gone(*, name: str) -> None:
+    """A worker that exits cleanly takes its row with it."""
+    WorkerHeartbeat.objects.filter(name=name).delete()
+
+
+def worker_status(worker: WorkerHeartbeat, *, now: datetime) -> str:
+    """ok, not consuming or not responding (see the module docstring)."""
+    if now - worker.beat_at > silent_after():
+        return "not responding"
+    if (now - worker.progress_at).total_seconds() > worker.stall_seconds / 2:
+        return "not consuming"
+    return "ok"
+
+
+def worker_health(*, now: datetime) -> dict:
+    """Every worker known within WORKER_FORGET_AFTER with its status, for /healthz and the dashboard.
+    `reason` names the first worker that is not ok ("" when all are)."""
+    rows = []
+    workers = list(WorkerHeartbeat.objects.filter(beat_at__gte=now - WORKER_FORGET_AFTER).order_by("name"))
+    # A node (celery hostname) started again under a new pid that reports: the old one was restarted.
+    restarted = {w.hostname: w.started_at for w in workers if worker_status(w, now=now) == "ok" and not w.stopping}
+    for w in workers:
+        status = worker_status(w, now=now)
+        if status != "ok" and restarted.get(w.hostname, w.started_at) > w.started_at:
+            status = "restarted"
+        rows.append(
+            {
+                "name": w.name,
+                "status": status,
+                "queues": w.queues,
+                "pool": w.pool,
+                "concurrency": w.concurrency,
+                "active": w.active,
+                "waiting": w.waiting,
+                "accepted": w.accepted,
+                "last_heartbeat_age_seconds": round((now - w.beat_at).total_seconds(), 1),
+                "last_progress_age_seconds": round((now - w.progress_at).total_seconds(), 1),
+                "stopping": w.stopping,
+            }
+        )
+    bad = [r for r in rows if r["status"] not in ("ok", "restarted") and not r["stopping"]]
+    reason = ""
+    if bad:
+        r = bad[0]
+        age = r["last_heartbeat_age_seconds" if r["status"] == "not responding" else "last_progress_age_seconds"]
+        reason = f"worker {r['name']} {r['status']} for {age:.0f}s"
+    return {"ok": not bad, "reason": reason, "workers": rows}
+
+
+def worker_held_runs(*, now: datetime) -> set[int]:
+    """Runs whose messages a responding worker says it holds (received, waiting or running)."""
+    held: set[int] = set()
+    for runs in WorkerHeartbeat.objects.filter(beat_at__gte=now - silent_after()).values_list("held", flat=True):
+        held.update(r for r in runs or () if isinstance(r, int))
+    return held

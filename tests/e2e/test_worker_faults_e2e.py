@@ -1,0 +1,217 @@
+"""What one machine throws at a worker (issue 15), with real worker and beat processes on both brokers:
+a pool child killed, the worker itself killed with runs in hand, a stuck pool at SIGTERM, a frozen
+worker. The file broker is the embedded default (harness_site/broker.py); the PostgreSQL pass uses Redis.
+"""
+
+import os
+import signal
+import time
+
+import pytest
+from django.conf import settings
+from django.test import Client
+from django.utils import timezone
+
+from runs.claims import Work, run_claim
+from runs.models import TaskRun, WorkerHeartbeat
+from tests.e2e.helpers import START_TIMEOUT, pause_quiescent, wait_ticking
+from tests.support.processes import Proc, wait_for
+
+pytestmark = [pytest.mark.e2e]
+
+FILE_BROKER = settings.CELERY_BROKER_URL.startswith("filesystem://")
+POLICY = {
+    "max_attempts": 5,
+    "backoff_base_seconds": 1.0,
+    "max_delay_seconds": 2,
+    "max_retry_window_seconds": 3600,
+    "jitter_min": 1.0,
+    "jitter_max": 1.0,
+    "lease_ttl_seconds": 4,
+}
+
+
+def claim(biz_key: str, *, seconds: float = 0.0) -> TaskRun:
+    """A run of harness.record (one DiagnosticRecord per success), dispatched at once."""
+    work = Work(
+        biz_key=biz_key,
+        skill="harness.record",
+        source=TaskRun.Source.API,
+        triggered_by="e2e",
+        payload={"params": {"seconds": seconds}, "policy": POLICY},
+    )
+    return run_claim(work, now=timezone.now()).run
+
+
+def pool_children(proc: Proc) -> list[int]:
+    pids = []
+    for task in os.listdir(f"/proc/{proc.pid}/task"):
+        with open(f"/proc/{proc.pid}/task/{task}/children") as f:
+            pids += [int(p) for p in f.read().split()]
+    return pids
+
+
+def heartbeat(proc: Proc) -> WorkerHeartbeat | None:
+    return WorkerHeartbeat.objects.filter(pid=proc.pid).first()
+
+
+def wait_heartbeat(proc: Proc) -> WorkerHeartbeat:
+    return wait_for(lambda: heartbeat(proc), timeout=START_TIMEOUT, what=f"a heartbeat of {proc.name}")
+
+
+def wait_succeeded(runs: list[TaskRun], *, timeout: float, what: str) -> float:
+    """Seconds until every run succeeded."""
+    started = time.monotonic()
+    ids = [r.id for r in runs]
+    wait_for(
+        lambda: TaskRun.objects.filter(id__in=ids, state=TaskRun.State.SUCCEEDED).count() == len(ids),
+        timeout=timeout,
+        what=what,
+    )
+    return time.monotonic() - started
+
+
+def healthz() -> tuple[int, dict]:
+    response = Client().get("/healthz")
+    return response.status_code, response.json()
+
+
+def test_killing_every_idle_pool_child_does_not_stop_the_worker(harness):
+    """The blocking prefork pool deadlocked for good when a child died holding the queue lock (13 of
+    13 times); the event-loop pool replaces its children and goes on."""
+    worker = harness.worker("w1", concurrency=2)
+    harness.beat()
+    wait_ticking()
+    wait_heartbeat(worker)
+    children = wait_for(lambda: pool_children(worker), timeout=10, what="the pool children")
+    for pid in children:  # idle: whichever held a lock dies with it
+        os.kill(pid, signal.SIGKILL)
+
+    runs = [claim(f"after-kill-{i}") for i in range(5)]
+    took = wait_succeeded(runs, timeout=30, what="runs sent after the pool children died to succeed")
+    replaced = pool_children(worker)
+    print(f"\n[e2e pool child] killed {len(children)} idle children; 5 runs done {took:.1f}s later")
+    assert worker.popen.poll() is None and not set(replaced) & set(children)
+
+
+def test_runs_held_by_a_killed_worker_are_delivered_again_without_waiting_for_a_sweep(harness):
+    """w1 holds runs it received and had not started (prefetched); kill -9. The file broker puts them
+    back when its consumer dies (about a second); on Redis the sweeper re-sends them once w1 is silent
+    and they are neither queued nor held (runs/sweeper.py), instead of after a 30 s re-dispatch."""
+    harness.beat()
+    w1 = harness.worker("w1", concurrency=1, args=("--prefetch-multiplier=3",))
+    wait_ticking()
+    wait_heartbeat(w1)
+    runs = [claim(f"held-{i}", seconds=8) for i in range(3)]  # long enough to start w2 meanwhile
+    # One running, two received and waiting in w1 (its heartbeat lists what it holds).
+    wait_for(
+        lambda: (h := heartbeat(w1)) and {r.id for r in runs} <= set(h.held) and h.active == 1,
+        timeout=30,
+        what="w1 to hold all three runs, one running",
+    )
+    waiting = list(TaskRun.objects.filter(id__in=[r.id for r in runs], state=TaskRun.State.PENDING))
+    running = TaskRun.objects.get(id__in=[r.id for r in runs], state=TaskRun.State.RUNNING)
+    assert len(waiting) == 2
+    w2 = harness.worker("w2", concurrency=2)
+    wait_heartbeat(w2)
+
+    assert TaskRun.objects.filter(id__in=[r.id for r in waiting], state=TaskRun.State.PENDING).count() == 2
+    w1.kill9()
+    killed = time.monotonic()
+    wait_for(
+        lambda: not TaskRun.objects.filter(id__in=[r.id for r in waiting], attempts=0).exists(),
+        timeout=60,
+        what="the runs w1 held, not started, to start elsewhere",
+    )
+    delay = time.monotonic() - killed
+    wait_succeeded(waiting, timeout=60, what="the runs w1 held, not started, to succeed elsewhere")
+    wait_succeeded([running], timeout=60, what="the run w1 was executing to be retried after its lease")
+    lease_delay = time.monotonic() - killed
+    # One message at the claim and one per retry (attempts - 1); any more were re-sent as lost.
+    resent = sum(
+        d - a for d, a in TaskRun.objects.filter(id__in=[r.id for r in runs]).values_list("dispatches", "attempts")
+    )
+    print(
+        f"\n[e2e killed worker] broker {'file' if FILE_BROKER else 'redis'}: the 2 prefetched runs "
+        f"started on w2 {delay:.1f}s after kill -9; the running one (lease 4 s, runs 8 s) succeeded "
+        f"after {lease_delay:.1f}s; messages re-sent by the sweeper: {resent}"
+    )
+    assert TaskRun.objects.get(id=running.id).attempts == 2
+    if FILE_BROKER:
+        assert resent == 0  # the broker itself delivered them again
+
+
+def test_sigterm_ends_a_worker_whose_pool_is_stuck(harness):
+    """A worker whose pool process is frozen mid-run never finishes a warm shutdown by itself; it exits
+    after HARNESS_WORKER_SHUTDOWN_SECONDS, taking its pool with it, and the run is retried elsewhere
+    after its lease."""
+    worker = harness.worker("w1", concurrency=1, extra_env={"HARNESS_WORKER_SHUTDOWN_SECONDS": "3"})
+    harness.beat()
+    wait_ticking()
+    wait_heartbeat(worker)
+    run = claim("stuck", seconds=5)
+    wait_for(lambda: TaskRun.objects.get(id=run.id).state == TaskRun.State.RUNNING, timeout=30, what="the run")
+    children = pool_children(worker)
+    for pid in children:
+        os.kill(pid, signal.SIGSTOP)
+
+    worker.popen.send_signal(signal.SIGTERM)
+    started = time.monotonic()
+    code = worker.popen.wait(timeout=30)
+    took = time.monotonic() - started
+    worker.stopped = True
+    print(f"\n[e2e stuck pool] SIGTERM: the worker exited ({code}) after {took:.1f}s (shutdown grace 3 s)")
+    wait_for(lambda: not [pid for pid in children if running(pid)], timeout=10, what="its pool to be gone")
+    harness.worker("w2", concurrency=1)
+    wait_succeeded([run], timeout=60, what="the stuck run to be retried by another worker")
+
+
+def running(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
+    except OSError:
+        return False
+
+
+def test_healthz_reports_a_frozen_worker_and_one_that_takes_no_work(harness):
+    """SIGSTOP of a whole worker: it stops reporting, /healthz says "not responding" well within a
+    minute. Only its pool frozen, work waiting: it still reports, /healthz says "not consuming", and
+    the watchdog ends it (exit 70) so that its runner starts it again."""
+    frozen = harness.worker("frozen", concurrency=1)
+    stuck = harness.worker("stuck", concurrency=1, extra_env={"HARNESS_WORKER_STALL_SECONDS": "6"})
+    harness.beat()
+    wait_ticking()
+    wait_heartbeat(frozen)
+    wait_heartbeat(stuck)
+    assert healthz()[0] == 200
+
+    # Frozen: the whole process group stops (never inside a database transaction).
+    pause_quiescent(frozen)
+    paused = time.monotonic()
+    status, body = wait_for(
+        lambda: (h := healthz()) and "not responding" in h[1]["reason"] and h,
+        timeout=60,
+        what="/healthz to report the frozen worker",
+    )
+    print(f"\n[e2e liveness] SIGSTOP: /healthz {status} after {time.monotonic() - paused:.1f}s: {body['reason']}")
+    assert status == 503 and frozen.name in body["reason"]
+    frozen.resume()
+
+    # Stuck: its pool frozen while work waits for it.
+    for pid in pool_children(stuck):
+        os.kill(pid, signal.SIGSTOP)
+    for i in range(4):
+        claim(f"waits-{i}")
+    status, body = wait_for(
+        lambda: (h := healthz()) and "not consuming" in h[1]["reason"] and h,
+        timeout=60,
+        what="/healthz to report the worker that takes no work",
+    )
+    print(f"[e2e liveness] pool frozen: /healthz {status}: {body['reason']}")
+    assert status == 503 and stuck.name in body["reason"]
+    code = stuck.popen.wait(timeout=60)
+    stuck.stopped = True
+    assert code == 70
+    waits = list(TaskRun.objects.filter(biz_key__startswith="waits-"))
+    wait_succeeded(waits, timeout=60, what="the runs that waited for the stuck worker to succeed elsewhere")
