@@ -9,7 +9,7 @@ from runs.models import Backpressure, Decision, TaskRun
 from runs.selectors import run_coalesced_into
 from tasks.models import DiagnosticRecord, Pool, TriggerRule, TriggerSource
 from tasks.triggers.events import event_intake
-from tests.e2e.helpers import RUN_TIMEOUT, make_rule
+from tests.e2e.helpers import RUN_TIMEOUT, make_rule, wait_ticking
 from tests.support.processes import wait_for
 
 HIGH, LOW = 5, 2
@@ -52,6 +52,10 @@ def test_a_burst_above_the_high_watermark_sheds_only_recomputable_triggers(harne
 
     harness.worker(concurrency=2)
     harness.beat()
+    wait_ticking()
+    # Slots that fell due before the first tick waited for beat to start; on a loaded machine that can
+    # take longer than the on-time grace, and such a slot is rightly "missed". From here on, only shed.
+    ticking_from = timezone.now()
 
     # Every one-time input runs; the coalesced object runs once, with the newest payload.
     wait_for(
@@ -83,4 +87,7 @@ def test_a_burst_above_the_high_watermark_sheds_only_recomputable_triggers(harne
     slots_run = set(TaskRun.objects.filter(rule=ticker).values_list("slot", flat=True))
     slots_shed = set(Decision.objects.filter(rule=ticker).values_list("slot", flat=True))
     assert not slots_run & slots_shed
-    assert set(Decision.objects.filter(rule=ticker).values_list("reason", flat=True)) <= {"shed"}
+    assert set(Decision.objects.filter(rule=ticker, slot__gte=ticking_from).values_list("reason", flat=True)) <= {
+        "shed"
+    }
+    assert set(Decision.objects.filter(rule=ticker).values_list("reason", flat=True)) <= {"shed", "missed"}

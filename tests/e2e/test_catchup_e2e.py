@@ -19,8 +19,9 @@ pytestmark = pytest.mark.e2e
 # care how a slot was computed (cron minutes, across zones and DST days, are tests/tasks/test_catchup*.py).
 PERIOD = timedelta(seconds=20)
 DOWN_SLOTS = 3
-# Restart this long after the last missed slot, so it is late beyond the scheduler's on-time grace (10 s).
-PAST_GRACE = timedelta(seconds=15)
+# Restart beat this long after the last missed slot, so it is late beyond the scheduler's on-time grace
+# (10 s) and its first tick comes well before the next slot (20 s), even on a loaded machine.
+PAST_GRACE = timedelta(seconds=11)
 assert slot_grace() < PAST_GRACE < PERIOD
 # The seeded tick runs this long after its slot: on time (within the scheduler's grace).
 SEEDED_TICK_AFTER = timedelta(seconds=1)
@@ -62,11 +63,14 @@ def test_missed_slots_are_caught_up_or_recorded_after_three_slots_down(harness):
     assert start_slot == seeded
     last_missed = start_slot + DOWN_SLOTS * PERIOD
 
-    # Staying down across three slots is the point of the test: this wait is the downtime.
+    # Staying down across three slots is the point of the test: this wait is the downtime. Nothing ticks
+    # without beat, so the worker comes back first (a worker alone takes no slot); beat comes back past the
+    # grace, and its first tick is then due before the next slot whatever the start-up time of a worker.
     restart_at = last_missed + PAST_GRACE
-    wait_for(lambda: timezone.now() >= restart_at, timeout=DOWN_SLOTS * every + 60, interval=1, what="3 slots down")
-    restarted_at = timezone.now()
+    wait_for(lambda: timezone.now() >= last_missed, timeout=DOWN_SLOTS * every + 60, interval=1, what="3 slots down")
     harness.worker("w1-restarted")
+    wait_for(lambda: timezone.now() >= restart_at, timeout=every + 60, interval=0.2, what="the restart instant")
+    restarted_at = timezone.now()
     harness.beat("beat1-restarted")
     wait_ticking(since=restarted_at)
     wait_for(
