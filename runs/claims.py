@@ -4,12 +4,12 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 
 from runs.admission import pool_release
 from runs.backpressure import Pressure, pressure_check, pressure_note_admitted
-from runs.dispatch import run_dispatch_on_commit
+from runs.dispatch import run_send_on_commit
 from runs.models import Decision, PoolWaiter, TaskRun
 from tasks.models import TriggerRule
 from tasks.rules import backpressure, keys
@@ -104,29 +104,41 @@ def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | 
     run_after = work.run_after or now
     if coalesces and work.run_after is None:
         run_after = now + work.coalesce_window
+    # Marked dispatched in the INSERT itself: no second statement for the hint sent on commit.
+    dispatch_now = dispatch and run_after <= now and (state or TaskRun.State.PENDING) == TaskRun.State.PENDING
+    fields = {
+        "biz_key": work.biz_key,
+        "rule": rule,
+        "rule_name": rule.name if rule else "",
+        "rule_version": rule.version if rule else None,
+        "skill": work.skill,
+        "source": work.source,
+        "triggered_by": work.triggered_by,
+        "slot": work.slot,
+        "trigger_at": now,
+        "payload": payload,
+        "is_trial": work.is_trial,
+        "identity": work.identity,
+        "object_key": work.object_key,
+        "coalesces": coalesces,
+        "state": state or TaskRun.State.PENDING,
+        "dispatched_at": now if dispatch_now else None,
+    }
     replaced: list[TaskRun] = []
     for _turn in range(MAX_COALESCE_TURNS):
+        if not coalesces and connection.vendor == "postgresql":
+            # No savepoint: ON CONFLICT (biz_key) DO NOTHING cannot poison the caller's transaction.
+            run = TaskRun(run_after=run_after, **fields)
+            if run_insert_new([run]):
+                break
+            found = run_count_dedupe_hit(work.biz_key)
+            if found is not None:
+                return ClaimResult(run=found, created=False)
+            continue  # the conflicting row is gone (never in practice): insert again
         try:
             # A savepoint, so the conflict does not poison the caller's transaction.
             with transaction.atomic():
-                run = TaskRun.objects.create(
-                    biz_key=work.biz_key,
-                    rule=rule,
-                    rule_name=rule.name if rule else "",
-                    rule_version=rule.version if rule else None,
-                    skill=work.skill,
-                    source=work.source,
-                    triggered_by=work.triggered_by,
-                    slot=work.slot,
-                    trigger_at=now,
-                    run_after=run_after,
-                    payload=payload,
-                    is_trial=work.is_trial,
-                    identity=work.identity,
-                    object_key=work.object_key,
-                    coalesces=coalesces,
-                    state=state or TaskRun.State.PENDING,
-                )
+                run = TaskRun.objects.create(run_after=run_after, **fields)
             break
         except IntegrityError:
             updated = TaskRun.objects.filter(biz_key=work.biz_key).update(dedupe_hits=F("dedupe_hits") + 1)
@@ -139,6 +151,8 @@ def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | 
                 replaced.append(head)
                 # The survivor starts no later than the run it replaced would have.
                 run_after = min(run_after, head.run_after)
+                if run_after <= now and dispatch and state in (None, TaskRun.State.PENDING):
+                    fields["dispatched_at"] = now
             # None: the pending run started or was replaced meanwhile; insert again.
     else:
         raise RuntimeError(f"could not coalesce {work.biz_key!r} in {MAX_COALESCE_TURNS} turns")
@@ -146,8 +160,56 @@ def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | 
         _record_coalesced(head, survivor=run, work=work, now=now)
     pressure_note_admitted(rule)
     if dispatch and run.run_after <= now and run.state == TaskRun.State.PENDING:
-        run_dispatch_on_commit(run_ids=[run.id], now=now)
+        run_send_on_commit(run_ids=[run.id])
     return ClaimResult(run=run, created=True, replaced=tuple(replaced))
+
+
+_INSERT_SQL: dict[str, str] = {}
+
+
+def _insert_sql(rows: int) -> tuple[str, list]:
+    fields = [f for f in TaskRun._meta.concrete_fields if not f.primary_key]
+    key = f"{rows}"
+    if key not in _INSERT_SQL:
+        qn = connection.ops.quote_name
+        one = "(" + ", ".join(["%s"] * len(fields)) + ")"
+        _INSERT_SQL[key] = (
+            f"INSERT INTO {qn(TaskRun._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
+            f"VALUES {', '.join([one] * rows)} ON CONFLICT ({qn('biz_key')}) DO NOTHING "
+            f"RETURNING {qn('id')}, {qn('biz_key')}"
+        )
+    return _INSERT_SQL[key], fields
+
+
+def run_insert_new(runs: list[TaskRun]) -> set[str]:
+    """PostgreSQL: insert the runs in one statement, skipping any whose biz_key is taken (invariant 1:
+    the unique index decides, never a read first). Returns the biz_keys inserted; those runs get
+    their ids. A conflict on any other constraint still raises."""
+    if not runs:
+        return set()
+    sql, fields = _insert_sql(len(runs))
+    params = []
+    for run in runs:
+        params.extend(f.get_db_prep_save(f.pre_save(run, True), connection) for f in fields)
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        ids = {biz_key: pk for pk, biz_key in cur.fetchall()}
+    for run in runs:
+        if run.biz_key in ids:
+            run.pk = ids[run.biz_key]
+            run._state.adding, run._state.db = False, connection.alias
+    return set(ids)
+
+
+def run_count_dedupe_hit(biz_key: str) -> TaskRun | None:
+    """Count a dedupe hit on the run holding `biz_key` and return it, in one statement (PostgreSQL)."""
+    table = connection.ops.quote_name(TaskRun._meta.db_table)
+    found = list(
+        TaskRun.objects.raw(
+            f"UPDATE {table} SET dedupe_hits = dedupe_hits + 1 WHERE biz_key = %s RETURNING *", [biz_key]
+        )
+    )
+    return found[0] if found else None
 
 
 def _replace_pending(work: Work, *, now: datetime) -> TaskRun | None:

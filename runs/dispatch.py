@@ -16,9 +16,18 @@ def run_dispatch_on_commit(*, run_ids: list[int], now: datetime) -> None:
     if not run_ids:
         return
     TaskRun.objects.filter(id__in=run_ids).update(dispatched_at=now)
+    run_send_on_commit(run_ids=run_ids)
+
+
+def run_send_on_commit(*, run_ids: list[int]) -> None:
+    """Enqueue runs whose dispatched_at the caller already wrote (a claim sets it in its INSERT)."""
+    if not run_ids:
+        return
 
     def send() -> None:
-        for run_id in run_ids:
-            current_app.send_task(EXECUTE_TASK, args=[run_id])
+        # One producer (one broker connection from the pool) for the whole batch of a tick.
+        with current_app.producer_or_acquire() as producer:
+            for run_id in run_ids:
+                current_app.send_task(EXECUTE_TASK, args=[run_id], producer=producer)
 
     transaction.on_commit(send)
