@@ -7,6 +7,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 
+from runs.claims import claim_batch
 from runs.models import Decision, SchedulerTick, TaskRun
 from runs.selectors import slot_grace
 from tasks.models import TriggerRule
@@ -46,8 +47,13 @@ def scheduler_tick(*, now: datetime, max_slots: int | None = None) -> TickResult
                 .filter(enabled=True, next_fire_at__lte=now)
                 .order_by("next_fire_at")[:RULE_BATCH]
             )
-            for rule in rules:
-                _tick_rule(rule, now=now, max_slots=max_slots, result=result)
+            advanced: list[TriggerRule] = []
+            # Plain claims of the whole batch are written together (one INSERT, one dispatch).
+            with claim_batch(now=now, result=result):
+                for rule in rules:
+                    _tick_rule(rule, now=now, max_slots=max_slots, result=result, advanced=advanced)
+            # One UPDATE for the batch's next_fire_at; before commit, so the next batch skips them.
+            TriggerRule.objects.bulk_update(advanced, ["last_slot_at", "next_fire_at"])
             result.rules += len(rules)
         if len(rules) < RULE_BATCH:
             break
@@ -58,7 +64,9 @@ def scheduler_tick(*, now: datetime, max_slots: int | None = None) -> TickResult
     return result
 
 
-def _tick_rule(rule: TriggerRule, *, now: datetime, max_slots: int, result: TickResult) -> None:
+def _tick_rule(
+    rule: TriggerRule, *, now: datetime, max_slots: int, result: TickResult, advanced: list[TriggerRule]
+) -> None:
     if rule.kind == TriggerRule.Kind.HEARTBEAT:
         heartbeat.heartbeat_tick(rule, now=now, result=result)
         return
@@ -118,7 +126,8 @@ def _tick_rule(rule: TriggerRule, *, now: datetime, max_slots: int, result: Tick
             slot_service.slot_decide(rule, plan.slot, reason=reason, details=details, now=now, result=result)
     # Catch-up "all" under a cap may plan only a prefix (catchup._plan_all): the rest is the next tick's.
     last = plans[-1].slot
-    TriggerRule.objects.filter(pk=rule.pk).update(last_slot_at=last, next_fire_at=schedule.next_slot(spec, last))
+    rule.last_slot_at, rule.next_fire_at = last, schedule.next_slot(spec, last)
+    advanced.append(rule)
 
 
 def _late_after(rule: TriggerRule, spec, after: datetime, *, now: datetime) -> int | None:
