@@ -182,8 +182,9 @@ class ClaimBatch:
     NOTHING RETURNING, one UPDATE counting the dedupe hits, one dispatch on commit.
 
     Only plain work joins a batch (`accepts`): pending, dispatched, not coalescing, not subject to
-    shedding, of a rule without an overlap guard. The unique index still decides every key (invariant 1): a key taken before, or by an
-    earlier slot of the same batch, is a counted dedupe hit exactly as in run_claim. The caller
+    shedding, of a rule without an overlap guard. The unique index still decides every key
+    (invariant 1): a key taken before, or by an earlier slot of the same batch, is a counted
+    dedupe hit exactly as in run_claim. The caller
     flushes before anything that could read the runs (the scheduler: before a claim that is not
     batched and before its transaction commits). `result` counts `claimed` and `dedupe_hits`.
     """

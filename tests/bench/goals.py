@@ -34,7 +34,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.bench import benchmark as bench  # noqa: E402  (the process helpers and bare Celery phase)
+from tests.bench import benchmark as bench  # the process helpers and the bare Celery phase
 
 GEN_PREFIX = "gen:"
 
