@@ -20,6 +20,7 @@ from harness_site.desk import (
     has_perm_method,
     now,
 )
+from runs.admin.scale import RuleFilter
 from runs.approvals import APPROVE_PERM, catchup_approve, catchup_reject
 from runs.models import Lease, RunLease, TaskRun
 from runs.operations import (
@@ -46,7 +47,7 @@ class RunDeskMixin:
 
     def get_list_filter(self, request):
         base = tuple(super().get_list_filter(request))
-        extra = ["is_trial", ("trigger_at", DateFieldListFilter), "rule"]
+        extra = ["is_trial", ("trigger_at", DateFieldListFilter), ("rule", RuleFilter)]
         return (*base, *[f for f in extra if f not in base])
 
     @admin.display(description=gettext_lazy("trial"), boolean=True, ordering="is_trial")
