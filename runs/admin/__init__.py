@@ -71,7 +71,7 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
     # whole table's count estimated, the search served by run_biz_key_trgm_idx (PostgreSQL). No
     # date hierarchy: its year links are a DISTINCT over every run; the trigger_at filter remains.
     list_filter = ("state", "source", ("rule_name", RuleNameFilter), ("last_error_kind", ErrorKindFilter))
-    search_fields = ("=id", "biz_key")
+    search_fields = ("biz_key",)  # and a run id: get_search_results
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     inlines = [AttemptInline, RunStepInline, ExternalCallInline, ActionProposalInline]
@@ -116,6 +116,15 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
         (_("Lease"), {"fields": ("lease_owner", "lease_expires_at", "fence")}),
         (_("Data"), {"fields": ("payload", "result", "last_error_kind", "last_error")}),
     )
+
+    def get_search_results(self, request, queryset, search_term):
+        """biz_key (contains, served by run_biz_key_trgm_idx on PostgreSQL) or, for a number, the run
+        id by primary key. Not the admin's "=id": that compares UPPER(id::text) on every row."""
+        found, duplicates = super().get_search_results(request, queryset, search_term)
+        term = search_term.strip()
+        if term.isdigit() and len(term) < 19:
+            found |= queryset.filter(pk=int(term))
+        return found, duplicates
 
     @admin.display(description=_("waiting for"))
     def waiting_for(self, run: TaskRun) -> str:
