@@ -25,9 +25,7 @@ def run_send_on_commit(*, run_ids: list[int]) -> None:
         return
 
     def send() -> None:
-        # One producer (one broker connection from the pool) for the whole batch of a tick.
-        with current_app.producer_or_acquire() as producer:
-            for run_id in run_ids:
-                current_app.send_task(EXECUTE_TASK, args=[run_id], producer=producer)
+        for run_id in run_ids:
+            current_app.send_task(EXECUTE_TASK, args=[run_id])
 
     transaction.on_commit(send)
