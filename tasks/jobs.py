@@ -1,11 +1,13 @@
 """Celery tasks of the tasks app: thin. Plain data in, one service call; the clock is read here."""
 
+import time
+
 from celery import shared_task
 from django.utils import timezone
 
 from tasks.models import TriggerSource
 from tasks.triggers.events import event_intake, event_records_prune
-from tasks.triggers.scheduler import scheduler_next_instant, scheduler_tick
+from tasks.triggers.scheduler import scheduler_tick_until_next_wakeup
 from tasks.triggers.sensors import sensors_scan_all
 
 
@@ -33,11 +35,6 @@ def sensors_scan_task() -> dict:
 # The tick is idempotent and frequent: a lost or expired one is replaced by the next.
 @shared_task(name="runs.scheduler_tick", acks_late=False, ignore_result=True, expires=30)
 def scheduler_tick_task() -> dict:
-    now = timezone.now()
-    result = scheduler_tick(now=now)
-    # A slot due before the next wake-up gets a tick at its instant: an ETA message, held by a
-    # worker's timer (no pool process sleeps). Lost with a worker at worst: the next beat tick runs it.
-    upcoming = scheduler_next_instant(now=timezone.now())
-    if upcoming is not None:
-        scheduler_tick_task.apply_async(eta=upcoming)
+    # Slots due before the next wake-up are ticked on their instant (sleeping up to a second).
+    result = scheduler_tick_until_next_wakeup(clock=timezone.now, sleep=time.sleep)
     return vars(result)

@@ -65,25 +65,41 @@ def scheduler_tick(*, now: datetime, max_slots: int | None = None) -> TickResult
 
 
 # A tick looks this far past its wake-up for the next due slot (at most one second, and less than the
-# beat interval): that slot gets a tick of its own at its exact instant (tasks/jobs.py, a Celery ETA).
+# beat interval, so the next wake-up is not held back): it sleeps to that instant and ticks again.
 MAX_LOOKAHEAD = timedelta(seconds=1)
+MAX_INSTANT_TICKS = 100  # distinct instants within one lookahead: a bound, never reached by a sane schedule
 
 
-def scheduler_next_instant(*, now: datetime) -> datetime | None:
-    """The next slot instant due before the next beat wake-up, if any: the tick that just ran asks
-    for a tick at that instant, so a 1 s tick starts slots on their second instead of at the beat's
-    arbitrary phase against it (up to a whole interval late). None: the next beat tick is soon enough.
+def scheduler_tick_until_next_wakeup(*, clock, sleep, max_slots: int | None = None) -> TickResult:
+    """Tick now; then, for each slot due before the next beat wake-up, sleep to its exact instant
+    and tick again. Without it a slot waits for the beat's arbitrary phase against the second
+    (up to a whole tick interval late); with it a 1 s tick starts slots on their instant.
 
-    One row from rule_due_idx. Ticks are idempotent, so the extra tick and any beat's tick dedupe.
+    `clock` returns the current time, `sleep` takes seconds (tests pass fakes). Each tick is the
+    ordinary idempotent scheduler_tick, so a sleeping tick and another beat's tick dedupe.
     """
+    started = clock()
     lookahead = min(MAX_LOOKAHEAD, timedelta(seconds=settings.HARNESS["TICK_SECONDS"]) * 0.9)
-    upcoming = (
-        TriggerRule.objects.filter(enabled=True, next_fire_at__gt=now, next_fire_at__lte=now + lookahead)
-        .order_by("next_fire_at")
-        .values_list("next_fire_at", flat=True)
-        .first()
-    )
-    return upcoming
+    total = scheduler_tick(now=started, max_slots=max_slots)
+    for _ in range(MAX_INSTANT_TICKS):
+        now = clock()
+        # rule_list_due's index (rule_due_idx): the earliest next_fire_at, one row.
+        upcoming = (
+            TriggerRule.objects.filter(enabled=True, next_fire_at__isnull=False)
+            .order_by("next_fire_at")
+            .values_list("next_fire_at", flat=True)
+            .first()
+        )
+        if upcoming is None or upcoming > started + lookahead:
+            return total
+        if upcoming > now:
+            sleep((upcoming - now).total_seconds())
+        result = scheduler_tick(now=max(clock(), upcoming), max_slots=max_slots)
+        for name in ("rules", "claimed", "dedupe_hits", "decisions"):
+            setattr(total, name, getattr(total, name) + getattr(result, name))
+        if not result.rules:  # taken by another beat's tick meanwhile (or paused): nothing left here
+            return total
+    return total
 
 
 def _rules_advance(rules: list[TriggerRule]) -> None:
