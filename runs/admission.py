@@ -18,7 +18,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import Min, Q
 
 from runs.dispatch import run_dispatch_on_commit
@@ -133,7 +133,8 @@ def pool_admit(run: TaskRun, *, worker: str, now: datetime, ttl: timedelta) -> A
     fence = run.fence + 1
     values = run_pool_values(run)
     pools, agent_only = run_pools(run)
-    with transaction.atomic():
+    # savepoint=False: the executor takes the run lease in the same transaction (no SAVEPOINT pair).
+    with transaction.atomic(savepoint=False):
         limited = [p.id for p in pools if _limited(p)]
         if limited:
             # The row locks, in id order (no deadlock); the locked rows carry the limits as of now.
@@ -259,6 +260,9 @@ def _mark_started(pool_id: int, fair_key: str, *, now: datetime) -> None:
 def pool_release(*, run_id: int, fence: int, now: datetime, worker: str | None = None) -> int:
     """The attempt ended (any outcome): give back its slots and hand each to the next waiting run.
     `worker`: only the slots that worker holds (an executor frees its own, never a duplicate's)."""
+    if connection.vendor == "postgresql":
+        freed, waiting = _release_returning(run_id=run_id, fence=fence, worker=worker)
+        return sum(pool_wake(pool_id=p, key=k, now=now) for _, p, k in freed if (p, k) in waiting)
     slots = PoolSlot.objects.filter(run_id=run_id, fence=fence)
     if worker is not None:
         slots = slots.filter(worker=worker)
@@ -275,6 +279,24 @@ def pool_release(*, run_id: int, fence: int, now: datetime, worker: str | None =
         .distinct()
     }
     return sum(pool_wake(pool_id=p, key=k, now=now) for _, p, k in freed if (p, k) in waiting)
+
+
+def _release_returning(*, run_id: int, fence: int, worker: str | None) -> tuple[list, set]:
+    """PostgreSQL: delete the attempt's slots and learn which of them a run waits for, in one
+    statement (DELETE ... RETURNING with the waiter look-up on each freed slot)."""
+    qn = connection.ops.quote_name
+    slot_t, waiter_t = qn(PoolSlot._meta.db_table), qn(PoolWaiter._meta.db_table)
+    by_worker = " AND worker = %s" if worker is not None else ""
+    sql = (
+        f"WITH freed AS (DELETE FROM {slot_t} WHERE run_id = %s AND fence = %s{by_worker} "
+        f"RETURNING id, pool_id, key) SELECT f.id, f.pool_id, f.key, EXISTS (SELECT 1 FROM {waiter_t} w "
+        f"WHERE w.reason = %s AND w.pool_id = f.pool_id AND w.key = f.key) FROM freed f"
+    )
+    params = [run_id, fence, *([worker] if worker is not None else []), Reason.CONCURRENCY]
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        rows = cur.fetchall()
+    return [(i, p, k) for i, p, k, _w in rows], {(p, k) for _i, p, k, w in rows if w}
 
 
 def slots_renew(*, run_id: int, fence: int, expires_at: datetime) -> None:

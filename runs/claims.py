@@ -1,16 +1,19 @@
 """Claiming a unit of work: one run per biz_key, ever (invariant 1); shed or coalesced at intake."""
 
 import logging
+from collections.abc import Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import IntegrityError, connection, transaction
 from django.db.models import F
 
 from harness_site import tracing
 from runs.admission import pool_release
 from runs.backpressure import Pressure, pressure_check, pressure_note_admitted
-from runs.dispatch import run_dispatch_on_commit
+from runs.dispatch import run_send_on_commit
 from runs.models import Decision, PoolWaiter, TaskRun
 from tasks.models import TriggerRule
 from tasks.rules import backpressure, keys
@@ -103,9 +106,7 @@ def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | 
             and backpressure.intake_verdict(work.recoverability, shedding=True) == backpressure.SHED
         ):
             return _shed(work, pressure, now=now)
-    payload = dict(work.payload)
-    if work.start_by is not None:
-        payload["start_by"] = work.start_by.isoformat()
+    payload = _payload(work)
     rule = work.rule
     # A run gated for approval is not coalesced: approving it later must never meet a pending one
     # of its object on the run_one_pending_per_object index.
@@ -113,30 +114,24 @@ def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | 
     run_after = work.run_after or now
     if coalesces and work.run_after is None:
         run_after = now + work.coalesce_window
+    # Marked dispatched in the INSERT itself: no second statement for the hint sent on commit.
+    dispatch_now = dispatch and run_after <= now and (state or TaskRun.State.PENDING) == TaskRun.State.PENDING
+    fields = _run_fields(work, payload=payload, now=now, state=state, coalesces=coalesces, dispatched=dispatch_now)
     replaced: list[TaskRun] = []
     for _turn in range(MAX_COALESCE_TURNS):
+        if not coalesces:
+            # No savepoint: ON CONFLICT (biz_key) DO NOTHING cannot poison the caller's transaction.
+            run = TaskRun(run_after=run_after, **fields)
+            if run_insert_new([run]):
+                break
+            found = run_count_dedupe_hit(work.biz_key)
+            if found is not None:
+                return ClaimResult(run=found, created=False)
+            continue  # the conflicting row is gone (never in practice): insert again
         try:
             # A savepoint, so the conflict does not poison the caller's transaction.
             with transaction.atomic():
-                run = TaskRun.objects.create(
-                    biz_key=work.biz_key,
-                    rule=rule,
-                    rule_name=rule.name if rule else "",
-                    rule_version=rule.version if rule else None,
-                    skill=work.skill,
-                    source=work.source,
-                    triggered_by=work.triggered_by,
-                    slot=work.slot,
-                    trigger_at=now,
-                    run_after=run_after,
-                    payload=payload,
-                    is_trial=work.is_trial,
-                    identity=work.identity,
-                    object_key=work.object_key,
-                    coalesces=coalesces,
-                    state=state or TaskRun.State.PENDING,
-                    trace_id=work.trace_id,
-                )
+                run = TaskRun.objects.create(run_after=run_after, **fields)
             break
         except IntegrityError:
             updated = TaskRun.objects.filter(biz_key=work.biz_key).update(dedupe_hits=F("dedupe_hits") + 1)
@@ -149,6 +144,8 @@ def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | 
                 replaced.append(head)
                 # The survivor starts no later than the run it replaced would have.
                 run_after = min(run_after, head.run_after)
+                if run_after <= now and dispatch and state in (None, TaskRun.State.PENDING):
+                    fields["dispatched_at"], fields["dispatches"] = now, 1
             # None: the pending run started or was replaced meanwhile; insert again.
     else:
         raise RuntimeError(f"could not coalesce {work.biz_key!r} in {MAX_COALESCE_TURNS} turns")
@@ -156,8 +153,198 @@ def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | 
         _record_coalesced(head, survivor=run, work=work, now=now)
     pressure_note_admitted(rule)
     if dispatch and run.run_after <= now and run.state == TaskRun.State.PENDING:
-        run_dispatch_on_commit(run_ids=[run.id], now=now)
+        run_send_on_commit(run_ids=[run.id], dispatched_at=run.dispatched_at or now)
     return ClaimResult(run=run, created=True, replaced=tuple(replaced))
+
+
+def _payload(work: Work) -> dict:
+    payload = dict(work.payload)
+    if work.start_by is not None:
+        payload["start_by"] = work.start_by.isoformat()
+    return payload
+
+
+def _run_fields(work: Work, *, payload: dict, now: datetime, state: str | None, coalesces: bool, dispatched: bool):
+    rule = work.rule
+    return {
+        "biz_key": work.biz_key,
+        "rule": rule,
+        "rule_name": rule.name if rule else "",
+        "rule_version": rule.version if rule else None,
+        "skill": work.skill,
+        "source": work.source,
+        "triggered_by": work.triggered_by,
+        "slot": work.slot,
+        "trigger_at": now,
+        "payload": payload,
+        "is_trial": work.is_trial,
+        "identity": work.identity,
+        "object_key": work.object_key,
+        "coalesces": coalesces,
+        "state": state or TaskRun.State.PENDING,
+        "dispatched_at": now if dispatched else None,
+        "dispatches": 1 if dispatched else 0,  # messages sent for the run (runs/sweeper.py counts re-sends)
+        "trace_id": work.trace_id,
+    }
+
+
+class ClaimBatch:
+    """Claims of one tick, written together: one multi-row INSERT ... ON CONFLICT (biz_key) DO
+    NOTHING RETURNING, one UPDATE counting the dedupe hits, one dispatch on commit.
+
+    Only plain work joins a batch (`accepts`): pending, dispatched, not coalescing, not subject to
+    shedding, of a rule without an overlap guard. The unique index still decides every key
+    (invariant 1): a key taken before, or by an earlier slot of the same batch, is a counted
+    dedupe hit exactly as in run_claim. The caller
+    flushes before anything that could read the runs (the scheduler: before a claim that is not
+    batched and before its transaction commits). `result` counts `claimed` and `dedupe_hits`.
+    """
+
+    MAX_ROWS = 500  # per statement: well inside PostgreSQL's and SQLite's parameter limits
+
+    def __init__(self, *, now: datetime, result) -> None:
+        self.now, self.result = now, result
+        self._runs: list[TaskRun] = []
+
+    @staticmethod
+    def accepts(work: Work, *, dispatch: bool, state: str | None) -> bool:
+        # An overlap guard counts the rule's active runs before each slot: those are claimed at once.
+        return (
+            dispatch
+            and state in (None, TaskRun.State.PENDING)
+            and not work.coalesces
+            and work.recoverability != backpressure.RECOMPUTABLE
+            and (work.rule is None or work.rule.overlap == TriggerRule.Overlap.ALLOW)
+        )
+
+    def add(self, work: Work) -> None:
+        if not keys.in_namespace(work.biz_key, work.rule.pk if work.rule else None):
+            raise ValueError(f"biz_key {work.biz_key!r} is outside the namespace of its rule")
+        run_after = work.run_after or self.now
+        fields = _run_fields(
+            work, payload=_payload(work), now=self.now, state=None, coalesces=False, dispatched=run_after <= self.now
+        )
+        self._runs.append(TaskRun(run_after=run_after, **fields))
+        if len(self._runs) >= self.MAX_ROWS:
+            self.flush()
+
+    def flush(self) -> None:
+        runs, self._runs = self._runs, []
+        if not runs:
+            return
+        created = run_insert_new(runs)
+        taken: dict[str, int] = {}
+        for run in runs:
+            if run.pk is None:
+                taken[run.biz_key] = taken.get(run.biz_key, 0) + 1
+        if taken:
+            _count_dedupe_hits(taken)
+        for run in created:
+            pressure_note_admitted(run.rule)
+        run_send_on_commit(run_ids=[r.id for r in created if r.dispatched_at is not None], dispatched_at=self.now)
+        self.result.claimed += len(created)
+        self.result.dedupe_hits += sum(taken.values())
+
+
+_batch: ContextVar[ClaimBatch | None] = ContextVar("claim_batch", default=None)
+
+
+@contextmanager
+def claim_batch(*, now: datetime, result) -> Iterator[ClaimBatch]:
+    """Collect the plain claims made inside (runs.claims.claim_batched) and write them together.
+    Flushed on exit; an exception discards them with the caller's transaction."""
+    batch = ClaimBatch(now=now, result=result)
+    token = _batch.set(batch)
+    try:
+        yield batch
+        batch.flush()
+    finally:
+        _batch.reset(token)
+
+
+def claim_batched(work: Work, *, dispatch: bool = True, state: str | None = None) -> bool:
+    """Join the open claim batch, if there is one and the work is plain; True if it joined. Any
+    other claim flushes the batch first, so it sees every run claimed before it."""
+    batch = _batch.get()
+    if batch is None:
+        return False
+    if ClaimBatch.accepts(work, dispatch=dispatch, state=state):
+        batch.add(work)
+        return True
+    batch.flush()
+    return False
+
+
+def _count_dedupe_hits(taken: dict[str, int]) -> None:
+    table = connection.ops.quote_name(TaskRun._meta.db_table)
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cur:
+            cur.execute(
+                f"UPDATE {table} AS t SET dedupe_hits = t.dedupe_hits + v.n "
+                f"FROM unnest(%s::text[], %s::int[]) AS v(k, n) WHERE t.biz_key = v.k",
+                [list(taken), list(taken.values())],
+            )
+        return
+    for n, keys_ in _by_count(taken).items():
+        TaskRun.objects.filter(biz_key__in=keys_).update(dedupe_hits=F("dedupe_hits") + n)
+
+
+def _by_count(taken: dict[str, int]) -> dict[int, list[str]]:
+    out: dict[int, list[str]] = {}
+    for key, n in taken.items():
+        out.setdefault(n, []).append(key)
+    return out
+
+
+_INSERT_SQL: dict[str, str] = {}
+
+
+def _insert_sql(rows: int) -> tuple[str, list]:
+    fields = [f for f in TaskRun._meta.concrete_fields if not f.primary_key]
+    key = f"{rows}"
+    if key not in _INSERT_SQL:
+        qn = connection.ops.quote_name
+        one = "(" + ", ".join(["%s"] * len(fields)) + ")"
+        _INSERT_SQL[key] = (
+            f"INSERT INTO {qn(TaskRun._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
+            f"VALUES {', '.join([one] * rows)} ON CONFLICT ({qn('biz_key')}) DO NOTHING "
+            f"RETURNING {qn('id')}, {qn('biz_key')}"
+        )
+    return _INSERT_SQL[key], fields
+
+
+def run_insert_new(runs: list[TaskRun]) -> list[TaskRun]:
+    """Insert the runs in one statement, skipping any whose biz_key is taken (invariant 1: the
+    unique index decides, never a read first; of two runs with one key the first is inserted).
+    Returns the runs inserted, which get their ids. A conflict on any other constraint raises.
+    PostgreSQL and SQLite (3.35+) both take INSERT ... ON CONFLICT DO NOTHING RETURNING."""
+    if not runs:
+        return []
+    sql, fields = _insert_sql(len(runs))
+    params = []
+    for run in runs:
+        params.extend(f.get_db_prep_save(f.pre_save(run, True), connection) for f in fields)
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        ids = {biz_key: pk for pk, biz_key in cur.fetchall()}
+    created = []
+    for run in runs:
+        if run.biz_key in ids:
+            run.pk = ids.pop(run.biz_key)  # popped: a later run with the same key was not inserted
+            run._state.adding, run._state.db = False, connection.alias
+            created.append(run)
+    return created
+
+
+def run_count_dedupe_hit(biz_key: str) -> TaskRun | None:
+    """Count a dedupe hit on the run holding `biz_key` and return it, in one statement."""
+    table = connection.ops.quote_name(TaskRun._meta.db_table)
+    found = list(
+        TaskRun.objects.raw(
+            f"UPDATE {table} SET dedupe_hits = dedupe_hits + 1 WHERE biz_key = %s RETURNING *", [biz_key]
+        )
+    )
+    return found[0] if found else None
 
 
 def _replace_pending(work: Work, *, now: datetime) -> TaskRun | None:

@@ -19,11 +19,18 @@ def run_dispatch_on_commit(*, run_ids: list[int], now: datetime) -> None:
     if not run_ids:
         return
     TaskRun.objects.filter(id__in=run_ids).update(dispatched_at=now, dispatches=F("dispatches") + 1)
+    run_send_on_commit(run_ids=run_ids, dispatched_at=now)
 
+
+def run_send_on_commit(*, run_ids: list[int], dispatched_at: datetime) -> None:
+    """Enqueue runs whose dispatched_at and dispatch count the caller already wrote (a claim sets
+    them in its INSERT)."""
+    if not run_ids:
+        return
     # The run id and its dispatched_at in headers too: the sweeper reads the queue without decoding
     # bodies, and tells a queued message from a lost one (runs/sweeper.py). The trace of the trigger
     # (or the sweep) sending them is taken now: on commit it has ended.
-    headers = {DISPATCHED_HEADER: now.timestamp(), **tracing.outgoing_headers()}
+    headers = {DISPATCHED_HEADER: dispatched_at.timestamp(), **tracing.outgoing_headers()}
 
     def send() -> None:
         for run_id in run_ids:

@@ -7,8 +7,11 @@ order: start window -> object gate -> pool admission -> run lease -> skill -> ou
 import logging
 import random
 import threading
+import time
 from collections.abc import Callable
 from datetime import datetime
+
+from django.db import transaction
 
 from harness_site import tracing
 from runs import outcome
@@ -32,6 +35,9 @@ log = logging.getLogger("harness.executor")
 
 Clock = Callable[[], datetime]
 ExecuteOutcome = outcome.ExecuteOutcome
+# A skill shorter than this is not followed by a connection check (a round trip): a connection that
+# died meanwhile makes the outcome write fail, and the sweeper expires the lease as for a lost worker.
+REFRESH_AFTER_SECONDS = 1.0
 
 
 @tracing.scoped
@@ -61,24 +67,29 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
     if gate is not None and gate.held is None:
         return ExecuteOutcome(run_id, "object_busy")
     admission = None
+    ttl = run_lease_ttl(run)
     try:
-        admission = pool_admit(run, worker=worker, now=clock(), ttl=run_lease_ttl(run))
-        if admission.elsewhere:  # a duplicate message: another worker is starting this attempt
-            return ExecuteOutcome(run_id, "not_claimable")
-        if not admission.admitted:
-            return ExecuteOutcome(run_id, "pool_wait", str(admission.refusal))
-        attempt = run_lease_claim(run, worker=worker, now=clock())
+        # Admission and the lease claim commit together: one transaction, and the slots are taken
+        # under the same pool row locks as before (Pool rows first, then the run row, as pool_wake).
+        with transaction.atomic():
+            admission = pool_admit(run, worker=worker, now=clock(), ttl=ttl)
+            if admission.elsewhere:  # a duplicate message: another worker is starting this attempt
+                return ExecuteOutcome(run_id, "not_claimable")
+            if not admission.admitted:
+                return ExecuteOutcome(run_id, "pool_wait", str(admission.refusal))
+            attempt = run_lease_claim(run, worker=worker, now=clock())
         if attempt is None:
             return ExecuteOutcome(run_id, "not_claimable")
-        renewer = LeaseRenewer(
-            run_id=run.id, fence=run.fence, ttl=run_lease_ttl(run), clock=clock, expires_at=run.lease_expires_at
-        )
+        # Started lazily: its thread exists only once the first renewal (ttl/3) is due.
+        renewer = LeaseRenewer(run_id=run.id, fence=run.fence, ttl=ttl, clock=clock, expires_at=run.lease_expires_at)
         renewer.start()
+        began = time.monotonic()
         try:
             result, error = _call_skill(run, attempt, worker, clock, lost=renewer.lost)
         finally:
             renewer.stop()
-        connection_refresh()  # the skill may have run for minutes; its connection may be gone
+        if time.monotonic() - began >= REFRESH_AFTER_SECONDS:
+            connection_refresh()  # the skill may have run for minutes; its connection may be gone
         now = clock()
         if error is None:
             return outcome.run_succeed(run, attempt, result, now=now)

@@ -6,8 +6,11 @@ taken can tell: its renewals and result writes (runs/outcome.py) change nothing.
 """
 
 import hashlib
+import heapq
 import logging
+import os
 import threading
+import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -207,23 +210,62 @@ def run_lease_claim(run: TaskRun, *, worker: str, now: datetime) -> Attempt | No
         return None
     expires = now + run_lease_ttl(run)
     start_at = run.start_at or now
-    with transaction.atomic():
-        claimed = TaskRun.objects.filter(
-            id=run.id, state__in=TaskRun.CLAIMABLE, run_after__lte=now, fence=run.fence, attempts=run.attempts
-        ).update(
-            state=TaskRun.State.RUNNING,
-            attempts=run.attempts + 1,
-            fence=run.fence + 1,
-            lease_owner=worker,
-            lease_expires_at=expires,
-            start_at=start_at,
-            executed_by=worker,
-        )
-        if not claimed:
+    attempt = Attempt(run=run, number=run.attempts + 1, fence=run.fence + 1, worker=worker, started_at=now)
+    changes = {
+        "state": TaskRun.State.RUNNING,
+        "attempts": run.attempts + 1,
+        "fence": run.fence + 1,
+        "lease_owner": worker,
+        "lease_expires_at": expires,
+        "start_at": start_at,
+        "executed_by": worker,
+    }
+    if connection.vendor == "postgresql":
+        if not _claim_and_insert_attempt(run, attempt, changes, now=now):
             return None
-        run.state, run.attempts, run.fence = TaskRun.State.RUNNING, run.attempts + 1, run.fence + 1
-        run.lease_owner, run.lease_expires_at, run.start_at, run.executed_by = worker, expires, start_at, worker
-        return Attempt.objects.create(run=run, number=run.attempts, fence=run.fence, worker=worker, started_at=now)
+    else:
+        # savepoint=False: inside the executor's admission transaction this adds no SAVEPOINT pair.
+        with transaction.atomic(savepoint=False):
+            claimed = TaskRun.objects.filter(
+                id=run.id, state__in=TaskRun.CLAIMABLE, run_after__lte=now, fence=run.fence, attempts=run.attempts
+            ).update(**changes)
+            if not claimed:
+                return None
+            attempt.save(force_insert=True)
+    for name, value in changes.items():
+        setattr(run, name, value)
+    return attempt
+
+
+_CLAIM_SQL: list[str] = []
+
+
+def _claim_and_insert_attempt(run: TaskRun, attempt: Attempt, changes: dict, *, now: datetime) -> bool:
+    """PostgreSQL: the compare-and-set claim and the attempt row in one statement (a data-modifying
+    CTE: the attempt is inserted only when the UPDATE matched). 0 rows: not ours, nothing written."""
+    fields = [f for f in Attempt._meta.concrete_fields if not f.primary_key]
+    if not _CLAIM_SQL:
+        qn = connection.ops.quote_name
+        sets = ", ".join(f"{qn(TaskRun._meta.get_field(name).column)} = %s" for name in changes)
+        _CLAIM_SQL.append(
+            f"WITH claimed AS (UPDATE {qn(TaskRun._meta.db_table)} SET {sets} "
+            f"WHERE {qn('id')} = %s AND {qn('state')} = ANY(%s) AND {qn('run_after')} <= %s "
+            f"AND {qn('fence')} = %s AND {qn('attempts')} = %s RETURNING {qn('id')}) "
+            f"INSERT INTO {qn(Attempt._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
+            f"SELECT {', '.join(['%s'] * len(fields))} FROM claimed RETURNING {qn('id')}"
+        )
+    run_fields = [TaskRun._meta.get_field(name) for name in changes]
+    params = [f.get_db_prep_save(changes[f.name], connection) for f in run_fields]
+    params += [run.id, list(TaskRun.CLAIMABLE), now, run.fence, run.attempts]
+    params += [f.get_db_prep_save(f.pre_save(attempt, True), connection) for f in fields]
+    with connection.cursor() as cur:
+        cur.execute(_CLAIM_SQL[0], params)
+        row = cur.fetchone()
+    if row is None:
+        return False
+    attempt.pk = row[0]
+    attempt._state.adding, attempt._state.db = False, connection.alias
+    return True
 
 
 @contextmanager
@@ -264,15 +306,31 @@ class LeaseRenewer:
         self._thread = threading.Thread(target=self._loop, name=f"lease-renewer-{run_id}", daemon=True)
 
     def start(self) -> None:
-        self._thread.start()
+        """Start renewing. Lazily: the renewal thread starts only when the first renewal is due
+        (ttl/3), so a skill that finishes well within its TTL never gets one (_LazyStarter)."""
+        self._interval = max(self.ttl.total_seconds() / 3, 0.2)
+        self._lock = threading.Lock()
+        self._stopped = self._started = False
+        _lazy_starter.add(time.monotonic() + self._interval, self)
+
+    def _start_now(self) -> None:
+        with self._lock:
+            if self._stopped:
+                return
+            self._started = True
+            self._thread.start()
 
     def stop(self) -> None:
-        self._stop.set()
-        self._thread.join()
+        with self._lock:
+            self._stopped = True
+            started = self._started
+        if started:
+            self._stop.set()
+            self._thread.join()
 
     def _loop(self) -> None:
-        interval = max(self.ttl.total_seconds() / 3, 0.2)
-        wait = interval
+        interval = self._interval
+        wait = 0.0  # started when the first renewal is due
         failing_since: datetime | None = None
         try:
             while not self._stop.wait(wait):
@@ -312,6 +370,45 @@ class LeaseRenewer:
             # The attempt's pool slots live as long as its lease (runs/admission.py).
             PoolSlot.objects.filter(run_id=self.run_id, fence=self.fence).update(expires_at=expires)
         return bool(renewed)
+
+
+class _LazyStarter:
+    """One thread per process that starts each LeaseRenewer's own thread when its first renewal is
+    due. Registering costs a heap push, not a thread: most skills finish long before ttl/3."""
+
+    def __init__(self) -> None:
+        self._cond = threading.Condition()
+        self._heap: list[tuple[float, int, LeaseRenewer]] = []
+        self._pid: int | None = None
+        self._seq = 0
+
+    def add(self, at: float, renewer: "LeaseRenewer") -> None:
+        with self._cond:
+            if self._pid != os.getpid():  # first use, or a forked pool child: the thread is not ours
+                self._pid, self._heap = os.getpid(), []
+                threading.Thread(target=self._loop, name="lease-renewer-starter", daemon=True).start()
+            if len(self._heap) > 1000:  # renewers stopped before their start was due
+                self._heap = [entry for entry in self._heap if not entry[2]._stopped]
+                heapq.heapify(self._heap)
+            self._seq += 1
+            heapq.heappush(self._heap, (at, self._seq, renewer))
+            self._cond.notify()
+
+    def _loop(self) -> None:
+        while True:
+            with self._cond:
+                while not self._heap:
+                    self._cond.wait()
+                at, _seq, renewer = self._heap[0]
+                delay = at - time.monotonic()
+                if delay > 0:
+                    self._cond.wait(delay)
+                    continue
+                heapq.heappop(self._heap)
+            renewer._start_now()
+
+
+_lazy_starter = _LazyStarter()
 
 
 def _one_line(exc: BaseException) -> str:

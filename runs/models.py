@@ -154,6 +154,8 @@ class TaskRun(models.Model):
             models.Index(fields=["skill", "-finish_at"], condition=Q(state="succeeded"), name="run_skill_done_idx"),
             # pending_count (backpressure): pending runs, counted by index alone.
             models.Index(fields=["rule"], condition=Q(state="pending"), name="run_pending_idx"),
+            # admin search by a trace id from a log line (runs/admin get_search_results).
+            models.Index(fields=["trace_id"], condition=~Q(trace_id=""), name="run_trace_idx"),
         ]
         permissions = [
             ("retry_run", "Can retry a run now"),

@@ -11,7 +11,7 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime
 
-from django.db import transaction
+from django.db import connection, transaction
 from django.db.models import F
 
 from deadletters.alerts import alert_retry
@@ -60,7 +60,11 @@ def attempt_mark_fenced(attempt: Attempt, *, now: datetime) -> ExecuteOutcome:
 
 
 def run_succeed(run: TaskRun, attempt: Attempt, result: object, *, now: datetime) -> ExecuteOutcome:
-    """The attempt succeeded: the run is done, with its result."""
+    """The attempt succeeded: the run is done, with its result (fenced; one statement on PostgreSQL)."""
+    if connection.vendor == "postgresql":
+        if not _succeed_returning(run, attempt, _jsonable(result), now=now):
+            return attempt_mark_fenced(attempt, now=now)
+        return ExecuteOutcome(run.id, "succeeded")
     with transaction.atomic():
         done = fenced_update(
             run,
@@ -74,6 +78,40 @@ def run_succeed(run: TaskRun, attempt: Attempt, result: object, *, now: datetime
             return attempt_mark_fenced(attempt, now=now)
         Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.SUCCEEDED, finished_at=now)
     return ExecuteOutcome(run.id, "succeeded")
+
+
+_SUCCEED_SQL: list[str] = []
+
+
+def _succeed_returning(run: TaskRun, attempt: Attempt, result: object, *, now: datetime) -> bool:
+    """PostgreSQL: the fenced run write and the attempt's outcome in one statement (the attempt is
+    updated only when the fenced UPDATE matched, so a fenced-out attempt keeps its own outcome)."""
+    if not _SUCCEED_SQL:
+        qn = connection.ops.quote_name
+        run_t, attempt_t = qn(TaskRun._meta.db_table), qn(Attempt._meta.db_table)
+        _SUCCEED_SQL.append(
+            f"WITH done AS (UPDATE {run_t} SET state = %s, finish_at = %s, result = %s, last_error = '', "
+            f"last_error_kind = '', lease_owner = '', lease_expires_at = NULL "
+            f"WHERE id = %s AND fence = %s AND state = %s RETURNING id), "
+            f"attempt AS (UPDATE {attempt_t} SET outcome = %s, finished_at = %s "
+            f"WHERE id = %s AND EXISTS (SELECT 1 FROM done) RETURNING id) "
+            f"SELECT count(*) FROM done"
+        )
+    result_field = TaskRun._meta.get_field("result")
+    params = [
+        TaskRun.State.SUCCEEDED,
+        now,
+        result_field.get_db_prep_save(result, connection),
+        run.id,
+        run.fence,
+        TaskRun.State.RUNNING,
+        Attempt.Outcome.SUCCEEDED,
+        now,
+        attempt.id,
+    ]
+    with connection.cursor() as cur:
+        cur.execute(_SUCCEED_SQL[0], params)
+        return bool(cur.fetchone()[0])
 
 
 def run_attempt_failed(

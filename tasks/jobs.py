@@ -1,11 +1,13 @@
 """Celery tasks of the tasks app: thin. Plain data in, one service call; the clock is read here."""
 
+import time
+
 from celery import shared_task
 from django.utils import timezone
 
 from tasks.models import TriggerSource
 from tasks.triggers.events import event_intake, event_records_prune
-from tasks.triggers.scheduler import scheduler_tick
+from tasks.triggers.scheduler import scheduler_tick_until_next_wakeup
 from tasks.triggers.sensors import sensors_scan_all
 
 
@@ -33,5 +35,6 @@ def sensors_scan_task() -> dict:
 # The tick is idempotent and frequent: a lost or expired one is replaced by the next.
 @shared_task(name="runs.scheduler_tick", acks_late=False, ignore_result=True, expires=30)
 def scheduler_tick_task() -> dict:
-    result = scheduler_tick(now=timezone.now())
+    # Slots due before the next wake-up are ticked on their instant (sleeping up to a second).
+    result = scheduler_tick_until_next_wakeup(clock=timezone.now, sleep=time.sleep)
     return vars(result)

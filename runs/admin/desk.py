@@ -22,6 +22,7 @@ from harness_site.desk import (
     has_perm_method,
     now,
 )
+from runs.admin.scale import RuleFilter
 from runs.approvals import APPROVE_PERM, catchup_approve, catchup_reject
 from runs.models import Lease, RunLease, TaskRun
 from runs.operations import (
@@ -50,8 +51,8 @@ class RunDeskMixin:
 
     def get_list_filter(self, request):
         base = tuple(super().get_list_filter(request))
-        # One rule filter (by the rule itself; its name is shown in the list).
-        extra = ["is_trial", ("trigger_at", DateFieldListFilter), "rule"]
+        # One rule filter (by the rule itself; its name is shown in the list), its links capped (scale.py).
+        extra = ["is_trial", ("trigger_at", DateFieldListFilter), ("rule", RuleFilter)]
         return (*base, *[f for f in extra if f not in base])
 
     @admin.display(description=gettext_lazy("trial"), boolean=True, ordering="is_trial")

@@ -14,7 +14,7 @@ from django.db.models import Max
 
 from deadletters.alerts import alert_slot_expired, alert_slot_missed
 from harness_site import tracing
-from runs.claims import run_claim
+from runs.claims import claim_batched, run_claim
 from runs.models import Decision, SlotHold, TaskRun
 from runs.outcome import run_fail
 from tasks.models import ReadinessFlag, TriggerRule
@@ -254,7 +254,8 @@ def slot_claim(
 ) -> TaskRun | None:
     """Claim the slot's run; returns the run when this call created it, else None (a dedupe hit,
     a slot shed by backpressure, which run_claim records as a "shed" decision, or a rule whose key
-    cannot be rendered, which becomes an invalid_rule decision)."""
+    cannot be rendered, which becomes an invalid_rule decision). Inside the tick's claim batch a
+    plain claim joins the batch and returns None: the batch writes and counts it."""
     try:
         work = work_for_slot(rule, slot, source=source, run_after=run_after)
     except (keys.KeyTemplateError, KeyError, ValueError) as exc:
@@ -264,6 +265,8 @@ def slot_claim(
             rule, slot, reason=Decision.Reason.INVALID_RULE, details={"error": str(exc)}, now=now, result=result
         )
         return None
+    if claim_batched(work, dispatch=dispatch, state=state):
+        return None  # written with the tick's batch, which counts it (runs.claims.ClaimBatch)
     claim = run_claim(work, now=now, dispatch=dispatch, state=state)
     if claim.shed:  # recomputable, above the high watermark: the slot's decision says so (invariant 3)
         result.decisions += 1

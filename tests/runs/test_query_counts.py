@@ -1,0 +1,177 @@
+# ruff: noqa: F811  (pytest fixtures imported from tests.support.desk are redefined as arguments)
+"""How many SQL statements the hot paths cost (issue 12): the claim, one execution, the tick per due
+slot, and every operator page. Counts, not timings: a regression shows up here, on both databases.
+
+Transaction control (BEGIN/COMMIT) is not a statement Django captures; savepoints are.
+"""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection, transaction
+from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
+
+from runs import executor
+from runs.claims import Work, run_claim
+from runs.models import TaskRun
+from tasks.models import TriggerRule
+from tasks.triggers.scheduler import scheduler_tick
+from tests.support.desk import make_failed_run, oncall, oncall_client  # noqa: F401
+
+pytestmark = pytest.mark.django_db
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+def work(key: str, **over) -> Work:
+    fields = {"skill": "harness.noop", "source": "api", "triggered_by": "tests", "payload": {"params": {}}}
+    return Work(biz_key=key, **{**fields, **over})
+
+
+def statements(fn) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        fn()
+    return len(queries)
+
+
+# --- claim ------------------------------------------------------------------------------------------
+
+
+def test_a_claim_is_one_statement_with_its_dispatch_mark_and_a_dedupe_hit_two():
+    # INSERT ... ON CONFLICT (biz_key) DO NOTHING RETURNING, dispatched_at written by the INSERT itself.
+    assert statements(lambda: run_claim(work("q:1"), now=T0)) == 1
+    run = TaskRun.objects.get(biz_key="q:1")
+    assert run.dispatched_at == T0
+    # The INSERT that conflicts, then one UPDATE ... RETURNING counting the hit and reading the run.
+    with CaptureQueriesContext(connection) as queries:
+        hit = run_claim(work("q:1"), now=T0 + timedelta(seconds=1))
+    assert len(queries) == 2
+    assert not hit.created and hit.run.id == run.id and hit.run.dedupe_hits == 1
+    assert TaskRun.objects.get(biz_key="q:1").dedupe_hits == 1
+
+
+# --- execute ----------------------------------------------------------------------------------------
+
+# Read the run; then one transaction (a savepoint pair here, inside the test's transaction) for
+# admission and the lease: its pools, the slot rows already there, the global pool's slot, the pool
+# waiter cleared, the claim with its attempt row (one statement on PostgreSQL, two on SQLite); the
+# success with the attempt's outcome (one statement on PostgreSQL, a savepoint pair and two on
+# SQLite); the slot released with its waiter check (one statement on PostgreSQL, three on SQLite).
+EXECUTE_STATEMENTS = {"postgresql": 10, "sqlite": 16}
+
+
+def test_one_execution_of_a_noop_run_costs_a_fixed_number_of_statements():
+    run = run_claim(work("q:exec"), now=timezone.now(), dispatch=False).run
+
+    with CaptureQueriesContext(connection) as queries:
+        outcome = executor.run_execute(run_id=run.id, worker="w", clock=timezone.now)
+
+    assert outcome.status == "succeeded"
+    assert len(queries) == EXECUTE_STATEMENTS[connection.vendor], "\n".join(q["sql"][:150] for q in queries)
+    run.refresh_from_db()
+    [attempt] = run.attempt_set.all()
+    assert (run.state, run.attempts, run.fence, run.lease_owner) == ("succeeded", 1, 1, "")
+    assert (attempt.outcome, attempt.fence, attempt.finished_at) == ("succeeded", 1, run.finish_at)
+
+
+def test_the_lease_renewer_starts_no_thread_for_a_skill_that_finishes_within_its_ttl():
+    import threading
+
+    run = run_claim(work("q:thread"), now=timezone.now(), dispatch=False).run
+    before = {t.name for t in threading.enumerate()}
+    executor.run_execute(run_id=run.id, worker="w", clock=timezone.now)
+    started = {t.name for t in threading.enumerate()} - before
+    assert not any(name.startswith("lease-renewer-") and name != "lease-renewer-starter" for name in started)
+
+
+# --- tick -------------------------------------------------------------------------------------------
+
+
+def due_rules(n: int, *, prefix: str, due: datetime) -> None:
+    for i in range(n):
+        rule = TriggerRule.objects.create(
+            name=f"{prefix}-{i}",
+            reason="test",
+            kind=TriggerRule.Kind.INTERVAL,
+            interval_seconds=86400,
+            timezone="UTC",
+            skill="harness.noop",
+            dedupe_key_template="{rule}:{slot}",
+        )
+        TriggerRule.objects.filter(pk=rule.pk).update(next_fire_at=due, last_slot_at=None)
+
+
+def tick_statements(now: datetime) -> tuple[int, int]:
+    with transaction.atomic():
+        with CaptureQueriesContext(connection) as queries:
+            result = scheduler_tick(now=now)
+    return len(queries), result.claimed
+
+
+def test_a_tick_costs_the_same_statements_for_one_due_slot_as_for_thirty():
+    tick_statements(T0 - timedelta(hours=1))  # the tick's own row exists from now on
+    due_rules(1, prefix="one", due=T0)
+    one, claimed = tick_statements(T0 + timedelta(milliseconds=10))
+    assert claimed == 1
+    due_rules(30, prefix="many", due=T0 + timedelta(hours=2))
+    many, claimed = tick_statements(T0 + timedelta(hours=2, milliseconds=10))
+    assert claimed == 30
+    # Per batch of rules: select them, one INSERT for every slot, one next_fire_at UPDATE; then the
+    # holds and the tick's own row. The rules' own first slots dedupe nothing.
+    assert many == one
+    assert TaskRun.objects.filter(rule__name__startswith="many-", dispatched_at__isnull=False).count() == 30
+
+
+# --- operator pages ---------------------------------------------------------------------------------
+
+
+def runs_in_bulk(n: int, *, start: int = 0) -> None:
+    now = timezone.now()
+    states = ["succeeded", "succeeded", "failed", "pending", "cancelled"]
+    TaskRun.objects.bulk_create(
+        TaskRun(
+            biz_key=f"bulk:{i}",
+            rule_name=f"rule-{i % 3}",
+            skill="harness.noop",
+            source="scheduler",
+            trigger_at=now - timedelta(minutes=i),
+            run_after=now - timedelta(minutes=i),
+            state=states[i % len(states)],
+            last_error_kind="timeout" if i % 5 == 2 else "",
+        )
+        for i in range(start, start + n)
+    )
+
+
+PAGES = [
+    ("admin:index", {}),
+    ("harness-dashboard", {}),
+    ("admin:runs_taskrun_changelist", {}),
+    ("admin:runs_taskrun_changelist", {"state__exact": "failed"}),
+    ("admin:runs_taskrun_changelist", {"q": "bulk:7"}),
+    ("admin:runs_taskrun_changelist", {"q": "RUN_ID"}),
+    ("admin:deadletters_deadletter_changelist", {}),
+]
+
+
+def page_statements(client, name: str, params: dict) -> int:
+    params = {k: (str(TaskRun.objects.get(biz_key="bulk:7").id) if v == "RUN_ID" else v) for k, v in params.items()}
+    with CaptureQueriesContext(connection) as queries:
+        response = client.get(reverse(name), params)
+    assert response.status_code == 200, (name, params, response.status_code)
+    return len(queries)
+
+
+@pytest.mark.parametrize(("name", "params"), PAGES, ids=[f"{n}{p}" for n, p in PAGES])
+def test_an_operator_page_costs_the_same_statements_with_ten_times_the_runs(oncall_client, name, params):
+    runs_in_bulk(20)
+    for i in range(3):
+        make_failed_run(f"dl:{i}", now=timezone.now())
+    oncall_client.get(reverse(name))  # warm: session, permissions, content types
+    few = page_statements(oncall_client, name, params)
+    runs_in_bulk(180, start=20)
+    for i in range(3, 30):
+        make_failed_run(f"dl:{i}", now=timezone.now())
+    assert page_statements(oncall_client, name, params) == few
