@@ -186,6 +186,14 @@ def outgoing_headers() -> dict[str, str]:
     return carrier
 
 
+def headers_for(trace_id: str) -> dict[str, str]:
+    """W3C trace-context headers for a message sent for trace `trace_id` from outside its span (a
+    batch of claims sends each run's message in the run's own trace)."""
+    carrier: dict[str, str] = {}
+    _PROPAGATOR.inject(carrier, context=_context_in(trace_id))
+    return carrier
+
+
 def context_from_headers(headers: dict) -> Any:
     """The context a received `traceparent` (and `tracestate`) describe; the current one if none is valid."""
     return _PROPAGATOR.extract({k: v for k, v in headers.items() if isinstance(v, str)})

@@ -241,7 +241,10 @@ class ClaimBatch:
             _count_dedupe_hits(taken)
         for run in created:
             pressure_note_admitted(run.rule)
-        run_send_on_commit(run_ids=[r.id for r in created if r.dispatched_at is not None], dispatched_at=self.now)
+        sent = [r for r in created if r.dispatched_at is not None]
+        run_send_on_commit(
+            run_ids=[r.id for r in sent], dispatched_at=self.now, traces={r.id: r.trace_id for r in sent}
+        )
         self.result.claimed += len(created)
         self.result.dedupe_hits += sum(taken.values())
 

@@ -22,18 +22,21 @@ def run_dispatch_on_commit(*, run_ids: list[int], now: datetime) -> None:
     run_send_on_commit(run_ids=run_ids, dispatched_at=now)
 
 
-def run_send_on_commit(*, run_ids: list[int], dispatched_at: datetime) -> None:
+def run_send_on_commit(*, run_ids: list[int], dispatched_at: datetime, traces: dict[int, str] | None = None) -> None:
     """Enqueue runs whose dispatched_at and dispatch count the caller already wrote (a claim sets
-    them in its INSERT)."""
+    them in its INSERT). `traces`: each run's own trace, when the caller is not inside it (a batch)."""
     if not run_ids:
         return
     # The run id and its dispatched_at in headers too: the sweeper reads the queue without decoding
     # bodies, and tells a queued message from a lost one (runs/sweeper.py). The trace of the trigger
     # (or the sweep) sending them is taken now: on commit it has ended.
     headers = {DISPATCHED_HEADER: dispatched_at.timestamp(), **tracing.outgoing_headers()}
+    per_run = {run_id: tracing.headers_for(trace) for run_id, trace in (traces or {}).items() if trace}
 
     def send() -> None:
         for run_id in run_ids:
-            current_app.send_task(EXECUTE_TASK, args=[run_id], headers={**headers, RUN_HEADER: run_id})
+            current_app.send_task(
+                EXECUTE_TASK, args=[run_id], headers={**headers, **per_run.get(run_id, {}), RUN_HEADER: run_id}
+            )
 
     transaction.on_commit(send)
