@@ -213,10 +213,12 @@ def test_the_separate_metrics_server_answers_without_a_token(settings):
     assert {s.labels["rule"] for s in families["harness_runs"].samples} == {"metrics-ok", "metrics-bad"}
 
 
-BIG = 100_000
+# Big enough that a per-row query or a scan would show in the printed time; the scale itself is
+# tests/bench's job (a scrape of 100,000 runs: about 0.3 s).
+BIG = 20_000
 
 
-def test_a_scrape_of_100k_runs_is_the_same_queries_and_prints_its_time():
+def test_a_scrape_of_many_runs_is_the_same_queries_and_prints_its_time():
     now = timezone.now()
     states = ["succeeded"] * 7 + ["failed", "pending", "waiting_retry"]
     runs = []
