@@ -102,7 +102,9 @@ def test_runs_held_by_a_killed_worker_are_delivered_again_without_waiting_for_a_
     w1 = harness.worker("w1", concurrency=1, args=("--prefetch-multiplier=3",))
     wait_ticking()
     wait_heartbeat(w1)
-    runs = [claim(f"held-{i}", seconds=8) for i in range(3)]  # long enough to start w2 meanwhile
+    # Long enough that w1 is still on its first run when w2 is up, even on a loaded machine where a
+    # worker takes 10 s or more to start (CI saw w1 finish an 8 s run and start the next one first).
+    runs = [claim(f"held-{i}", seconds=20) for i in range(3)]
     # One running, two received and waiting in w1 (its heartbeat lists what it holds).
     wait_for(
         lambda: (h := heartbeat(w1)) and {r.id for r in runs} <= set(h.held) and h.active == 1,
@@ -125,7 +127,7 @@ def test_runs_held_by_a_killed_worker_are_delivered_again_without_waiting_for_a_
     )
     delay = time.monotonic() - killed
     wait_succeeded(waiting, timeout=60, what="the runs w1 held, not started, to succeed elsewhere")
-    wait_succeeded([running], timeout=60, what="the run w1 was executing to be retried after its lease")
+    wait_succeeded([running], timeout=90, what="the run w1 was executing to be retried after its lease")
     lease_delay = time.monotonic() - killed
     # One message at the claim and one per retry (attempts - 1); any more were re-sent as lost.
     resent = sum(
@@ -133,7 +135,7 @@ def test_runs_held_by_a_killed_worker_are_delivered_again_without_waiting_for_a_
     )
     print(
         f"\n[e2e killed worker] broker {'file' if FILE_BROKER else 'redis'}: the 2 prefetched runs "
-        f"started on w2 {delay:.1f}s after kill -9; the running one (lease 4 s, runs 8 s) succeeded "
+        f"started on w2 {delay:.1f}s after kill -9; the running one (lease 4 s, runs 20 s) succeeded "
         f"after {lease_delay:.1f}s; messages re-sent by the sweeper: {resent}"
     )
     assert TaskRun.objects.get(id=running.id).attempts == 2
