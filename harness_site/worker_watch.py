@@ -93,6 +93,8 @@ class WorkerWatch(threading.Thread):
                 self.hard_exit(0)
 
     def beat(self) -> None:
+        # Imported here: harness_site/celery.py imports this module before Django's apps are ready,
+        # so the models can only be loaded once the worker runs.
         from django.utils import timezone
 
         from runs.workers import WorkerReport, worker_beat

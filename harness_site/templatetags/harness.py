@@ -12,6 +12,7 @@ from django.utils.html import format_html
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext as _
 
+from harness_site.audit.models import DeskPreference
 from harness_site.display import stamp, zones_for
 
 register = template.Library()
@@ -107,8 +108,6 @@ def pretty_json(value) -> str:
 @register.simple_tag(takes_context=True)
 def zone_choices(context):
     """(value, label, selected) for the display-zone switch in the page header."""
-    from harness_site.audit.models import DeskPreference
-
     request = context.get("request")
     current = getattr(request, "display_zone", DeskPreference.Zone.RULE)
     return [(value, label, value == current) for value, label in DeskPreference.Zone.choices]

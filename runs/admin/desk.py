@@ -34,7 +34,7 @@ from runs.operations import (
     run_retry_now,
 )
 from runs.selectors import duration_text as _seconds
-from runs.selectors import run_timeline
+from runs.selectors import run_timeline, run_wait_explain
 
 
 class RunDeskMixin:
@@ -181,8 +181,6 @@ FINAL_STATES = (TaskRun.State.SUCCEEDED, TaskRun.State.FAILED, TaskRun.State.CAN
 def run_page_timeline(run: TaskRun) -> dict:
     """What the run and ticket pages show: the selector's timeline, the rule's zone for every time on
     the page, and whether the page keeps refreshing (until the run is final)."""
-    from runs.selectors import run_wait_explain
-
     timeline = run_timeline(run)
     final = run.state in FINAL_STATES
     waiting = None if run.start_at else run_wait_explain(run, now=now())

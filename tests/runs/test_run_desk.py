@@ -206,3 +206,14 @@ def test_it_refuses_force_release_to_operators_and_viewers(operator_client, view
         assert client.post(reverse("admin:runs_taskrun_release", args=[run.pk]), {"reason": "x"}).status_code == 403
     run.refresh_from_db()
     assert run.state == "running"
+
+
+def test_a_trace_id_from_a_log_line_finds_its_run_and_error_kinds_are_named(viewer_client):
+    traced = _run("report:traced", trace_id="4bf92f3577b34da6a3ce929d0e0e4736")
+    _run("report:other", trace_id="00f067aa0ba902b700f067aa0ba902b7")
+    url = reverse("admin:runs_taskrun_changelist")
+    found = viewer_client.get(url, {"q": "4BF92F3577B34DA6A3CE929D0E0E4736"}).context["cl"]
+    assert [r.id for r in found.result_list] == [traced.id]
+    # The error-kind filter offers the whole vocabulary by name, the code in the link.
+    page = _text(viewer_client.get(url))
+    assert "last_error_kind=provider_wait" in page and "waiting for the provider" in page
