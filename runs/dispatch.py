@@ -15,16 +15,22 @@ EXECUTE_TASK = "runs.execute"
 
 def run_dispatch_on_commit(*, run_ids: list[int], now: datetime) -> None:
     """Mark the runs dispatched and enqueue them once the surrounding transaction commits,
-    so a worker never receives a run it cannot see yet. Sent by task name (runs/jobs.py)."""
+    so a worker never receives a run it cannot see yet. Sent by task name (runs/jobs.py).
+
+    Each message is in its run's own trace, not the sender's (a sweep, a pool release): whatever
+    sends it, the worker's lines about the run belong to the run's trace."""
     if not run_ids:
         return
-    TaskRun.objects.filter(id__in=run_ids).update(dispatched_at=now, dispatches=F("dispatches") + 1)
-    run_send_on_commit(run_ids=run_ids, dispatched_at=now)
+    runs = TaskRun.objects.filter(id__in=run_ids)
+    traces = dict(runs.values_list("id", "trace_id"))
+    runs.update(dispatched_at=now, dispatches=F("dispatches") + 1)
+    run_send_on_commit(run_ids=run_ids, dispatched_at=now, traces=traces)
 
 
 def run_send_on_commit(*, run_ids: list[int], dispatched_at: datetime, traces: dict[int, str] | None = None) -> None:
     """Enqueue runs whose dispatched_at and dispatch count the caller already wrote (a claim sets
-    them in its INSERT). `traces`: each run's own trace, when the caller is not inside it (a batch)."""
+    them in its INSERT). `traces`: each run's own trace, when the caller is not inside it (a batch,
+    a sweep)."""
     if not run_ids:
         return
     # The run id and its dispatched_at in headers too: the sweeper reads the queue without decoding

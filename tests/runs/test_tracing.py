@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 
 import pytest
 from celery.signals import before_task_publish
+from django.db import transaction
 from django.utils import timezone
 from opentelemetry import context as otel_context
 from opentelemetry.sdk.trace import TracerProvider
@@ -29,6 +30,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from deadletters.models import DeadLetter
 from harness_site import tracing
 from harness_site.logs import ContextFilter, JsonFormatter, logging_config
+from runs.claims import Work, run_claim
+from runs.dispatch import run_dispatch_on_commit
 from runs.executor import run_execute
 from runs.models import TaskRun
 from tasks.models import Agent, TriggerRule, TriggerSource
@@ -247,6 +250,23 @@ def test_a_redispatched_run_is_executed_in_its_own_trace_whatever_the_message_sa
     assert execute_as_worker(message, at=timezone.now()) == "succeeded"
     [attempt] = [s for s in spans.get_finished_spans() if s.name == "run.attempt"]
     assert f"{attempt.context.trace_id:032x}" == run.trace_id != other
+
+
+def test_a_message_sent_again_for_a_run_is_in_the_runs_trace_not_the_senders(published):
+    # The sweeper re-sends a lost run, a pool release wakes a waiter: the message belongs to the
+    # run's trace, so the worker's own lines for it (Celery's "succeeded") are in that trace too.
+    run = run_claim(
+        Work(biz_key="trace:resend", skill="harness.noop", source="api", triggered_by="tests", payload={}),
+        now=timezone.now(),
+    ).run
+    published.clear()
+    with tracing.span("sweep", new_trace=True):
+        sweep_trace = tracing.current_trace_id()
+        with transaction.atomic():
+            run_dispatch_on_commit(run_ids=[run.id], now=timezone.now())
+
+    [message] = published
+    assert TRACEPARENT.match(message["headers"]["traceparent"]).group(1) == run.trace_id != sweep_trace
 
 
 def test_text_lines_name_the_trace_and_run_and_json_lines_are_one_object_each():
