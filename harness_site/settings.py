@@ -401,6 +401,7 @@ _KNOWN_HARNESS_VARS = {
     # ./harness test's knobs (xdist workers per backend): set on its command line, so seen here too.
     "HARNESS_TEST_WORKERS",
     "HARNESS_E2E_WORKERS",
+    "HARNESS_TEST_RUN",  # the run id both phases share (tests/support/test_databases.py)
     "HARNESS_PORT",
     "HARNESS_SENSOR_SECONDS",
     "HARNESS_DECISION_RETENTION_DAYS",

@@ -2,8 +2,11 @@ import shutil
 
 import pytest
 from django.conf import settings
+from django.db import connections
+from django.test.utils import setup_databases, teardown_databases
 from django.utils import translation
 
+from tests.support import test_databases
 from tests.support.processes import Harness
 
 
@@ -11,9 +14,21 @@ def pytest_addoption(parser):
     parser.addoption(
         "--backend-only",
         action="store_true",
-        help="run only the tests marked backend (every e2e and transactional test and those marked by hand): "
-        "the PostgreSQL + Redis pass of ./harness test",
+        help="run only the tests marked backend (every e2e and transactional test and those marked by hand)",
     )
+    parser.addoption(
+        "--skip-pure",
+        action="store_true",
+        help="leave out the pure tests (no database, no broker, no real process), which cannot differ "
+        "between backends: the PostgreSQL + Redis pass of ./harness test",
+    )
+
+
+def _is_pure(item) -> bool:
+    """Touches neither the database nor the broker: a decision, a parser, a settings check."""
+    if item.get_closest_marker("backend") or item.get_closest_marker("django_db"):
+        return False
+    return not {"db", "transactional_db", "live_server", "harness"} & set(getattr(item, "fixturenames", ()))
 
 
 def _is_backend(item) -> bool:
@@ -34,7 +49,7 @@ LONGEST_FIRST = (
     "tests/e2e/test_catchup_e2e.py::",
     "tests/deadletters/test_alerts_e2e.py::test_a_receiver_that_was_down",
     "tests/e2e/test_schedule_e2e.py::test_two_beats_and_two_workers",
-    "tests/runs/test_dashboard.py::test_it_renders_the_dashboard_within_a_fixed_number_of_queries_on_100k_runs",
+    "tests/runs/test_dashboard.py::test_it_renders_the_dashboard_within_a_fixed_number_of_queries_on_20k_runs",
     "tests/runs/test_metrics.py::test_a_scrape_of_many_runs_is_the_same_queries_and_prints_its_time",
     "tests/tasks/test_scheduler_tick.py::test_every_slot_ends_in_exactly_one_run_or_decision[gap2-",
     "tests/deadletters/test_alerts.py::test_a_storm_of_500",
@@ -75,11 +90,16 @@ def pytest_collection_modifyitems(config, items):
     # Stable: otherwise the order pytest-django gave (itself stable: collection order within a group).
     items.sort(key=_run_order)
     if config.getoption("backend_only"):
-        keep = [item for item in items if item.get_closest_marker("backend")]
-        deselected = [item for item in items if not item.get_closest_marker("backend")]
-        if deselected:
-            config.hook.pytest_deselected(items=deselected)
-            items[:] = keep
+        _deselect(config, items, lambda item: not item.get_closest_marker("backend"))
+    if config.getoption("skip_pure"):
+        _deselect(config, items, _is_pure)
+
+
+def _deselect(config, items, leave_out) -> None:
+    deselected = [item for item in items if leave_out(item)]
+    if deselected:
+        config.hook.pytest_deselected(items=deselected)
+        items[:] = [item for item in items if not leave_out(item)]
 
 
 def pytest_report_header(config):
@@ -87,6 +107,31 @@ def pytest_report_header(config):
         f"harness database: {settings.DATABASES['default']['ENGINE']}",
         f"harness broker: {settings.CELERY_BROKER_URL}",
     ]
+
+
+@pytest.fixture(scope="session")
+def django_db_setup(request, django_test_environment, django_db_blocker, django_db_modify_db_settings):
+    """pytest-django's, except that an xdist worker copies a template migrated once per run instead
+    of migrating its own database (tests/support/test_databases.py). Always a fresh database:
+    pytest-django's --reuse-db and --no-migrations are not used by this suite."""
+    worker = getattr(request.config, "workerinput", {}).get("workerid")
+    verbosity = request.config.option.verbose
+    with django_db_blocker.unblock():
+        if worker:
+            conn = connections["default"]
+            old_name, own_name = conn.settings_dict["NAME"], conn.settings_dict["TEST"]["NAME"]
+            test_databases.worker_database_create(
+                base_name=own_name.removesuffix(f"_{worker}"),
+                own_name=own_name,
+                run_key=test_databases.run_key(request.config),
+                verbosity=verbosity,
+            )
+            db_cfg = [(conn, old_name, True)]
+        else:
+            db_cfg = setup_databases(verbosity=verbosity, interactive=False, aliases={"default"})
+    yield
+    with django_db_blocker.unblock():
+        teardown_databases(db_cfg, verbosity=verbosity)
 
 
 @pytest.fixture(autouse=True)
