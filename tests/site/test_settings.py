@@ -1,7 +1,10 @@
 """Settings refuse what would run unsafely (issue 10, finding 12): a boolean that is not one, and a
-placeholder or weak SECRET_KEY with DEBUG off. Each case starts a real Python process on the real
-settings module (harness_site.settings) and reads its error."""
+placeholder or weak SECRET_KEY with DEBUG off. Each case runs the real settings module
+(harness_site.settings) in a real Python process with that environment and reads its error; the
+cases share one process per test worker (`outcomes`), each with a fresh environment and a fresh
+run of the module, as a start-up would have it (one start-up per case cost 2 s of CPU each)."""
 
+import json
 import os
 import subprocess
 import sys
@@ -11,57 +14,97 @@ import pytest
 from tests.support.processes import ROOT
 
 STRONG = "Vq3b9LkQ2xT7mN8pR4sW6yZ1aC5dE0fG-hJ_kL2"
+BOOLEANS_BAD = ["maybe", "ture", "2", "", "enabled", "true\n"]
+BOOLEANS_GOOD = ["true", "True", "1", "yes", "ON", "false", "0", "no", "Off"]
+WEAK_KEYS = [
+    "change-me",  # the value in .env.example
+    "changeme",
+    "secret",
+    "test-only",
+    "django-insecure-0123456789abcdefghijklmnopqrstuvwxyz0123456789",  # startproject's marker
+    "short-but-random-Xq81",  # fewer than 32 characters
+    "a" * 60,  # one character repeated
+]
+CASES = {
+    **{f"bool-bad:{v!r}": {"DEBUG": v, "SECRET_KEY": STRONG} for v in BOOLEANS_BAD},
+    **{f"bool-good:{v}": {"DEBUG": v, "SECRET_KEY": STRONG} for v in BOOLEANS_GOOD},
+    **{f"weak:{k}": {"DEBUG": "false", "SECRET_KEY": k} for k in WEAK_KEYS},
+    "strong": {"DEBUG": "false", "SECRET_KEY": STRONG},
+    "debug-weak": {"DEBUG": "true", "SECRET_KEY": "change-me"},
+    "knobs": {"DEBUG": "false", "SECRET_KEY": STRONG, "HARNESS_TEST_WORKERS": "1", "HARNESS_E2E_WORKERS": "1"},
+    "mistyped": {"DEBUG": "false", "SECRET_KEY": STRONG, "HARNESS_TICK_SECONDZ": "1"},
+}
+# In the child: for each case, the parent's environment without DEBUG and SECRET_KEY plus the case's,
+# then the settings module run afresh; its error (the traceback a start-up would print) or none.
+CHILD = """
+import json, os, runpy, sys, traceback
+cases = json.load(sys.stdin)
+base = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY"}}
+out = {}
+for name, env in cases.items():
+    os.environ.clear()
+    os.environ.update({**base, **env})
+    try:
+        runpy.run_module("harness_site.settings", run_name="harness_site.settings")
+        out[name] = {"ok": True, "stderr": ""}
+    except Exception:
+        out[name] = {"ok": False, "stderr": traceback.format_exc()}
+json.dump(out, sys.stdout)
+"""
 
 
-def _start(**env: str) -> subprocess.CompletedProcess:
-    base = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY"}}
-    base["DJANGO_SETTINGS_MODULE"] = "harness_site.settings"
-    return subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"],
+class Started:
+    def __init__(self, outcome: dict):
+        self.returncode = 0 if outcome["ok"] else 1
+        self.stderr = outcome["stderr"]
+
+
+@pytest.fixture(scope="session")
+def outcomes() -> dict[str, Started]:
+    done = subprocess.run(
+        [sys.executable, "-c", CHILD],
         cwd=ROOT,
-        env={**base, **env},
+        env={**os.environ, "DJANGO_SETTINGS_MODULE": "harness_site.settings"},
+        input=json.dumps(CASES),
         capture_output=True,
         text=True,
         timeout=120,
     )
+    assert done.returncode == 0, done.stderr[-3000:]
+    return {name: Started(outcome) for name, outcome in json.loads(done.stdout).items()}
 
 
-@pytest.mark.parametrize("value", ["maybe", "ture", "2", "", "enabled", "true\n"])
-def test_it_refuses_a_boolean_that_is_not_one(value):
-    done = _start(DEBUG=value, SECRET_KEY=STRONG)
+def test_each_case_ran_in_its_own_environment(outcomes):
+    # A case that leaked into the next would show as a refused strong key after a weak one.
+    assert set(outcomes) == set(CASES)
+    assert outcomes["strong"].returncode == 0 and outcomes["weak:change-me"].returncode != 0
+
+
+@pytest.mark.parametrize("value", BOOLEANS_BAD)
+def test_it_refuses_a_boolean_that_is_not_one(outcomes, value):
+    done = outcomes[f"bool-bad:{value!r}"]
 
     assert done.returncode != 0
     assert "ImproperlyConfigured" in done.stderr and "DEBUG=" in done.stderr and "true or false" in done.stderr
 
 
-@pytest.mark.parametrize("value", ["true", "True", "1", "yes", "ON", "false", "0", "no", "Off"])
-def test_it_accepts_the_usual_spellings_of_a_boolean(value):
-    assert _start(DEBUG=value, SECRET_KEY=STRONG).returncode == 0
+@pytest.mark.parametrize("value", BOOLEANS_GOOD)
+def test_it_accepts_the_usual_spellings_of_a_boolean(outcomes, value):
+    assert outcomes[f"bool-good:{value}"].returncode == 0
 
 
-@pytest.mark.parametrize(
-    "key",
-    [
-        "change-me",  # the value in .env.example
-        "changeme",
-        "secret",
-        "test-only",
-        "django-insecure-0123456789abcdefghijklmnopqrstuvwxyz0123456789",  # startproject's marker
-        "short-but-random-Xq81",  # fewer than 32 characters
-        "a" * 60,  # one character repeated
-    ],
-)
-def test_it_refuses_a_placeholder_or_weak_secret_key_with_debug_off(key):
-    done = _start(DEBUG="false", SECRET_KEY=key)
+@pytest.mark.parametrize("key", WEAK_KEYS)
+def test_it_refuses_a_placeholder_or_weak_secret_key_with_debug_off(outcomes, key):
+    done = outcomes[f"weak:{key}"]
 
     assert done.returncode != 0
     assert "ImproperlyConfigured" in done.stderr and "SECRET_KEY" in done.stderr and "token_urlsafe" in done.stderr
     assert repr(key) not in done.stderr and f"={key}" not in done.stderr  # says why, never repeats the key
 
 
-def test_it_accepts_a_strong_key_and_any_key_in_debug():
-    assert _start(DEBUG="false", SECRET_KEY=STRONG).returncode == 0
-    assert _start(DEBUG="true", SECRET_KEY="change-me").returncode == 0
+def test_it_accepts_a_strong_key_and_any_key_in_debug(outcomes):
+    assert outcomes["strong"].returncode == 0, outcomes["strong"].stderr[-2000:]
+    assert outcomes["debug-weak"].returncode == 0, outcomes["debug-weak"].stderr[-2000:]
 
 
 def test_the_test_suite_itself_runs_with_a_strong_key():
@@ -72,14 +115,14 @@ def test_the_test_suite_itself_runs_with_a_strong_key():
     assert not settings.DEBUG and len(settings.SECRET_KEY) >= 32 and os.environ["SECRET_KEY"] == settings.SECRET_KEY
 
 
-def test_the_test_commands_knobs_are_known_settings():
+def test_the_test_commands_knobs_are_known_settings(outcomes):
     # `HARNESS_E2E_WORKERS=1 ./harness test` puts them in every process's environment.
-    done = _start(DEBUG="false", SECRET_KEY=STRONG, HARNESS_TEST_WORKERS="1", HARNESS_E2E_WORKERS="1")
+    done = outcomes["knobs"]
 
     assert done.returncode == 0, done.stderr[-2000:]
 
 
-def test_a_mistyped_harness_setting_is_refused():
-    done = _start(DEBUG="false", SECRET_KEY=STRONG, HARNESS_TICK_SECONDZ="1")
+def test_a_mistyped_harness_setting_is_refused(outcomes):
+    done = outcomes["mistyped"]
 
     assert done.returncode != 0 and "unknown setting(s) HARNESS_TICK_SECONDZ" in done.stderr
