@@ -297,6 +297,9 @@ HARNESS = {
     # Seconds between scheduler ticks; the data migration installs the beat entry with it.
     "TICK_SECONDS": env.int("HARNESS_TICK_SECONDS", default=1),
     "SWEEP_SECONDS": env.int("HARNESS_SWEEP_SECONDS", default=1),
+    # A message is sent again only after it has been nowhere (neither queued nor held by a worker)
+    # this long since it was sent: the commit-to-publish delay and a consumer's reporting delay.
+    "REDISPATCH_SECONDS": env.int("HARNESS_REDISPATCH_SECONDS", default=10),
     # Seconds between file-sensor scans (beat entry "harness: file sensors").
     "SENSOR_SECONDS": env.int("HARNESS_SENSOR_SECONDS", default=30),
     # Upper bound on slots one rule may materialise per tick (bounded catch-up work).
@@ -392,6 +395,7 @@ for _entry in HARNESS_AGENT_URL_ALLOW:
 _KNOWN_HARNESS_VARS = {
     "HARNESS_TICK_SECONDS",
     "HARNESS_SWEEP_SECONDS",
+    "HARNESS_REDISPATCH_SECONDS",
     "HARNESS_MAX_SLOTS_PER_TICK",
     "HARNESS_SLOT_GRACE_SECONDS",
     "HARNESS_ADMIN_BASE_URL",

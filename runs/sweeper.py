@@ -4,7 +4,7 @@ waiting runs, dispatches due runs that have no message yet and re-dispatches run
 A message is taken for lost only when the broker and the workers both say it is nowhere: not in the
 queue (the file broker lists its run ids; on Redis, the run was dispatched before every message at the
 old end of the queue) and held by no consumer (received and not acknowledged: the file broker's claims, Redis's
-unacked messages, or a responding worker's heartbeat), for REDISPATCH_AFTER since it was sent. So a
+unacked messages, or a responding worker's heartbeat), for redispatch_after() since it was sent. So a
 healthy backlog, however deep, is never sent twice; a message that died with a worker is.
 """
 
@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from celery import current_app
+from django.conf import settings
 from django.db import transaction
 from django.db.models import F, Q
 
@@ -29,11 +30,13 @@ from tasks.skills.sdk import ErrorKind
 
 log = logging.getLogger("harness.sweeper")
 
-# A message is re-sent only when it has been nowhere (neither queued nor held) this long after it was
-# sent: covers the commit-to-publish delay and a consumer's reporting delay.
-REDISPATCH_AFTER = timedelta(seconds=10)
 SWEEP_BATCH = 500
 EXECUTE_QUEUE = "celery"
+
+
+def redispatch_after() -> timedelta:
+    """How long a message must have been nowhere before it is sent again (HARNESS_REDISPATCH_SECONDS)."""
+    return timedelta(seconds=settings.HARNESS["REDISPATCH_SECONDS"])
 
 
 @dataclass(frozen=True)
@@ -128,7 +131,7 @@ def _dispatch_due(*, now: datetime, probe: Callable[[], QueueProbe | None]) -> t
             TaskRun.objects.filter(state__in=TaskRun.CLAIMABLE, run_after__lte=now)
             .filter(
                 Q(dispatched_at__isnull=True)
-                | Q(dispatched_at__lt=now - REDISPATCH_AFTER)
+                | Q(dispatched_at__lt=now - redispatch_after())
                 | Q(state=TaskRun.State.WAITING_RETRY, dispatched_at__lt=F("run_after"))
             )
             .order_by("run_after")
@@ -148,7 +151,7 @@ def _dispatch_due(*, now: datetime, probe: Callable[[], QueueProbe | None]) -> t
 
 
 def message_lost(run_id: int, dispatched_at: datetime, *, queue: QueueProbe, held: set[int]) -> bool:
-    """Whether the message of a run dispatched at `dispatched_at` (over REDISPATCH_AFTER ago) is lost:
+    """Whether the message of a run dispatched at `dispatched_at` (over redispatch_after() ago) is lost:
     not in the queue, and held by no consumer. A consumer's hold counts while the consumer responds
     (its heartbeat lists the run, `held`), or, from the broker's side, for silent_after() after it
     received the message (the time a heartbeat takes to report it)."""

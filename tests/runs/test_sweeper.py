@@ -15,7 +15,7 @@ from runs.claims import Work, run_claim
 from runs.executor import run_execute
 from runs.leases import run_lease_claim
 from runs.models import Attempt, TaskRun
-from runs.sweeper import REDISPATCH_AFTER, sweep
+from runs.sweeper import redispatch_after, sweep
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 TTL = timedelta(seconds=60)
@@ -185,12 +185,12 @@ def test_it_dispatches_a_due_retry_once_and_not_again_within_the_grace(sent, swe
     assert sent == [run.id]
     assert fresh(run).dispatched_at == due
 
-    for later in (due + timedelta(seconds=1), due + REDISPATCH_AFTER):
+    for later in (due + timedelta(seconds=1), due + redispatch_after()):
         assert sweep_committed(later).dispatched == 0
     assert sent == [run.id]
 
     # No worker took it for longer than the grace: the message may be lost, so send it again.
-    again = due + REDISPATCH_AFTER + timedelta(seconds=1)
+    again = due + redispatch_after() + timedelta(seconds=1)
     assert sweep_committed(again).dispatched == 1
     assert sent == [run.id, run.id]
     assert fresh(run).dispatched_at == again
@@ -222,8 +222,17 @@ def test_it_dispatches_a_pending_run_only_once_it_is_due(sent, sweep_committed):
 def test_it_does_not_redispatch_a_run_dispatched_at_claim_time_within_the_grace(sent, sweep_committed):
     run = make_run()  # due at once: the claim marked it dispatched
     assert fresh(run).dispatched_at == T0
-    assert sweep_committed(T0 + REDISPATCH_AFTER).dispatched == 0
-    assert sweep_committed(T0 + REDISPATCH_AFTER + timedelta(seconds=1)).dispatched == 1
+    assert sweep_committed(T0 + redispatch_after()).dispatched == 0
+    assert sweep_committed(T0 + redispatch_after() + timedelta(seconds=1)).dispatched == 1
+    assert sent == [run.id]
+
+
+@pytest.mark.django_db
+def test_the_redispatch_delay_is_a_setting(sent, sweep_committed, settings):
+    settings.HARNESS = {**settings.HARNESS, "REDISPATCH_SECONDS": 3}
+    run = make_run()
+    assert sweep_committed(T0 + timedelta(seconds=3)).dispatched == 0
+    assert sweep_committed(T0 + timedelta(seconds=4)).dispatched == 1
     assert sent == [run.id]
 
 
