@@ -14,6 +14,8 @@ from celery.signals import (
     worker_shutdown,
     worker_shutting_down,
 )
+from django.conf import settings
+from django.db import close_old_connections
 
 from harness_site import tracing, worker_watch
 from harness_site.broker import SENT_AT_HEADER
@@ -30,8 +32,6 @@ app.autodiscover_tasks(related_name="jobs")
 @task_postrun.connect
 def _close_old_connections(**_kwargs) -> None:
     # With connections reused across tasks, still honour CONN_MAX_AGE and drop broken ones.
-    from django.db import close_old_connections
-
     close_old_connections()
 
 
@@ -52,8 +52,6 @@ def _trace_exit(task=None, **_kwargs) -> None:
 def _django_logging(**_kwargs) -> None:
     # Workers and beat log like the web app (LOG_FORMAT, with the trace and run on each line),
     # instead of Celery's own format without them.
-    from django.conf import settings
-
     logging.config.dictConfig(settings.LOGGING)
 
 

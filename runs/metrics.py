@@ -15,6 +15,7 @@ from datetime import datetime, timedelta
 
 from django.db import connection
 from django.db.models import Count, Min, Q, Sum
+from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
 
@@ -38,8 +39,6 @@ class HarnessCollector(Collector):
     """Collects the harness metrics with `clock()` as now (a test passes its own)."""
 
     def __init__(self, clock=None):
-        from django.utils import timezone
-
         self.clock = clock or timezone.now
 
     def collect(self):
