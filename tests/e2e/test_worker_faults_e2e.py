@@ -199,13 +199,20 @@ def test_healthz_reports_a_frozen_worker_and_one_that_takes_no_work(harness):
     )
     print(f"\n[e2e liveness] SIGSTOP: /healthz {status} after {time.monotonic() - paused:.1f}s: {body['reason']}")
     assert status == 503 and frozen.name in body["reason"]
-    frozen.resume()
 
-    # Stuck: its pool frozen while work waits for it.
+    # Stuck: its pool frozen while work waits for it. The runs are sent while the other worker is
+    # still frozen, and it thaws only once the stuck one has received one: otherwise it could take
+    # them all (CI saw it), and then no work would wait for the stuck worker.
     for pid in pool_children(stuck):
         os.kill(pid, signal.SIGSTOP)
     for i in range(4):
         claim(f"waits-{i}")
+    wait_for(
+        lambda: any("Task runs.execute[" in line and line.endswith("] received") for line in stuck.log().splitlines()),
+        timeout=60,
+        what="the stuck worker to receive a run it cannot start",
+    )
+    frozen.resume()
     status, body = wait_for(
         lambda: (h := healthz()) and "not consuming" in h[1]["reason"] and h,
         timeout=60,
