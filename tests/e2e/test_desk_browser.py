@@ -9,6 +9,7 @@ from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.auth.models import User
+from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
@@ -28,6 +29,10 @@ pytestmark = [
         not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)),
         reason="needs Debian's chromium and chromium-driver (.ci/run installs them)",
     ),
+    # What a browser shows does not depend on the database: these run in the SQLite pass. Each costs
+    # 40-65 s of a loaded machine; the pages' queries and bad input are tested on both databases
+    # without a browser (tests/runs/test_query_counts.py, tests/tasks/test_admin_bad_input.py).
+    pytest.mark.skipif(connection.vendor == "postgresql", reason="browser tests run in the SQLite pass"),
 ]
 
 
