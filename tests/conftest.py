@@ -96,10 +96,12 @@ def pytest_collection_modifyitems(config, items):
 
 
 def _deselect(config, items, leave_out) -> None:
-    deselected = [item for item in items if leave_out(item)]
+    keep, deselected = [], []
+    for item in items:
+        (deselected if leave_out(item) else keep).append(item)
     if deselected:
         config.hook.pytest_deselected(items=deselected)
-        items[:] = [item for item in items if not leave_out(item)]
+        items[:] = keep
 
 
 def pytest_report_header(config):
