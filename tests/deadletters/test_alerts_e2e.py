@@ -51,7 +51,17 @@ def test_a_failing_rule_alerts_a_warning_then_urgent_through_the_worker(harness,
         assert "rule:       always-fails" in text and "error kind: timeout" in text and "link:" in text
     ticket = DeadLetter.objects.get(run=run)
     assert f"/admin/deadletters/deadletter/{ticket.id}/change/" in texts[1]
-    assert set(Alert.objects.filter(channel__isnull=False).values_list("state", flat=True)) == {Alert.State.SENT}
+    # The receiver has the request before the worker has its answer and marks the alert sent.
+    sent = wait_for(
+        lambda: (
+            (states := set(Alert.objects.filter(channel__isnull=False).values_list("state", flat=True)))
+            and Alert.State.PENDING not in states
+            and states
+        ),
+        timeout=30,
+        what="both alerts marked after delivery",
+    )
+    assert sent == {Alert.State.SENT}
 
 
 def test_a_receiver_that_was_down_gets_the_alert_through_the_periodic_check(harness, receiver):

@@ -71,6 +71,27 @@ def wait_succeeded(runs: list[TaskRun], *, timeout: float, what: str) -> float:
     return time.monotonic() - started
 
 
+def freeze_idle_pool(proc: Proc, *, tries: int = 10) -> None:
+    """SIGSTOP a worker's pool processes while none runs a task. One stopped mid-task (a sweep comes
+    every second) is a busy worker, not a stuck one, by design: it would never be "not consuming"."""
+    children = pool_children(proc)
+    for _ in range(tries):
+        for pid in children:
+            os.kill(pid, signal.SIGSTOP)
+        stopped = timezone.now()
+        report = wait_for(
+            lambda stopped=stopped: (h := heartbeat(proc)) and h.beat_at > stopped and h,
+            timeout=30,
+            what=f"a heartbeat of {proc.name} after its pool stopped",
+        )
+        if report.active == 0:
+            return
+        for pid in children:
+            os.kill(pid, signal.SIGCONT)
+        time.sleep(0.3)
+    raise AssertionError(f"could not stop the pool of {proc.name} between tasks in {tries} tries")
+
+
 def healthz() -> tuple[int, dict]:
     response = Client().get("/healthz")
     return response.status_code, response.json()
@@ -182,7 +203,7 @@ def test_healthz_reports_a_frozen_worker_and_one_that_takes_no_work(harness):
     minute. Only its pool frozen, work waiting: it still reports, /healthz says "not consuming", and
     the watchdog ends it (exit 70) so that its runner starts it again."""
     frozen = harness.worker("frozen", concurrency=1)
-    stuck = harness.worker("stuck", concurrency=1, extra_env={"HARNESS_WORKER_STALL_SECONDS": "6"})
+    stuck = harness.worker("stuck", concurrency=1, extra_env={"HARNESS_WORKER_STALL_SECONDS": "10"})
     harness.beat()
     wait_ticking()
     wait_heartbeat(frozen)
@@ -200,26 +221,26 @@ def test_healthz_reports_a_frozen_worker_and_one_that_takes_no_work(harness):
     print(f"\n[e2e liveness] SIGSTOP: /healthz {status} after {time.monotonic() - paused:.1f}s: {body['reason']}")
     assert status == 503 and frozen.name in body["reason"]
 
-    # Stuck: its pool frozen while work waits for it. The runs are sent while the other worker is
-    # still frozen, and it thaws only once the stuck one has received one: otherwise it could take
-    # them all (CI saw it), and then no work would wait for the stuck worker.
-    for pid in pool_children(stuck):
-        os.kill(pid, signal.SIGSTOP)
+    # Stuck: its pool frozen while work waits for it. The other worker stays frozen until /healthz
+    # has said so, or it could take all the work (CI saw it) and none would wait for the stuck one;
+    # beat's sweep, every second, and the runs below are work only the stuck worker can receive.
+    stuck_name = wait_heartbeat(stuck).name
+    freeze_idle_pool(stuck)
     for i in range(4):
         claim(f"waits-{i}")
-    wait_for(
-        lambda: any("Task runs.execute[" in line and line.endswith("] received") for line in stuck.log().splitlines()),
-        timeout=60,
-        what="the stuck worker to receive a run it cannot start",
-    )
-    frozen.resume()
     status, body = wait_for(
-        lambda: (h := healthz()) and "not consuming" in h[1]["reason"] and h,
+        lambda: (
+            (h := healthz())
+            and any(w["name"] == stuck_name and w["status"] == "not consuming" for w in h[1]["workers"])
+            and h
+        ),
         timeout=60,
         what="/healthz to report the worker that takes no work",
     )
-    print(f"[e2e liveness] pool frozen: /healthz {status}: {body['reason']}")
-    assert status == 503 and stuck.name in body["reason"]
+    row = next(w for w in body["workers"] if w["name"] == stuck_name)
+    print(f"[e2e liveness] pool frozen: /healthz {status}: {row['name']} {row['status']} ({row['waiting']} waiting)")
+    assert status == 503 and row["waiting"] >= 1
+    frozen.resume()
     code = stuck.popen.wait(timeout=60)
     stuck.stopped = True
     assert code == 70
