@@ -15,7 +15,7 @@ from celery.signals import (
     worker_shutting_down,
 )
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import close_old_connections, connections
 
 from harness_site import tracing, worker_watch
 from harness_site.broker import SENT_AT_HEADER
@@ -28,11 +28,28 @@ app.config_from_object("django.conf:settings", namespace="CELERY")
 app.autodiscover_tasks(related_name="jobs")
 
 
+# A connection that ended the previous task without an error this recently is not health-checked
+# again (CONN_HEALTH_CHECKS is a SELECT 1 round trip before each task's first query; a task of a few
+# milliseconds pays it every time). One that died meanwhile fails that task's first query; the task
+# fails, the run stays claimable and the sweeper re-sends it, and the broken connection is closed.
+HEALTH_CHECK_AFTER_IDLE = 1.0
+_connections_ok_at = [float("-inf")]
+
+
 @task_prerun.connect
-@task_postrun.connect
-def _close_old_connections(**_kwargs) -> None:
+def _connections_before(**_kwargs) -> None:
     # With connections reused across tasks, still honour CONN_MAX_AGE and drop broken ones.
     close_old_connections()
+    if time.monotonic() - _connections_ok_at[0] < HEALTH_CHECK_AFTER_IDLE:
+        for conn in connections.all(initialized_only=True):
+            if conn.connection is not None and not conn.errors_occurred:
+                conn.health_check_done = True
+
+
+@task_postrun.connect
+def _connections_after(**_kwargs) -> None:
+    close_old_connections()  # a connection with errors is checked now, and closed if broken
+    _connections_ok_at[0] = time.monotonic()
 
 
 @task_prerun.connect

@@ -21,9 +21,10 @@ from datetime import datetime, timedelta
 from django.db import connection, transaction
 from django.db.models import Min, Q
 
+from runs import sql
 from runs.dispatch import run_dispatch_on_commit
 from runs.models import PoolKey, PoolSlot, PoolWaiter, TaskRun
-from tasks.models import GLOBAL_POOL, Pool
+from tasks.models import GLOBAL_POOL, Pool, TriggerRule
 from tasks.rules.flow import Bucket, FairGroup, bucket_take, fair_order, pool_key_render
 from tasks.rules.keys import KeyTemplateError
 
@@ -104,6 +105,47 @@ def run_pools(run: TaskRun) -> tuple[list[Pool], set[int]]:
 
 def _limited(pool: Pool) -> bool:
     return pool.max_concurrency is not None or bool(pool.rate_count)
+
+
+# --- The plain admission (PostgreSQL): pools that limit nothing, taken in the lease claim's statement. ---
+#
+# Most runs draw only from pools that limit nothing (the global pool as installed): admission then
+# decides nothing and only records a slot row per pool, so that a limit set later counts the runs
+# already in. The lease claim (runs/leases.py) does that in its own statement: `PLAIN_CTES` lock the
+# pools the run draws from (FOR KEY SHARE, in id order: the pool rows before the run row, the order
+# pool_wake and pool_admit use) and find whether they all limit nothing; the claim's UPDATE matches
+# only then, and `PLAIN_TAKE_CTES` take a slot in each. Anything else (a limit, a pause, a key
+# template, an agent, slots already there, no global pool) is pool_admit's, under the pool row locks.
+
+_rule_pools = TriggerRule.pools.through._meta
+# Params: now, the global pool's name, the run's rule id, the global pool's name, the run id.
+PLAIN_CTES = (
+    "plain AS MATERIALIZED (SELECT id, max_concurrency IS NULL AND coalesce(rate_count, 0) = 0"
+    " AND (paused_until IS NULL OR paused_until <= %s) AND key_template = '' AS free"
+    f" FROM {sql.qn(Pool._meta.db_table)} WHERE enabled AND (name = %s OR id IN"
+    f" (SELECT pool_id FROM {sql.qn(_rule_pools.db_table)} WHERE triggerrule_id = %s)) ORDER BY id FOR KEY SHARE),"
+    " admit AS MATERIALIZED (SELECT coalesce(bool_and(free), true)"
+    f" AND EXISTS (SELECT 1 FROM {sql.qn(Pool._meta.db_table)} WHERE name = %s)"
+    f" AND NOT EXISTS (SELECT 1 FROM {sql.qn(PoolSlot._meta.db_table)} WHERE run_id = %s) AS plain FROM plain)"
+)
+# After the claim's CTE "claimed" (returning id, fence, lease_owner, lease_expires_at): a slot in
+# each plain pool for the new fence, as long as the lease, and the waiter row cleared, only when it
+# claimed. Params: acquired_at.
+PLAIN_TAKE_CTES = (
+    f"slots AS (INSERT INTO {sql.qn(PoolSlot._meta.db_table)} (pool_id, key, run_id, fence, worker, acquired_at,"
+    " expires_at) SELECT p.id, '', c.id, c.fence, c.lease_owner, %s, c.lease_expires_at FROM claimed c, plain p),"
+    f" waiter AS (DELETE FROM {sql.qn(PoolWaiter._meta.db_table)} w USING claimed c WHERE w.run_id = c.id)"
+)
+
+
+def plain_params(run: TaskRun, *, now: datetime) -> list:
+    return [now, GLOBAL_POOL, run.rule_id, GLOBAL_POOL, run.id]
+
+
+def pool_admit_plain(run: TaskRun) -> bool:
+    """Whether the lease claim may try the plain admission (PostgreSQL): an agent's pool counts model
+    calls and may pause, so a run with an agent is always admitted by pool_admit."""
+    return connection.vendor == "postgresql" and not run.payload.get("agent")
 
 
 def _key(pool: Pool, values: dict[str, str]) -> str:
@@ -261,8 +303,14 @@ def pool_release(*, run_id: int, fence: int, now: datetime, worker: str | None =
     """The attempt ended (any outcome): give back its slots and hand each to the next waiting run.
     `worker`: only the slots that worker holds (an executor frees its own, never a duplicate's)."""
     if connection.vendor == "postgresql":
-        freed, waiting = _release_returning(run_id=run_id, fence=fence, worker=worker)
-        return sum(pool_wake(pool_id=p, key=k, now=now) for _, p, k in freed if (p, k) in waiting)
+        [(waiting,)] = sql.rows(
+            f"WITH {release_cte(worker is not None)} SELECT {RELEASE_WAITING}",
+            [
+                *release_params(run_id=run_id, fence=fence, worker=worker),
+                *RELEASE_WAITING_PARAMS,
+            ],
+        )
+        return pool_wake_freed(waiting, now=now)
     slots = PoolSlot.objects.filter(run_id=run_id, fence=fence)
     if worker is not None:
         slots = slots.filter(worker=worker)
@@ -281,22 +329,29 @@ def pool_release(*, run_id: int, fence: int, now: datetime, worker: str | None =
     return sum(pool_wake(pool_id=p, key=k, now=now) for _, p, k in freed if (p, k) in waiting)
 
 
-def _release_returning(*, run_id: int, fence: int, worker: str | None) -> tuple[list, set]:
-    """PostgreSQL: delete the attempt's slots and learn which of them a run waits for, in one
-    statement (DELETE ... RETURNING with the waiter look-up on each freed slot)."""
-    qn = connection.ops.quote_name
-    slot_t, waiter_t = qn(PoolSlot._meta.db_table), qn(PoolWaiter._meta.db_table)
-    by_worker = " AND worker = %s" if worker is not None else ""
-    sql = (
-        f"WITH freed AS (DELETE FROM {slot_t} WHERE run_id = %s AND fence = %s{by_worker} "
-        f"RETURNING id, pool_id, key) SELECT f.id, f.pool_id, f.key, EXISTS (SELECT 1 FROM {waiter_t} w "
-        f"WHERE w.reason = %s AND w.pool_id = f.pool_id AND w.key = f.key) FROM freed f"
+# PostgreSQL: the release as a CTE "freed" (pool_release, and runs/outcome.py's success, which frees
+# the slots in its own statement), and the freed (pool, key) pairs a run waits for, as JSON.
+def release_cte(by_worker: bool) -> str:
+    return (
+        f"freed AS (DELETE FROM {sql.qn(PoolSlot._meta.db_table)} WHERE run_id = %s AND fence = %s"
+        f"{' AND worker = %s' if by_worker else ''} RETURNING pool_id, key)"
     )
-    params = [run_id, fence, *([worker] if worker is not None else []), Reason.CONCURRENCY]
-    with connection.cursor() as cur:
-        cur.execute(sql, params)
-        rows = cur.fetchall()
-    return [(i, p, k) for i, p, k, _w in rows], {(p, k) for _i, p, k, w in rows if w}
+
+
+def release_params(*, run_id: int, fence: int, worker: str | None) -> list:
+    return [run_id, fence, *([worker] if worker is not None else [])]
+
+
+RELEASE_WAITING = (
+    "coalesce((SELECT json_agg(json_build_array(f.pool_id, f.key)) FROM freed f WHERE EXISTS (SELECT 1 FROM"
+    f" {sql.qn(PoolWaiter._meta.db_table)} w WHERE w.reason = %s AND w.pool_id = f.pool_id AND w.key = f.key)), '[]')"
+)
+RELEASE_WAITING_PARAMS = [Reason.CONCURRENCY]
+
+
+def pool_wake_freed(waiting: list, *, now: datetime) -> int:
+    """Hand the freed slots that runs wait for to the next of them (RELEASE_WAITING's pairs)."""
+    return sum(pool_wake(pool_id=p, key=k, now=now) for p, k in waiting)
 
 
 def slots_renew(*, run_id: int, fence: int, expires_at: datetime) -> None:

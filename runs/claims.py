@@ -1,16 +1,18 @@
 """Claiming a unit of work: one run per biz_key, ever (invariant 1); shed or coalesced at intake."""
 
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
-from django.db import IntegrityError, connection, transaction
+from django.db import IntegrityError, connection, models, transaction
 from django.db.models import F
+from django.utils.dateparse import parse_datetime
 
 from harness_site import tracing
+from runs import sql as prebuilt
 from runs.admission import pool_release
 from runs.backpressure import Pressure, pressure_check, pressure_note_admitted
 from runs.dispatch import run_send_on_commit
@@ -189,8 +191,9 @@ def _run_fields(work: Work, *, payload: dict, now: datetime, state: str | None, 
 
 
 class ClaimBatch:
-    """Claims of one tick, written together: one multi-row INSERT ... ON CONFLICT (biz_key) DO
-    NOTHING RETURNING, one UPDATE counting the dedupe hits, one dispatch on commit.
+    """Claims and slot decisions of one tick, written together: one multi-row INSERT ... ON CONFLICT
+    (biz_key) DO NOTHING RETURNING, one UPDATE counting the dedupe hits, one dispatch on commit (one
+    producer), and one multi-row INSERT of the decisions (runs.claims.decision_batched).
 
     Only plain work joins a batch (`accepts`): pending, dispatched, not coalescing, not subject to
     shedding, of a rule without an overlap guard. The unique index still decides every key
@@ -205,6 +208,7 @@ class ClaimBatch:
     def __init__(self, *, now: datetime, result) -> None:
         self.now, self.result = now, result
         self._runs: list[TaskRun] = []
+        self._decisions: list[tuple[Decision, Callable[[], None] | None]] = []
 
     @staticmethod
     def accepts(work: Work, *, dispatch: bool, state: str | None) -> bool:
@@ -228,7 +232,15 @@ class ClaimBatch:
         if len(self._runs) >= self.MAX_ROWS:
             self.flush()
 
+    def decide(self, decision: Decision, *, then: Callable[[], None] | None = None) -> None:
+        """Record a slot's decision with the batch; `then` runs once it is written (not when the
+        slot had its decision already)."""
+        self._decisions.append((decision, then))
+        if len(self._decisions) >= self.MAX_ROWS:
+            self._flush_decisions()
+
     def flush(self) -> None:
+        self._flush_decisions()
         runs, self._runs = self._runs, []
         if not runs:
             return
@@ -247,6 +259,17 @@ class ClaimBatch:
         )
         self.result.claimed += len(created)
         self.result.dedupe_hits += sum(taken.values())
+
+    def _flush_decisions(self) -> None:
+        pending, self._decisions = self._decisions, []
+        if not pending:
+            return
+        # One per (rule, slot), decided by decision_one_per_slot: another tick's decision stands.
+        created = insert_new(Decision, [d for d, _then in pending], unique=("rule_id", "slot"))
+        for decision, then in pending:
+            if decision.pk is not None and then is not None:
+                then()
+        self.result.decisions += len(created)
 
 
 _batch: ContextVar[ClaimBatch | None] = ContextVar("claim_batch", default=None)
@@ -278,6 +301,15 @@ def claim_batched(work: Work, *, dispatch: bool = True, state: str | None = None
     return False
 
 
+def decision_batched(decision: Decision, *, then: Callable[[], None] | None = None) -> bool:
+    """Join the open batch with a slot's decision, if there is a batch; True if it joined."""
+    batch = _batch.get()
+    if batch is None or decision.slot is None:
+        return False
+    batch.decide(decision, then=then)
+    return True
+
+
 def _count_dedupe_hits(taken: dict[str, int]) -> None:
     table = connection.ops.quote_name(TaskRun._meta.db_table)
     if connection.vendor == "postgresql":
@@ -299,44 +331,83 @@ def _by_count(taken: dict[str, int]) -> dict[int, list[str]]:
     return out
 
 
-_INSERT_SQL: dict[str, str] = {}
+_INSERT_SQL: dict[tuple, str] = {}
+_INSERT_PARAMS: dict[tuple, Callable] = {}
 
 
-def _insert_sql(rows: int) -> tuple[str, list]:
-    fields = [f for f in TaskRun._meta.concrete_fields if not f.primary_key]
-    key = f"{rows}"
+def _insert_sql(model, rows: int, unique: tuple[str, ...]) -> tuple[str, list]:
+    """The INSERT for `rows` objects: on PostgreSQL one array per column (unnest), so the text is
+    the same for any number of rows and short (psycopg converts a query of thousands of
+    placeholders on every call: a third of a tick's cost); elsewhere a VALUES row per object."""
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    postgres = connection.vendor == "postgresql"
+    key = (model._meta.label, None if postgres else rows, unique)
     if key not in _INSERT_SQL:
         qn = connection.ops.quote_name
-        one = "(" + ", ".join(["%s"] * len(fields)) + ")"
+        if postgres:
+            arrays = ", ".join(f"%s::{f.db_type(connection)}[]" for f in fields)
+            source = f"SELECT * FROM unnest({arrays})"
+        else:
+            one = "(" + ", ".join(["%s"] * len(fields)) + ")"
+            source = f"VALUES {', '.join([one] * rows)}"
+        columns = ", ".join(qn(c) for c in unique)
         _INSERT_SQL[key] = (
-            f"INSERT INTO {qn(TaskRun._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
-            f"VALUES {', '.join([one] * rows)} ON CONFLICT ({qn('biz_key')}) DO NOTHING "
-            f"RETURNING {qn('id')}, {qn('biz_key')}"
+            f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
+            f"{source} ON CONFLICT ({columns}) DO NOTHING "
+            f"RETURNING {qn('id')}, {columns}"
         )
     return _INSERT_SQL[key], fields
+
+
+def insert_new(model, objs: list, *, unique: tuple[str, ...]) -> list:
+    """Insert `objs` in one statement, skipping any whose `unique` columns (a unique index) are
+    taken: the index decides, never a read first; of two objects with one key the first is
+    inserted. Returns the objects inserted, which get their ids. A conflict on any other
+    constraint raises. PostgreSQL and SQLite (3.35+) both take INSERT ... ON CONFLICT DO NOTHING
+    RETURNING."""
+    if not objs:
+        return []
+    sql, fields = _insert_sql(model, len(objs), unique)
+    prepare = _INSERT_PARAMS.get((connection.vendor, model._meta.label))
+    if prepare is None:
+        prepare = _INSERT_PARAMS[(connection.vendor, model._meta.label)] = prebuilt.insert_params(fields)
+    values = [prepare(obj) for obj in objs]
+    # PostgreSQL: one array per column; unnest keeps the rows' order.
+    params = [list(column) for column in zip(*values, strict=True)] if connection.vendor == "postgresql" else []
+    if not params:
+        params = [v for row in values for v in row]
+    with connection.cursor() as cur:
+        cur.execute(sql, params)
+        key_fields = [model._meta.get_field(c.removesuffix("_id")) for c in unique]
+        rows = cur.fetchall()
+    ids = {tuple(_key_value(f, v) for f, v in zip(key_fields, row[1:], strict=True)): row[0] for row in rows}
+    created = []
+    for obj in objs:
+        key = tuple(_key_value(f, getattr(obj, f.attname)) for f in key_fields)
+        if key in ids:
+            obj.pk = ids.pop(key)  # popped: a later object with the same key was not inserted
+            obj._state.adding, obj._state.db = False, connection.alias
+            created.append(obj)
+    return created
+
+
+def _key_value(field, value):
+    """A key column as returned by either database, comparable with the object's value: SQLite
+    returns instants as text or naive UTC datetimes."""
+    if not isinstance(field, models.DateTimeField) or value is None:
+        return value
+    if isinstance(value, str):
+        value = parse_datetime(value)
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return value
 
 
 def run_insert_new(runs: list[TaskRun]) -> list[TaskRun]:
     """Insert the runs in one statement, skipping any whose biz_key is taken (invariant 1: the
     unique index decides, never a read first; of two runs with one key the first is inserted).
-    Returns the runs inserted, which get their ids. A conflict on any other constraint raises.
-    PostgreSQL and SQLite (3.35+) both take INSERT ... ON CONFLICT DO NOTHING RETURNING."""
-    if not runs:
-        return []
-    sql, fields = _insert_sql(len(runs))
-    params = []
-    for run in runs:
-        params.extend(f.get_db_prep_save(f.pre_save(run, True), connection) for f in fields)
-    with connection.cursor() as cur:
-        cur.execute(sql, params)
-        ids = {biz_key: pk for pk, biz_key in cur.fetchall()}
-    created = []
-    for run in runs:
-        if run.biz_key in ids:
-            run.pk = ids.pop(run.biz_key)  # popped: a later run with the same key was not inserted
-            run._state.adding, run._state.db = False, connection.alias
-            created.append(run)
-    return created
+    Returns the runs inserted, which get their ids. A conflict on any other constraint raises."""
+    return insert_new(TaskRun, runs, unique=("biz_key",))
 
 
 def run_count_dedupe_hit(biz_key: str) -> TaskRun | None:

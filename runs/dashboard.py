@@ -1,26 +1,26 @@
-"""Dashboard selectors: a fixed, small number of aggregate queries, whatever the number of runs.
+"""Dashboard selectors: a fixed, small number of queries, whatever the number of runs.
 
-Every query is bounded by an index (recent runs by trigger_at, claimable runs by run_after, open
-tickets) or is a single aggregate. Percentiles are exact on PostgreSQL (percentile_cont over the
-last 24 h, one statement); on SQLite, which has no ordered-set aggregates, they are computed in
-Python over the most recent PERCENTILE_WINDOW runs of the last 24 h, and the page says so.
+Every query is bounded by an index (rollup rows and recent runs by trigger_at, claimable runs by
+run_after, open tickets) or is a single aggregate. The 24 h figures (runs by hour and state, dedupe
+hits, percentiles) read the sweeper's rollup for whole 5-minute buckets and the runs for the newest
+minutes (runs/rollup.py): 288 rows instead of a day of runs. Percentiles come from its histograms,
+within one 5 % bin of percentile_cont, the same on PostgreSQL and SQLite.
 """
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from django.db import connection
-from django.db.models import Count, F, Q, Sum
-from django.db.models.functions import TruncHour
+from django.db.models import Count, F, Q
 from django.utils.translation import gettext as _
 
 from deadletters.models import DeadLetter
 from runs.models import TaskRun
+from runs.rollup import BIN_RATIO, LIVE, REFRESH_CYCLE, Summary, histogram_percentile, rollup_read
 from runs.selectors import flow_saturation, scheduler_health
 from tasks.models import TriggerRule
 
 WINDOW = timedelta(hours=24)
-PERCENTILE_WINDOW = 10_000
 QUANTILES = (0.5, 0.95, 0.99)
 # Runs older than this many recent succeeded ones do not move a skill's p99 (rule lint).
 DURATION_SAMPLE = 500
@@ -47,6 +47,7 @@ class Dashboard:
     scheduler: dict = field(default_factory=dict)
     next_fires: list = field(default_factory=list)
     flow: dict = field(default_factory=dict)
+    rollup_refreshed_at: datetime | None = None  # the oldest summary read from the rollup
 
     @property
     def dedupe_share(self) -> float:
@@ -61,26 +62,23 @@ def dashboard_build(*, now: datetime) -> Dashboard:
     d = Dashboard(now=now)
     recent = TaskRun.objects.filter(trigger_at__gte=since)
 
-    # 1. Runs per hour and state (run_recent_idx), and 2. the totals and dedupe hits summed from
-    # the same groups: one pass over the window, not two.
-    hours: dict[datetime, dict[str, int]] = {}
-    per_hour = (
-        recent.annotate(hour=TruncHour("trigger_at"))
-        .values("hour", "state")
-        .annotate(n=Count("id"), hits=Sum("dedupe_hits"), trials=Count("id", filter=Q(is_trial=True)))
-    )
-    for row in per_hour:
-        hours.setdefault(row["hour"], {})[row["state"]] = row["n"]
-        d.states[row["state"]] = d.states.get(row["state"], 0) + row["n"]
-        d.runs_24h += row["n"]
-        d.dedupe_hits_24h += row["hits"] or 0
-        d.trials_24h += row["trials"]
+    # 1. Runs per hour and state, dedupe hits, trials and the percentiles' histograms: whole buckets
+    # from the sweeper's rollup, the newest minutes and the window's edge from the runs (2 queries).
+    by_hour, d.rollup_refreshed_at = rollup_read(now=now)
+    window = Summary()
+    for summary in by_hour.values():
+        window.add(summary)
+    d.states = dict(window.states)
+    d.runs_24h = sum(window.states.values())
+    d.dedupe_hits_24h, d.trials_24h = window.hits, window.trials
     start = since.replace(minute=0, second=0, microsecond=0)
     d.hours = [
-        {"hour": h, "by_state": hours.get(h, {}), "total": sum(hours.get(h, {}).values())}
+        {"hour": h, "by_state": dict(by_hour[h].states) if h in by_hour else {}, "total": 0}
         for h in (start + timedelta(hours=i) for i in range(25))
         if h <= now
     ]
+    for h in d.hours:
+        h["total"] = sum(h["by_state"].values())
 
     # 3. Queue depth (run_due_idx): due now, waiting for a later run_after, running.
     q = TaskRun.objects.filter(state__in=[*TaskRun.CLAIMABLE, TaskRun.State.RUNNING]).aggregate(
@@ -90,9 +88,19 @@ def dashboard_build(*, now: datetime) -> Dashboard:
     )
     d.queue_due, d.queue_later, d.running = q["due"], q["later"], q["running"]
 
-    # 4. Queue delay (first start - trigger) and end-to-end latency (finish - trigger) percentiles.
-    # Backfills are paced on purpose, so their delay says nothing about the queue.
-    d.queue_delay, d.latency, d.percentile_method = _latency_percentiles(since=since)
+    # 4. Queue delay (first start - trigger) and end-to-end latency (finish - trigger) percentiles,
+    # from the same histograms. Backfills are paced on purpose, so their delay says nothing of the queue.
+    names = [f"p{round(q * 100)}" for q in QUANTILES]
+    d.queue_delay = {n: histogram_percentile(window.delay, q) for n, q in zip(names, QUANTILES, strict=True)}
+    d.latency = {n: histogram_percentile(window.latency, q) for n, q in zip(names, QUANTILES, strict=True)}
+    d.percentile_method = _(
+        "over every run of the last 24 h, to within %(bin)s%% (histogram bins); runs older than"
+        " %(live)s minutes as the sweeper last summarised them, about %(cycle)s s ago at most"
+    ) % {
+        "bin": round((BIN_RATIO - 1) * 100),
+        "live": int(LIVE.total_seconds() // 60),
+        "cycle": int(REFRESH_CYCLE.total_seconds()),
+    }
 
     # 5. Dead letters: new today (UTC) and the open backlog (deadletter_open_idx).
     midnight = now.replace(hour=0, minute=0, second=0, microsecond=0)
@@ -134,46 +142,6 @@ def _duplicate_biz_keys(recent) -> int:
         if row and row[0]:
             return 0
     return recent.values("biz_key").annotate(n=Count("id")).filter(n__gt=1).order_by().count()
-
-
-def _latency_percentiles(*, since: datetime) -> tuple[dict, dict, str]:
-    names = [f"p{round(q * 100)}" for q in QUANTILES]
-    if connection.vendor == "postgresql":
-        table = TaskRun._meta.db_table
-        sql = f"""
-            SELECT
-              percentile_cont(%s::float8[]) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM (start_at - trigger_at))),
-              percentile_cont(%s::float8[]) WITHIN GROUP (ORDER BY EXTRACT(EPOCH FROM (finish_at - trigger_at)))
-                FILTER (WHERE state = 'succeeded' AND finish_at IS NOT NULL)
-            FROM {table}
-            WHERE trigger_at >= %s AND start_at IS NOT NULL AND source <> 'backfill'
-        """
-        with connection.cursor() as cur:
-            cur.execute(sql, [list(QUANTILES), list(QUANTILES), since])
-            delay, latency = cur.fetchone()
-        method = _("exact: PostgreSQL percentile_cont over all runs of the last 24 h")
-        return _named(names, delay), _named(names, latency), method
-    rows = list(
-        TaskRun.objects.filter(trigger_at__gte=since, start_at__isnull=False)
-        .exclude(source=TaskRun.Source.BACKFILL)
-        .order_by("-trigger_at")
-        .values_list("trigger_at", "start_at", "finish_at", "state")[:PERCENTILE_WINDOW]
-    )
-    delays = [(s - t).total_seconds() for t, s, _f, _st in rows]
-    latencies = [(f - t).total_seconds() for t, _s, f, st in rows if f and st == TaskRun.State.SUCCEEDED]
-    method = _("over the most recent %(n)s started runs of the last 24 h (window %(window)s)") % {
-        "n": f"{len(rows):,}",
-        "window": f"{PERCENTILE_WINDOW:,}",
-    }
-    return (
-        _named(names, [percentile(delays, q) for q in QUANTILES] if delays else None),
-        _named(names, [percentile(latencies, q) for q in QUANTILES] if latencies else None),
-        method,
-    )
-
-
-def _named(names: list[str], values) -> dict[str, float | None]:
-    return dict(zip(names, values or [None] * len(names), strict=True))
 
 
 def percentile(values: list[float], q: float) -> float:

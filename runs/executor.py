@@ -15,16 +15,18 @@ from django.db import transaction
 
 from harness_site import tracing
 from runs import outcome
-from runs.admission import pool_admit, pool_release
+from runs.admission import Admission, pool_admit, pool_admit_plain, pool_release
 from runs.calls import SkillRuntime
 from runs.leases import (
     LeaseRenewer,
+    NotPlain,
     connection_refresh,
     fenced,
     object_gate_enter,
     object_gate_exit,
     run_lease_claim,
     run_lease_ttl,
+    run_read,
 )
 from runs.models import Attempt, TaskRun
 from tasks.skills.errors import classify
@@ -51,12 +53,13 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
     4. Take a slot in every pool the run draws from (runs/admission.py); "pool_wait" means it was
        put back unstarted (no attempt, no lease) until a slot, a token or the provider frees up.
     5. Take the run lease (compare-and-set, fence + 1); "not_claimable" when another worker holds
-       it, it is not due, or it has finished.
+       it, it is not due, or it has finished. Pools that limit nothing (PostgreSQL) are taken in
+       the claim's own statement instead of step 4's transaction.
     6. Run the skill in this thread while a second thread renews the lease (and the pool slots).
     7. Write the outcome under the fence; an attempt that lost its lease ends "fenced". Whatever
        the outcome, the slots are given back and handed to the next waiting runs.
     """
-    run = TaskRun.objects.filter(id=run_id).first()
+    run = run_read(run_id)
     if run is None or run.state not in TaskRun.CLAIMABLE or run.run_after > clock():
         # Not due: it must not take an object lease, a pool slot or a rate token meanwhile.
         return ExecuteOutcome(run_id, "not_claimable")
@@ -67,19 +70,30 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
     if gate is not None and gate.held is None:
         return ExecuteOutcome(run_id, "object_busy")
     admission = None
+    released = False
     ttl = run_lease_ttl(run)
     try:
-        # Admission and the lease claim commit together: one transaction, and the slots are taken
-        # under the same pool row locks as before (Pool rows first, then the run row, as pool_wake).
-        with transaction.atomic():
-            admission = pool_admit(run, worker=worker, now=clock(), ttl=ttl)
-            if admission.elsewhere:  # a duplicate message: another worker is starting this attempt
+        attempt, plain = None, pool_admit_plain(run)
+        if plain:
+            try:
+                attempt = run_lease_claim(run, worker=worker, now=clock(), plain=True)
+                if attempt is None:
+                    return ExecuteOutcome(run_id, "not_claimable")
+                admission = Admission(run.id, run.fence)
+            except NotPlain:
+                plain = False  # a pool limits something: admission decides, under the pool row locks
+        if not plain:
+            # Admission and the lease claim commit together: one transaction, and the slots are taken
+            # under the same pool row locks as before (Pool rows first, then the run row, as pool_wake).
+            with transaction.atomic():
+                admission = pool_admit(run, worker=worker, now=clock(), ttl=ttl)
+                if admission.elsewhere:  # a duplicate message: another worker is starting this attempt
+                    return ExecuteOutcome(run_id, "not_claimable")
+                if not admission.admitted:
+                    return ExecuteOutcome(run_id, "pool_wait", str(admission.refusal))
+                attempt = run_lease_claim(run, worker=worker, now=clock())
+            if attempt is None:
                 return ExecuteOutcome(run_id, "not_claimable")
-            if not admission.admitted:
-                return ExecuteOutcome(run_id, "pool_wait", str(admission.refusal))
-            attempt = run_lease_claim(run, worker=worker, now=clock())
-        if attempt is None:
-            return ExecuteOutcome(run_id, "not_claimable")
         # Started lazily: its thread exists only once the first renewal (ttl/3) is due.
         renewer = LeaseRenewer(run_id=run.id, fence=run.fence, ttl=ttl, clock=clock, expires_at=run.lease_expires_at)
         renewer.start()
@@ -92,14 +106,16 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
             connection_refresh()  # the skill may have run for minutes; its connection may be gone
         now = clock()
         if error is None:
-            return outcome.run_succeed(run, attempt, result, now=now)
+            done = outcome.run_succeed(run, attempt, result, now=now, release_worker=worker)
+            released = done.released
+            return done
         if isinstance(error, RunParked):  # waiting for a human or a budget window, not a failure
             return outcome.run_park(run, attempt, error, now=now)
         return outcome.run_attempt_failed(
             run, attempt, classify(error), now=now, draw=rand(), retry_after=_retry_after(error)
         )
     finally:
-        if admission is not None and admission.admitted:
+        if admission is not None and admission.admitted and not released:
             # Every outcome (success, retry wait, failure, park, fenced, not claimed) frees the slots:
             # a run waiting for a retry holds none (invariant 5).
             pool_release(run_id=run_id, fence=admission.fence, now=clock(), worker=worker)

@@ -20,6 +20,8 @@ from datetime import datetime, timedelta
 from django.db import DatabaseError, IntegrityError, close_old_connections, connection, transaction
 from django.db.models import F, Q
 
+from runs import sql
+from runs.admission import PLAIN_CTES, PLAIN_TAKE_CTES, plain_params
 from runs.dispatch import run_dispatch_on_commit
 from runs.models import Attempt, Lease, PoolSlot, TaskRun
 from tasks.models.rule import DEFAULT_LEASE_TTL_SECONDS
@@ -199,12 +201,29 @@ def run_lease_ttl(run: TaskRun) -> timedelta:
     return timedelta(seconds=run.policy.get("lease_ttl_seconds") or DEFAULT_LEASE_TTL_SECONDS)
 
 
-def run_lease_claim(run: TaskRun, *, worker: str, now: datetime) -> Attempt | None:
+_READ_SQL: list[str] = []
+
+
+def run_read(run_id: int) -> TaskRun | None:
+    """The run row an attempt works from (read once; a prebuilt statement on PostgreSQL)."""
+    if connection.vendor != "postgresql":
+        return TaskRun.objects.filter(id=run_id).first()
+    if not _READ_SQL:
+        _READ_SQL.append(f"SELECT {sql.columns(TaskRun, 'r')} FROM {sql.qn(TaskRun._meta.db_table)} r WHERE r.id = %s")
+    row = sql.one(_READ_SQL[0], [run_id])
+    return sql.instance(TaskRun, row) if row is not None else None
+
+
+def run_lease_claim(run: TaskRun, *, worker: str, now: datetime, plain: bool = False) -> Attempt | None:
     """Take the run's lease and start its next attempt; None when the run is not ours to execute.
 
     Compare-and-set on the state, attempt count and fence just read: 0 rows means another worker
     got there first, the run is not due, or it changed meanwhile. On success `run` is updated in
     memory (fence + 1, attempts + 1), so the attempt needs no second read of the row.
+
+    `plain` (PostgreSQL; runs.admission): admit the run in the claim's own statement when every pool
+    it draws from limits nothing, taking their slots. Raises NotPlain, with nothing written, when
+    one does (pool_admit decides instead).
     """
     if run.state not in TaskRun.CLAIMABLE or run.run_after > now:
         return None
@@ -221,7 +240,7 @@ def run_lease_claim(run: TaskRun, *, worker: str, now: datetime) -> Attempt | No
         "executed_by": worker,
     }
     if connection.vendor == "postgresql":
-        if not _claim_and_insert_attempt(run, attempt, changes, now=now):
+        if not _claim_and_insert_attempt(run, attempt, changes, now=now, plain=plain):
             return None
     else:
         # savepoint=False: inside the executor's admission transaction this adds no SAVEPOINT pair.
@@ -237,33 +256,60 @@ def run_lease_claim(run: TaskRun, *, worker: str, now: datetime) -> Attempt | No
     return attempt
 
 
-_CLAIM_SQL: list[str] = []
+class NotPlain(Exception):
+    """A pool the run draws from limits something, or the run holds slots already: pool_admit's turn."""
 
 
-def _claim_and_insert_attempt(run: TaskRun, attempt: Attempt, changes: dict, *, now: datetime) -> bool:
-    """PostgreSQL: the compare-and-set claim and the attempt row in one statement (a data-modifying
-    CTE: the attempt is inserted only when the UPDATE matched). 0 rows: not ours, nothing written."""
-    fields = [f for f in Attempt._meta.concrete_fields if not f.primary_key]
-    if not _CLAIM_SQL:
-        qn = connection.ops.quote_name
-        sets = ", ".join(f"{qn(TaskRun._meta.get_field(name).column)} = %s" for name in changes)
-        _CLAIM_SQL.append(
-            f"WITH claimed AS (UPDATE {qn(TaskRun._meta.db_table)} SET {sets} "
-            f"WHERE {qn('id')} = %s AND {qn('state')} = ANY(%s) AND {qn('run_after')} <= %s "
-            f"AND {qn('fence')} = %s AND {qn('attempts')} = %s RETURNING {qn('id')}) "
-            f"INSERT INTO {qn(Attempt._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
-            f"SELECT {', '.join(['%s'] * len(fields))} FROM claimed RETURNING {qn('id')}"
+_CLAIM_SQL: dict[bool, str] = {}
+_ATTEMPT_FIELDS = [f for f in Attempt._meta.concrete_fields if not f.primary_key]
+_ATTEMPT_PARAMS: dict[str, Callable] = {}
+_CLAIM_FIELDS = ["state", "attempts", "fence", "lease_owner", "lease_expires_at", "start_at", "executed_by"]
+
+
+def _claim_sql(plain: bool) -> str:
+    if plain not in _CLAIM_SQL:
+        qn = sql.qn
+        sets = ", ".join(f"{qn(TaskRun._meta.get_field(name).column)} = %s" for name in _CLAIM_FIELDS)
+        # Plain: the pool rows are locked first (CTE "plain"), and the UPDATE matches only when the
+        # admission is plain (CTE "admit").
+        admits = " AND (SELECT plain FROM admit)" if plain else ""
+        text = (
+            f"WITH {PLAIN_CTES + ', ' if plain else ''}"
+            f"claimed AS (UPDATE {qn(TaskRun._meta.db_table)} SET {sets} "
+            f"WHERE {qn('id')} = %s AND {qn('state')} IN ({sql.literals(TaskRun.CLAIMABLE)}) "
+            f"AND {qn('run_after')} <= %s "
+            f"AND {qn('fence')} = %s AND {qn('attempts')} = %s{admits} "
+            f"RETURNING {qn('id')}, {qn('fence')}, {qn('lease_owner')}, {qn('lease_expires_at')}), "
+            f"attempt AS (INSERT INTO {qn(Attempt._meta.db_table)} "
+            f"({', '.join(qn(f.column) for f in _ATTEMPT_FIELDS)}) "
+            f"SELECT {', '.join(['%s'] * len(_ATTEMPT_FIELDS))} FROM claimed RETURNING {qn('id')})"
         )
-    run_fields = [TaskRun._meta.get_field(name) for name in changes]
-    params = [f.get_db_prep_save(changes[f.name], connection) for f in run_fields]
-    params += [run.id, list(TaskRun.CLAIMABLE), now, run.fence, run.attempts]
-    params += [f.get_db_prep_save(f.pre_save(attempt, True), connection) for f in fields]
-    with connection.cursor() as cur:
-        cur.execute(_CLAIM_SQL[0], params)
-        row = cur.fetchone()
-    if row is None:
+        if plain:
+            text += f", {PLAIN_TAKE_CTES} SELECT (SELECT id FROM attempt), (SELECT plain FROM admit)"
+        else:
+            text += " SELECT (SELECT id FROM attempt), true"
+        _CLAIM_SQL[plain] = text
+    return _CLAIM_SQL[plain]
+
+
+def _claim_and_insert_attempt(run: TaskRun, attempt: Attempt, changes: dict, *, now: datetime, plain: bool) -> bool:
+    """PostgreSQL: the compare-and-set claim and the attempt row in one statement (a data-modifying
+    CTE: the attempt is inserted only when the UPDATE matched), with the plain admission when asked.
+    False: not ours, nothing written."""
+    params = plain_params(run, now=now) if plain else []
+    params += [changes[name] for name in _CLAIM_FIELDS]  # text, numbers, aware datetimes: as they are
+    params += [run.id, now, run.fence, run.attempts]
+    if connection.vendor not in _ATTEMPT_PARAMS:
+        _ATTEMPT_PARAMS[connection.vendor] = sql.insert_params(_ATTEMPT_FIELDS)
+    params += _ATTEMPT_PARAMS[connection.vendor](attempt)
+    if plain:
+        params.append(now)
+    attempt_id, admitted = sql.one(_claim_sql(plain), params)
+    if attempt_id is None:
+        if not admitted:
+            raise NotPlain()
         return False
-    attempt.pk = row[0]
+    attempt.pk = attempt_id
     attempt._state.adding, attempt._state.db = False, connection.alias
     return True
 
@@ -303,7 +349,7 @@ class LeaseRenewer:
         self.expires_at = expires_at or clock() + ttl
         self.lost = threading.Event()
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._loop, name=f"lease-renewer-{run_id}", daemon=True)
+        self._thread: threading.Thread | None = None  # made when the first renewal is due
 
     def start(self) -> None:
         """Start renewing. Lazily: the renewal thread starts only when the first renewal is due
@@ -318,6 +364,7 @@ class LeaseRenewer:
             if self._stopped:
                 return
             self._started = True
+            self._thread = threading.Thread(target=self._loop, name=f"lease-renewer-{self.run_id}", daemon=True)
             self._thread.start()
 
     def stop(self) -> None:
@@ -392,7 +439,8 @@ class _LazyStarter:
                 heapq.heapify(self._heap)
             self._seq += 1
             heapq.heappush(self._heap, (at, self._seq, renewer))
-            self._cond.notify()
+            if self._heap[0][2] is renewer:  # due before every other: the thread's wait is too long
+                self._cond.notify()
 
     def _loop(self) -> None:
         while True:

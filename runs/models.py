@@ -427,6 +427,23 @@ class SchedulerTick(models.Model):
         return self.name
 
 
+class RunRollup(models.Model):
+    """What the dashboard counts for one 5-minute bucket of trigger_at: runs by state, dedupe hits,
+    trials, and histograms of queue delay and end-to-end latency (runs/rollup.py). Derived data,
+    recomputed from the runs by the sweeper, so a million runs cost the dashboard 288 rows."""
+
+    bucket = models.DateTimeField(_("bucket"), unique=True)  # rollup_read: the dashboard's range by bucket
+    summary = models.JSONField(_("summary"), default=dict)
+    refreshed_at = models.DateTimeField(_("refreshed at"))
+
+    class Meta:
+        verbose_name = _("run rollup")
+        verbose_name_plural = _("run rollups")
+
+    def __str__(self) -> str:
+        return f"{self.bucket:%Y-%m-%dT%H:%M}Z"
+
+
 # --- Records at the model boundary (issue 5): checkpointed steps, external calls, proposed actions. ---
 class RunStep(models.Model):
     """A completed (or deliberately skipped) step of a run's skill.

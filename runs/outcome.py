@@ -8,7 +8,7 @@ only place that writes FAILED and opens the run's dead-letter ticket (invariant 
 
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 
 from django.db import connection, transaction
@@ -16,6 +16,8 @@ from django.db.models import F
 
 from deadletters.alerts import alert_retry
 from deadletters.services import deadletter_open
+from runs import sql
+from runs.admission import RELEASE_WAITING, RELEASE_WAITING_PARAMS, pool_wake_freed, release_cte, release_params
 from runs.models import ActionProposal, Attempt, TaskRun
 from runs.retry import RetryDecision, RetryPolicy, decide_retry
 from tasks.skills.errors import ClassifiedError
@@ -34,6 +36,9 @@ class ExecuteOutcome:
     # | awaiting_approval | waiting_budget
     status: str
     detail: str = ""
+    # The attempt's pool slots were given back by the outcome's own statement (run_succeed on
+    # PostgreSQL): the executor has none left to release.
+    released: bool = field(default=False, compare=False)
 
 
 def fenced_update(run: TaskRun, **fields) -> bool:
@@ -59,12 +64,24 @@ def attempt_mark_fenced(attempt: Attempt, *, now: datetime) -> ExecuteOutcome:
     return ExecuteOutcome(attempt.run_id, "fenced", "lease lost before commit")
 
 
-def run_succeed(run: TaskRun, attempt: Attempt, result: object, *, now: datetime) -> ExecuteOutcome:
-    """The attempt succeeded: the run is done, with its result (fenced; one statement on PostgreSQL)."""
+def run_succeed(
+    run: TaskRun, attempt: Attempt, result: object, *, now: datetime, release_worker: str | None = None
+) -> ExecuteOutcome:
+    """The attempt succeeded: the run is done, with its result (fenced; one statement on PostgreSQL).
+
+    `release_worker`: the executor whose admission took the attempt's pool slots; on PostgreSQL the
+    same statement gives them back (runs.admission.pool_release, fenced or not), and the outcome
+    says so (`released`).
+    """
     if connection.vendor == "postgresql":
-        if not _succeed_returning(run, attempt, _jsonable(result), now=now):
-            return attempt_mark_fenced(attempt, now=now)
-        return ExecuteOutcome(run.id, "succeeded")
+        done, waiting = _succeed_returning(run, attempt, _jsonable(result), now=now, release_worker=release_worker)
+        released = release_worker is not None
+        if released:
+            pool_wake_freed(waiting, now=now)
+        if not done:
+            fenced_out = attempt_mark_fenced(attempt, now=now)
+            return ExecuteOutcome(fenced_out.run_id, fenced_out.status, fenced_out.detail, released=released)
+        return ExecuteOutcome(run.id, "succeeded", released=released)
     with transaction.atomic():
         done = fenced_update(
             run,
@@ -80,38 +97,35 @@ def run_succeed(run: TaskRun, attempt: Attempt, result: object, *, now: datetime
     return ExecuteOutcome(run.id, "succeeded")
 
 
-_SUCCEED_SQL: list[str] = []
+_SUCCEED_SQL: dict[bool, str] = {}
 
 
-def _succeed_returning(run: TaskRun, attempt: Attempt, result: object, *, now: datetime) -> bool:
+def _succeed_returning(
+    run: TaskRun, attempt: Attempt, result: object, *, now: datetime, release_worker: str | None
+) -> tuple[bool, list]:
     """PostgreSQL: the fenced run write and the attempt's outcome in one statement (the attempt is
-    updated only when the fenced UPDATE matched, so a fenced-out attempt keeps its own outcome)."""
-    if not _SUCCEED_SQL:
-        qn = connection.ops.quote_name
-        run_t, attempt_t = qn(TaskRun._meta.db_table), qn(Attempt._meta.db_table)
-        _SUCCEED_SQL.append(
-            f"WITH done AS (UPDATE {run_t} SET state = %s, finish_at = %s, result = %s, last_error = '', "
-            f"last_error_kind = '', lease_owner = '', lease_expires_at = NULL "
-            f"WHERE id = %s AND fence = %s AND state = %s RETURNING id), "
-            f"attempt AS (UPDATE {attempt_t} SET outcome = %s, finished_at = %s "
-            f"WHERE id = %s AND EXISTS (SELECT 1 FROM done) RETURNING id) "
-            f"SELECT count(*) FROM done"
+    updated only when the fenced UPDATE matched, so a fenced-out attempt keeps its own outcome),
+    and with `release_worker` the attempt's slots freed. Returns (written, the freed (pool, key)
+    pairs a run waits for)."""
+    release = release_worker is not None
+    if release not in _SUCCEED_SQL:
+        run_t, attempt_t = sql.qn(TaskRun._meta.db_table), sql.qn(Attempt._meta.db_table)
+        _SUCCEED_SQL[release] = (
+            f"WITH done AS (UPDATE {run_t} SET state = {sql.literals([TaskRun.State.SUCCEEDED])}, finish_at = %s, "
+            f"result = %s, last_error = '', last_error_kind = '', lease_owner = '', lease_expires_at = NULL "
+            f"WHERE id = %s AND fence = %s AND state = {sql.literals([TaskRun.State.RUNNING])} RETURNING id), "
+            f"attempt AS (UPDATE {attempt_t} SET outcome = {sql.literals([Attempt.Outcome.SUCCEEDED])}, "
+            f"finished_at = %s "
+            f"WHERE id = %s AND EXISTS (SELECT 1 FROM done) RETURNING id)"
+            + (f", {release_cte(True)} SELECT (SELECT count(*) FROM done), {RELEASE_WAITING}" if release else "")
+            + ("" if release else " SELECT (SELECT count(*) FROM done), '[]'::json")
         )
     result_field = TaskRun._meta.get_field("result")
-    params = [
-        TaskRun.State.SUCCEEDED,
-        now,
-        result_field.get_db_prep_save(result, connection),
-        run.id,
-        run.fence,
-        TaskRun.State.RUNNING,
-        Attempt.Outcome.SUCCEEDED,
-        now,
-        attempt.id,
-    ]
-    with connection.cursor() as cur:
-        cur.execute(_SUCCEED_SQL[0], params)
-        return bool(cur.fetchone()[0])
+    params = [now, result_field.get_db_prep_save(result, connection), run.id, run.fence, now, attempt.id]
+    if release:
+        params += [*release_params(run_id=run.id, fence=run.fence, worker=release_worker), *RELEASE_WAITING_PARAMS]
+    done, waiting = sql.one(_SUCCEED_SQL[release], params)
+    return bool(done), waiting
 
 
 def run_attempt_failed(

@@ -24,6 +24,7 @@ from runs.admission import pool_sweep
 from runs.dispatch import run_dispatch_on_commit
 from runs.models import Attempt, PoolSlot, TaskRun
 from runs.outcome import run_record_failure
+from runs.rollup import rollup_refresh
 from runs.workers import silent_after, worker_held_runs
 from tasks.skills.errors import ClassifiedError
 from tasks.skills.sdk import ErrorKind
@@ -46,13 +47,15 @@ class SweepResult:
     slots_reclaimed: int = 0
     woken: int = 0
     resent: int = 0  # of `dispatched`: messages taken for lost and sent again
+    rolled_up: int = 0  # dashboard rollup buckets recomputed (runs/rollup.py)
 
 
 def sweep(
     *, now: datetime, rand: Callable[[], float] = random.random, probe: Callable[[], QueueProbe] | None = None
 ) -> SweepResult:
     """One pass: expire stale leases first (their runs may become due and their slots free), reclaim
-    expired pool slots and wake waiting runs into the capacity, then dispatch due runs. `probe` looks
+    expired pool slots and wake waiting runs into the capacity, then dispatch due runs; last, a few
+    buckets of the dashboard's rollup. `probe` looks
     at the execute queue (default: the configured broker); None from it means "cannot tell"."""
     expired = sum(_expire_one(run_id, fence, now=now, draw=rand()) for run_id, fence in _expired_leases(now))
     pools = pool_sweep(now=now)
@@ -63,6 +66,7 @@ def sweep(
         slots_reclaimed=pools["slots_reclaimed"],
         woken=pools["woken"],
         resent=resent,
+        rolled_up=rollup_refresh(now=now),
     )
 
 

@@ -24,9 +24,40 @@ def _redis() -> redis.Redis:
 @shared_task(name="bench.noop", ignore_result=True)
 def bench_noop(counter: str, target: int) -> None:
     """Count one execution; the one that reaches `target` stamps the end time."""
+    if counter.startswith("file:"):
+        _count_in_file(counter.removeprefix("file:"), target)
+        return
     client = _redis()
     if client.incr(counter) >= target:
         client.set(f"{counter}:done", repr(time.time()), nx=True)
+
+
+def _count_in_file(path: str, target: int) -> None:
+    """The embedded default has no Redis: one byte appended per execution (appends do not interleave);
+    the first to see `target` bytes links its stamp into place (a link, unlike a write, is atomic)."""
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+    try:
+        os.write(fd, b".")
+        size = os.fstat(fd).st_size
+    finally:
+        os.close(fd)
+    if size >= target:
+        tmp = f"{path}.{os.getpid()}.{time.time_ns()}"
+        with open(tmp, "w") as f:
+            f.write(repr(time.time()))
+        try:
+            os.link(tmp, f"{path}:done")
+        except FileExistsError:
+            pass
+        os.unlink(tmp)
+
+
+def file_stamp(counter: str) -> str | None:
+    try:
+        with open(counter.removeprefix("file:") + ":done") as f:
+            return f.read()
+    except FileNotFoundError:
+        return None
 
 
 def _apply_db_reuse_experiment() -> None:

@@ -56,6 +56,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--timeout", type=float, default=120)
     p.add_argument("--log-level", default="WARNING")
     p.add_argument("--db-reuse-max", type=int, default=0)
+    p.add_argument(
+        "--embedded",
+        action="store_true",
+        help="goal 1 on the embedded defaults instead: SQLite and the file broker in a fresh folder (no Procrastinate)",
+    )
     return p.parse_args()
 
 
@@ -72,28 +77,157 @@ def line(name: str, values: list[float], unit: str = "", goal: str = "") -> None
 # --- goal 1 ---------------------------------------------------------------------------------------
 
 
+def procrastinate_available() -> bool:
+    try:
+        import procrastinate  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def start_procrastinate(args, log_dir: Path) -> list:
+    """Procrastinate workers on the same PostgreSQL: one process per Celery pool process, each
+    running one job at a time (the same concurrency as the prefork pool)."""
+    from tests.bench import bench_procrastinate
+
+    bench_procrastinate.schema_ensure()
+    argv = [sys.executable, "-m", "procrastinate", "--app=tests.bench.bench_procrastinate.app", "--log-level=warning"]
+    worker = ["worker", f"--queues={bench_procrastinate.QUEUE}", "--concurrency=1"]
+    return [bench.Proc(f"procrastinate-{i}", [*argv, *worker], log_dir) for i in range(args.workers)]
+
+
+def bench_procrastinate(n: int, procs, timeout: float) -> float:
+    """Jobs/s end to end: deferred one by one from this process (one INSERT each, as a caller would),
+    from the first defer to the last job's end."""
+    import redis
+    from django.conf import settings
+
+    from tests.bench.bench_procrastinate import app, noop
+
+    client = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    counter = f"bench:procrastinate:{time.time_ns()}"
+    with app.open():
+        t0 = time.time()
+        for _ in range(n):
+            noop.defer(counter=counter, target=n)
+    done = bench.wait_for(
+        lambda: client.get(f"{counter}:done"), timeout=timeout, what="procrastinate jobs", procs=procs
+    )
+    return n / (float(done) - t0)
+
+
+_TICK = os.sysconf("SC_CLK_TCK")
+
+
+def _cpu_seconds(pid: int) -> float:
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:  # ended meanwhile
+        return 0.0
+    return (int(fields[11]) + int(fields[12])) / _TICK  # utime + stime
+
+
+def _process_tree(root: int) -> list[int]:
+    children: dict[int, list[int]] = {}
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            ppid = int(stat.read_text().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(ppid, []).append(int(stat.parent.name))
+    out, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        out.append(pid)
+        todo.extend(children.get(pid, ()))
+    return out
+
+
+class CpuMeter:
+    """CPU seconds spent, per side, while one round runs: this process (the producer: claims, defers,
+    publishes), the worker processes with their children, and this database's server backends.
+    CPU time, unlike a rate, barely depends on what else runs on the machine."""
+
+    def __init__(self, workers: list) -> None:
+        self.workers = workers
+
+    def _backends(self) -> list[int]:
+        from django.db import connection
+
+        if connection.vendor != "postgresql":  # SQLite works inside the processes measured already
+            return []
+        with connection.cursor() as cur:
+            cur.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
+            return [pid for (pid,) in cur.fetchall()]
+
+    def snapshot(self) -> dict[str, float]:
+        tree = [pid for proc in self.workers for pid in _process_tree(proc.popen.pid)]
+        return {
+            "producer": time.process_time(),
+            "workers": sum(_cpu_seconds(pid) for pid in tree),
+            "postgres": sum(_cpu_seconds(pid) for pid in self._backends()),
+        }
+
+    def measure(self, fn):
+        before = self.snapshot()
+        result = fn()
+        after = self.snapshot()
+        return result, {k: after[k] - before[k] for k in before}
+
+
 def goal_throughput(args, log_dir: Path, tag: str) -> None:
     procs = bench.start_workers(args, log_dir, None)
+    pq_procs = start_procrastinate(args, log_dir) if procrastinate_available() and not args.embedded else []
     try:
         bench.bench_celery(args.workers * 10, procs, timeout=60)  # warm-up: forks connect, imports load
         bench.bench_harness(args.workers * 10, f"{tag}-warm", procs, args.timeout)
-        cel, har, ratio, claim = [], [], [], []
+        if pq_procs:
+            bench_procrastinate(args.workers * 10, pq_procs, timeout=60)
+        cel, har, pq, ratio, pq_ratio, vs_pq, claim = [], [], [], [], [], [], []
+        cpu: dict[str, list[dict]] = {"bare Celery": [], "harness": [], "Procrastinate": []}
+        meter = CpuMeter(procs + pq_procs)
         for r in range(args.rounds):
-            c = bench.bench_celery(args.runs, procs, args.timeout)["e2e"]
-            h = bench.bench_harness(args.runs, f"{tag}-r{r}", procs, args.timeout)
+            c, used = meter.measure(lambda: bench.bench_celery(args.runs, procs, args.timeout)["e2e"])
+            cpu["bare Celery"].append(used)
+            h, used = meter.measure(lambda r=r: bench.bench_harness(args.runs, f"{tag}-r{r}", procs, args.timeout))
+            cpu["harness"].append(used)
             cel.append(c)
             har.append(h["e2e"])
             claim.append(h["claim"])
             ratio.append(h["e2e"] / c)
+            if pq_procs:
+                p, used = meter.measure(lambda: bench_procrastinate(args.runs, pq_procs, args.timeout))
+                cpu["Procrastinate"].append(used)
+                pq.append(p)
+                pq_ratio.append(p / c)
+                vs_pq.append(h["e2e"] / p)
         statements = bench.statement_counts(tag)
     finally:
-        for proc in reversed(procs):
+        for proc in reversed(procs + pq_procs):
             proc.stop()
-    print(f"\nGoal 1: throughput, {args.runs} per round, {args.workers} worker processes, {args.rounds} rounds")
+    where = "embedded defaults: SQLite + file broker" if args.embedded else "PostgreSQL + Redis"
+    print(
+        f"\nGoal 1: throughput on {where}, {args.runs} per round, {args.workers} worker processes, {args.rounds} rounds"
+    )
     line("bare Celery no-op, end to end", cel, "tasks/s")
     line("harness.noop, end to end", har, "runs/s")
     line("harness claims (run_claim + dispatch)", claim, "claims/s")
+    if pq_procs:
+        line("Procrastinate no-op, end to end", pq, "jobs/s")
     line("ratio harness / bare Celery", ratio, "x", "goal >= 0.5")
+    if pq_procs:
+        line("ratio Procrastinate / bare Celery", pq_ratio, "x")
+        line("ratio harness / Procrastinate", vs_pq, "x", "goal >= 1")
+    elif not args.embedded:
+        print("  (Procrastinate not installed: pip install -r requirements-bench.txt for its column)")
+    print("  CPU per task/run/job, ms (median over rounds): producer + workers + PostgreSQL backends = total")
+    for name, rounds in cpu.items():
+        if rounds:
+            med = {k: statistics.median(r[k] for r in rounds) * 1000 / args.runs for k in rounds[0]}
+            print(
+                f"    {name:<16} {med['producer']:6.2f} + {med['workers']:6.2f} + {med['postgres']:6.2f}"
+                f" = {sum(med.values()):6.2f}"
+            )
     print(
         f"  SQL statements incl. BEGIN/SAVEPOINT/COMMIT: claim {statements['claim']},"
         f" execution {statements['execute']} ({statements['execute_status']})"
@@ -239,6 +373,10 @@ def goal_lateness(args, log_dir: Path, tag: str) -> None:
         f"  start - slot over all: p50 {bench.pct(values, 50):.3f}  p95 {bench.pct(values, 95):.3f}"
         f"  p99 {bench.pct(values, 99):.3f}  max {max(values):.3f} s"
     )
+    # Where it comes from: the tick claiming late (trigger - slot), or the run waiting for a worker.
+    for part, label in (("trigger", "trigger - slot (tick)"), ("queue", "start - trigger (queue)")):
+        if late[part]:
+            print(f"  {label:<26} p50 {bench.pct(late[part], 50):.3f}  p99 {bench.pct(late[part], 99):.3f} s")
     first, last = rows[0][0], rows[-1][0]
     width = (last - first) / args.rounds
     windows = []
@@ -280,14 +418,14 @@ def _generate_runs(upto: int) -> None:
             INSERT INTO runs_taskrun (biz_key, rule_name, skill, source, triggered_by, executed_by, slot,
                 trigger_at, start_at, finish_at, state, attempts, run_after, payload, last_error,
                 last_error_kind, dedupe_hits, identity, object_key, coalesces, approved_by, is_trial,
-                lease_owner, fence, created_at, updated_at)
+                lease_owner, fence, created_at, updated_at, trace_id, dispatches)
             SELECT '{GEN_PREFIX}' || g || ':' || md5(g::text), 'gen-rule-' || (g %% 50), 'harness.noop', 'scheduler',
                 'scheduler', 'gen-worker', t, t, t + interval '1 second', t + interval '2 seconds',
                 CASE WHEN g %% 100 = 0 THEN 'failed' WHEN g %% 97 = 0 THEN 'cancelled'
                      WHEN g %% 1013 = 0 THEN 'pending' ELSE 'succeeded' END,
                 1, t, '{{}}'::jsonb, CASE WHEN g %% 100 = 0 THEN 'TimeoutError' ELSE '' END,
                 CASE WHEN g %% 100 = 0 THEN 'timeout' ELSE '' END, 0, '', '', false, '', false, '',
-                1, t, t
+                1, t, t, md5(g::text), 1
             FROM (SELECT g, now() - (g %% 2592000) * interval '1 second' AS t
                   FROM generate_series(%s, %s) AS g) s
             """,
@@ -297,9 +435,9 @@ def _generate_runs(upto: int) -> None:
             """
             INSERT INTO deadletters_deadletter (run_id, biz_key, rule_name, source, raw_payload,
                 first_failure_at, last_failure_at, attempts, error_kind, last_error_digest, last_error,
-                raw_output, state, note, created_at, updated_at)
+                raw_output, state, note, created_at, updated_at, trace_id)
             SELECT r.id, r.biz_key, r.rule_name, r.source, '{}'::jsonb, r.finish_at, r.finish_at, 1,
-                'timeout', 'gen', 'TimeoutError', '', 'pending_manual', '', r.finish_at, r.finish_at
+                'timeout', 'gen', 'TimeoutError', '', 'pending_manual', '', r.finish_at, r.finish_at, r.trace_id
             FROM runs_taskrun r
             WHERE r.biz_key LIKE %s AND r.state = 'failed'
               AND NOT EXISTS (SELECT 1 FROM deadletters_deadletter d WHERE d.run_id = r.id)
@@ -312,11 +450,26 @@ def _generate_runs(upto: int) -> None:
         cur.execute("VACUUM (ANALYZE) deadletters_deadletter")
 
 
+def _fill_rollup() -> None:
+    """What the sweeper does in its first minute on these runs: every bucket of the dashboard's rollup."""
+    from django.utils import timezone
+
+    from runs.rollup import BUCKETS, FILL_PER_SWEEP, rollup_refresh
+
+    for _ in range(BUCKETS // FILL_PER_SWEEP + 2):
+        rollup_refresh(now=timezone.now())
+
+
 def _drop_generated_runs() -> None:
     from django.db import connection
 
     with connection.cursor() as cur:
         cur.execute("DELETE FROM deadletters_deadletter WHERE biz_key LIKE %s", [GEN_PREFIX + "%"])
+        # A worker of another goal may have executed the few pending ones (the sweeper sent them).
+        cur.execute(
+            "DELETE FROM runs_attempt WHERE run_id IN (SELECT id FROM runs_taskrun WHERE biz_key LIKE %s)",
+            [GEN_PREFIX + "%"],
+        )
         cur.execute("DELETE FROM runs_taskrun WHERE biz_key LIKE %s", [GEN_PREFIX + "%"])
 
 
@@ -381,6 +534,9 @@ def goal_pages(args) -> None:
         t0 = time.perf_counter()
         _generate_runs(rows)
         print(f"  (generated runs up to {rows:,} in {time.perf_counter() - t0:.0f} s)", flush=True)
+        t0 = time.perf_counter()
+        _fill_rollup()
+        print(f"  (dashboard rollup filled as the sweeper would in {time.perf_counter() - t0:.0f} s)", flush=True)
         results[rows] = _measure_pages(client, args.rounds)
     print(f"\nGoal 4: operator pages, {args.rounds} interleaved rounds (seconds; ratio to the admin index)")
     small_t, small_q = results[args.rows_small]
@@ -413,11 +569,18 @@ def goal_pages(args) -> None:
 def main() -> None:
     args = parse_args()
     os.environ.setdefault("LOG_LEVEL", "ERROR")  # the in-process tick's missed-slot alerts are not figures
+    only = {int(x) for x in args.only.split(",") if x.strip()}
+    if args.embedded:
+        if only != {1}:
+            sys.exit("--embedded measures goal 1 only (--only 1)")
+        place = Path(tempfile.mkdtemp(prefix="harness-embedded-"))
+        args.database_url, args.broker_url = f"sqlite:///{place / 'bench.sqlite3'}", "filesystem://"
+        os.environ["HARNESS_BROKER_DIR"] = str(place / "broker")
     bench.configure_env(args)
     os.environ.setdefault("ALLOWED_HOSTS", "localhost,127.0.0.1,testserver")
-    only = {int(x) for x in args.only.split(",") if x.strip()}
-    bench.ensure_database(args.database_url)
-    bench.flush_broker(args.broker_url)
+    if not args.embedded:
+        bench.ensure_database(args.database_url)
+        bench.flush_broker(args.broker_url)
 
     import django
 

@@ -7,16 +7,18 @@ round-robin order across keys. Transactional, so dispatch hooks really fire.
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.db import connection
 
 from runs.admission import HANDOFF_TTL, pool_admit, pool_release
 from runs.claims import Work, run_claim
 from runs.executor import run_execute
-from runs.leases import LeaseRenewer, run_lease_claim
+from runs.leases import LeaseRenewer, NotPlain, run_lease_claim
 from runs.models import Attempt, PoolSlot, PoolWaiter, TaskRun
 from runs.operations import run_lease_force_release
 from runs.sweeper import sweep
 from tasks.models import GLOBAL_POOL, Pool
 from tasks.rules import keys
+from tasks.skills.sdk import SkillContext, registry
 from tests.support.desk import make_rule
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -30,6 +32,19 @@ POLICY = {
     "jitter_max": 1.0,
     "lease_ttl_seconds": 60,
 }
+
+
+SLOTS_SKILL = "tests.report_own_slots"
+
+
+def _report_own_slots(ctx: SkillContext) -> dict:
+    """The pool slots this run holds while its skill runs."""
+    rows = PoolSlot.objects.filter(run_id=ctx.run_id).values_list("pool__name", "fence", "worker", "key")
+    return {"slots": sorted(list(row) for row in rows)}
+
+
+if SLOTS_SKILL not in registry:
+    registry.register(SLOTS_SKILL, _report_own_slots)
 
 
 @pytest.fixture(autouse=True)
@@ -328,3 +343,81 @@ def test_a_duplicate_message_cannot_take_or_free_the_slots_of_the_attempt_runnin
     assert execute(other).status == "pool_wait"  # the pool of one is still full
     assert run_execute(run_id=run.id, worker="w2", clock=lambda: T0, rand=lambda: 0.5).status == "not_claimable"
     assert PoolSlot.objects.filter(run=run, worker="elsewhere").exists()
+
+
+# --- Plain admission: pools that limit nothing are taken in the lease claim's own statement (PostgreSQL) ---
+
+needs_postgresql = pytest.mark.skipif(connection.vendor != "postgresql", reason="the plain claim is PostgreSQL's")
+
+
+def test_a_run_of_pools_without_limits_holds_a_slot_in_each_while_its_skill_runs_and_none_after():
+    free = pool("free")  # no limit: admission decides nothing, and the slot still counts if one is set later
+    run = claim(rule_with(free, skill=SLOTS_SKILL), 1)
+
+    assert execute(run).status == "succeeded"
+
+    assert fresh(run).result == {"slots": [["free", 1, "w1", ""], [GLOBAL_POOL, 1, "w1", ""]]}
+    assert not PoolSlot.objects.filter(run=run).exists()
+    assert Attempt.objects.get(run=run).outcome == Attempt.Outcome.SUCCEEDED
+
+
+@needs_postgresql
+@pytest.mark.parametrize(
+    "change",
+    ["limit", "rate", "pause", "key", "handed slot", "no global pool"],
+)
+def test_a_plain_claim_writes_nothing_when_admission_has_something_to_decide(change):
+    # The executor read the run when every pool limited nothing; what the claim's statement finds
+    # under the pool row locks decides, and pool_admit takes over (NotPlain) with nothing written.
+    free = pool("free")
+    rule = rule_with(free)
+    run = claim(rule, 1)
+    if change == "limit":
+        Pool.objects.filter(id=free.id).update(max_concurrency=5)
+    elif change == "rate":
+        Pool.objects.filter(id=free.id).update(rate_count=1, rate_period_seconds=60)
+    elif change == "pause":
+        Pool.objects.filter(id=free.id).update(paused_until=T0 + timedelta(seconds=1))
+    elif change == "key":
+        Pool.objects.filter(id=free.id).update(key_template="{object_key}")
+    elif change == "handed slot":
+        PoolSlot.objects.create(
+            pool=free, run=run, fence=1, acquired_at=T0, expires_at=T0 + HANDOFF_TTL, key="", worker=""
+        )
+    else:
+        Pool.objects.filter(name=GLOBAL_POOL).delete()
+
+    with pytest.raises(NotPlain):
+        run_lease_claim(fresh(run), worker="w1", now=T0, plain=True)
+
+    after = fresh(run)
+    assert (after.state, after.fence, after.attempts, after.lease_owner) == ("pending", 0, 0, "")
+    assert not Attempt.objects.filter(run=run).exists()
+    assert PoolSlot.objects.filter(run=run, worker="w1").count() == 0
+
+
+@needs_postgresql
+def test_a_plain_claim_of_a_run_taken_meanwhile_writes_nothing():
+    run = claim(make_rule(name="plain"), 1)
+    stale = fresh(run)  # what a duplicate message's worker read
+    assert run_lease_claim(fresh(run), worker="w1", now=T0, plain=True) is not None
+
+    with pytest.raises(NotPlain):  # its slots are there: pool_admit finds them the first worker's
+        run_lease_claim(stale, worker="w2", now=T0, plain=True)
+    assert pool_admit(stale, worker="w2", now=T0, ttl=TTL).elsewhere
+
+    assert set(PoolSlot.objects.filter(run=run).values_list("worker", "fence")) == {("w1", 1)}
+    assert Attempt.objects.filter(run=run).count() == 1
+
+
+def test_a_limit_set_on_a_pool_without_one_is_enforced_at_the_next_execution():
+    free = pool("free")
+    rule = rule_with(free)
+    first, second = claim(rule, 1), claim(rule, 2)
+    hold(first)
+    Pool.objects.filter(id=free.id).update(max_concurrency=1)
+
+    outcome = execute(second)
+
+    assert outcome.status == "pool_wait" and "pool free: 1 of 1 in use" in outcome.detail
+    assert not Attempt.objects.filter(run=second).exists()

@@ -13,9 +13,11 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
+from deadletters.models import Alert
+from harness_site.broker import DISPATCHED_HEADER, RUN_HEADER, SENT_AT_HEADER
 from runs import executor
 from runs.claims import Work, run_claim
-from runs.models import TaskRun
+from runs.models import Decision, TaskRun
 from tasks.models import TriggerRule
 from tasks.triggers.scheduler import scheduler_tick
 from tests.support.desk import make_failed_run, oncall, oncall_client  # noqa: F401
@@ -54,12 +56,14 @@ def test_a_claim_is_one_statement_with_its_dispatch_mark_and_a_dedupe_hit_two():
 
 # --- execute ----------------------------------------------------------------------------------------
 
-# Read the run; then one transaction (a savepoint pair here, inside the test's transaction) for
-# admission and the lease: its pools, the slot rows already there, the global pool's slot, the pool
-# waiter cleared, the claim with its attempt row (one statement on PostgreSQL, two on SQLite); the
-# success with the attempt's outcome (one statement on PostgreSQL, a savepoint pair and two on
-# SQLite); the slot released with its waiter check (one statement on PostgreSQL, three on SQLite).
-EXECUTE_STATEMENTS = {"postgresql": 10, "sqlite": 16}
+# PostgreSQL: the run read (one prebuilt SELECT); the claim, which in the same statement locks the
+# run's pools (none limits anything), inserts the attempt and the global pool's slot and clears the
+# waiter; the success with the attempt's outcome and the slot released. No transaction around them.
+# SQLite: the read; one transaction (a savepoint pair here, inside the test's transaction) for
+# admission and the lease (its pools, the slot rows already there, the global pool's slot, the
+# waiter cleared, the claim and its attempt row); the success (a savepoint pair and two); the slot
+# released with its waiter check (three).
+EXECUTE_STATEMENTS = {"postgresql": 3, "sqlite": 16}
 
 
 def test_one_execution_of_a_noop_run_costs_a_fixed_number_of_statements():
@@ -122,6 +126,82 @@ def test_a_tick_costs_the_same_statements_for_one_due_slot_as_for_thirty():
     # holds and the tick's own row. The rules' own first slots dedupe nothing.
     assert many == one
     assert TaskRun.objects.filter(rule__name__startswith="many-", dispatched_at__isnull=False).count() == 30
+
+
+def test_a_ticks_missed_slots_are_written_in_one_insert_whatever_their_number():
+    # 30 rules, each with three slots missed beyond the catch-up window (catch-up "none"): 90 decisions.
+    due_rules(30, prefix="late", due=T0 - timedelta(days=2))
+    with transaction.atomic(), CaptureQueriesContext(connection) as queries:
+        result = scheduler_tick(now=T0 + timedelta(milliseconds=10))
+    inserts = [q["sql"] for q in queries if q["sql"].startswith('INSERT INTO "runs_decision"')]
+    assert len(inserts) == 1, "one INSERT for the batch's decisions"
+    assert (result.decisions, result.claimed) == (90, 0)
+    assert Decision.objects.filter(reason=Decision.Reason.MISSED, rule__name__startswith="late-").count() == 90
+    # Every missed slot's alert went with its decision (the outbox), none for a slot decided before.
+    assert Alert.objects.filter(kind="slot_missed").count() == 90
+    with transaction.atomic():
+        TriggerRule.objects.filter(name__startswith="late-").update(next_fire_at=T0 - timedelta(days=2))
+        again = scheduler_tick(now=T0 + timedelta(milliseconds=20))
+    assert again.decisions == 0 and Alert.objects.filter(kind="slot_missed").count() == 90
+
+
+def queued_messages(app) -> list[dict]:
+    """Take every message off the execute queue of the configured broker; their headers."""
+    out = []
+    with app.connection_for_read() as conn:
+        queue = conn.SimpleQueue("celery")
+        try:
+            while True:
+                try:
+                    message = queue.get(block=False)
+                except queue.Empty:
+                    return out
+                out.append(message.headers)
+                message.ack()
+        finally:
+            queue.close()
+
+
+def test_a_ticks_messages_leave_through_one_producer_with_the_same_statements_for_one_slot_as_thirty(
+    purged_broker, django_capture_on_commit_callbacks, monkeypatch
+):
+    from harness_site.celery import app
+
+    # A spy on the real pool: counts the producers taken from it (send_task passes ours on as given).
+    acquired = []
+    real_acquire = app.producer_or_acquire
+
+    def acquire(producer=None):
+        if producer is None:
+            acquired.append(1)
+        return real_acquire(producer)
+
+    monkeypatch.setattr(app, "producer_or_acquire", acquire)
+
+    def tick(now: datetime) -> tuple[int, int, list[dict]]:
+        acquired.clear()
+        with django_capture_on_commit_callbacks(execute=True), CaptureQueriesContext(connection) as queries:
+            with transaction.atomic():
+                scheduler_tick(now=now)
+        return len(queries), len(acquired), queued_messages(app)
+
+    tick(T0 - timedelta(hours=1))  # the tick's own row exists from now on
+    due_rules(1, prefix="one", due=T0)
+    one, producers_one, sent_one = tick(T0 + timedelta(milliseconds=10))
+    due_rules(30, prefix="many", due=T0 + timedelta(hours=2))
+    many, producers_many, sent_many = tick(T0 + timedelta(hours=2, milliseconds=10))
+
+    assert many == one
+    assert (producers_one, producers_many) == (1, 1), "one producer for the batch's messages"
+    assert len(sent_one) == 1 and len(sent_many) == 30
+    # Delivered on the real broker, each with its run, its dispatched_at and its own trace.
+    runs = {r.id: r for r in TaskRun.objects.filter(rule__name__startswith="many-")}
+    assert {h[RUN_HEADER] for h in sent_many} == set(runs)
+    for headers in sent_many:
+        run = runs[headers[RUN_HEADER]]
+        assert headers[DISPATCHED_HEADER] == run.dispatched_at.timestamp()
+        assert headers["traceparent"].split("-")[1] == run.trace_id
+        assert SENT_AT_HEADER in headers
 
 
 # --- operator pages ---------------------------------------------------------------------------------

@@ -2,6 +2,7 @@
 re-dispatches due runs whose message may be lost. Real database, `now` passed explicitly."""
 
 import threading
+from contextlib import contextmanager
 from datetime import UTC, datetime, timedelta
 from types import SimpleNamespace
 
@@ -33,14 +34,33 @@ ADMIN_EMAIL = "oncall@example.com"
 EMPTY_QUEUE = QueueProbe(queue="celery", depth=0, oldest_age=None, queued_runs=frozenset())
 
 
+class FakeCelery:
+    """The Celery app at the boundary runs.dispatch uses: a producer taken from the pool once per
+    batch, and "execute run R" messages sent by name through it. Records the run ids sent."""
+
+    def __init__(self) -> None:
+        self.sent: list[int] = []
+        self._producer: object | None = None
+
+    @contextmanager
+    def producer_or_acquire(self, producer=None):
+        self._producer = producer or SimpleNamespace(name="fake producer")
+        try:
+            yield self._producer
+        finally:
+            self._producer = None
+
+    def send_task(self, name, args, *, producer=None, **_options):
+        assert producer is not None and producer is self._producer, "sent outside the batch's producer"
+        self.sent.append(args[0])
+
+
 @pytest.fixture
 def sent(monkeypatch) -> list[int]:
     """Run ids of the "execute run" messages sent to Celery (the boundary, not our storage)."""
-    ids: list[int] = []
-    monkeypatch.setattr(
-        "runs.dispatch.current_app", SimpleNamespace(send_task=lambda name, args, **_: ids.append(args[0]))
-    )
-    return ids
+    app = FakeCelery()
+    monkeypatch.setattr("runs.dispatch.current_app", app)
+    return app.sent
 
 
 @pytest.fixture
