@@ -84,11 +84,12 @@ def summary_due(*, window_start: datetime, now: datetime, window: timedelta = ST
     return now >= window_start + window
 
 
-def delivery_retry_at(*, attempts: int, now: datetime) -> datetime | None:
-    """When to try a failed delivery again after `attempts` tries, or None: give up (bounded)."""
+def delivery_retry_at(*, attempts: int, now: datetime, base: timedelta = DELIVERY_BACKOFF_BASE) -> datetime | None:
+    """When to try a failed delivery again after `attempts` tries, or None: give up (bounded).
+    The delay doubles from `base` (HARNESS_ALERT_RETRY_SECONDS) up to DELIVERY_BACKOFF_CAP."""
     if attempts >= MAX_DELIVERY_ATTEMPTS:
         return None
-    delay = min(DELIVERY_BACKOFF_BASE * (2 ** (attempts - 1)), DELIVERY_BACKOFF_CAP)
+    delay = min(base * (2 ** (attempts - 1)), DELIVERY_BACKOFF_CAP)
     return now + delay
 
 

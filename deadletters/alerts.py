@@ -249,6 +249,11 @@ def alert_send_test(*, channel: AlertChannel, now: datetime) -> Alert:
 # --- delivery ---------------------------------------------------------------------------------
 
 
+def delivery_retry_base() -> timedelta:
+    """The first delay before a failed delivery is tried again (HARNESS_ALERT_RETRY_SECONDS)."""
+    return timedelta(seconds=settings.HARNESS["ALERT_RETRY_SECONDS"])
+
+
 def alert_deliver(*, alert_id: int, now: datetime) -> str:
     """Send one pending alert to its channel; on failure, schedule a bounded retry.
 
@@ -266,7 +271,7 @@ def alert_deliver(*, alert_id: int, now: datetime) -> str:
             raise DeliveryError("channel disabled")
         deliver(alert.channel, alert.payload)
     except DeliveryError as exc:
-        retry_at = rules.delivery_retry_at(attempts=alert.attempts, now=now)
+        retry_at = rules.delivery_retry_at(attempts=alert.attempts, now=now, base=delivery_retry_base())
         Alert.objects.filter(id=alert_id).update(
             state=Alert.State.PENDING if retry_at else Alert.State.FAILED,
             next_attempt_at=retry_at,

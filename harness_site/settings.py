@@ -317,6 +317,9 @@ HARNESS = {
     # Seconds between alert checks (beat entry "harness: alerts"): stalled scheduler, storm
     # summaries, delivery retries.
     "ALERT_CHECK_SECONDS": env.int("HARNESS_ALERT_CHECK_SECONDS", default=30),
+    # Seconds before a failed alert delivery is tried again; the delay doubles each time (up to 10
+    # minutes, 5 tries in all: deadletters/alert_rules.py).
+    "ALERT_RETRY_SECONDS": env.float("HARNESS_ALERT_RETRY_SECONDS", default=10.0),
     # Backpressure (runs/backpressure.py): a process counts pending runs at most this often per scope,
     # adding the runs it admitted since; watermark edits take effect within it.
     "BACKPRESSURE_CACHE_SECONDS": env.float("HARNESS_BACKPRESSURE_CACHE_SECONDS", default=1.0),
@@ -410,6 +413,7 @@ _KNOWN_HARNESS_VARS = {
     "HARNESS_SENSOR_SECONDS",
     "HARNESS_DECISION_RETENTION_DAYS",
     "HARNESS_ALERT_CHECK_SECONDS",
+    "HARNESS_ALERT_RETRY_SECONDS",
     "HARNESS_BACKPRESSURE_CACHE_SECONDS",
     "HARNESS_WORKER_HEARTBEAT_SECONDS",
     "HARNESS_WORKER_STALL_SECONDS",

@@ -135,6 +135,14 @@ def test_delivery_retries_back_off_and_stop_at_the_cap():
     assert r.delivery_retry_at(attempts=r.MAX_DELIVERY_ATTEMPTS + 3, now=T0) is None
 
 
+def test_delivery_retries_start_at_the_given_base_and_keep_the_cap():
+    base = timedelta(seconds=2)
+    delays = [r.delivery_retry_at(attempts=a, now=T0, base=base) - T0 for a in range(1, r.MAX_DELIVERY_ATTEMPTS)]
+    assert delays == [base * 2**i for i in range(r.MAX_DELIVERY_ATTEMPTS - 1)]
+    assert r.delivery_retry_at(attempts=3, now=T0, base=timedelta(minutes=9)) - T0 == r.DELIVERY_BACKOFF_CAP
+    assert r.delivery_retry_at(attempts=r.MAX_DELIVERY_ATTEMPTS, now=T0, base=base) is None
+
+
 PAYLOAD = {
     "kind": r.FINAL_FAILURE,
     "severity": r.URGENT,

@@ -193,6 +193,20 @@ def test_a_delivery_is_not_retried_before_its_backoff(receiver):
     assert Alert.objects.get(channel__isnull=False).state == Alert.State.SENT
 
 
+def test_the_retry_delay_is_the_setting_and_doubles(receiver, settings):
+    settings.HARNESS = {**settings.HARNESS, "ALERT_RETRY_SECONDS": 2}
+    webhook(receiver)
+    receiver.status = 503
+    dead_letter(failed_run())
+
+    alert_deliver_due(now=T0)
+    assert Alert.objects.get(channel__isnull=False).next_attempt_at == T0 + timedelta(seconds=2)
+    assert alert_deliver_due(now=T0 + timedelta(seconds=1.9)).get("retry", 0) == 0
+    assert alert_deliver_due(now=T0 + timedelta(seconds=2))["retry"] == 1
+    assert Alert.objects.get(channel__isnull=False).next_attempt_at == T0 + timedelta(seconds=2 + 4)
+    assert len(receiver.requests) == 2
+
+
 def test_an_unreachable_receiver_does_not_undo_the_failure():
     AlertChannel.objects.create(
         name="gone", kind="webhook", url="http://127.0.0.1:9/hook/T0K3N-SECRET", min_severity="notice"
