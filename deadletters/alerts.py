@@ -47,54 +47,91 @@ def alert_record(*, kind: str, severity: str, dedupe_key: str, payload: dict, no
     event returns None); recording never raises and never undoes the caller's work (its own savepoint);
     a storm beyond STORM_LIMIT per channel, rule and kind within a window is folded, not queued.
     """
-    payload = {
-        **{f: None for f in rules.PAYLOAD_FIELDS},
-        **payload,
-        "kind": kind,
-        "severity": severity,
-        "at": now.isoformat(),
-    }
-    group = rules.storm_group(rule=payload.get("rule"), kind=kind)
+    entries = alert_record_many(kind=kind, severity=severity, events=[(dedupe_key, payload)], now=now)
+    return entries[0] if entries else None
+
+
+def alert_record_many(*, kind: str, severity: str, events: list[tuple[str, dict]], now: datetime) -> list[Alert]:
+    """Record alerts of one kind at once (a tick's missed slots): alert_record's rows and invariants,
+    in a fixed number of statements per channel and storm group, not per alert. Returns the log
+    entries recorded; an event that alerted already has none."""
     window = rules.storm_window(now)
-    common = {
-        "severity": severity,
-        "kind": kind,
-        "dedupe_key": dedupe_key[:300],
-        "group_key": group[:200],
-        "window_start": window,
-        "payload": payload,
-        "created_at": now,
-    }
+    fresh: dict[str, dict] = {}  # dedupe_key -> the row's fields; a key twice in `events` alerts once
+    for dedupe_key, payload in events:
+        full = {**{f: None for f in rules.PAYLOAD_FIELDS}, **payload, "kind": kind, "severity": severity}
+        full["at"] = now.isoformat()
+        fresh.setdefault(
+            dedupe_key[:300],
+            {
+                "severity": severity,
+                "kind": kind,
+                "dedupe_key": dedupe_key[:300],
+                "group_key": rules.storm_group(rule=full.get("rule"), kind=kind)[:200],
+                "window_start": window,
+                "payload": full,
+                "created_at": now,
+            },
+        )
     try:
         with transaction.atomic():
-            entry = Alert.objects.create(channel=None, state=Alert.State.SENT, sent_at=now, **common)
-            pending = []
+            for key in Alert.objects.filter(channel=None, dedupe_key__in=list(fresh)).values_list(
+                "dedupe_key", flat=True
+            ):
+                del fresh[key]  # this event has alerted already
+            if not fresh:
+                return []
+            entries = Alert.objects.bulk_create(
+                [Alert(channel=None, state=Alert.State.SENT, sent_at=now, **row) for row in fresh.values()]
+            )
+            rows = []
             for channel in AlertChannel.objects.filter(enabled=True):
                 if not rules.severity_reaches(severity, channel.min_severity):
                     continue
-                # alert_storm_idx. Two workers counting at once may both send: bounded by their number.
-                seen = Alert.objects.filter(channel=channel, group_key=common["group_key"], window_start=window).count()
-                if rules.storm_fold(recorded_in_window=seen):
-                    Alert.objects.create(channel=channel, state=Alert.State.FOLDED, **common)
-                else:
-                    pending.append(Alert.objects.create(channel=channel, next_attempt_at=now, **common).id)
+                seen: dict[str, int] = {}  # group -> rows in this window (alert_storm_idx); two workers
+                for row in fresh.values():  # counting at once may both send: bounded by their number
+                    group = row["group_key"]
+                    if group not in seen:
+                        seen[group] = Alert.objects.filter(
+                            channel=channel, group_key=group, window_start=window
+                        ).count()
+                    if rules.storm_fold(recorded_in_window=seen[group]):
+                        rows.append(Alert(channel=channel, state=Alert.State.FOLDED, **row))
+                    else:
+                        rows.append(Alert(channel=channel, next_attempt_at=now, **row))
+                    seen[group] += 1
+            # Both databases return the ids of a bulk insert (PostgreSQL, SQLite 3.35+).
+            pending = [a for a in Alert.objects.bulk_create(rows) if a.state == Alert.State.PENDING]
     except IntegrityError:
-        return None  # this event has alerted already
+        if len(events) == 1:
+            return []  # this event has alerted already (recorded by another process meanwhile)
+        # Another process recorded one of them meanwhile: each on its own, so the others still alert.
+        return [
+            e
+            for key, payload in events
+            if (e := alert_record(kind=kind, severity=severity, dedupe_key=key, payload=payload, now=now))
+        ]
     except Exception:  # an alert that cannot be recorded must not undo the failure it reports
-        log.exception("could not record %s alert %s", kind, dedupe_key)
-        return None
-    transaction.on_commit(lambda: _after_commit(payload, pending), robust=True)
-    return entry
+        log.exception("could not record %s alert %s", kind, ", ".join(list(fresh)[:3]))
+        return []
+    payloads = [row["payload"] for row in fresh.values()]
+    pending_ids = [a.id for a in pending]
+    transaction.on_commit(lambda: _after_commit_many(payloads, pending_ids), robust=True)
+    return entries
 
 
-def _after_commit(payload: dict, pending: list[int]) -> None:
+def _after_commit_many(payloads: list[dict], pending: list[int]) -> None:
+    for payload in payloads:
+        _log_alert(payload)
+    for alert_id in pending:  # a lost message is picked up by the periodic alerts_check
+        alert_send(alert_id)
+
+
+def _log_alert(payload: dict) -> None:
     msg = rules.message_for(payload)
     fields = " ".join(
         f"{f}={payload.get(f)!r}" for f in rules.PAYLOAD_FIELDS
     )  # quoted: one line whatever a value holds
     log.log(LOG_LEVEL.get(payload["severity"], logging.ERROR), "%s | %s", msg.title, fields)
-    for alert_id in pending:  # a lost message is picked up by the periodic alerts_check
-        alert_send(alert_id)
 
 
 # --- the events -------------------------------------------------------------------------------
@@ -165,26 +202,44 @@ def alert_slot_expired(*, rule_name: str, slot: datetime, missing: list[str], no
     )
 
 
-def alert_slot_missed(*, rule_name: str, slot: datetime, details: dict, now: datetime) -> Alert | None:
-    """A slot was missed beyond the catch-up window (a Decision with reason missed)."""
-    return alert_record(
-        kind=rules.SLOT_MISSED,
-        severity=rules.EVENT_SEVERITY[rules.SLOT_MISSED],
-        dedupe_key=f"missed:{rule_name}:{slot.isoformat()}",
-        payload={
-            "title": f"rule {rule_name} missed slot {slot:%Y-%m-%dT%H:%M:%SZ}",
-            "rule": rule_name,
-            "error_kind": "missed",
-            "slot": slot.isoformat(),
-            "reason": f"{details.get('late_seconds', '?')}s late, catch-up {details.get('catchup', '?')}",
-            "link": _rule_link(rule_name),
-        },
-        now=now,
-    )
+MISSED_REASON = "missed"  # runs.models.Decision.Reason.MISSED (runs is the layer above: not imported)
 
 
-def _rule_link(rule_name: str) -> str:
-    rule_id = TriggerRule.objects.filter(name=rule_name).values_list("id", flat=True).first()
+def alert_decisions(decisions: list, *, now: datetime) -> int:
+    """Alert the slot decisions that warrant one, just written in the caller's transaction: a slot
+    missed beyond the catch-up window (reason missed) is a warning. One batch for a whole tick's
+    decisions; returns how many alerts were recorded."""
+    events = []
+    links: dict[int, str] = {}
+    for d in decisions:
+        if d.reason != MISSED_REASON or d.slot is None or d.rule_id is None:
+            continue
+        rule_name = d.rule.name
+        if d.rule_id not in links:
+            links[d.rule_id] = _rule_link(rule_name, rule_id=d.rule_id)
+        details = d.details or {}
+        events.append(
+            (
+                f"missed:{rule_name}:{d.slot.isoformat()}",
+                {
+                    "title": f"rule {rule_name} missed slot {d.slot:%Y-%m-%dT%H:%M:%SZ}",
+                    "rule": rule_name,
+                    "error_kind": "missed",
+                    "slot": d.slot.isoformat(),
+                    "reason": f"{details.get('late_seconds', '?')}s late, catch-up {details.get('catchup', '?')}",
+                    "link": links[d.rule_id],
+                },
+            )
+        )
+    if not events:
+        return 0
+    severity = rules.EVENT_SEVERITY[rules.SLOT_MISSED]
+    return len(alert_record_many(kind=rules.SLOT_MISSED, severity=severity, events=events, now=now))
+
+
+def _rule_link(rule_name: str, *, rule_id: int | None = None) -> str:
+    if rule_id is None:
+        rule_id = TriggerRule.objects.filter(name=rule_name).values_list("id", flat=True).first()
     if rule_id is None:
         return admin_link("admin:tasks_triggerrule_changelist")
     return admin_link("admin:tasks_triggerrule_change", rule_id)
@@ -242,7 +297,7 @@ def alert_send_test(*, channel: AlertChannel, now: datetime) -> Alert:
             created_at=now,
             next_attempt_at=now,
         )
-        transaction.on_commit(lambda: _after_commit(payload, [alert.id]), robust=True)
+        transaction.on_commit(lambda: _after_commit_many([payload], [alert.id]), robust=True)
     return alert
 
 
@@ -392,5 +447,5 @@ def _summarise(channel_id: int, group: str, window: datetime, *, now: datetime) 
         next_attempt_at=now,
     )
     Alert.objects.filter(id__in=[r[0] for r in rows]).update(summary=summary)
-    transaction.on_commit(lambda: _after_commit(payload, [summary.id]), robust=True)
+    transaction.on_commit(lambda: _after_commit_many([payload], [summary.id]), robust=True)
     return 1

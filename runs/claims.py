@@ -11,6 +11,7 @@ from django.db import IntegrityError, connection, models, transaction
 from django.db.models import F
 from django.utils.dateparse import parse_datetime
 
+from deadletters.alerts import alert_decisions
 from harness_site import tracing
 from runs import sql as prebuilt
 from runs.admission import pool_release
@@ -208,7 +209,7 @@ class ClaimBatch:
     def __init__(self, *, now: datetime, result) -> None:
         self.now, self.result = now, result
         self._runs: list[TaskRun] = []
-        self._decisions: list[tuple[Decision, Callable[[], None] | None]] = []
+        self._decisions: list[Decision] = []
 
     @staticmethod
     def accepts(work: Work, *, dispatch: bool, state: str | None) -> bool:
@@ -232,10 +233,9 @@ class ClaimBatch:
         if len(self._runs) >= self.MAX_ROWS:
             self.flush()
 
-    def decide(self, decision: Decision, *, then: Callable[[], None] | None = None) -> None:
-        """Record a slot's decision with the batch; `then` runs once it is written (not when the
-        slot had its decision already)."""
-        self._decisions.append((decision, then))
+    def decide(self, decision: Decision) -> None:
+        """Record a slot's decision with the batch."""
+        self._decisions.append(decision)
         if len(self._decisions) >= self.MAX_ROWS:
             self._flush_decisions()
 
@@ -265,10 +265,9 @@ class ClaimBatch:
         if not pending:
             return
         # One per (rule, slot), decided by decision_one_per_slot: another tick's decision stands.
-        created = insert_new(Decision, [d for d, _then in pending], unique=("rule_id", "slot"))
-        for decision, then in pending:
-            if decision.pk is not None and then is not None:
-                then()
+        created = insert_new(Decision, pending, unique=("rule_id", "slot"))
+        # Their alerts (outbox rows) in one batch, only for decisions written now, never another tick's.
+        alert_decisions(created, now=self.now)
         self.result.decisions += len(created)
 
 
@@ -301,12 +300,12 @@ def claim_batched(work: Work, *, dispatch: bool = True, state: str | None = None
     return False
 
 
-def decision_batched(decision: Decision, *, then: Callable[[], None] | None = None) -> bool:
+def decision_batched(decision: Decision) -> bool:
     """Join the open batch with a slot's decision, if there is a batch; True if it joined."""
     batch = _batch.get()
     if batch is None or decision.slot is None:
         return False
-    batch.decide(decision, then=then)
+    batch.decide(decision)
     return True
 
 

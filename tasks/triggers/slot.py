@@ -8,12 +8,11 @@ or a decision; resolving deletes the hold in the same transaction (invariant 3).
 
 import logging
 from datetime import datetime, timedelta
-from functools import partial
 
 from django.db import IntegrityError, transaction
 from django.db.models import Max
 
-from deadletters.alerts import alert_slot_expired, alert_slot_missed
+from deadletters.alerts import alert_decisions, alert_slot_expired
 from harness_site import tracing
 from runs.claims import claim_batched, decision_batched, run_claim
 from runs.models import Decision, SlotHold, TaskRun
@@ -283,19 +282,12 @@ def slot_decide(rule, slot, *, reason, details, now, result) -> None:
     """Record why the slot did not run (invariant 3): one decision per (rule, slot). Inside the
     tick's claim batch it is written with the batch's decisions, which count it."""
     decision = Decision(rule=rule, slot=slot, reason=reason, details=details, created_at=now)
-    # The alert (an outbox row) goes with a decision written now, never with another tick's.
-    then = (
-        partial(alert_slot_missed, rule_name=rule.name, slot=slot, details=details, now=now)
-        if reason == Decision.Reason.MISSED
-        else None
-    )
-    if decision_batched(decision, then=then):
+    if decision_batched(decision):
         return
     try:
         with transaction.atomic():
             decision.save(force_insert=True)
-            if then is not None:
-                then()
+            alert_decisions([decision], now=now)  # an outbox row, with the decision written now
         result.decisions += 1
     except IntegrityError:
         pass  # another tick recorded this slot's decision already

@@ -8,6 +8,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.conf import settings
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from deadletters import alert_rules as rules
@@ -388,6 +390,61 @@ def test_missed_slots_alert_as_warnings_and_a_storm_of_them_is_summarised(receiv
     texts = [r["text"] for r in receiver.requests]
     assert len(texts) == rules.STORM_LIMIT + 1
     assert "and 25 more like this" in texts[-1]
+
+
+def _tick_queries(now: datetime) -> int:
+    with CaptureQueriesContext(connection) as queries:
+        scheduler_tick(now=now)
+    return len(queries)
+
+
+def test_a_ticks_missed_slot_alerts_cost_a_few_statements_in_all_not_several_per_slot(receiver):
+    webhook(receiver)
+    webhook(receiver, name="second", fmt="generic")
+    few = make_rule("few", catchup=TriggerRule.CatchUp.NONE)
+    many = make_rule("many", catchup=TriggerRule.CatchUp.NONE, enabled=False)
+    now = T0 + timedelta(minutes=10, seconds=3)
+    small = _tick_queries(now)  # 10 missed slots
+    TriggerRule.objects.filter(pk=few.pk).update(enabled=False)
+    TriggerRule.objects.filter(pk=many.pk).update(enabled=True, next_fire_at=T0)
+    large = _tick_queries(T0 + timedelta(minutes=300, seconds=3))  # 300
+    print(f"\n[alerts] a tick with 10 missed slots: {small} statements; with 300: {large}")
+    # One batch per tick: a few statements per channel, plus one per bulk insert of Django's batch
+    # size on SQLite. One by one it was about nine per slot (link, savepoint, entry, channels, and a
+    # count and a row per channel).
+    assert (large - small) / 290 < 0.1
+    assert Alert.objects.filter(channel__isnull=True, kind=rules.SLOT_MISSED).count() == 310
+    # Per channel and rule, the first STORM_LIMIT of a window are sent, the rest folded.
+    for channel in AlertChannel.objects.filter(kind="webhook"):
+        for rule in (few, many):
+            states = Alert.objects.filter(channel=channel, payload__rule=rule.name).values_list("state", flat=True)
+            assert sorted(states).count(Alert.State.PENDING) == rules.STORM_LIMIT
+
+
+def test_missed_slots_of_two_rules_in_one_tick_storm_apart_and_one_alerted_before_is_not_again(receiver):
+    webhook(receiver)
+    first = make_rule("first", catchup=TriggerRule.CatchUp.NONE)
+    second = make_rule("second", catchup=TriggerRule.CatchUp.NONE)
+    # The newest missed slot of "first" has alerted already, in the same storm window (an earlier
+    # tick that died after its alert): it is not recorded again, and it counts toward the storm.
+    alerted = T0 + timedelta(minutes=7)
+    before = alert_record(
+        kind=rules.SLOT_MISSED,
+        severity=rules.WARNING,
+        dedupe_key=f"missed:first:{alerted.isoformat()}",
+        payload={"title": "earlier", "rule": "first"},
+        now=T0 + timedelta(minutes=6),
+    )
+    assert before is not None
+
+    scheduler_tick(now=T0 + timedelta(minutes=8, seconds=3))
+
+    log = Alert.objects.filter(channel__isnull=True, kind=rules.SLOT_MISSED)
+    assert log.filter(payload__rule="first").count() == 8 and log.filter(payload__rule="second").count() == 8
+    assert Alert.objects.get(channel__isnull=True, dedupe_key=f"missed:first:{alerted.isoformat()}").id == before.id
+    for rule in (first, second):
+        sent = Alert.objects.filter(channel__isnull=False, payload__rule=rule.name, state=Alert.State.PENDING)
+        assert sent.count() == rules.STORM_LIMIT
 
 
 def test_a_slot_expired_waiting_for_readiness_is_urgent():
