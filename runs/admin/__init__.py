@@ -109,6 +109,10 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
     # One rule filter: by the rule itself (runs/admin/desk.py).
     list_filter = (QuickRunFilter, "state", "source", ("last_error_kind", ErrorKindFilter))
     search_fields = ("biz_key",)  # and a run id or a trace id: get_search_results
+    search_help_text = _(
+        "A whole biz_key finds its run; part of one, every run whose key contains it. A number also "
+        "finds the run with that id, 32 hex digits the runs of that trace."
+    )
     paginator = EstimatedCountPaginator
     show_full_result_count = False
     # The attempts are in the run page's header table (templates/admin/runs/taskrun/change_form.html).
@@ -167,11 +171,17 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
         return "—"
 
     def get_search_results(self, request, queryset, search_term):
-        """biz_key (contains, served by run_biz_key_trgm_idx on PostgreSQL); a number is also the run id
-        by primary key (not the admin's "=id": that compares UPPER(id::text) on every row), and 32 hex
-        digits a trace id (run_trace_idx), as a log line or a trace viewer shows it."""
-        found, duplicates = super().get_search_results(request, queryset, search_term)
+        """A whole biz_key finds its run through the unique index, one probe however many runs
+        there are (on-call pastes the key from an alert); otherwise every key containing the term
+        (run_biz_key_trgm_idx on PostgreSQL, whose cost grows with the table). A number is also the
+        run id by primary key (not the admin's "=id": that compares UPPER(id::text) on every row),
+        and 32 hex digits a trace id (run_trace_idx), as a log line or a trace viewer shows it."""
         term = search_term.strip()
+        exact = queryset.filter(biz_key=term)
+        if term and exact.exists():
+            found, duplicates = exact, False
+        else:
+            found, duplicates = super().get_search_results(request, queryset, search_term)
         if term.isdigit() and len(term) < 19:
             found |= queryset.filter(pk=int(term))
         if TRACE_ID.fullmatch(term.lower()):

@@ -129,6 +129,24 @@ def test_it_finds_runs_by_biz_key(admin_client, three_runs, query, expected):
     assert found == expected
 
 
+def test_a_whole_biz_key_finds_its_run_alone_and_part_of_one_every_key_containing_it(admin_client, three_runs):
+    _run("invoice:acme:send:again", now=NOW + timedelta(minutes=9))
+    url = reverse("admin:runs_taskrun_changelist")
+
+    def found(query: str) -> list[str]:
+        response = admin_client.get(url, {"q": query})
+        _page(response)
+        return sorted(r.biz_key for r in response.context["cl"].result_list)
+
+    # The key from an alert: its run, through the unique index, not the keys that contain it.
+    assert found("invoice:acme:send") == ["invoice:acme:send"]
+    assert found(" invoice:acme:send:again ") == ["invoice:acme:send:again"]
+    # Part of a key (or a key in another case): every run whose key contains it.
+    assert found("acme:send") == ["invoice:acme:send", "invoice:acme:send:again"]
+    assert found("INVOICE:ACME:SEND") == ["invoice:acme:send", "invoice:acme:send:again"]
+    assert "biz_key" in admin_client.get(url).content.decode()  # the help text says so
+
+
 def test_it_finds_a_run_by_id(admin_client, three_runs):
     target = three_runs[1]
 

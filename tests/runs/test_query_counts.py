@@ -230,7 +230,8 @@ PAGES = [
     ("harness-dashboard", {}),
     ("admin:runs_taskrun_changelist", {}),
     ("admin:runs_taskrun_changelist", {"state__exact": "failed"}),
-    ("admin:runs_taskrun_changelist", {"q": "bulk:7"}),
+    ("admin:runs_taskrun_changelist", {"q": "bulk:7"}),  # a whole key: its run alone
+    ("admin:runs_taskrun_changelist", {"q": "ulk:1"}),  # part of keys: every key containing it
     ("admin:runs_taskrun_changelist", {"q": "RUN_ID"}),
     ("admin:deadletters_deadletter_changelist", {}),
 ]
