@@ -74,12 +74,13 @@ def alert_record_many(*, kind: str, severity: str, events: list[tuple[str, dict]
         )
     try:
         with transaction.atomic():
-            for key in Alert.objects.filter(channel=None, dedupe_key__in=list(fresh)).values_list(
-                "dedupe_key", flat=True
-            ):
-                del fresh[key]  # this event has alerted already
-            if not fresh:
-                return []
+            if len(fresh) > 1:  # one event: its unique dedupe_key answers (IntegrityError), no read first
+                for key in Alert.objects.filter(channel=None, dedupe_key__in=list(fresh)).values_list(
+                    "dedupe_key", flat=True
+                ):
+                    del fresh[key]  # this event has alerted already
+                if not fresh:
+                    return []
             entries = Alert.objects.bulk_create(
                 [Alert(channel=None, state=Alert.State.SENT, sent_at=now, **row) for row in fresh.values()]
             )

@@ -157,11 +157,13 @@ def _pressure_measurements_forgotten():
 
 @pytest.fixture
 def purged_broker():
-    """An empty broker, so no message from an earlier test reaches this test's workers."""
+    """An empty broker, so no message from an earlier test reaches this test's workers. On the file
+    broker that includes the claims: a consumer killed in an earlier test left the messages it held
+    there, and the next consumer to start would put them back in the queue (CI saw a worker run one)."""
     from harness_site.celery import app
 
     if settings.CELERY_BROKER_URL.startswith("filesystem://"):
-        for sub in ("queue", "processed"):
+        for sub in ("queue", "processed", "claims", "control"):
             folder = settings.BROKER_DIR / sub
             shutil.rmtree(folder, ignore_errors=True)
             folder.mkdir(parents=True, exist_ok=True)
