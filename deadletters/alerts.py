@@ -58,8 +58,13 @@ def alert_record_many(*, kind: str, severity: str, events: list[tuple[str, dict]
     window = rules.storm_window(now)
     fresh: dict[str, dict] = {}  # dedupe_key -> the row's fields; a key twice in `events` alerts once
     for dedupe_key, payload in events:
-        full = {**{f: None for f in rules.PAYLOAD_FIELDS}, **payload, "kind": kind, "severity": severity}
-        full["at"] = now.isoformat()
+        full = {
+            **dict.fromkeys(rules.PAYLOAD_FIELDS),
+            **payload,
+            "kind": kind,
+            "severity": severity,
+            "at": now.isoformat(),
+        }
         fresh.setdefault(
             dedupe_key[:300],
             {
