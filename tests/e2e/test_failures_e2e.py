@@ -66,16 +66,21 @@ def test_a_run_whose_worker_is_killed_is_retried_by_another_worker(harness):
 
 
 def test_a_paused_worker_cannot_commit_after_its_lease_was_taken(harness):
-    worker_a = harness.worker("wA")
+    # Ticks and sweeps go to a worker of their own: A, serving runs only, is never frozen inside a
+    # sweep's transaction, so the first pause sticks (CI: three tries took as long as the skill).
+    harness.worker("control", concurrency=1, args=("--queues=harness_control",))
+    worker_a = harness.worker("wA", args=("--queues=celery",))
     harness.beat()
     wait_ticking()
     rule = _once("sleep-fenced", skill="harness.sleep", params={"seconds": 5}, lease_ttl_seconds=2, **FAST_RETRY)
     run = wait_run_of(rule, state="running")
     assert _attempts(run)[0].worker.startswith("wA@")
 
-    # Freeze A (and its lease renewer) mid-skill; B's sweeper takes the lease back and B runs it.
+    # Freeze A (and its lease renewer) mid-skill; the sweeper takes the lease back and B runs it.
     pause_quiescent(worker_a)
-    harness.worker("wB")
+    first = _attempts(run)[0]
+    assert first.outcome != Attempt.Outcome.SUCCEEDED, "A finished its skill before it could be frozen"
+    harness.worker("wB", args=("--queues=celery",))
     run = wait_finished(run)
     assert run.state == TaskRun.State.SUCCEEDED, run.last_error
     b_attempt = _attempts(run)[-1]
