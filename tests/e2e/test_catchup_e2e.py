@@ -17,15 +17,16 @@ pytestmark = pytest.mark.e2e
 
 # Interval rules, so that three slots pass in a minute of real downtime: the catch-up policy does not
 # care how a slot was computed (cron minutes, across zones and DST days, are tests/tasks/test_catchup*.py).
-PERIOD = timedelta(seconds=20)
+PERIOD = timedelta(seconds=15)
 DOWN_SLOTS = 3
-# Restart beat this long after the last missed slot, so it is late beyond the scheduler's on-time grace
-# (10 s) and its first tick comes well before the next slot (20 s), even on a loaded machine.
-PAST_GRACE = timedelta(seconds=11)
-assert slot_grace() < PAST_GRACE < PERIOD
-# The seeded tick runs this long after its slot: on time (within the scheduler's grace).
+# The scheduler's on-time grace for this test's processes and its own: shorter than the suite's 10 s,
+# so that three periods of downtime are 45 s, not a minute.
+GRACE_SECONDS = 5
+# Restart beat this long after the last missed slot, so it is late beyond the grace and its first tick
+# comes well before the next slot (9 s later), even on a loaded machine.
+PAST_GRACE = timedelta(seconds=6)
+# The seeded tick runs this long after its slot: on time (within the grace).
 SEEDED_TICK_AFTER = timedelta(seconds=1)
-assert SEEDED_TICK_AFTER < slot_grace()
 
 
 def _slots(rule: TriggerRule) -> tuple[dict, dict]:
@@ -34,8 +35,11 @@ def _slots(rule: TriggerRule) -> tuple[dict, dict]:
     return runs, decisions
 
 
-def test_missed_slots_are_caught_up_or_recorded_after_three_slots_down(harness):
-    worker = harness.worker("w1")
+def test_missed_slots_are_caught_up_or_recorded_after_three_slots_down(harness, settings):
+    settings.HARNESS = {**settings.HARNESS, "SLOT_GRACE_SECONDS": GRACE_SECONDS}
+    assert SEEDED_TICK_AFTER < slot_grace() < PAST_GRACE < PERIOD
+    grace_env = {"HARNESS_SLOT_GRACE_SECONDS": str(GRACE_SECONDS)}
+    worker = harness.worker("w1", extra_env=grace_env)
     every = int(PERIOD.total_seconds())
     latest = make_rule(
         "every-latest", kind="interval", interval_seconds=every, catchup="latest", catchup_max_delay_seconds=600
@@ -68,10 +72,10 @@ def test_missed_slots_are_caught_up_or_recorded_after_three_slots_down(harness):
     # grace, and its first tick is then due before the next slot whatever the start-up time of a worker.
     restart_at = last_missed + PAST_GRACE
     wait_for(lambda: timezone.now() >= last_missed, timeout=DOWN_SLOTS * every + 60, interval=1, what="3 slots down")
-    harness.worker("w1-restarted")
+    harness.worker("w1-restarted", extra_env=grace_env)
     wait_for(lambda: timezone.now() >= restart_at, timeout=every + 60, interval=0.2, what="the restart instant")
     restarted_at = timezone.now()
-    harness.beat("beat1-restarted")
+    harness.beat("beat1-restarted", extra_env=grace_env)
     wait_ticking(since=restarted_at)
     wait_for(
         lambda: TaskRun.objects.filter(rule=latest, source="catchup", state="succeeded").exists(),

@@ -75,9 +75,9 @@ def test_two_beats_and_two_workers_run_every_slot_exactly_once(harness):
     beats = [harness.beat("beat1"), harness.beat("beat2")]
     wait_ticking()
     rule = make_rule("every-1s", kind="interval", interval_seconds=1)
-    observe_until = timezone.now() + timedelta(seconds=30)
-    # Observing the processes for 30 s is the point of the test, not waiting for an outcome.
-    wait_for(lambda: timezone.now() >= observe_until, timeout=40, interval=0.5, what="30 s of scheduling")
+    observe_until = timezone.now() + timedelta(seconds=15)
+    # Observing the processes for 15 s is the point of the test, not waiting for an outcome.
+    wait_for(lambda: timezone.now() >= observe_until, timeout=25, interval=0.5, what="15 s of scheduling")
     freeze(rule)
     wait_for(
         lambda: not TaskRun.objects.filter(rule=rule).exclude(state__in=TaskRun.FINISHED).exists(),
@@ -97,7 +97,7 @@ def test_two_beats_and_two_workers_run_every_slot_exactly_once(harness):
         f"runs per worker {dict(by_worker)}"
     )
 
-    assert len(runs) >= 20, "about 30 slots in 30 s"
+    assert len(runs) >= 10, "about 15 slots in 15 s"
     assert all(r.state == TaskRun.State.SUCCEEDED for r in runs), Counter(r.state for r in runs)
     assert len(set(slots)) == len(slots), "one run per slot"
     gaps = {(b - a).total_seconds() for a, b in pairwise(slots)}
@@ -107,6 +107,6 @@ def test_two_beats_and_two_workers_run_every_slot_exactly_once(harness):
     assert max(per_key.values()) == 1, [k for k, n in per_key.items() if n > 1]
     assert sorted(per_key) == sorted(r.biz_key for r in runs), "exactly one record per run"
     assert {rec.run_id for rec in records} == {r.id for r in runs}
-    assert all(n >= 10 for n in ticks.values()), f"both beats must fire ticks: {ticks}"
+    assert all(n >= 5 for n in ticks.values()), f"both beats must fire ticks: {ticks}"
     assert len(by_worker) == 2, f"both workers should execute runs: {dict(by_worker)}"
     assert all(w.popen.poll() is None for w in workers)

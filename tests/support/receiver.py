@@ -46,5 +46,8 @@ def start_receiver(token_path: str = "/hook/T0K3N-SECRET") -> tuple[Receiver, Th
             pass
 
     server.RequestHandlerClass = Handler
-    threading.Thread(target=server.serve_forever, name="webhook-receiver", daemon=True).start()
+    # A short poll: shutdown() waits for the loop to look again (0.5 s by default).
+    threading.Thread(
+        target=server.serve_forever, kwargs={"poll_interval": 0.02}, name="webhook-receiver", daemon=True
+    ).start()
     return receiver, server
