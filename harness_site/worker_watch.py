@@ -24,6 +24,9 @@ import time
 
 from celery import current_app
 from celery.worker import state as worker_state
+from django.conf import settings
+from django.db import connection
+from django.utils import timezone
 
 from harness_site.broker import RUN_HEADER, queue_probe
 
@@ -54,9 +57,6 @@ def on_worker_shutdown(**_kwargs) -> None:
 class WorkerWatch(threading.Thread):
     def __init__(self, consumer):
         super().__init__(name="harness-worker-watch", daemon=True)
-        from django.conf import settings
-        from django.utils import timezone
-
         self.consumer = consumer
         self.pool = consumer.pool
         self.hostname = consumer.hostname or socket.gethostname()
@@ -80,8 +80,6 @@ class WorkerWatch(threading.Thread):
                 self.beat()
             except Exception as exc:  # a database hiccup must not end the heartbeat thread
                 log.warning("worker heartbeat failed: %s: %s", type(exc).__name__, str(exc)[:200])
-                from django.db import connection
-
                 with contextlib.suppress(Exception):
                     connection.close()
             if self._stopping_since is not None and time.monotonic() - self._stopping_since > self.shutdown_grace:
@@ -95,8 +93,6 @@ class WorkerWatch(threading.Thread):
     def beat(self) -> None:
         # Imported here: harness_site/celery.py imports this module before Django's apps are ready,
         # so the models can only be loaded once the worker runs.
-        from django.utils import timezone
-
         from runs.workers import WorkerReport, worker_beat
 
         now = timezone.now()
