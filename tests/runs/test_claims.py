@@ -91,6 +91,33 @@ def test_it_keeps_different_biz_keys_apart():
 
 
 @pytest.mark.django_db
+@pytest.mark.parametrize("batch", [1, 2], ids=["one run", "a batch"])
+def test_a_value_too_long_for_its_column_is_refused_never_cut_to_fit(batch):
+    """The claim's prebuilt INSERT casts its parameters to each column's type; a cast to
+    varchar(255) would cut a 300-character key to its first 255 characters, where two keys that
+    differ only after them meet on one run. PostgreSQL refuses the value as the ORM's INSERT would
+    (SQLite stores it whole: it has no length limit to cut to). The key rules refuse such keys
+    before a claim (tasks/rules/keys.py); this is the floor under them."""
+    from django.db import DataError
+
+    from runs.claims import run_insert_new
+
+    long_keys = [f"{'k' * 290}-{i}" for i in range(batch)]
+    runs = [
+        TaskRun(biz_key=key, skill="harness.noop", source=TaskRun.Source.API, trigger_at=NOW, run_after=NOW, payload={})
+        for key in long_keys
+    ]
+    try:
+        with transaction.atomic():
+            run_insert_new(runs)
+    except DataError:
+        assert connection.vendor == "postgresql"
+    stored = list(TaskRun.objects.filter(biz_key__startswith="kkk").values_list("biz_key", flat=True))
+    assert all(key in long_keys for key in stored), "a key was cut to fit its column"
+    assert stored == [] if connection.vendor == "postgresql" else sorted(stored) == long_keys
+
+
+@pytest.mark.django_db
 def test_it_does_not_dispatch_a_run_that_is_not_due_yet():
     later = claim("later", run_after=NOW + timedelta(minutes=5))
     held = claim("held", dispatch=False)
