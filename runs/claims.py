@@ -335,14 +335,13 @@ _INSERT_SQL: dict[tuple, str] = {}
 _INSERT_PARAMS: dict[tuple, Callable] = {}
 
 
-def _insert_sql(model, rows: int, unique: tuple[str, ...]) -> tuple[str, list]:
+def _insert_sql(model, rows: int, unique: tuple[str, ...], *, batched: bool) -> tuple[str, list]:
     """The INSERT for `rows` objects: on PostgreSQL one array per column (unnest), so the text is
     the same for any number of rows and short (psycopg converts a query of thousands of
     placeholders on every call: a third of a tick's cost); elsewhere, and for a single object on
     PostgreSQL (one-element arrays cost psycopg 120 us to quote, a row of values 20 us), a VALUES
     row per object."""
     fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-    batched = connection.vendor == "postgresql" and rows > 1
     key = (model._meta.label, None if batched else rows, unique)
     if key not in _INSERT_SQL:
         qn = connection.ops.quote_name
@@ -378,13 +377,15 @@ def insert_new(model, objs: list, *, unique: tuple[str, ...]) -> list:
     RETURNING."""
     if not objs:
         return []
-    sql, fields = _insert_sql(model, len(objs), unique)
+    # PostgreSQL takes several objects as one array per column (see _insert_sql).
+    batched = connection.vendor == "postgresql" and len(objs) > 1
+    sql, fields = _insert_sql(model, len(objs), unique, batched=batched)
     prepare = _INSERT_PARAMS.get((connection.vendor, model._meta.label))
     if prepare is None:
         prepare = _INSERT_PARAMS[(connection.vendor, model._meta.label)] = prebuilt.insert_params(fields)
     values = [prepare(obj) for obj in objs]
-    if connection.vendor == "postgresql" and len(objs) > 1:
-        params = [list(column) for column in zip(*values, strict=True)]  # one array per column; unnest keeps the order
+    if batched:
+        params = [list(column) for column in zip(*values, strict=True)]  # unnest keeps the rows' order
     else:
         params = [v for row in values for v in row]
     with connection.cursor() as cur:

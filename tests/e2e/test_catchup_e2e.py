@@ -15,7 +15,7 @@ from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.e2e
 
-# Interval rules, so that three slots pass in a minute of real downtime: the catch-up policy does not
+# Interval rules, so that three slots pass in 45 s of real downtime: the catch-up policy does not
 # care how a slot was computed (cron minutes, across zones and DST days, are tests/tasks/test_catchup*.py).
 PERIOD = timedelta(seconds=15)
 DOWN_SLOTS = 3
