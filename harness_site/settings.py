@@ -302,6 +302,9 @@ HARNESS = {
     "REDISPATCH_SECONDS": env.int("HARNESS_REDISPATCH_SECONDS", default=10),
     # Seconds between file-sensor scans (beat entry "harness: file sensors").
     "SENSOR_SECONDS": env.int("HARNESS_SENSOR_SECONDS", default=30),
+    # PostgreSQL: the hot path's statements are prepared once per connection (runs/sql.py). Turn off
+    # behind a pooler that cannot keep prepared statements (PgBouncer in transaction mode before 1.21).
+    "PREPARED_STATEMENTS": env_bool("HARNESS_PREPARED_STATEMENTS", default=True),
     # Upper bound on slots one rule may materialise per tick (bounded catch-up work).
     "MAX_SLOTS_PER_TICK": env.int("HARNESS_MAX_SLOTS_PER_TICK", default=1000),
     # A slot claimed within this long of its instant is on time; a later one follows its rule's
@@ -425,6 +428,7 @@ _KNOWN_HARNESS_VARS = {
     "HARNESS_LOGIN_COOLOFF_MINUTES",
     "HARNESS_METRICS_TOKEN",
     "HARNESS_METRICS_BIND",
+    "HARNESS_PREPARED_STATEMENTS",
     # Not under HARNESS_, so never refused here; listed so that this set names every setting of ours.
     "LOG_FORMAT",
 }

@@ -313,7 +313,7 @@ def decision_batched(decision: Decision) -> bool:
 def _count_dedupe_hits(taken: dict[str, int]) -> None:
     table = connection.ops.quote_name(TaskRun._meta.db_table)
     if connection.vendor == "postgresql":
-        with connection.cursor() as cur:
+        with prebuilt.cursor() as cur:
             cur.execute(
                 f"UPDATE {table} AS t SET dedupe_hits = t.dedupe_hits + v.n "
                 f"FROM unnest(%s::text[], %s::int[]) AS v(k, n) WHERE t.biz_key = v.k",
@@ -388,7 +388,7 @@ def insert_new(model, objs: list, *, unique: tuple[str, ...]) -> list:
         params = [list(column) for column in zip(*values, strict=True)]  # unnest keeps the rows' order
     else:
         params = [v for row in values for v in row]
-    with connection.cursor() as cur:
+    with prebuilt.cursor() as cur:
         cur.execute(sql, params)
         key_fields = [model._meta.get_field(c.removesuffix("_id")) for c in unique]
         rows = cur.fetchall()
