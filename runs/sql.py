@@ -3,8 +3,8 @@
 The ORM compiles a queryset on every call and instantiates models through the full machinery:
 about 1 ms of CPU per statement, several times the round trip, on a machine whose throughput is
 bound by CPU. The hot path's statements are written once, from the models' own table and column
-names, and executed on a plain cursor; rows become models through `Model.from_db`, the cheap
-positional path. The statements themselves live in the module that owns each decision
+names, and executed on a plain cursor (prepared once per connection, see `cursor`); rows become
+models through `Model.from_db`, the cheap positional path. The statements themselves live in the module that owns each decision
 (runs/leases.py, runs/admission.py, runs/outcome.py); this module only holds the shared pieces.
 SQLite keeps the ORM paths.
 """
@@ -58,10 +58,12 @@ def cursor():
     wrapper keeps query logging, execute wrappers and error translation. Off with
     HARNESS_PREPARED_STATEMENTS=false behind a pooler that cannot keep them (PgBouncer in
     transaction mode before 1.21)."""
-    if connection.vendor != "postgresql" or not settings.HARNESS.get("PREPARED_STATEMENTS", True):
+    if connection.vendor != "postgresql" or not settings.HARNESS["PREPARED_STATEMENTS"]:
         return connection.cursor()
+    # What connection.cursor() does before it wraps its own cursor.
     connection.close_if_health_check_failed()
     connection.ensure_connection()
+    connection.validate_thread_sharing()
     pg = connection.connection
     if pg.prepare_threshold is None:
         pg.prepare_threshold = _ONLY_WHEN_ASKED
