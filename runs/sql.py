@@ -4,8 +4,9 @@ The ORM compiles a queryset on every call and instantiates models through the fu
 about 1 ms of CPU per statement, several times the round trip, on a machine whose throughput is
 bound by CPU. The hot path's statements are written once, from the models' own table and column
 names, and executed on a plain cursor (prepared once per connection, see `cursor`); rows become
-models through `Model.from_db`, the cheap positional path. The statements themselves live in the module that owns each decision
-(runs/leases.py, runs/admission.py, runs/outcome.py); this module only holds the shared pieces.
+models through `Model.from_db`, the cheap positional path. The statements themselves live in the
+module that owns each decision (runs/leases.py, runs/admission.py, runs/outcome.py); this module
+only holds the shared pieces.
 SQLite keeps the ORM paths.
 """
 
