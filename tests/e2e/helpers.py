@@ -72,14 +72,16 @@ def pause_quiescent(proc: Proc, *, tries: int = 10) -> None:
     """
     for _ in range(tries):
         proc.pause()
-        if _database_unblocked():
+        if database_unblocked():
             return
         proc.resume()
         time.sleep(0.3)
     raise AssertionError(f"could not pause {proc.name} outside a database transaction in {tries} tries")
 
 
-def _database_unblocked() -> bool:
+def database_unblocked() -> bool:
+    """No other process holds the SQLite write lock, or sits in a PostgreSQL transaction: true of a
+    stopped process only if it was stopped between transactions."""
     db = connection.settings_dict
     if db["ENGINE"].endswith("sqlite3"):
         con = sqlite3.connect(db["NAME"], timeout=2)

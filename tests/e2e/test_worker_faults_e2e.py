@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from runs.claims import Work, run_claim
 from runs.models import TaskRun, WorkerHeartbeat
-from tests.e2e.helpers import START_TIMEOUT, pause_quiescent, wait_ticking
+from tests.e2e.helpers import START_TIMEOUT, database_unblocked, pause_quiescent, wait_ticking
 from tests.support.processes import Proc, wait_for
 
 pytestmark = [pytest.mark.e2e]
@@ -78,6 +78,13 @@ def freeze_idle_pool(proc: Proc, *, tries: int = 10) -> None:
     for _ in range(tries):
         for pid in children:
             os.kill(pid, signal.SIGSTOP)
+        # A child stopped inside a transaction: on SQLite it holds the write lock, and the heartbeat
+        # waited for below could not be written at all.
+        if not database_unblocked():
+            for pid in children:
+                os.kill(pid, signal.SIGCONT)
+            time.sleep(0.3)
+            continue
         stopped = timezone.now()
         report = wait_for(
             lambda stopped=stopped: (h := heartbeat(proc)) and h.beat_at > stopped and h,
