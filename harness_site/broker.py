@@ -355,7 +355,12 @@ def publish_in_one_round_trip(producer) -> Iterator[None]:
     if not (hasattr(channel, "conn_or_acquire") and hasattr(channel, "unacked_key")):
         yield
         return
-    pushes = _PushesInOnePipeline(channel._create_client())
+    # One client per channel, kept: building a redis-py client (its ~80 response callbacks) cost more
+    # CPU than the push it sends; pipelines from it are per call and share the channel's pool.
+    client = channel.__dict__.get("_harness_push_client")
+    if client is None:
+        client = channel.__dict__["_harness_push_client"] = channel._create_client()
+    pushes = _PushesInOnePipeline(client)
 
     @contextlib.contextmanager
     def conn_or_acquire(client=None):

@@ -111,23 +111,31 @@ def _limited(pool: Pool) -> bool:
 #
 # Most runs draw only from pools that limit nothing (the global pool as installed): admission then
 # decides nothing and only records a slot row per pool, so that a limit set later counts the runs
-# already in. The lease claim (runs/leases.py) does that in its own statement: `PLAIN_CTES` lock the
+# already in. The lease claim (runs/leases.py) does that in its own statement: `plain_ctes` lock the
 # pools the run draws from (FOR KEY SHARE, in id order: the pool rows before the run row, the order
 # pool_wake and pool_admit use) and find whether they all limit nothing; the claim's UPDATE matches
 # only then, and `PLAIN_TAKE_CTES` take a slot in each. Anything else (a limit, a pause, a key
 # template, an agent, slots already there, no global pool) is pool_admit's, under the pool row locks.
 
 _rule_pools = TriggerRule.pools.through._meta
-# Params: now, the global pool's name, the run's rule id, the global pool's name, the run id.
-PLAIN_CTES = (
-    "plain AS MATERIALIZED (SELECT id, max_concurrency IS NULL AND coalesce(rate_count, 0) = 0"
-    " AND (paused_until IS NULL OR paused_until <= %s) AND key_template = '' AS free"
-    f" FROM {sql.qn(Pool._meta.db_table)} WHERE enabled AND (name = %s OR id IN"
-    f" (SELECT pool_id FROM {sql.qn(_rule_pools.db_table)} WHERE triggerrule_id = %s)) ORDER BY id FOR KEY SHARE),"
-    " admit AS MATERIALIZED (SELECT coalesce(bool_and(free), true)"
-    f" AND EXISTS (SELECT 1 FROM {sql.qn(Pool._meta.db_table)} WHERE name = %s)"
-    f" AND NOT EXISTS (SELECT 1 FROM {sql.qn(PoolSlot._meta.db_table)} WHERE run_id = %s) AS plain FROM plain)"
-)
+
+
+def plain_ctes(*, rule_of_run: bool = False) -> str:
+    """Params: now, the global pool's name, the run's rule id (with `rule_of_run`: the run id, and
+    the rule is read from the run row in the statement), the global pool's name, the run id."""
+    rule = f"(SELECT rule_id FROM {sql.qn(TaskRun._meta.db_table)} WHERE id = %s)" if rule_of_run else "%s"
+    return (
+        "plain AS MATERIALIZED (SELECT id, max_concurrency IS NULL AND coalesce(rate_count, 0) = 0"
+        " AND (paused_until IS NULL OR paused_until <= %s) AND key_template = '' AS free"
+        f" FROM {sql.qn(Pool._meta.db_table)} WHERE enabled AND (name = %s OR id IN"
+        f" (SELECT pool_id FROM {sql.qn(_rule_pools.db_table)} WHERE triggerrule_id = {rule}))"
+        " ORDER BY id FOR KEY SHARE),"
+        " admit AS MATERIALIZED (SELECT coalesce(bool_and(free), true)"
+        f" AND EXISTS (SELECT 1 FROM {sql.qn(Pool._meta.db_table)} WHERE name = %s)"
+        f" AND NOT EXISTS (SELECT 1 FROM {sql.qn(PoolSlot._meta.db_table)} WHERE run_id = %s) AS plain FROM plain)"
+    )
+
+
 # After the claim's CTE "claimed" (returning id, fence, lease_owner, lease_expires_at): a slot in
 # each plain pool for the new fence, as long as the lease, and the waiter row cleared, only when it
 # claimed. Params: acquired_at.
@@ -140,6 +148,11 @@ PLAIN_TAKE_CTES = (
 
 def plain_params(run: TaskRun, *, now: datetime) -> list:
     return [now, GLOBAL_POOL, run.rule_id, GLOBAL_POOL, run.id]
+
+
+def plain_params_of_run(run_id: int, *, now: datetime) -> list:
+    """plain_ctes(rule_of_run=True)'s: before the run row is read."""
+    return [now, GLOBAL_POOL, run_id, GLOBAL_POOL, run_id]
 
 
 def pool_admit_plain(run: TaskRun) -> bool:

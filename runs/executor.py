@@ -9,7 +9,7 @@ import random
 import threading
 import time
 from collections.abc import Callable
-from datetime import datetime
+from datetime import datetime, timedelta
 
 from django.db import transaction
 
@@ -26,7 +26,7 @@ from runs.leases import (
     object_gate_exit,
     run_lease_claim,
     run_lease_ttl,
-    run_read,
+    run_take,
 )
 from runs.models import Attempt, TaskRun
 from tasks.skills.errors import classify
@@ -46,7 +46,9 @@ REFRESH_AFTER_SECONDS = 1.0
 def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], float] = random.random) -> ExecuteOutcome:
     """Execute one attempt of the run, if it is ours to execute.
 
-    1. Read the run row (once per attempt; everything below works from it); a run not due is not ours.
+    1. Read the run row (once per attempt; everything below works from it); a run not due is not
+       ours. A run with nothing in its way (no object, no start window, pools that limit nothing)
+       is claimed in the same statement on PostgreSQL (runs.leases.run_take), and goes to step 6.
     2. A first attempt past its start window is cancelled instead ("start_window_passed").
     3. A run with an object key takes that object's lease first, so runs of one object never execute
        at once; "object_busy" means it was pushed back for a later dispatch.
@@ -59,41 +61,30 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
     7. Write the outcome under the fence; an attempt that lost its lease ends "fenced". Whatever
        the outcome, the slots are given back and handed to the next waiting runs.
     """
-    run = run_read(run_id)
-    if run is None or run.state not in TaskRun.CLAIMABLE or run.run_after > clock():
+    taken = run_take(run_id, worker=worker, now=clock())
+    run, attempt = taken.run, taken.attempt
+    if attempt is None and (run is None or run.state not in TaskRun.CLAIMABLE or run.run_after > clock()):
         # Not due: it must not take an object lease, a pool slot or a rate token meanwhile.
         return ExecuteOutcome(run_id, "not_claimable")
     tracing.run_bind(run)  # its trace and fields on every span and log line below
-    if outcome.run_cancel_late(run, now=clock()):
-        return ExecuteOutcome(run_id, "start_window_passed")
-    gate = object_gate_enter(run=run, worker=worker, clock=clock)
-    if gate is not None and gate.held is None:
-        return ExecuteOutcome(run_id, "object_busy")
-    admission = None
+    gate = admission = None
     released = False
     ttl = run_lease_ttl(run)
     try:
-        attempt, plain = None, pool_admit_plain(run)
-        if plain:
-            try:
-                attempt = run_lease_claim(run, worker=worker, now=clock(), plain=True)
-                if attempt is None:
-                    return ExecuteOutcome(run_id, "not_claimable")
-                admission = Admission(run.id, run.fence)
-            except NotPlain:
-                plain = False  # a pool limits something: admission decides, under the pool row locks
-        if not plain:
-            # Admission and the lease claim commit together: one transaction, and the slots are taken
-            # under the same pool row locks as before (Pool rows first, then the run row, as pool_wake).
-            with transaction.atomic():
-                admission = pool_admit(run, worker=worker, now=clock(), ttl=ttl)
-                if admission.elsewhere:  # a duplicate message: another worker is starting this attempt
-                    return ExecuteOutcome(run_id, "not_claimable")
-                if not admission.admitted:
-                    return ExecuteOutcome(run_id, "pool_wait", str(admission.refusal))
-                attempt = run_lease_claim(run, worker=worker, now=clock())
-            if attempt is None:
-                return ExecuteOutcome(run_id, "not_claimable")
+        if attempt is not None:
+            admission = Admission(run.id, run.fence)
+        else:
+            if outcome.run_cancel_late(run, now=clock()):
+                return ExecuteOutcome(run_id, "start_window_passed")
+            gate = object_gate_enter(run=run, worker=worker, clock=clock)
+            if gate is not None and gate.held is None:
+                return ExecuteOutcome(run_id, "object_busy")
+            # Plain admission only where run_take did not find a pool that limits something.
+            attempt, admission, refused = _admit_and_claim(
+                run, worker=worker, clock=clock, ttl=ttl, plain=taken.plain is not False and pool_admit_plain(run)
+            )
+            if refused is not None:
+                return refused
         # Started lazily: its thread exists only once the first renewal (ttl/3) is due.
         renewer = LeaseRenewer(run_id=run.id, fence=run.fence, ttl=ttl, clock=clock, expires_at=run.lease_expires_at)
         renewer.start()
@@ -120,6 +111,33 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
             # a run waiting for a retry holds none (invariant 5).
             pool_release(run_id=run_id, fence=admission.fence, now=clock(), worker=worker)
         object_gate_exit(gate, now=clock())
+
+
+def _admit_and_claim(
+    run: TaskRun, *, worker: str, clock: Clock, ttl: timedelta, plain: bool
+) -> tuple[Attempt | None, Admission | None, ExecuteOutcome | None]:
+    """Steps 4 and 5: (attempt, admission, None) when the run is ours to start, else the outcome
+    that says why not (with the admission, if one was taken, for the caller to give back)."""
+    if plain:
+        try:
+            attempt = run_lease_claim(run, worker=worker, now=clock(), plain=True)
+            if attempt is None:
+                return None, None, ExecuteOutcome(run.id, "not_claimable")
+            return attempt, Admission(run.id, run.fence), None
+        except NotPlain:
+            pass  # a pool limits something: admission decides, under the pool row locks
+    # Admission and the lease claim commit together: one transaction, and the slots are taken
+    # under the same pool row locks as before (Pool rows first, then the run row, as pool_wake).
+    with transaction.atomic():
+        admission = pool_admit(run, worker=worker, now=clock(), ttl=ttl)
+        if admission.elsewhere:  # a duplicate message: another worker is starting this attempt
+            return None, admission, ExecuteOutcome(run.id, "not_claimable")
+        if not admission.admitted:
+            return None, admission, ExecuteOutcome(run.id, "pool_wait", str(admission.refusal))
+        attempt = run_lease_claim(run, worker=worker, now=clock())
+    if attempt is None:
+        return None, admission, ExecuteOutcome(run.id, "not_claimable")
+    return attempt, admission, None
 
 
 @tracing.traced(

@@ -21,7 +21,7 @@ from django.db import DatabaseError, IntegrityError, close_old_connections, conn
 from django.db.models import F, Q
 
 from runs import sql
-from runs.admission import PLAIN_CTES, PLAIN_TAKE_CTES, plain_params
+from runs.admission import PLAIN_TAKE_CTES, plain_ctes, plain_params, plain_params_of_run
 from runs.dispatch import run_dispatch_on_commit
 from runs.models import Attempt, Lease, PoolSlot, TaskRun
 from tasks.models.rule import DEFAULT_LEASE_TTL_SECONDS
@@ -201,6 +201,16 @@ def run_lease_ttl(run: TaskRun) -> timedelta:
     return timedelta(seconds=run.policy.get("lease_ttl_seconds") or DEFAULT_LEASE_TTL_SECONDS)
 
 
+def _lease_ttl_sql(alias: str) -> str:
+    """run_lease_ttl in SQL, for the claim that has not read the row yet (run_take): a number other
+    than 0, else the default (the one param). tests/runs/test_take.py holds the two to the same values."""
+    value = f"{alias}.payload #> '{{policy,lease_ttl_seconds}}'"
+    return (
+        f"make_interval(secs => CASE WHEN jsonb_typeof({value}) = 'number' AND ({value})::float8 <> 0"
+        f" THEN ({value})::float8 ELSE %s END)"
+    )
+
+
 _READ_SQL: list[str] = []
 
 
@@ -212,6 +222,88 @@ def run_read(run_id: int) -> TaskRun | None:
         _READ_SQL.append(f"SELECT {sql.columns(TaskRun, 'r')} FROM {sql.qn(TaskRun._meta.db_table)} r WHERE r.id = %s")
     row = sql.one(_READ_SQL[0], [run_id])
     return sql.instance(TaskRun, row) if row is not None else None
+
+
+@dataclass(frozen=True)
+class Taken:
+    """What run_take found: `attempt` is set when it claimed the run (then `run` is as claimed, fence
+    and attempts + 1); otherwise `run` is the row as it is (None: no such run), and `plain` says
+    whether its pools limit nothing (None: not known, on SQLite)."""
+
+    run: TaskRun | None
+    attempt: Attempt | None = None
+    plain: bool | None = None
+
+
+_TAKE_SQL: list[tuple[str, Callable]] = []
+
+
+def run_take(run_id: int, *, worker: str, now: datetime) -> Taken:
+    """Read the run an attempt works from and, when nothing stands in its way, claim it: on
+    PostgreSQL one statement for both (issue 12: the read was a round trip of its own per run).
+
+    Nothing stands in the way of a run that is claimable and due, names no object (the object gate
+    comes first), has no start window (run_cancel_late's check) and no agent, and whose pools all
+    limit nothing (runs.admission's plain admission, taken in the same statement). Any other run is
+    returned unclaimed, as read, for the executor's full path; nothing is written for it.
+    """
+    if connection.vendor != "postgresql":
+        return Taken(run_read(run_id))
+    if not _TAKE_SQL:
+        _TAKE_SQL.append((_take_sql(), sql.insert_params(_TAKE_ATTEMPT_FIELDS)))
+    text, attempt_params = _TAKE_SQL[0]
+    # The attempt's own values; its run, number and fence come from the claimed row.
+    prototype = Attempt(run_id=run_id, number=0, fence=0, worker=worker, started_at=now)
+    params = [
+        *plain_params_of_run(run_id, now=now),
+        worker,
+        now,
+        DEFAULT_LEASE_TTL_SECONDS,
+        now,
+        worker,
+        run_id,
+        now,
+        *attempt_params(prototype),
+        now,
+        run_id,
+    ]
+    row = sql.one(text, params)
+    if row is None:
+        return Taken(None)
+    attempt_id, plain, values = row[0], row[1], row[2:]
+    run = sql.instance(TaskRun, values)
+    if attempt_id is None:
+        return Taken(run, plain=plain)
+    attempt = Attempt(id=attempt_id, run=run, number=run.attempts, fence=run.fence, worker=worker, started_at=now)
+    attempt._state.adding, attempt._state.db = False, connection.alias
+    return Taken(run, attempt, plain)
+
+
+_TAKE_ATTEMPT_FROM_CLAIM = {"run": "c.id", "number": "c.attempts", "fence": "c.fence"}
+
+
+def _take_sql() -> str:
+    qn, run_t = sql.qn, sql.qn(TaskRun._meta.db_table)
+    col = lambda name: qn(TaskRun._meta.get_field(name).column)  # noqa: E731
+    attempt_cols = ", ".join(qn(f.column) for f in _ATTEMPT_FIELDS)
+    attempt_values = ", ".join(_TAKE_ATTEMPT_FROM_CLAIM.get(f.name, "%s") for f in _ATTEMPT_FIELDS)
+    return (
+        f"WITH {plain_ctes(rule_of_run=True)}, "
+        f"claimed AS (UPDATE {run_t} r SET {col('state')} = {sql.literals([TaskRun.State.RUNNING])}, "
+        f"{col('attempts')} = r.{col('attempts')} + 1, {col('fence')} = r.{col('fence')} + 1, "
+        f"{col('lease_owner')} = %s, {col('lease_expires_at')} = %s::timestamptz + {_lease_ttl_sql('r')}, "
+        f"{col('start_at')} = coalesce(r.{col('start_at')}, %s), {col('executed_by')} = %s "
+        f"WHERE r.id = %s AND r.{col('state')} IN ({sql.literals(TaskRun.CLAIMABLE)}) AND r.{col('run_after')} <= %s "
+        f"AND r.{col('object_key')} = '' AND NOT r.payload ? 'start_by' "
+        f"AND coalesce(r.payload -> 'agent', 'null'::jsonb) = 'null'::jsonb AND (SELECT plain FROM admit) "
+        f"RETURNING {sql.columns(TaskRun, 'r')}), "
+        f"attempt AS (INSERT INTO {qn(Attempt._meta.db_table)} ({attempt_cols}) "
+        f"SELECT {attempt_values} FROM claimed c RETURNING {qn('id')}), "
+        f"{PLAIN_TAKE_CTES} "
+        f"SELECT (SELECT id FROM attempt), (SELECT plain FROM admit), c.* FROM claimed c "
+        f"UNION ALL SELECT NULL, (SELECT plain FROM admit), {sql.columns(TaskRun, 'r')} FROM {run_t} r "
+        f"WHERE r.id = %s AND NOT EXISTS (SELECT 1 FROM claimed)"
+    )
 
 
 def run_lease_claim(run: TaskRun, *, worker: str, now: datetime, plain: bool = False) -> Attempt | None:
@@ -262,6 +354,7 @@ class NotPlain(Exception):
 
 _CLAIM_SQL: dict[bool, str] = {}
 _ATTEMPT_FIELDS = [f for f in Attempt._meta.concrete_fields if not f.primary_key]
+_TAKE_ATTEMPT_FIELDS = [f for f in _ATTEMPT_FIELDS if f.name not in _TAKE_ATTEMPT_FROM_CLAIM]
 _ATTEMPT_PARAMS: dict[str, Callable] = {}
 _CLAIM_FIELDS = ["state", "attempts", "fence", "lease_owner", "lease_expires_at", "start_at", "executed_by"]
 
@@ -274,7 +367,7 @@ def _claim_sql(plain: bool) -> str:
         # admission is plain (CTE "admit").
         admits = " AND (SELECT plain FROM admit)" if plain else ""
         text = (
-            f"WITH {PLAIN_CTES + ', ' if plain else ''}"
+            f"WITH {plain_ctes() + ', ' if plain else ''}"
             f"claimed AS (UPDATE {qn(TaskRun._meta.db_table)} SET {sets} "
             f"WHERE {qn('id')} = %s AND {qn('state')} IN ({sql.literals(TaskRun.CLAIMABLE)}) "
             f"AND {qn('run_after')} <= %s "

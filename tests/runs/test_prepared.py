@@ -22,8 +22,7 @@ pytestmark = [
 # The first words of each statement of the claim and of one execution (tests/runs/test_query_counts.py).
 HOT = {
     "claim": 'INSERT INTO "runs_taskrun"',
-    "read": 'SELECT r."id", r."biz_key"',
-    "lease": "WITH plain AS MATERIALIZED",
+    "take": "WITH plain AS MATERIALIZED",  # the read and the lease claim (runs.leases.run_take)
     "success": 'WITH done AS (UPDATE "runs_taskrun"',
 }
 

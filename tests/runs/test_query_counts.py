@@ -63,7 +63,7 @@ def test_a_claim_is_one_statement_with_its_dispatch_mark_and_a_dedupe_hit_two():
 # admission and the lease (its pools, the slot rows already there, the global pool's slot, the
 # waiter cleared, the claim and its attempt row); the success (a savepoint pair and two); the slot
 # released with its waiter check (three).
-EXECUTE_STATEMENTS = {"postgresql": 3, "sqlite": 16}
+EXECUTE_STATEMENTS = {"postgresql": 2, "sqlite": 16}
 
 
 def test_one_execution_of_a_noop_run_costs_a_fixed_number_of_statements():

@@ -1,0 +1,165 @@
+"""runs.leases.run_take (issue 12): the worker's first statement reads the run and, when nothing stands
+in its way, claims it too. Claimed: exactly what the read-then-claim path writes (state, fence,
+attempts, lease, the attempt row, a slot in each pool), and the lease as long as run_lease_ttl says.
+Not claimed: the row as it is, nothing written, for the executor's full path.
+"""
+
+from datetime import UTC, datetime, timedelta
+
+import pytest
+from django.db import connection
+from django.test.utils import CaptureQueriesContext
+
+from runs.claims import Work, run_claim
+from runs.executor import run_execute
+from runs.leases import run_lease_claim, run_lease_ttl, run_take
+from runs.models import Attempt, PoolSlot, TaskRun
+from tasks.models import GLOBAL_POOL, Pool
+from tasks.models.rule import DEFAULT_LEASE_TTL_SECONDS
+from tasks.rules import keys
+from tests.support.desk import make_rule
+
+pytestmark = [
+    pytest.mark.django_db,
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="one statement on PostgreSQL; SQLite reads"),
+]
+
+T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
+
+
+@pytest.fixture(autouse=True)
+def global_pool():
+    return Pool.objects.get_or_create(name=GLOBAL_POOL, defaults={"reason": "every run"})[0]
+
+
+def claim(key: str, *, payload=None, rule=None, object_key: str = "", start_by=None, run_after=None) -> TaskRun:
+    return run_claim(
+        Work(
+            biz_key=keys.scoped(rule.pk, keys.MANUAL_KEY, key) if rule else key,
+            skill="harness.noop",
+            source=TaskRun.Source.API,
+            triggered_by="tests",
+            payload=payload if payload is not None else {"params": {}},
+            rule=rule,
+            object_key=object_key,
+            start_by=start_by,
+            run_after=run_after,
+        ),
+        now=T0,
+        dispatch=False,
+    ).run
+
+
+def untouched(run: TaskRun) -> bool:
+    after = TaskRun.objects.get(id=run.id)
+    return (
+        (after.state, after.fence, after.attempts, after.lease_owner) == ("pending", 0, 0, "")
+        and not Attempt.objects.filter(run=run).exists()
+        and not PoolSlot.objects.filter(run=run).exists()
+    )
+
+
+def test_a_plain_run_is_read_and_claimed_in_one_statement():
+    run = claim("take:plain")
+    with CaptureQueriesContext(connection) as queries:
+        taken = run_take(run.id, worker="w1", now=T0)
+    assert len(queries) == 1
+
+    stored = TaskRun.objects.get(id=run.id)
+    assert taken.attempt is not None and taken.plain is True
+    for name in ("state", "fence", "attempts", "lease_owner", "lease_expires_at", "start_at", "executed_by"):
+        assert getattr(taken.run, name) == getattr(stored, name), name
+    assert (stored.state, stored.fence, stored.attempts, stored.lease_owner) == ("running", 1, 1, "w1")
+    assert stored.start_at == T0 and stored.executed_by == "w1"
+    attempt = Attempt.objects.get(run=run)
+    assert (attempt.id, attempt.number, attempt.fence, attempt.worker, attempt.started_at) == (
+        taken.attempt.id,
+        1,
+        1,
+        "w1",
+        T0,
+    )
+    assert attempt.outcome == Attempt.Outcome.RUNNING
+    assert list(PoolSlot.objects.filter(run=run).values_list("pool__name", "fence", "worker")) == [
+        (GLOBAL_POOL, 1, "w1")
+    ]
+
+
+def test_it_writes_what_the_read_then_claim_path_writes():
+    by_take, by_claim = claim("take:a"), claim("take:b")
+    run_take(by_take.id, worker="w1", now=T0)
+    assert run_lease_claim(TaskRun.objects.get(id=by_claim.id), worker="w1", now=T0, plain=True) is not None
+
+    fields = ["state", "fence", "attempts", "lease_owner", "lease_expires_at", "start_at", "executed_by"]
+    a, b = (TaskRun.objects.filter(id=r.id).values(*fields).get() for r in (by_take, by_claim))
+    assert a == b
+    attempt_fields = ["number", "fence", "worker", "started_at", "finished_at", "outcome", "error_kind", "error"]
+    a, b = (Attempt.objects.filter(run=r).values(*attempt_fields).get() for r in (by_take, by_claim))
+    assert a == b
+    slot = ["pool_id", "fence", "expires_at"]
+    a, b = (list(PoolSlot.objects.filter(run=r).values_list(*slot)) for r in (by_take, by_claim))
+    assert a == b
+
+
+@pytest.mark.parametrize(
+    "policy",
+    [None, {}, *({"lease_ttl_seconds": v} for v in (None, 0, 30, 2.5))],
+)
+def test_the_lease_is_as_long_as_run_lease_ttl_says(policy):
+    payload = {"params": {}} if policy is None else {"params": {}, "policy": policy}
+    run = claim(f"take:ttl:{policy}", payload=payload)
+    taken = run_take(run.id, worker="w1", now=T0)
+    assert taken.attempt is not None
+    assert taken.run.lease_expires_at - T0 == run_lease_ttl(taken.run)
+    if not (policy or {}).get("lease_ttl_seconds"):
+        assert run_lease_ttl(taken.run) == timedelta(seconds=DEFAULT_LEASE_TTL_SECONDS)
+
+
+@pytest.mark.parametrize("obstacle", ["object key", "start window", "agent", "not due", "limited pool"])
+def test_a_run_with_something_in_its_way_is_read_and_not_claimed(obstacle):
+    rule = make_rule(name="take-rule")
+    kwargs = {"rule": rule}
+    if obstacle == "object key":
+        kwargs["object_key"] = "invoice-1"
+    elif obstacle == "start window":
+        kwargs["start_by"] = T0 + timedelta(minutes=5)
+    elif obstacle == "agent":
+        kwargs["payload"] = {"params": {}, "agent": {"name": "a"}}
+    elif obstacle == "not due":
+        kwargs["run_after"] = T0 + timedelta(seconds=1)
+    else:
+        limited = Pool.objects.create(name="limited", reason="test", max_concurrency=5)
+        rule.pools.set([limited])
+    run = claim(f"take:{obstacle}", **kwargs)
+
+    taken = run_take(run.id, worker="w1", now=T0)
+
+    assert taken.attempt is None
+    assert taken.run == run and taken.run.fence == 0 and taken.run.state == TaskRun.State.PENDING
+    assert taken.plain is (obstacle != "limited pool")
+    assert untouched(run)
+
+
+def test_a_run_executing_elsewhere_or_finished_is_read_and_left_alone():
+    run = claim("take:elsewhere")
+    assert run_take(run.id, worker="w1", now=T0).attempt is not None
+    again = run_take(run.id, worker="w2", now=T0)  # a duplicate message
+    assert again.attempt is None and again.run.lease_owner == "w1" and again.run.fence == 1
+    assert Attempt.objects.filter(run=run).count() == 1
+    assert set(PoolSlot.objects.filter(run=run).values_list("worker", flat=True)) == {"w1"}
+
+
+def test_no_such_run():
+    assert run_take(10**12, worker="w1", now=T0).run is None
+
+
+@pytest.mark.parametrize("obstacle", ["object key", "limited pool"])
+def test_the_executor_still_runs_a_run_that_takes_the_full_path(obstacle):
+    rule = make_rule(name="take-full")
+    if obstacle == "limited pool":
+        rule.pools.set([Pool.objects.create(name="limited", reason="test", max_concurrency=5)])
+    run = claim(f"take:full:{obstacle}", rule=rule, object_key="invoice-2" if obstacle == "object key" else "")
+    assert run_execute(run_id=run.id, worker="w1", clock=lambda: T0).status == "succeeded"
+    stored = TaskRun.objects.get(id=run.id)
+    assert (stored.state, stored.fence, stored.attempts) == ("succeeded", 1, 1)
+    assert not PoolSlot.objects.filter(run=run).exists()
