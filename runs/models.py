@@ -1,4 +1,9 @@
-"""Execution records: runs, attempts, leases, decisions."""
+"""Execution records: runs, attempts, leases, decisions.
+
+A foreign key whose column leads a composite index or unique constraint of its model has
+db_index=False: the composite serves its lookups and cascades, and every index is written again on
+each insert and non-HOT update, several times per run (tests/runs/test_indexes.py).
+"""
 
 from datetime import datetime
 
@@ -47,6 +52,7 @@ class TaskRun(models.Model):
         blank=True,
         on_delete=models.SET_NULL,
         related_name="runs",
+        db_index=False,
         verbose_name=_("rule"),
     )
     rule_name = models.CharField(
@@ -197,7 +203,9 @@ class Attempt(models.Model):
         FENCED = "fenced", _("Fenced out (lease taken)")
         PARKED = "parked", _("Parked: waiting for approval")
 
-    run = models.ForeignKey(TaskRun, on_delete=models.CASCADE, related_name="attempt_set", verbose_name=_("run"))
+    run = models.ForeignKey(
+        TaskRun, on_delete=models.CASCADE, related_name="attempt_set", db_index=False, verbose_name=_("run")
+    )
     number = models.PositiveIntegerField(_("number"))
     fence = models.PositiveBigIntegerField(_("fence"))
     worker = models.CharField(_("worker"), max_length=200)
@@ -273,7 +281,7 @@ class Decision(models.Model):
         COALESCED = "coalesced", _("Coalesced into a newer trigger of the same object")
 
     rule = models.ForeignKey(
-        "tasks.TriggerRule", on_delete=models.CASCADE, related_name="decisions", verbose_name=_("rule")
+        "tasks.TriggerRule", on_delete=models.CASCADE, related_name="decisions", db_index=False, verbose_name=_("rule")
     )
     slot = models.DateTimeField(_("slot"), null=True, blank=True)
     # The trigger's business key: set for trigger decisions (no slot), kept in details for slots.
@@ -328,7 +336,7 @@ class SlotHold(models.Model):
         OVERLAP = "overlap", _("Buffered behind an active run")
 
     rule = models.ForeignKey(
-        "tasks.TriggerRule", on_delete=models.CASCADE, related_name="holds", verbose_name=_("rule")
+        "tasks.TriggerRule", on_delete=models.CASCADE, related_name="holds", db_index=False, verbose_name=_("rule")
     )
     slot = models.DateTimeField(_("slot"))
     reason = models.CharField(_("reason"), max_length=20, choices=Reason.choices)
@@ -452,7 +460,9 @@ class RunStep(models.Model):
     retried or replayed attempt finds it and resumes after it instead of doing the step again.
     """
 
-    run = models.ForeignKey("runs.TaskRun", on_delete=models.CASCADE, related_name="steps", verbose_name=_("run"))
+    run = models.ForeignKey(
+        "runs.TaskRun", on_delete=models.CASCADE, related_name="steps", db_index=False, verbose_name=_("run")
+    )
     name = models.CharField(_("name"), max_length=100)
     attempt = models.PositiveIntegerField(_("attempt"), help_text=_("The attempt that completed the step."))
     output = models.JSONField(_("output"), null=True, blank=True)
@@ -481,7 +491,13 @@ class ExternalCall(models.Model):
     attempt = models.PositiveIntegerField(_("attempt"), null=True, blank=True)
     step = models.CharField(_("step"), max_length=100, blank=True)
     agent = models.ForeignKey(
-        "tasks.Agent", null=True, blank=True, on_delete=models.SET_NULL, related_name="calls", verbose_name=_("agent")
+        "tasks.Agent",
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="calls",
+        db_index=False,
+        verbose_name=_("agent"),
     )
     agent_name = models.CharField(_("agent name"), max_length=100, help_text=_("Kept if the agent is deleted."))
     provider = models.CharField(_("provider"), max_length=20)
@@ -540,7 +556,9 @@ class ActionProposal(models.Model):
         REJECTED = "rejected", _("Rejected")
         EXPIRED = "expired", _("Expired unanswered")
 
-    run = models.ForeignKey("runs.TaskRun", on_delete=models.CASCADE, related_name="proposals", verbose_name=_("run"))
+    run = models.ForeignKey(
+        "runs.TaskRun", on_delete=models.CASCADE, related_name="proposals", db_index=False, verbose_name=_("run")
+    )
     step = models.CharField(_("step"), max_length=100)
     action = models.CharField(_("action"), max_length=100)
     risk = models.CharField(_("risk"), max_length=10, choices=Risk.choices)
@@ -582,7 +600,9 @@ class PoolSlot(models.Model):
     attempt ends, and reclaimed by the sweeper when it expires (a killed worker leaks nothing).
     """
 
-    pool = models.ForeignKey("tasks.Pool", on_delete=models.CASCADE, related_name="slots", verbose_name=_("pool"))
+    pool = models.ForeignKey(
+        "tasks.Pool", on_delete=models.CASCADE, related_name="slots", db_index=False, verbose_name=_("pool")
+    )
     key = models.CharField(_("key"), max_length=200, blank=True)
     run = models.ForeignKey(TaskRun, on_delete=models.CASCADE, related_name="pool_slots", verbose_name=_("run"))
     fence = models.PositiveBigIntegerField(_("fence"))
@@ -617,7 +637,9 @@ class PoolWaiter(models.Model):
     run = models.OneToOneField(
         TaskRun, on_delete=models.CASCADE, primary_key=True, related_name="pool_wait", verbose_name=_("run")
     )
-    pool = models.ForeignKey("tasks.Pool", on_delete=models.CASCADE, related_name="waiters", verbose_name=_("pool"))
+    pool = models.ForeignKey(
+        "tasks.Pool", on_delete=models.CASCADE, related_name="waiters", db_index=False, verbose_name=_("pool")
+    )
     key = models.CharField(_("key"), max_length=200, blank=True)
     # The key runs are served round robin by (the pool key, else the run's other pool key, object or rule).
     fair_key = models.CharField(_("fair key"), max_length=200, blank=True)
@@ -644,7 +666,9 @@ class PoolWaiter(models.Model):
 class PoolKey(models.Model):
     """Per-key state of a pool: its token bucket (rate pools) and when it last started a run (fair order)."""
 
-    pool = models.ForeignKey("tasks.Pool", on_delete=models.CASCADE, related_name="key_states", verbose_name=_("pool"))
+    pool = models.ForeignKey(
+        "tasks.Pool", on_delete=models.CASCADE, related_name="key_states", db_index=False, verbose_name=_("pool")
+    )
     key = models.CharField(_("key"), max_length=200, blank=True)
     tokens = models.FloatField(_("tokens"), null=True, blank=True)
     tokens_at = models.DateTimeField(_("tokens at"), null=True, blank=True)
