@@ -162,6 +162,7 @@ class Alert(models.Model):
         blank=True,
         on_delete=models.CASCADE,
         related_name="alerts",
+        db_index=False,  # alert_storm_idx leads with it
         verbose_name=_("channel"),
     )
     severity = models.CharField(_("severity"), max_length=10, choices=Severity.choices)

@@ -203,8 +203,8 @@ class EventDelivery(models.Model):
     a delivery id is remembered per source by a unique constraint, not by a check."""
 
     source = models.ForeignKey(
-        TriggerSource, on_delete=models.CASCADE, related_name="deliveries", verbose_name=_("source")
-    )
+        TriggerSource, on_delete=models.CASCADE, related_name="deliveries", db_index=False, verbose_name=_("source")
+    )  # db_index=False: delivery_unique_per_source leads with it
     # NULL, not "": callers that send no id must never collide on the unique constraint.
     delivery_id = models.CharField(_("delivery id"), max_length=200, null=True, blank=True)  # noqa: DJ001
     channel = models.CharField(_("channel"), max_length=10)
@@ -241,7 +241,13 @@ class EventRefusal(models.Model):
     """
 
     source = models.ForeignKey(
-        TriggerSource, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", verbose_name=_("source")
+        TriggerSource,
+        null=True,
+        blank=True,
+        on_delete=models.SET_NULL,
+        related_name="+",
+        db_index=False,  # refusal_repeat_idx leads with it
+        verbose_name=_("source"),
     )
     source_name = models.CharField(_("source name"), max_length=100, help_text=_("The source as the sender named it."))
     channel = models.CharField(_("channel"), max_length=10)
