@@ -357,9 +357,9 @@ def publish_in_one_round_trip(producer) -> Iterator[None]:
         return
     # One client per channel, kept: building a redis-py client (its ~80 response callbacks) cost more
     # CPU than the push it sends; pipelines from it are per call and share the channel's pool.
-    client = channel.__dict__.get("_harness_push_client")
+    client = getattr(channel, "_harness_push_client", None)
     if client is None:
-        client = channel.__dict__["_harness_push_client"] = channel._create_client()
+        client = channel._harness_push_client = channel._create_client()
     pushes = _PushesInOnePipeline(client)
 
     @contextlib.contextmanager

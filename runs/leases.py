@@ -252,8 +252,8 @@ def run_take(run_id: int, *, worker: str, now: datetime) -> Taken:
     if not _TAKE_SQL:
         _TAKE_SQL.append((_take_sql(), sql.insert_params(_TAKE_ATTEMPT_FIELDS)))
     text, attempt_params = _TAKE_SQL[0]
-    # The attempt's own values; its run, number and fence come from the claimed row.
-    prototype = Attempt(run_id=run_id, number=0, fence=0, worker=worker, started_at=now)
+    # The attempt's own values; its run, number and fence come from the claimed row (set below).
+    attempt = Attempt(run_id=run_id, number=0, fence=0, worker=worker, started_at=now)
     params = [
         *plain_params_of_run(run_id, now=now),
         worker,
@@ -263,7 +263,7 @@ def run_take(run_id: int, *, worker: str, now: datetime) -> Taken:
         worker,
         run_id,
         now,
-        *attempt_params(prototype),
+        *attempt_params(attempt),
         now,
         run_id,
     ]
@@ -274,7 +274,7 @@ def run_take(run_id: int, *, worker: str, now: datetime) -> Taken:
     run = sql.instance(TaskRun, values)
     if attempt_id is None:
         return Taken(run, plain=plain)
-    attempt = Attempt(id=attempt_id, run=run, number=run.attempts, fence=run.fence, worker=worker, started_at=now)
+    attempt.pk, attempt.run, attempt.number, attempt.fence = attempt_id, run, run.attempts, run.fence
     attempt._state.adding, attempt._state.db = False, connection.alias
     return Taken(run, attempt, plain)
 
