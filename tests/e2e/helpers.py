@@ -1,5 +1,6 @@
 """Shared pieces of the end-to-end tests: rules, readiness, and pausing a worker safely."""
 
+import os
 import sqlite3
 import time
 from datetime import datetime, timedelta
@@ -72,16 +73,21 @@ def pause_quiescent(proc: Proc, *, tries: int = 10) -> None:
     """
     for _ in range(tries):
         proc.pause()
-        if database_unblocked():
+        if outside_transactions(proc.group_pids()):
             return
         proc.resume()
         time.sleep(0.3)
     raise AssertionError(f"could not pause {proc.name} outside a database transaction in {tries} tries")
 
 
-def database_unblocked() -> bool:
-    """No other process holds the SQLite write lock, or sits in a PostgreSQL transaction: true of a
-    stopped process only if it was stopped between transactions."""
+def outside_transactions(pids: list[int]) -> bool:
+    """None of these (stopped) processes sits inside a database transaction.
+
+    SQLite cannot say who holds its write lock, so there the question is whether anyone does; a
+    running process that holds it briefly is waited for. PostgreSQL can: only the sessions whose
+    client ports belong to these processes are looked at, since any other test process may be
+    inside a transaction of its own (CI saw a full run fail 10 of 10 tries on the whole database).
+    """
     db = connection.settings_dict
     if db["ENGINE"].endswith("sqlite3"):
         con = sqlite3.connect(db["NAME"], timeout=2)
@@ -93,21 +99,41 @@ def database_unblocked() -> bool:
             return False
         finally:
             con.close()
-    # PostgreSQL: a frozen client shows as a session idle in its transaction (or mid-statement).
+    ports = tcp_ports(pids)
+    if not ports:
+        return True
+    # A statement sent just before the stop still runs to its end: give it a moment to become
+    # "idle" (autocommit) or "idle in transaction" (it stays so, being stopped).
     deadline = time.monotonic() + 2
-    time.sleep(0.6)
     while True:
+        time.sleep(0.3)
         with connection.cursor() as cursor:
             cursor.execute(
-                """
-                SELECT count(*) FROM pg_stat_activity
-                WHERE datname = current_database() AND pid <> pg_backend_pid()
-                  AND (state LIKE 'idle in transaction%%' OR (state = 'active' AND wait_event = 'ClientRead'))
-                  AND clock_timestamp() - state_change > interval '500 milliseconds'
-                """
+                "SELECT count(*) FROM pg_stat_activity WHERE client_port = ANY(%s) AND state <> 'idle'",
+                [sorted(ports)],
             )
             if cursor.fetchone()[0] == 0:
                 return True
         if time.monotonic() > deadline:
             return False
-        time.sleep(0.2)
+
+
+def tcp_ports(pids: list[int]) -> set[int]:
+    """The local ports of these processes' TCP sockets (Linux /proc): how PostgreSQL names a client."""
+    inodes = set()
+    for pid in pids:
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    inodes.add(target[8:-1])
+        except OSError:  # the process or the descriptor is gone
+            continue
+    ports = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        with open(table) as f:
+            for line in f.readlines()[1:]:
+                fields = line.split()
+                if fields[9] in inodes:
+                    ports.add(int(fields[1].rsplit(":", 1)[1], 16))
+    return ports

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from runs.claims import Work, run_claim
 from runs.models import TaskRun, WorkerHeartbeat
-from tests.e2e.helpers import START_TIMEOUT, database_unblocked, pause_quiescent, wait_ticking
+from tests.e2e.helpers import START_TIMEOUT, outside_transactions, pause_quiescent, wait_ticking
 from tests.support.processes import Proc, wait_for
 
 pytestmark = [pytest.mark.e2e]
@@ -80,7 +80,7 @@ def freeze_idle_pool(proc: Proc, *, tries: int = 10) -> None:
             os.kill(pid, signal.SIGSTOP)
         # A child stopped inside a transaction: on SQLite it holds the write lock, and the heartbeat
         # waited for below could not be written at all.
-        if not database_unblocked():
+        if not outside_transactions(children):
             for pid in children:
                 os.kill(pid, signal.SIGCONT)
             time.sleep(0.3)

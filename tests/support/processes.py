@@ -49,6 +49,20 @@ class Proc:
     def pid(self) -> int:
         return self.popen.pid
 
+    def group_pids(self) -> list[int]:
+        """Every live process of this one's group: the worker and its pool children."""
+        pids = []
+        for entry in os.listdir("/proc"):
+            if entry.isdigit():
+                try:
+                    with open(f"/proc/{entry}/stat") as f:
+                        fields = f.read().rsplit(")", 1)[1].split()
+                except OSError:
+                    continue
+                if int(fields[2]) == self.popen.pid and fields[0] not in ("Z", "X"):
+                    pids.append(int(entry))
+        return pids
+
     def kill9(self) -> None:
         """SIGKILL the whole group: the worker and its pool children die without cleanup."""
         self.stopped = True
