@@ -3,7 +3,7 @@
 import logging
 import re
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -100,6 +100,10 @@ def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | 
        conflict, so two concurrent triggers cannot both leave a pending run.
     3. A key outside the rule's namespaces (keys.in_namespace) raises ValueError: keys are scoped by
        construction (tasks.triggers.work), and this is the one door every run comes through.
+
+    No transaction of the caller's is needed: in autocommit a plain claim is one committed INSERT,
+    its message sent right after; a caller with more to write (an audit entry, a delivery record)
+    wraps the claim in its own, and the message goes on that commit.
     """
     if not keys.in_namespace(work.biz_key, work.rule.pk if work.rule else None):
         raise ValueError(f"biz_key {work.biz_key!r} is outside the namespace of its rule")
@@ -122,39 +126,42 @@ def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | 
     dispatch_now = dispatch and run_after <= now and (state or TaskRun.State.PENDING) == TaskRun.State.PENDING
     fields = _run_fields(work, payload=payload, now=now, state=state, coalesces=coalesces, dispatched=dispatch_now)
     replaced: list[TaskRun] = []
-    for _turn in range(MAX_COALESCE_TURNS):
-        if not coalesces:
-            # No savepoint: ON CONFLICT (biz_key) DO NOTHING cannot poison the caller's transaction.
-            run = TaskRun(run_after=run_after, **fields)
-            if run_insert_new([run]):
+    # A plain claim is one statement and needs no transaction; a coalescing one writes several rows
+    # that stand or fall together, so it opens its own (or joins the caller's, adding no savepoint).
+    with transaction.atomic(savepoint=False) if coalesces else nullcontext():
+        for _turn in range(MAX_COALESCE_TURNS):
+            if not coalesces:
+                # No savepoint: ON CONFLICT (biz_key) DO NOTHING cannot poison the caller's transaction.
+                run = TaskRun(run_after=run_after, **fields)
+                if run_insert_new([run]):
+                    break
+                found = run_count_dedupe_hit(work.biz_key)
+                if found is not None:
+                    return ClaimResult(run=found, created=False)
+                continue  # the conflicting row is gone (never in practice): insert again
+            try:
+                # A savepoint, so the conflict does not poison the caller's transaction.
+                with transaction.atomic():
+                    run = TaskRun.objects.create(run_after=run_after, **fields)
                 break
-            found = run_count_dedupe_hit(work.biz_key)
-            if found is not None:
-                return ClaimResult(run=found, created=False)
-            continue  # the conflicting row is gone (never in practice): insert again
-        try:
-            # A savepoint, so the conflict does not poison the caller's transaction.
-            with transaction.atomic():
-                run = TaskRun.objects.create(run_after=run_after, **fields)
-            break
-        except IntegrityError:
-            updated = TaskRun.objects.filter(biz_key=work.biz_key).update(dedupe_hits=F("dedupe_hits") + 1)
-            if updated:
-                return ClaimResult(run=TaskRun.objects.get(biz_key=work.biz_key), created=False)
-            if not coalesces:  # the conflict was not on biz_key: a real error
-                raise
-            head = _replace_pending(work, now=now)
-            if head is not None:
-                replaced.append(head)
-                # The survivor starts no later than the run it replaced would have.
-                run_after = min(run_after, head.run_after)
-                if run_after <= now and dispatch and state in (None, TaskRun.State.PENDING):
-                    fields["dispatched_at"], fields["dispatches"] = now, 1
-            # None: the pending run started or was replaced meanwhile; insert again.
-    else:
-        raise RuntimeError(f"could not coalesce {work.biz_key!r} in {MAX_COALESCE_TURNS} turns")
-    for head in replaced:
-        _record_coalesced(head, survivor=run, work=work, now=now)
+            except IntegrityError:
+                updated = TaskRun.objects.filter(biz_key=work.biz_key).update(dedupe_hits=F("dedupe_hits") + 1)
+                if updated:
+                    return ClaimResult(run=TaskRun.objects.get(biz_key=work.biz_key), created=False)
+                if not coalesces:  # the conflict was not on biz_key: a real error
+                    raise
+                head = _replace_pending(work, now=now)
+                if head is not None:
+                    replaced.append(head)
+                    # The survivor starts no later than the run it replaced would have.
+                    run_after = min(run_after, head.run_after)
+                    if run_after <= now and dispatch and state in (None, TaskRun.State.PENDING):
+                        fields["dispatched_at"], fields["dispatches"] = now, 1
+                # None: the pending run started or was replaced meanwhile; insert again.
+        else:
+            raise RuntimeError(f"could not coalesce {work.biz_key!r} in {MAX_COALESCE_TURNS} turns")
+        for head in replaced:
+            _record_coalesced(head, survivor=run, work=work, now=now)
     pressure_note_admitted(rule)
     if dispatch and run.run_after <= now and run.state == TaskRun.State.PENDING:
         run_send_on_commit(run_ids=[run.id], dispatched_at=run.dispatched_at or now)

@@ -5,8 +5,8 @@
 One invocation, in order (worker processes are the same for every phase):
   0. PostgreSQL baseline: single-client INSERT ... ON CONFLICT DO NOTHING, autocommit.
   1. Bare Celery baseline: N no-op tasks (tests/bench/bench_tasks.py) from first publish to last execution.
-  2. Harness: N runs of harness.noop claimed through runs.claims.run_claim (source "api", one transaction
-     each, dispatched on commit), then executed by the workers until all have succeeded.
+  2. Harness: N runs of harness.noop claimed through runs.claims.run_claim (source "api", autocommit: one
+     INSERT each, dispatched once it committed), then executed by the workers until all have succeeded.
   3. Pool accounting (issue 11): N runs claimed without a message, then dispatched at once and drained,
      first with every pool switched off (no admission rows or locks), then drawing from a named pool
      whose limit never binds (slot rows under the Pool row lock, plus the global pool): runs/s of
@@ -258,7 +258,9 @@ def bench_celery(n: int, procs: list[Proc], timeout: float) -> dict:
 
 
 def harness_claim(tag: str, i: int, *, dispatch: bool = True, rule=None):
-    from django.db import transaction
+    """One run claimed as a caller with nothing else to commit claims it (`harness fire`, a Python
+    caller): in autocommit, one INSERT, and the message sent once it has committed. Celery's delay
+    and Procrastinate's defer are measured the same way, outside any transaction."""
     from django.utils import timezone
 
     from runs.claims import Work, run_claim
@@ -272,8 +274,7 @@ def harness_claim(tag: str, i: int, *, dispatch: bool = True, rule=None):
         payload={"params": {}},
         rule=rule,
     )
-    with transaction.atomic():
-        return run_claim(work, now=timezone.now(), dispatch=dispatch)
+    return run_claim(work, now=timezone.now(), dispatch=dispatch)
 
 
 def bench_harness(n: int, tag: str, procs: list[Proc], timeout: float, rule=None) -> dict:

@@ -54,6 +54,51 @@ def test_a_claim_is_one_statement_with_its_dispatch_mark_and_a_dedupe_hit_two():
     assert TaskRun.objects.get(biz_key="q:1").dedupe_hits == 1
 
 
+def statements_with_their_transaction(fn) -> list[tuple[str, bool]]:
+    """Each statement fn runs, with whether it ran inside a transaction (Django's execute_wrapper)."""
+    seen = []
+
+    def record(execute, sql, params, many, context):
+        seen.append((sql.split()[0].upper(), not connection.get_autocommit()))
+        return execute(sql, params, many, context)
+
+    with connection.execute_wrapper(record):
+        fn()
+    return seen
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_claim_outside_any_transaction_is_one_committed_insert_and_its_message(purged_broker):
+    """A caller with nothing else to write (`harness fire`, the benchmark) needs no transaction: the
+    INSERT commits on its own and the message goes once it has."""
+    from harness_site.celery import app
+
+    assert statements_with_their_transaction(lambda: run_claim(work("q:bare"), now=T0)) == [("INSERT", False)]
+    run = TaskRun.objects.get(biz_key="q:bare")
+    assert [h[RUN_HEADER] for h in queued_messages(app)] == [run.id]
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_coalescing_claim_outside_any_transaction_writes_its_rows_in_one_of_its_own(purged_broker):
+    """Replacing an object's pending run is several writes (the new run, the old one coalesced, its
+    decision): they must stand or fall together, so the claim opens the transaction itself."""
+    from harness_site.celery import app
+
+    rule = TriggerRule.objects.create(
+        name="q-coalesce", reason="tests", kind="event", timezone="UTC", skill="harness.noop"
+    )
+    over = {"rule": rule, "object_key": "order:1", "coalesce_window": timedelta(0)}
+    key = f"rule/{rule.pk}/event/order-1:"
+    first = run_claim(work(key + "v1", **over), now=T0)
+    seen = statements_with_their_transaction(lambda: run_claim(work(key + "v2", **over), now=T0))
+    writes = [(verb, inside) for verb, inside in seen if verb != "BEGIN"]  # SQLite's BEGIN IMMEDIATE opens it
+    assert len(writes) > 2 and all(inside for _verb, inside in writes), seen
+    survivor = TaskRun.objects.get(biz_key=key + "v2")
+    assert TaskRun.objects.get(pk=first.run.pk).state == TaskRun.State.COALESCED
+    assert Decision.objects.filter(reason=Decision.Reason.COALESCED, survivor=survivor).exists()
+    assert [h[RUN_HEADER] for h in queued_messages(app)] == [first.run.id, survivor.id]
+
+
 # --- execute ----------------------------------------------------------------------------------------
 
 # PostgreSQL: the run read (one prebuilt SELECT); the claim, which in the same statement locks the
