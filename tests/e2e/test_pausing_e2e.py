@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 
 from tests.e2e.helpers import outside_transactions, tcp_ports
-from tests.support.processes import wait_for
+from tests.support.processes import child_env, wait_for
 
 pytestmark = pytest.mark.e2e
 
@@ -31,11 +31,9 @@ def _client(in_transaction: bool) -> subprocess.Popen:
             time.sleep(60)
         """
     else:
-        host, port, user = db.get("HOST") or "127.0.0.1", db.get("PORT") or 5432, db.get("USER") or ""
-        dsn = f"host={host} port={port} dbname={db['NAME']} user={user}"
         code = f"""
             import psycopg, time
-            con = psycopg.connect({dsn!r}, autocommit=True)
+            con = psycopg.connect({child_env()["DATABASE_URL"]!r}, autocommit=True)
             con.execute({"BEGIN" if in_transaction else "SELECT 1"!r})
             con.execute("SELECT 1")
             print("ready", flush=True)

@@ -15,7 +15,7 @@ from django.utils import timezone
 from runs.claims import Work, run_claim
 from runs.models import TaskRun, WorkerHeartbeat
 from tests.e2e.helpers import START_TIMEOUT, outside_transactions, pause_quiescent, wait_ticking
-from tests.support.processes import Proc, wait_for
+from tests.support.processes import Proc, alive, proc_stat, wait_for
 
 pytestmark = [pytest.mark.e2e]
 
@@ -199,11 +199,7 @@ def test_sigterm_ends_a_worker_whose_pool_is_stuck(harness):
 
 
 def running(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] not in ("Z", "X")
-    except OSError:
-        return False
+    return alive(proc_stat(pid))
 
 
 def test_healthz_reports_a_frozen_worker_and_one_that_takes_no_work(harness):

@@ -33,6 +33,19 @@ def child_env(**extra: str) -> dict[str, str]:
     return env
 
 
+def proc_stat(pid: int) -> list[str] | None:
+    """The fields of /proc/<pid>/stat after the command name (state, ppid, pgrp, ...); None if gone."""
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+
+
+def alive(fields: list[str] | None) -> bool:
+    return fields is not None and fields[0] not in ("Z", "X")
+
+
 class Proc:
     def __init__(self, name: str, args: list[str], env: dict[str, str], log_dir: Path):
         self.name = name
@@ -51,17 +64,8 @@ class Proc:
 
     def group_pids(self) -> list[int]:
         """Every live process of this one's group: the worker and its pool children."""
-        pids = []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat") as f:
-                        fields = f.read().rsplit(")", 1)[1].split()
-                except OSError:
-                    continue
-                if int(fields[2]) == self.popen.pid and fields[0] not in ("Z", "X"):
-                    pids.append(int(entry))
-        return pids
+        stats = ((int(entry), proc_stat(int(entry))) for entry in os.listdir("/proc") if entry.isdigit())
+        return [pid for pid, fields in stats if fields and int(fields[2]) == self.popen.pid and alive(fields)]
 
     def kill9(self) -> None:
         """SIGKILL the whole group: the worker and its pool children die without cleanup."""
