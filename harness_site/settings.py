@@ -302,7 +302,7 @@ HARNESS = {
     "REDISPATCH_SECONDS": env.int("HARNESS_REDISPATCH_SECONDS", default=10),
     # Seconds between file-sensor scans (beat entry "harness: file sensors").
     "SENSOR_SECONDS": env.int("HARNESS_SENSOR_SECONDS", default=30),
-    # PostgreSQL: the hot path's statements are prepared once per connection (runs/sql.py). Turn off
+    # PostgreSQL: the hot path's statements are prepared once per connection (runs/store/postgres.py). Turn off
     # behind a pooler that cannot keep prepared statements (PgBouncer in transaction mode before 1.21).
     "PREPARED_STATEMENTS": env_bool("HARNESS_PREPARED_STATEMENTS", default=True),
     # Upper bound on slots one rule may materialise per tick (bounded catch-up work).

@@ -1,4 +1,4 @@
-"""Admission: may this run start now, given the pools it draws from (issue 11)?
+"""Admission: may this run start now, given the pools it draws from?
 
 A run takes a slot in every pool it draws from (the global pool, its rule's pools, its agent's
 pool) before it takes its run lease. Limits are enforced across all workers and machines by the
@@ -18,13 +18,13 @@ import logging
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import Min, Q
 
-from runs import sql
 from runs.dispatch import run_dispatch_on_commit
 from runs.models import PoolKey, PoolSlot, PoolWaiter, TaskRun
-from tasks.models import GLOBAL_POOL, Pool, TriggerRule
+from runs.store import store
+from tasks.models import GLOBAL_POOL, Pool
 from tasks.rules.flow import Bucket, FairGroup, bucket_take, fair_order, pool_key_render
 from tasks.rules.keys import KeyTemplateError
 
@@ -97,8 +97,8 @@ def run_pools(run: TaskRun) -> tuple[list[Pool], set[int]]:
         glob = Pool.objects.get_or_create(name=GLOBAL_POOL, defaults={"reason": "Every run draws from it."})[0]
         named = {glob.id: glob}
     agent = {}
-    if run.payload.get("agent"):  # the agent the run was triggered with (the rule's snapshot)
-        agent = {p.id: p for p in Pool.objects.filter(enabled=True, agents__name=run.payload["agent"])}
+    if run.agent:  # the agent the run was triggered with (copied from its rule at claim)
+        agent = {p.id: p for p in Pool.objects.filter(enabled=True, agents__name=run.agent)}
     pools = {**agent, **named}
     return [pools[i] for i in sorted(pools)], set(agent) - set(named)
 
@@ -107,58 +107,19 @@ def _limited(pool: Pool) -> bool:
     return pool.max_concurrency is not None or bool(pool.rate_count)
 
 
-# --- The plain admission (PostgreSQL): pools that limit nothing, taken in the lease claim's statement. ---
+# --- The plain admission: pools that limit nothing, taken in the lease claim's own statement. ---
 #
 # Most runs draw only from pools that limit nothing (the global pool as installed): admission then
 # decides nothing and only records a slot row per pool, so that a limit set later counts the runs
-# already in. The lease claim (runs/leases.py) does that in its own statement: `plain_ctes` lock the
-# pools the run draws from (FOR KEY SHARE, in id order: the pool rows before the run row, the order
-# pool_wake and pool_admit use) and find whether they all limit nothing; the claim's UPDATE matches
-# only then, and `PLAIN_TAKE_CTES` take a slot in each. Anything else (a limit, a pause, a key
-# template, an agent, slots already there, no global pool) is pool_admit's, under the pool row locks.
-
-_rule_pools = TriggerRule.pools.through._meta
-
-
-def plain_ctes(*, rule_of_run: bool = False) -> str:
-    """Params: now, the global pool's name, the run's rule id (with `rule_of_run`: the run id, and
-    the rule is read from the run row in the statement), the global pool's name, the run id."""
-    rule = f"(SELECT rule_id FROM {sql.qn(TaskRun._meta.db_table)} WHERE id = %s)" if rule_of_run else "%s"
-    return (
-        "plain AS MATERIALIZED (SELECT id, max_concurrency IS NULL AND coalesce(rate_count, 0) = 0"
-        " AND (paused_until IS NULL OR paused_until <= %s) AND key_template = '' AS free"
-        f" FROM {sql.qn(Pool._meta.db_table)} WHERE enabled AND (name = %s OR id IN"
-        f" (SELECT pool_id FROM {sql.qn(_rule_pools.db_table)} WHERE triggerrule_id = {rule}))"
-        " ORDER BY id FOR KEY SHARE),"
-        " admit AS MATERIALIZED (SELECT coalesce(bool_and(free), true)"
-        f" AND EXISTS (SELECT 1 FROM {sql.qn(Pool._meta.db_table)} WHERE name = %s)"
-        f" AND NOT EXISTS (SELECT 1 FROM {sql.qn(PoolSlot._meta.db_table)} WHERE run_id = %s) AS plain FROM plain)"
-    )
-
-
-# After the claim's CTE "claimed" (returning id, fence, lease_owner, lease_expires_at): a slot in
-# each plain pool for the new fence, as long as the lease, and the waiter row cleared, only when it
-# claimed. Params: acquired_at.
-PLAIN_TAKE_CTES = (
-    f"slots AS (INSERT INTO {sql.qn(PoolSlot._meta.db_table)} (pool_id, key, run_id, fence, worker, acquired_at,"
-    " expires_at) SELECT p.id, '', c.id, c.fence, c.lease_owner, %s, c.lease_expires_at FROM claimed c, plain p),"
-    f" waiter AS (DELETE FROM {sql.qn(PoolWaiter._meta.db_table)} w USING claimed c WHERE w.run_id = c.id)"
-)
-
-
-def plain_params(run: TaskRun, *, now: datetime) -> list:
-    return [now, GLOBAL_POOL, run.rule_id, GLOBAL_POOL, run.id]
-
-
-def plain_params_of_run(run_id: int, *, now: datetime) -> list:
-    """plain_ctes(rule_of_run=True)'s: before the run row is read."""
-    return [now, GLOBAL_POOL, run_id, GLOBAL_POOL, run_id]
+# already in. Where the store can (PostgreSQL: runs/store/queries.sql, fragment plain_admission), the
+# lease claim does that in its own statement; anything else (a limit, a pause, a key template, an
+# agent, slots already there, no global pool) is pool_admit's, under the pool row locks.
 
 
 def pool_admit_plain(run: TaskRun) -> bool:
-    """Whether the lease claim may try the plain admission (PostgreSQL): an agent's pool counts model
-    calls and may pause, so a run with an agent is always admitted by pool_admit."""
-    return connection.vendor == "postgresql" and not run.payload.get("agent")
+    """Whether the lease claim may try the plain admission: an agent's pool counts model calls and
+    may pause, so a run with an agent is always admitted by pool_admit."""
+    return store().plain_admission and not run.agent
 
 
 def _key(pool: Pool, values: dict[str, str]) -> str:
@@ -315,61 +276,12 @@ def _mark_started(pool_id: int, fair_key: str, *, now: datetime) -> None:
 def pool_release(*, run_id: int, fence: int, now: datetime, worker: str | None = None) -> int:
     """The attempt ended (any outcome): give back its slots and hand each to the next waiting run.
     `worker`: only the slots that worker holds (an executor frees its own, never a duplicate's)."""
-    if connection.vendor == "postgresql":
-        [(waiting,)] = sql.rows(
-            f"WITH {release_cte(worker is not None)} SELECT {RELEASE_WAITING}",
-            [
-                *release_params(run_id=run_id, fence=fence, worker=worker),
-                *RELEASE_WAITING_PARAMS,
-            ],
-        )
-        return pool_wake_freed(waiting, now=now)
-    slots = PoolSlot.objects.filter(run_id=run_id, fence=fence)
-    if worker is not None:
-        slots = slots.filter(worker=worker)
-    freed = list(slots.values_list("id", "pool_id", "key"))
-    if not freed:
-        return 0
-    PoolSlot.objects.filter(id__in=[i for i, _, _ in freed]).delete()
-    # Only where a run waits for a slot (one indexed look-up): a waiter recorded at this very
-    # moment is woken by the sweeper's next pass instead.
-    waiting = {
-        (pool_id, key)
-        for pool_id, key in PoolWaiter.objects.filter(reason=Reason.CONCURRENCY, pool_id__in=[p for _, p, _ in freed])
-        .values_list("pool_id", "key")
-        .distinct()
-    }
-    return sum(pool_wake(pool_id=p, key=k, now=now) for _, p, k in freed if (p, k) in waiting)
-
-
-# PostgreSQL: the release as a CTE "freed" (pool_release, and runs/outcome.py's success, which frees
-# the slots in its own statement), and the freed (pool, key) pairs a run waits for, as JSON.
-def release_cte(by_worker: bool) -> str:
-    return (
-        f"freed AS (DELETE FROM {sql.qn(PoolSlot._meta.db_table)} WHERE run_id = %s AND fence = %s"
-        f"{' AND worker = %s' if by_worker else ''} RETURNING pool_id, key)"
-    )
-
-
-def release_params(*, run_id: int, fence: int, worker: str | None) -> list:
-    return [run_id, fence, *([worker] if worker is not None else [])]
-
-
-RELEASE_WAITING = (
-    "coalesce((SELECT json_agg(json_build_array(f.pool_id, f.key)) FROM freed f WHERE EXISTS (SELECT 1 FROM"
-    f" {sql.qn(PoolWaiter._meta.db_table)} w WHERE w.reason = %s AND w.pool_id = f.pool_id AND w.key = f.key)), '[]')"
-)
-RELEASE_WAITING_PARAMS = [Reason.CONCURRENCY]
+    return pool_wake_freed(store().slots_release(run_id=run_id, fence=fence, worker=worker), now=now)
 
 
 def pool_wake_freed(waiting: list, *, now: datetime) -> int:
-    """Hand the freed slots that runs wait for to the next of them (RELEASE_WAITING's pairs)."""
+    """Hand freed slots that runs wait for (their (pool, key) pairs) to the next of them."""
     return sum(pool_wake(pool_id=p, key=k, now=now) for p, k in waiting)
-
-
-def slots_renew(*, run_id: int, fence: int, expires_at: datetime) -> None:
-    """Slots live as long as the run lease they belong to (called by the lease renewer)."""
-    PoolSlot.objects.filter(run_id=run_id, fence=fence).update(expires_at=expires_at)
 
 
 def pool_wake(*, pool_id: int, key: str, now: datetime) -> int:

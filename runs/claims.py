@@ -1,26 +1,25 @@
 """Claiming a unit of work: one run per biz_key, ever (invariant 1); shed or coalesced at intake."""
 
 import logging
-import re
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta
 
-from django.db import IntegrityError, connection, models, transaction
+from django.db import IntegrityError, transaction
 from django.db.models import F
-from django.utils.dateparse import parse_datetime
 
 from deadletters.alerts import alert_decisions
 from harness_site import tracing
-from runs import sql as prebuilt
 from runs.admission import pool_release
 from runs.backpressure import Pressure, pressure_check, pressure_note_admitted
 from runs.dispatch import run_send_on_commit
-from runs.models import Decision, PoolWaiter, TaskRun
+from runs.models import Decision, PoolWaiter, TaskRun, run_policy_fields
+from runs.store import store
 from tasks.models import TriggerRule
 from tasks.rules import backpressure, keys
+from tasks.rules.policy import RunPolicy
 
 log = logging.getLogger("harness.claims")
 
@@ -31,7 +30,8 @@ class Work:
 
     `identity` is the executing identity ("" for an unrestricted rule), `object_key` the object the
     run is serialized on ("" for none); `payload` carries the rule's snapshot as it was at trigger
-    time; `start_by` the latest start of a first attempt (the rule's start window), if any.
+    time, and `policy` its engine policy (copied into the run's columns); `start_by` the latest
+    start of a first attempt (the rule's start window), if any.
     `recoverability` is what intake may do with it under backpressure (only "recomputable" is
     shed; operator work is one-time input); `coalesce_window` is set when the trigger replaces its
     object's pending run (rule class "coalesce"): the new run waits that long for newer triggers.
@@ -45,6 +45,7 @@ class Work:
     triggered_by: str
     payload: dict = field(hash=False)
     rule: TriggerRule | None = None  # None: a run from the API or a test, with no rule behind it
+    policy: RunPolicy = field(default_factory=RunPolicy)  # the rule's, as it was at trigger time
     identity: str = ""
     object_key: str = ""
     slot: datetime | None = None
@@ -114,7 +115,7 @@ def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | 
             and backpressure.intake_verdict(work.recoverability, shedding=True) == backpressure.SHED
         ):
             return _shed(work, pressure, now=now)
-    payload = _payload(work)
+    payload = dict(work.payload)
     rule = work.rule
     # A run gated for approval is not coalesced: approving it later must never meet a pending one
     # of its object on the run_one_pending_per_object index.
@@ -168,13 +169,6 @@ def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | 
     return ClaimResult(run=run, created=True, replaced=tuple(replaced))
 
 
-def _payload(work: Work) -> dict:
-    payload = dict(work.payload)
-    if work.start_by is not None:
-        payload["start_by"] = work.start_by.isoformat()
-    return payload
-
-
 def _run_fields(work: Work, *, payload: dict, now: datetime, state: str | None, coalesces: bool, dispatched: bool):
     rule = work.rule
     return {
@@ -188,6 +182,8 @@ def _run_fields(work: Work, *, payload: dict, now: datetime, state: str | None, 
         "slot": work.slot,
         "trigger_at": now,
         "payload": payload,
+        "start_by": work.start_by,
+        **run_policy_fields(work.policy),
         "is_trial": work.is_trial,
         "identity": work.identity,
         "object_key": work.object_key,
@@ -235,7 +231,12 @@ class ClaimBatch:
             raise ValueError(f"biz_key {work.biz_key!r} is outside the namespace of its rule")
         run_after = work.run_after or self.now
         fields = _run_fields(
-            work, payload=_payload(work), now=self.now, state=None, coalesces=False, dispatched=run_after <= self.now
+            work,
+            payload=dict(work.payload),
+            now=self.now,
+            state=None,
+            coalesces=False,
+            dispatched=run_after <= self.now,
         )
         self._runs.append(TaskRun(run_after=run_after, **fields))
         if len(self._runs) >= self.MAX_ROWS:
@@ -258,7 +259,7 @@ class ClaimBatch:
             if run.pk is None:
                 taken[run.biz_key] = taken.get(run.biz_key, 0) + 1
         if taken:
-            _count_dedupe_hits(taken)
+            store().dedupe_hits_add(taken)
         for run in created:
             pressure_note_admitted(run.rule)
         sent = [r for r in created if r.dispatched_at is not None]
@@ -273,7 +274,7 @@ class ClaimBatch:
         if not pending:
             return
         # One per (rule, slot), decided by decision_one_per_slot: another tick's decision stands.
-        created = insert_new(Decision, pending, unique=("rule_id", "slot"))
+        created = store().decisions_insert(pending)
         # Their alerts (outbox rows) in one batch, only for decisions written now, never another tick's.
         alert_decisions(created, now=self.now)
         self.result.decisions += len(created)
@@ -317,127 +318,16 @@ def decision_batched(decision: Decision) -> bool:
     return True
 
 
-def _count_dedupe_hits(taken: dict[str, int]) -> None:
-    table = connection.ops.quote_name(TaskRun._meta.db_table)
-    if connection.vendor == "postgresql":
-        with prebuilt.cursor() as cur:
-            cur.execute(
-                f"UPDATE {table} AS t SET dedupe_hits = t.dedupe_hits + v.n "
-                f"FROM unnest(%s::text[], %s::int[]) AS v(k, n) WHERE t.biz_key = v.k",
-                [list(taken), list(taken.values())],
-            )
-        return
-    for n, keys_ in _by_count(taken).items():
-        TaskRun.objects.filter(biz_key__in=keys_).update(dedupe_hits=F("dedupe_hits") + n)
-
-
-def _by_count(taken: dict[str, int]) -> dict[int, list[str]]:
-    out: dict[int, list[str]] = {}
-    for key, n in taken.items():
-        out.setdefault(n, []).append(key)
-    return out
-
-
-_INSERT_SQL: dict[tuple, str] = {}
-_INSERT_PARAMS: dict[tuple, Callable] = {}
-
-
-def _insert_sql(model, rows: int, unique: tuple[str, ...], *, batched: bool) -> tuple[str, list]:
-    """The INSERT for `rows` objects: on PostgreSQL one array per column (unnest), so the text is
-    the same for any number of rows and short (psycopg converts a query of thousands of
-    placeholders on every call: a third of a tick's cost); elsewhere, and for a single object on
-    PostgreSQL (one-element arrays cost psycopg 120 us to quote, a row of values 20 us), a VALUES
-    row per object."""
-    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
-    key = (model._meta.label, None if batched else rows, unique)
-    if key not in _INSERT_SQL:
-        qn = connection.ops.quote_name
-        if batched:
-            arrays = ", ".join(f"%s::{_param_type(f)}[]" for f in fields)
-            source = f"SELECT * FROM unnest({arrays})"
-        elif connection.vendor == "postgresql":  # typed, as unnest's arrays are: NULLs and JSON text
-            source = "VALUES (" + ", ".join(f"%s::{_param_type(f)}" for f in fields) + ")"
-        else:
-            one = "(" + ", ".join(["%s"] * len(fields)) + ")"
-            source = f"VALUES {', '.join([one] * rows)}"
-        columns = ", ".join(qn(c) for c in unique)
-        _INSERT_SQL[key] = (
-            f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
-            f"{source} ON CONFLICT ({columns}) DO NOTHING "
-            f"RETURNING {qn('id')}, {columns}"
-        )
-    return _INSERT_SQL[key], fields
-
-
-def _param_type(field) -> str:
-    """The type a parameter is cast to: the column's, but a varchar without its length. A cast
-    to varchar(255) cuts a longer value to fit (explicit casts truncate in PostgreSQL); assigned
-    to the column uncut, it is refused as the ORM's INSERT would refuse it."""
-    return re.sub(r"^varchar\(\d+\)$", "varchar", field.db_type(connection))
-
-
-def insert_new(model, objs: list, *, unique: tuple[str, ...]) -> list:
-    """Insert `objs` in one statement, skipping any whose `unique` columns (a unique index) are
-    taken: the index decides, never a read first; of two objects with one key the first is
-    inserted. Returns the objects inserted, which get their ids. A conflict on any other
-    constraint raises. PostgreSQL and SQLite (3.35+) both take INSERT ... ON CONFLICT DO NOTHING
-    RETURNING."""
-    if not objs:
-        return []
-    # PostgreSQL takes several objects as one array per column (see _insert_sql).
-    batched = connection.vendor == "postgresql" and len(objs) > 1
-    sql, fields = _insert_sql(model, len(objs), unique, batched=batched)
-    prepare = _INSERT_PARAMS.get((connection.vendor, model._meta.label))
-    if prepare is None:
-        prepare = _INSERT_PARAMS[(connection.vendor, model._meta.label)] = prebuilt.insert_params(fields)
-    values = [prepare(obj) for obj in objs]
-    if batched:
-        params = [list(column) for column in zip(*values, strict=True)]  # unnest keeps the rows' order
-    else:
-        params = [v for row in values for v in row]
-    with prebuilt.cursor() as cur:
-        cur.execute(sql, params)
-        key_fields = [model._meta.get_field(c.removesuffix("_id")) for c in unique]
-        rows = cur.fetchall()
-    ids = {tuple(_key_value(f, v) for f, v in zip(key_fields, row[1:], strict=True)): row[0] for row in rows}
-    created = []
-    for obj in objs:
-        key = tuple(_key_value(f, getattr(obj, f.attname)) for f in key_fields)
-        if key in ids:
-            obj.pk = ids.pop(key)  # popped: a later object with the same key was not inserted
-            obj._state.adding, obj._state.db = False, connection.alias
-            created.append(obj)
-    return created
-
-
-def _key_value(field, value):
-    """A key column as returned by either database, comparable with the object's value: SQLite
-    returns instants as text or naive UTC datetimes."""
-    if not isinstance(field, models.DateTimeField) or value is None:
-        return value
-    if isinstance(value, str):
-        value = parse_datetime(value)
-    if isinstance(value, datetime):
-        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
-    return value
-
-
 def run_insert_new(runs: list[TaskRun]) -> list[TaskRun]:
     """Insert the runs in one statement, skipping any whose biz_key is taken (invariant 1: the
     unique index decides, never a read first; of two runs with one key the first is inserted).
     Returns the runs inserted, which get their ids. A conflict on any other constraint raises."""
-    return insert_new(TaskRun, runs, unique=("biz_key",))
+    return store().runs_insert(runs)
 
 
 def run_count_dedupe_hit(biz_key: str) -> TaskRun | None:
     """Count a dedupe hit on the run holding `biz_key` and return it, in one statement."""
-    table = connection.ops.quote_name(TaskRun._meta.db_table)
-    found = list(
-        TaskRun.objects.raw(
-            f"UPDATE {table} SET dedupe_hits = dedupe_hits + 1 WHERE biz_key = %s RETURNING *", [biz_key]
-        )
-    )
-    return found[0] if found else None
+    return store().dedupe_hit(biz_key)
 
 
 def _replace_pending(work: Work, *, now: datetime) -> TaskRun | None:

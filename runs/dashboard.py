@@ -10,7 +10,6 @@ within one 5 % bin of percentile_cont, the same on PostgreSQL and SQLite.
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import connection
 from django.db.models import Count, F, Q
 from django.utils.translation import gettext as _
 
@@ -18,6 +17,7 @@ from deadletters.models import DeadLetter
 from runs.models import TaskRun
 from runs.rollup import BIN_RATIO, LIVE, REFRESH_CYCLE, Summary, histogram_percentile, rollup_read
 from runs.selectors import flow_saturation, scheduler_health
+from runs.store import store
 from tasks.models import TriggerRule
 
 WINDOW = timedelta(hours=24)
@@ -131,16 +131,8 @@ def _duplicate_biz_keys(recent) -> int:
     catalog says so in one row (pg_index). Counting duplicates over every run was a scan of the
     whole table, spilling to disk at a million runs. Where the catalog cannot say (SQLite, or an
     index left invalid by a failed concurrent build), the runs of the last 24 h are counted."""
-    if connection.vendor == "postgresql":
-        with connection.cursor() as cur:
-            cur.execute(
-                "SELECT i.indisunique AND i.indisvalid FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid"
-                " WHERE c.relname = %s AND i.indrelid = %s::regclass",
-                ["run_unique_biz_key", TaskRun._meta.db_table],
-            )
-            row = cur.fetchone()
-        if row and row[0]:
-            return 0
+    if store().biz_key_unique_valid():
+        return 0
     return recent.values("biz_key").annotate(n=Count("id")).filter(n__gt=1).order_by().count()
 
 

@@ -19,7 +19,6 @@ from runs.admission import Admission, pool_admit, pool_admit_plain, pool_release
 from runs.calls import SkillRuntime
 from runs.leases import (
     LeaseRenewer,
-    NotPlain,
     connection_refresh,
     fenced,
     object_gate_enter,
@@ -29,6 +28,7 @@ from runs.leases import (
     run_take,
 )
 from runs.models import Attempt, TaskRun
+from runs.store import NotPlain
 from tasks.skills.errors import classify
 from tasks.skills.identities import identity_require
 from tasks.skills.sdk import RunParked, SkillContext, SkillError, registry

@@ -17,14 +17,12 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
-from django.db import DatabaseError, IntegrityError, close_old_connections, connection, transaction
+from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import F, Q
 
-from runs import sql
-from runs.admission import PLAIN_TAKE_CTES, plain_ctes, plain_params, plain_params_of_run
 from runs.dispatch import run_dispatch_on_commit
-from runs.models import Attempt, Lease, PoolSlot, TaskRun
-from tasks.models.rule import DEFAULT_LEASE_TTL_SECONDS
+from runs.models import Attempt, Lease, TaskRun
+from runs.store import Taken, store
 from tasks.skills.sdk import ErrorKind, SkillError
 
 log = logging.getLogger("harness.leases")
@@ -117,7 +115,7 @@ class ObjectGate:
                     renewed = lease_renew(held=self.held, ttl=self.ttl, now=self.clock())
                 except DatabaseError as exc:
                     # Like the run lease: retry on a new connection while the lease is still ours.
-                    connection.close()
+                    store().connection_close()
                     if not failing:
                         log.warning("run %s: object lease renewal failed (%s); retrying", self.run_id, _one_line(exc))
                     failing, wait = True, min(LeaseRenewer.RETRY_INTERVAL, interval)
@@ -131,7 +129,7 @@ class ObjectGate:
                     return
                 self.held = renewed
         finally:
-            connection.close()
+            store().connection_close()
 
 
 def object_gate_enter(*, run: TaskRun, worker: str, clock) -> ObjectGate | None:
@@ -177,11 +175,8 @@ def object_gate_exit(gate: ObjectGate | None, *, now: datetime) -> None:
 
 
 def connection_refresh() -> None:
-    """Before a write that follows a long wait (a skill's run), check this thread's connection and
-    drop it if the server closed it meanwhile, so the write reconnects instead of failing.
-    Never inside a transaction (the transaction would be lost with it)."""
-    if not connection.in_atomic_block and connection.connection is not None and not connection.is_usable():
-        connection.close()
+    """Before a write that follows a long wait (a skill's run): see runs.store."""
+    store().connection_refresh()
 
 
 # --- The run lease: on the TaskRun row itself, so the fence check and the result write are one row. ---
@@ -197,113 +192,25 @@ class LeaseLost(SkillError):
 
 
 def run_lease_ttl(run: TaskRun) -> timedelta:
-    """The lease length the run was triggered with (its rule's policy, snapshotted in the payload)."""
-    return timedelta(seconds=run.policy.get("lease_ttl_seconds") or DEFAULT_LEASE_TTL_SECONDS)
-
-
-def _lease_ttl_sql(alias: str) -> str:
-    """run_lease_ttl in SQL, for the claim that has not read the row yet (run_take): a number other
-    than 0, else the default (the one param). tests/runs/test_take.py holds the two to the same values."""
-    value = f"{alias}.payload #> '{{policy,lease_ttl_seconds}}'"
-    return (
-        f"make_interval(secs => CASE WHEN jsonb_typeof({value}) = 'number' AND ({value})::float8 <> 0"
-        f" THEN ({value})::float8 ELSE %s END)"
-    )
-
-
-_READ_SQL: list[str] = []
+    """The lease length the run was triggered with (its rule's policy, copied into the run at claim)."""
+    return timedelta(seconds=run.lease_ttl_seconds)
 
 
 def run_read(run_id: int) -> TaskRun | None:
-    """The run row an attempt works from (read once; a prebuilt statement on PostgreSQL)."""
-    if connection.vendor != "postgresql":
-        return TaskRun.objects.filter(id=run_id).first()
-    if not _READ_SQL:
-        _READ_SQL.append(f"SELECT {sql.columns(TaskRun, 'r')} FROM {sql.qn(TaskRun._meta.db_table)} r WHERE r.id = %s")
-    row = sql.one(_READ_SQL[0], [run_id])
-    return sql.instance(TaskRun, row) if row is not None else None
-
-
-@dataclass(frozen=True)
-class Taken:
-    """What run_take found: `attempt` is set when it claimed the run (then `run` is as claimed, fence
-    and attempts + 1); otherwise `run` is the row as it is (None: no such run), and `plain` says
-    whether its pools limit nothing (None: not known, on SQLite)."""
-
-    run: TaskRun | None
-    attempt: Attempt | None = None
-    plain: bool | None = None
-
-
-_TAKE_SQL: list[tuple[str, Callable]] = []
+    """The run row an attempt works from (read once)."""
+    return store().run_read(run_id)
 
 
 def run_take(run_id: int, *, worker: str, now: datetime) -> Taken:
-    """Read the run an attempt works from and, when nothing stands in its way, claim it: on
-    PostgreSQL one statement for both (issue 12: the read was a round trip of its own per run).
+    """Read the run an attempt works from and, when nothing stands in its way, claim it (in one
+    statement where the store can: PostgreSQL).
 
     Nothing stands in the way of a run that is claimable and due, names no object (the object gate
     comes first), has no start window (run_cancel_late's check) and no agent, and whose pools all
     limit nothing (runs.admission's plain admission, taken in the same statement). Any other run is
     returned unclaimed, as read, for the executor's full path; nothing is written for it.
     """
-    if connection.vendor != "postgresql":
-        return Taken(run_read(run_id))
-    if not _TAKE_SQL:
-        _TAKE_SQL.append((_take_sql(), sql.insert_params(_TAKE_ATTEMPT_FIELDS)))
-    text, attempt_params = _TAKE_SQL[0]
-    # The attempt's own values; its run, number and fence come from the claimed row (set below).
-    attempt = Attempt(run_id=run_id, number=0, fence=0, worker=worker, started_at=now)
-    params = [
-        *plain_params_of_run(run_id, now=now),
-        worker,
-        now,
-        DEFAULT_LEASE_TTL_SECONDS,
-        now,
-        worker,
-        run_id,
-        now,
-        *attempt_params(attempt),
-        now,
-        run_id,
-    ]
-    row = sql.one(text, params)
-    if row is None:
-        return Taken(None)
-    attempt_id, plain, values = row[0], row[1], row[2:]
-    run = sql.instance(TaskRun, values)
-    if attempt_id is None:
-        return Taken(run, plain=plain)
-    attempt.pk, attempt.run, attempt.number, attempt.fence = attempt_id, run, run.attempts, run.fence
-    attempt._state.adding, attempt._state.db = False, connection.alias
-    return Taken(run, attempt, plain)
-
-
-_TAKE_ATTEMPT_FROM_CLAIM = {"run": "c.id", "number": "c.attempts", "fence": "c.fence"}
-
-
-def _take_sql() -> str:
-    qn, run_t = sql.qn, sql.qn(TaskRun._meta.db_table)
-    col = lambda name: qn(TaskRun._meta.get_field(name).column)  # noqa: E731
-    attempt_cols = ", ".join(qn(f.column) for f in _ATTEMPT_FIELDS)
-    attempt_values = ", ".join(_TAKE_ATTEMPT_FROM_CLAIM.get(f.name, "%s") for f in _ATTEMPT_FIELDS)
-    return (
-        f"WITH {plain_ctes(rule_of_run=True)}, "
-        f"claimed AS (UPDATE {run_t} r SET {col('state')} = {sql.literals([TaskRun.State.RUNNING])}, "
-        f"{col('attempts')} = r.{col('attempts')} + 1, {col('fence')} = r.{col('fence')} + 1, "
-        f"{col('lease_owner')} = %s, {col('lease_expires_at')} = %s::timestamptz + {_lease_ttl_sql('r')}, "
-        f"{col('start_at')} = coalesce(r.{col('start_at')}, %s), {col('executed_by')} = %s "
-        f"WHERE r.id = %s AND r.{col('state')} IN ({sql.literals(TaskRun.CLAIMABLE)}) AND r.{col('run_after')} <= %s "
-        f"AND r.{col('object_key')} = '' AND NOT r.payload ? 'start_by' "
-        f"AND coalesce(r.payload -> 'agent', 'null'::jsonb) = 'null'::jsonb AND (SELECT plain FROM admit) "
-        f"RETURNING {sql.columns(TaskRun, 'r')}), "
-        f"attempt AS (INSERT INTO {qn(Attempt._meta.db_table)} ({attempt_cols}) "
-        f"SELECT {attempt_values} FROM claimed c RETURNING {qn('id')}), "
-        f"{PLAIN_TAKE_CTES} "
-        f"SELECT (SELECT id FROM attempt), (SELECT plain FROM admit), c.* FROM claimed c "
-        f"UNION ALL SELECT NULL, (SELECT plain FROM admit), {sql.columns(TaskRun, 'r')} FROM {run_t} r "
-        f"WHERE r.id = %s AND NOT EXISTS (SELECT 1 FROM claimed)"
-    )
+    return store().run_take(run_id, worker=worker, now=now)
 
 
 def run_lease_claim(run: TaskRun, *, worker: str, now: datetime, plain: bool = False) -> Attempt | None:
@@ -313,98 +220,13 @@ def run_lease_claim(run: TaskRun, *, worker: str, now: datetime, plain: bool = F
     got there first, the run is not due, or it changed meanwhile. On success `run` is updated in
     memory (fence + 1, attempts + 1), so the attempt needs no second read of the row.
 
-    `plain` (PostgreSQL; runs.admission): admit the run in the claim's own statement when every pool
-    it draws from limits nothing, taking their slots. Raises NotPlain, with nothing written, when
-    one does (pool_admit decides instead).
+    `plain` (where the store admits in the claim: PostgreSQL): admit the run in the claim's own
+    statement when every pool it draws from limits nothing, taking their slots. Raises NotPlain,
+    with nothing written, when one does (pool_admit decides instead).
     """
     if run.state not in TaskRun.CLAIMABLE or run.run_after > now:
         return None
-    expires = now + run_lease_ttl(run)
-    start_at = run.start_at or now
-    attempt = Attempt(run=run, number=run.attempts + 1, fence=run.fence + 1, worker=worker, started_at=now)
-    changes = {
-        "state": TaskRun.State.RUNNING,
-        "attempts": run.attempts + 1,
-        "fence": run.fence + 1,
-        "lease_owner": worker,
-        "lease_expires_at": expires,
-        "start_at": start_at,
-        "executed_by": worker,
-    }
-    if connection.vendor == "postgresql":
-        if not _claim_and_insert_attempt(run, attempt, changes, now=now, plain=plain):
-            return None
-    else:
-        # savepoint=False: inside the executor's admission transaction this adds no SAVEPOINT pair.
-        with transaction.atomic(savepoint=False):
-            claimed = TaskRun.objects.filter(
-                id=run.id, state__in=TaskRun.CLAIMABLE, run_after__lte=now, fence=run.fence, attempts=run.attempts
-            ).update(**changes)
-            if not claimed:
-                return None
-            attempt.save(force_insert=True)
-    for name, value in changes.items():
-        setattr(run, name, value)
-    return attempt
-
-
-class NotPlain(Exception):
-    """A pool the run draws from limits something, or the run holds slots already: pool_admit's turn."""
-
-
-_CLAIM_SQL: dict[bool, str] = {}
-_ATTEMPT_FIELDS = [f for f in Attempt._meta.concrete_fields if not f.primary_key]
-_TAKE_ATTEMPT_FIELDS = [f for f in _ATTEMPT_FIELDS if f.name not in _TAKE_ATTEMPT_FROM_CLAIM]
-_ATTEMPT_PARAMS: dict[str, Callable] = {}
-_CLAIM_FIELDS = ["state", "attempts", "fence", "lease_owner", "lease_expires_at", "start_at", "executed_by"]
-
-
-def _claim_sql(plain: bool) -> str:
-    if plain not in _CLAIM_SQL:
-        qn = sql.qn
-        sets = ", ".join(f"{qn(TaskRun._meta.get_field(name).column)} = %s" for name in _CLAIM_FIELDS)
-        # Plain: the pool rows are locked first (CTE "plain"), and the UPDATE matches only when the
-        # admission is plain (CTE "admit").
-        admits = " AND (SELECT plain FROM admit)" if plain else ""
-        text = (
-            f"WITH {plain_ctes() + ', ' if plain else ''}"
-            f"claimed AS (UPDATE {qn(TaskRun._meta.db_table)} SET {sets} "
-            f"WHERE {qn('id')} = %s AND {qn('state')} IN ({sql.literals(TaskRun.CLAIMABLE)}) "
-            f"AND {qn('run_after')} <= %s "
-            f"AND {qn('fence')} = %s AND {qn('attempts')} = %s{admits} "
-            f"RETURNING {qn('id')}, {qn('fence')}, {qn('lease_owner')}, {qn('lease_expires_at')}), "
-            f"attempt AS (INSERT INTO {qn(Attempt._meta.db_table)} "
-            f"({', '.join(qn(f.column) for f in _ATTEMPT_FIELDS)}) "
-            f"SELECT {', '.join(['%s'] * len(_ATTEMPT_FIELDS))} FROM claimed RETURNING {qn('id')})"
-        )
-        if plain:
-            text += f", {PLAIN_TAKE_CTES} SELECT (SELECT id FROM attempt), (SELECT plain FROM admit)"
-        else:
-            text += " SELECT (SELECT id FROM attempt), true"
-        _CLAIM_SQL[plain] = text
-    return _CLAIM_SQL[plain]
-
-
-def _claim_and_insert_attempt(run: TaskRun, attempt: Attempt, changes: dict, *, now: datetime, plain: bool) -> bool:
-    """PostgreSQL: the compare-and-set claim and the attempt row in one statement (a data-modifying
-    CTE: the attempt is inserted only when the UPDATE matched), with the plain admission when asked.
-    False: not ours, nothing written."""
-    params = plain_params(run, now=now) if plain else []
-    params += [changes[name] for name in _CLAIM_FIELDS]  # text, numbers, aware datetimes: as they are
-    params += [run.id, now, run.fence, run.attempts]
-    if connection.vendor not in _ATTEMPT_PARAMS:
-        _ATTEMPT_PARAMS[connection.vendor] = sql.insert_params(_ATTEMPT_FIELDS)
-    params += _ATTEMPT_PARAMS[connection.vendor](attempt)
-    if plain:
-        params.append(now)
-    attempt_id, admitted = sql.one(_claim_sql(plain), params)
-    if attempt_id is None:
-        if not admitted:
-            raise NotPlain()
-        return False
-    attempt.pk = attempt_id
-    attempt._state.adding, attempt._state.db = False, connection.alias
-    return True
+    return store().lease_claim(run, worker=worker, now=now, plain=plain)
 
 
 @contextmanager
@@ -419,8 +241,7 @@ def fenced(*, run_id: int, fence: int, lost: threading.Event | None = None) -> I
         raise LeaseLost()
     connection_refresh()
     with transaction.atomic():
-        holds = TaskRun.objects.select_for_update().filter(id=run_id, fence=fence, state=TaskRun.State.RUNNING).exists()
-        if not holds:
+        if not store().fence_holds(run_id=run_id, fence=fence):
             raise LeaseLost()
         yield
 
@@ -478,7 +299,7 @@ class LeaseRenewer:
                     renewed = self._renew()
                 except DatabaseError as exc:
                     # Transient until the lease runs out: retry on a new connection, log once per outage.
-                    connection.close()
+                    store().connection_close()
                     if failing_since is None:
                         failing_since = self.clock()
                         log.warning("run %s: lease renewal failed (%s); retrying", self.run_id, _one_line(exc))
@@ -497,19 +318,14 @@ class LeaseRenewer:
                     return
                 wait = interval
         finally:
-            close_old_connections()
-            connection.close()
+            store().connection_close()
 
     def _renew(self) -> bool:
         expires = self.clock() + self.ttl
-        renewed = TaskRun.objects.filter(id=self.run_id, fence=self.fence, state=TaskRun.State.RUNNING).update(
-            lease_expires_at=expires
-        )
+        renewed = store().lease_renew(run_id=self.run_id, fence=self.fence, expires_at=expires)
         if renewed:
             self.expires_at = expires
-            # The attempt's pool slots live as long as its lease (runs/admission.py).
-            PoolSlot.objects.filter(run_id=self.run_id, fence=self.fence).update(expires_at=expires)
-        return bool(renewed)
+        return renewed
 
 
 class _LazyStarter:

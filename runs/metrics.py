@@ -13,7 +13,6 @@ cumulative buckets, so `rate()` and `histogram_quantile()` work as for any Prome
 from collections import defaultdict
 from datetime import datetime, timedelta
 
-from django.db import connection
 from django.db.models import Count, Min, Q, Sum
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -22,6 +21,7 @@ from prometheus_client.registry import Collector, CollectorRegistry
 from deadletters.models import Alert, DeadLetter
 from runs.models import Attempt, PoolSlot, PoolWaiter, TaskRun
 from runs.selectors import scheduler_health
+from runs.store import store
 from tasks.models import EventMetric, Pool
 
 # Seconds. Queue delay (trigger to first start) is usually under a second; end-to-end latency
@@ -88,21 +88,13 @@ def _runs(now: datetime):
     )
 
 
-# Seconds between two instants, in SQL: native on each backend, to the millisecond (so a delay equal
-# to a bucket's bound lands in that bucket). Django's own duration arithmetic calls a Python
-# function per row on SQLite, which made a scrape of 100k runs take seconds.
-_SECONDS = {
-    "postgresql": "EXTRACT(EPOCH FROM ({a} - {b}))::float8",
-    "sqlite": "ROUND((julianday({a}) - julianday({b})) * 86400.0, 3)",
-}
-
-
 def _latency():
     # 3. Both histograms in one pass over started runs, each difference computed once per row.
     # Backfills are paced on purpose, so their delay says nothing about the queue (as on the dashboard).
-    seconds = _SECONDS.get(connection.vendor, _SECONDS["postgresql"])
-    delay = seconds.format(a="start_at", b="trigger_at")
-    latency = seconds.format(a="finish_at", b="trigger_at")
+    # Seconds between two instants, native on each backend (runs.store), to the millisecond: Django's
+    # own duration arithmetic calls a Python function per row on SQLite.
+    delay = store().seconds_between("start_at", "trigger_at")
+    latency = store().seconds_between("finish_at", "trigger_at")
     buckets = [f"SUM(CASE WHEN d <= {float(b)!r} THEN 1 ELSE 0 END)" for b in QUEUE_DELAY_BUCKETS]
     buckets += [f"SUM(CASE WHEN l <= {float(b)!r} THEN 1 ELSE 0 END)" for b in LATENCY_BUCKETS]
     # MATERIALIZED: computed once per row, not once per bucket (SQLite would otherwise inline it).
@@ -116,9 +108,7 @@ def _latency():
         SELECT COUNT(d), COALESCE(SUM(d), 0), COUNT(l), COALESCE(SUM(l), 0), {", ".join(buckets)}
         FROM started
     """
-    with connection.cursor() as cursor:
-        cursor.execute(sql, [TaskRun.State.SUCCEEDED, TaskRun.Source.BACKFILL])
-        row = cursor.fetchone()
+    [row] = store().rows(sql, [TaskRun.State.SUCCEEDED, TaskRun.Source.BACKFILL])
     d_n, d_sum, l_n, l_sum, *counts = row
     n_delay = len(QUEUE_DELAY_BUCKETS)
     yield _histogram(

@@ -5,15 +5,13 @@ db_index=False: the composite serves its lookups and cascades, and every index i
 each insert and non-HOT update, several times per run (tests/runs/test_indexes.py).
 """
 
-from datetime import datetime
-
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
-from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext_lazy as _
 
 from tasks.rules.backpressure import watermark_errors
+from tasks.rules.policy import DEFAULT_LEASE_TTL_SECONDS, RetryPolicy, RunPolicy
 
 
 class TaskRun(models.Model):
@@ -84,8 +82,23 @@ class TaskRun(models.Model):
     attempts = models.PositiveIntegerField(_("attempts"), default=0)
     run_after = models.DateTimeField(_("run after"))
     first_failure_at = models.DateTimeField(_("first failure at"), null=True, blank=True)
-    # Params and retry policy copied at trigger time, so a later rule edit does not change this run.
+    # The skill's input (params, snapshot) copied at trigger time, so a later rule edit does not change this run.
     payload = models.JSONField(_("payload"), default=dict, blank=True)
+    # The engine policy, copied from the rule once at claim time (tasks.rules.policy.RunPolicy) and
+    # read by both run-store backends: typed columns, never the payload.
+    lease_ttl_seconds = models.PositiveIntegerField(_("lease ttl seconds"), default=DEFAULT_LEASE_TTL_SECONDS)
+    start_by = models.DateTimeField(
+        _("start by"), null=True, blank=True, help_text=_("The latest start of a first attempt (start window).")
+    )
+    agent = models.CharField(_("agent"), max_length=100, blank=True)
+    retry_max_attempts = models.PositiveIntegerField(_("max attempts"), default=RetryPolicy.max_attempts)
+    retry_backoff_base_seconds = models.FloatField(_("backoff base seconds"), default=RetryPolicy.backoff_base_seconds)
+    retry_max_delay_seconds = models.FloatField(_("max delay seconds"), default=RetryPolicy.max_delay_seconds)
+    retry_window_seconds = models.FloatField(
+        _("max retry window seconds"), default=RetryPolicy.max_retry_window_seconds
+    )
+    retry_jitter_min = models.FloatField(_("jitter min"), default=RetryPolicy.jitter_min)
+    retry_jitter_max = models.FloatField(_("jitter max"), default=RetryPolicy.jitter_max)
     result = models.JSONField(_("result"), null=True, blank=True)
     last_error = models.TextField(_("last error"), blank=True)
     last_error_kind = models.CharField(_("last error kind"), max_length=40, blank=True)
@@ -173,15 +186,31 @@ class TaskRun(models.Model):
     def __str__(self) -> str:
         return self.biz_key
 
-    @property
-    def policy(self) -> dict:
-        return self.payload.get("policy", {})
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            max_attempts=self.retry_max_attempts,
+            backoff_base_seconds=self.retry_backoff_base_seconds,
+            max_delay_seconds=self.retry_max_delay_seconds,
+            max_retry_window_seconds=self.retry_window_seconds,
+            jitter_min=self.retry_jitter_min,
+            jitter_max=self.retry_jitter_max,
+        )
 
-    @property
-    def start_by(self) -> datetime | None:
-        """The latest start of a first attempt (the rule's start window), if the run has one."""
-        value = self.payload.get("start_by")
-        return parse_datetime(value) if isinstance(value, str) else None
+
+def run_policy_fields(policy: RunPolicy) -> dict:
+    """The run's policy columns for `policy`: the one place that copies a rule's policy into a run
+    (runs.claims, at claim time)."""
+    retry = policy.retry
+    return {
+        "lease_ttl_seconds": policy.lease_ttl_seconds,
+        "agent": policy.agent,
+        "retry_max_attempts": retry.max_attempts,
+        "retry_backoff_base_seconds": retry.backoff_base_seconds,
+        "retry_max_delay_seconds": retry.max_delay_seconds,
+        "retry_window_seconds": retry.max_retry_window_seconds,
+        "retry_jitter_min": retry.jitter_min,
+        "retry_jitter_max": retry.jitter_max,
+    }
 
 
 class RunLease(TaskRun):

@@ -11,15 +11,15 @@ import logging
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from django.db import connection, transaction
+from django.db import transaction
 from django.db.models import F
 
 from deadletters.alerts import alert_retry
 from deadletters.services import deadletter_open
-from runs import sql
-from runs.admission import RELEASE_WAITING, RELEASE_WAITING_PARAMS, pool_wake_freed, release_cte, release_params
+from runs.admission import pool_wake_freed
 from runs.models import ActionProposal, Attempt, TaskRun
-from runs.retry import RetryDecision, RetryPolicy, decide_retry
+from runs.retry import RetryDecision, decide_retry
+from runs.store import store
 from tasks.skills.errors import ClassifiedError
 from tasks.skills.sdk import AwaitApproval, BudgetWait, ErrorKind, RunParked
 
@@ -46,11 +46,7 @@ def fenced_update(run: TaskRun, **fields) -> bool:
 
     False: another worker or the sweeper took the run meanwhile; nothing was written.
     """
-    return bool(
-        TaskRun.objects.filter(id=run.id, fence=run.fence, state=TaskRun.State.RUNNING).update(
-            lease_owner="", lease_expires_at=None, **fields
-        )
-    )
+    return store().run_fenced_update(run, **fields)
 
 
 def attempt_mark_fenced(attempt: Attempt, *, now: datetime) -> ExecuteOutcome:
@@ -67,65 +63,20 @@ def attempt_mark_fenced(attempt: Attempt, *, now: datetime) -> ExecuteOutcome:
 def run_succeed(
     run: TaskRun, attempt: Attempt, result: object, *, now: datetime, release_worker: str | None = None
 ) -> ExecuteOutcome:
-    """The attempt succeeded: the run is done, with its result (fenced; one statement on PostgreSQL).
+    """The attempt succeeded: the run is done, with its result (fenced).
 
-    `release_worker`: the executor whose admission took the attempt's pool slots; on PostgreSQL the
-    same statement gives them back (runs.admission.pool_release, fenced or not), and the outcome
-    says so (`released`).
+    `release_worker`: the executor whose admission took the attempt's pool slots; where the store
+    can (PostgreSQL), the same statement gives them back (fenced or not), and the outcome says so
+    (`released`).
     """
-    if connection.vendor == "postgresql":
-        done, waiting = _succeed_returning(run, attempt, _jsonable(result), now=now, release_worker=release_worker)
-        released = release_worker is not None
-        if released:
-            pool_wake_freed(waiting, now=now)
-        if not done:
-            fenced_out = attempt_mark_fenced(attempt, now=now)
-            return ExecuteOutcome(fenced_out.run_id, fenced_out.status, fenced_out.detail, released=released)
-        return ExecuteOutcome(run.id, "succeeded", released=released)
-    with transaction.atomic():
-        done = fenced_update(
-            run,
-            state=TaskRun.State.SUCCEEDED,
-            finish_at=now,
-            result=_jsonable(result),
-            last_error="",
-            last_error_kind="",
-        )
-        if not done:
-            return attempt_mark_fenced(attempt, now=now)
-        Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.SUCCEEDED, finished_at=now)
-    return ExecuteOutcome(run.id, "succeeded")
-
-
-_SUCCEED_SQL: dict[bool, str] = {}
-
-
-def _succeed_returning(
-    run: TaskRun, attempt: Attempt, result: object, *, now: datetime, release_worker: str | None
-) -> tuple[bool, list]:
-    """PostgreSQL: the fenced run write and the attempt's outcome in one statement (the attempt is
-    updated only when the fenced UPDATE matched, so a fenced-out attempt keeps its own outcome),
-    and with `release_worker` the attempt's slots freed. Returns (written, the freed (pool, key)
-    pairs a run waits for)."""
-    release = release_worker is not None
-    if release not in _SUCCEED_SQL:
-        run_t, attempt_t = sql.qn(TaskRun._meta.db_table), sql.qn(Attempt._meta.db_table)
-        _SUCCEED_SQL[release] = (
-            f"WITH done AS (UPDATE {run_t} SET state = {sql.literals([TaskRun.State.SUCCEEDED])}, finish_at = %s, "
-            f"result = %s, last_error = '', last_error_kind = '', lease_owner = '', lease_expires_at = NULL "
-            f"WHERE id = %s AND fence = %s AND state = {sql.literals([TaskRun.State.RUNNING])} RETURNING id), "
-            f"attempt AS (UPDATE {attempt_t} SET outcome = {sql.literals([Attempt.Outcome.SUCCEEDED])}, "
-            f"finished_at = %s "
-            f"WHERE id = %s AND EXISTS (SELECT 1 FROM done) RETURNING id)"
-            + (f", {release_cte(True)} SELECT (SELECT count(*) FROM done), {RELEASE_WAITING}" if release else "")
-            + ("" if release else " SELECT (SELECT count(*) FROM done), '[]'::json")
-        )
-    result_field = TaskRun._meta.get_field("result")
-    params = [now, result_field.get_db_prep_save(result, connection), run.id, run.fence, now, attempt.id]
-    if release:
-        params += [*release_params(run_id=run.id, fence=run.fence, worker=release_worker), *RELEASE_WAITING_PARAMS]
-    done, waiting = sql.one(_SUCCEED_SQL[release], params)
-    return bool(done), waiting
+    done = store().run_succeed(run, attempt, _jsonable(result), now=now, release_worker=release_worker)
+    released = done.waiting is not None
+    if released:
+        pool_wake_freed(done.waiting, now=now)
+    if not done.written:
+        fenced_out = attempt_mark_fenced(attempt, now=now)
+        return ExecuteOutcome(fenced_out.run_id, fenced_out.status, fenced_out.detail, released=released)
+    return ExecuteOutcome(run.id, "succeeded", released=released)
 
 
 def run_attempt_failed(
@@ -172,7 +123,7 @@ def run_record_failure(
     held and nothing was written. A retry waits in the database (run_after) and records its alert;
     a final failure goes through `run_fail`, the one place that writes FAILED.
     """
-    policy = RetryPolicy.from_dict(run.policy)
+    policy = run.retry_policy()
     first_failure_at = run.first_failure_at or now
     decision = decide_retry(
         policy,
@@ -285,7 +236,7 @@ def run_park(run: TaskRun, attempt: Attempt, parked: RunParked, *, now: datetime
 
 
 def run_cancel_late(run: TaskRun, *, now: datetime) -> bool:
-    """Cancel a first attempt whose start window (payload["start_by"]) has passed; True if cancelled.
+    """Cancel a first attempt whose start window (run.start_by) has passed; True if cancelled.
 
     Only first attempts: a retry is the same unit of work already started in time. The slot keeps
     its (cancelled) run, so it stays accounted for (invariant 3); explain shows the reason.

@@ -4,22 +4,10 @@ random draw come in as arguments."""
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
+from tasks.rules.policy import RetryPolicy
 from tasks.skills.sdk import ErrorKind
 
-
-@dataclass(frozen=True)
-class RetryPolicy:
-    max_attempts: int = 3
-    backoff_base_seconds: float = 2.0
-    max_delay_seconds: float = 300.0
-    max_retry_window_seconds: float = 3600.0
-    jitter_min: float = 0.5
-    jitter_max: float = 1.5
-
-    @classmethod
-    def from_dict(cls, data: dict) -> "RetryPolicy":
-        names = cls.__dataclass_fields__
-        return cls(**{k: v for k, v in data.items() if k in names})
+__all__ = ["RetryDecision", "RetryPolicy", "backoff_delay", "decide_retry"]
 
 
 @dataclass(frozen=True)

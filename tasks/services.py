@@ -5,10 +5,11 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 
 from django.core.exceptions import ValidationError
-from django.db import DatabaseError, connection, transaction
+from django.db import DatabaseError, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from runs.store import store
 from tasks.agent_io import agent_export, agent_resolve, agent_save, agent_stage
 from tasks.file_items import STAGING_ERRORS, field_problems, file_entries, staging_errors
 from tasks.models import ServiceIdentity, TriggerRule
@@ -176,8 +177,7 @@ def rule_import(text: str | bytes, *, now: datetime | None = None) -> ImportResu
             rule.full_clean()
             # What the database will be given: a "" time or a 20-digit number passes full_clean
             # (blank values are not validated) and would fail only inside the save.
-            for f in rule._meta.concrete_fields:
-                f.get_db_prep_save(f.pre_save(rule, add=created), connection=connection)
+            store().values_check(rule, add=created)
         except (ValidationError, *STAGING_ERRORS) as exc:
             errors.extend(staging_errors(label, exc))
             continue

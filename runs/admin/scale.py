@@ -4,11 +4,11 @@ small tables (rules, the error vocabulary), never from a DISTINCT over every run
 
 from django.contrib.admin import AllValuesFieldListFilter, RelatedFieldListFilter
 from django.core.paginator import Paginator
-from django.db import connection
 from django.utils.functional import cached_property
 from django.utils.translation import gettext_lazy as _
 
 from runs.outcome import BUDGET_WAIT_KIND, START_WINDOW_KIND
+from runs.store import store
 from tasks.models import TriggerRule
 from tasks.skills.sdk import ErrorKind, ProviderWait
 
@@ -26,18 +26,11 @@ class EstimatedCountPaginator(Paginator):
     @cached_property
     def count(self) -> int:
         query = getattr(self.object_list, "query", None)
-        if connection.vendor == "postgresql" and query is not None and not query.where:
-            estimate = table_estimate(self.object_list.model._meta.db_table)
-            if estimate > ESTIMATE_ABOVE:
+        if query is not None and not query.where:
+            estimate = store().table_estimate(self.object_list.model._meta.db_table)
+            if estimate is not None and estimate > ESTIMATE_ABOVE:
                 return estimate
         return super().count
-
-
-def table_estimate(table: str) -> int:
-    with connection.cursor() as cur:
-        cur.execute("SELECT reltuples::bigint FROM pg_class WHERE oid = %s::regclass", [table])
-        row = cur.fetchone()
-    return max(int(row[0]), 0) if row else 0
 
 
 class ErrorKindFilter(AllValuesFieldListFilter):

@@ -13,9 +13,9 @@ from simple_history.models import HistoricalRecords
 from tasks.models.agent import rule_agent_errors
 from tasks.rules import events, keys, schedule
 from tasks.rules.guards import guard_errors
+from tasks.rules.policy import DEFAULT_LEASE_TTL_SECONDS, RetryPolicy, RunPolicy
 from tasks.skills.sdk import registry
 
-DEFAULT_LEASE_TTL_SECONDS = 300
 DEFAULT_DEDUPE_TEMPLATE = "{rule}:{slot}"
 
 
@@ -136,16 +136,20 @@ class TriggerRule(models.Model):
         help_text=_("JSON Schema the model's output must validate against (llm_json)."),
     )
 
-    max_attempts = models.PositiveIntegerField(_("max attempts"), default=3, validators=[MinValueValidator(1)])
+    max_attempts = models.PositiveIntegerField(
+        _("max attempts"), default=RetryPolicy.max_attempts, validators=[MinValueValidator(1)]
+    )
     backoff_base_seconds = models.FloatField(
         _("backoff base seconds"),
-        default=2.0,
+        default=RetryPolicy.backoff_base_seconds,
         validators=[MinValueValidator(1.0)],
     )
-    max_delay_seconds = models.PositiveIntegerField(_("max delay seconds"), default=300)
-    max_retry_window_seconds = models.PositiveIntegerField(_("max retry window seconds"), default=3600)
-    jitter_min = models.FloatField(_("jitter min"), default=0.5, validators=[MinValueValidator(0.0)])
-    jitter_max = models.FloatField(_("jitter max"), default=1.5, validators=[MinValueValidator(0.0)])
+    max_delay_seconds = models.PositiveIntegerField(_("max delay seconds"), default=int(RetryPolicy.max_delay_seconds))
+    max_retry_window_seconds = models.PositiveIntegerField(
+        _("max retry window seconds"), default=int(RetryPolicy.max_retry_window_seconds)
+    )
+    jitter_min = models.FloatField(_("jitter min"), default=RetryPolicy.jitter_min, validators=[MinValueValidator(0.0)])
+    jitter_max = models.FloatField(_("jitter max"), default=RetryPolicy.jitter_max, validators=[MinValueValidator(0.0)])
     lease_ttl_seconds = models.PositiveIntegerField(
         _("lease ttl seconds"),
         default=DEFAULT_LEASE_TTL_SECONDS,
@@ -409,16 +413,18 @@ class TriggerRule(models.Model):
             dst_repeat=self.dst_repeat,
         )
 
-    def retry_policy(self) -> dict:
-        return {
-            "max_attempts": self.max_attempts,
-            "backoff_base_seconds": self.backoff_base_seconds,
-            "max_delay_seconds": self.max_delay_seconds,
-            "max_retry_window_seconds": self.max_retry_window_seconds,
-            "jitter_min": self.jitter_min,
-            "jitter_max": self.jitter_max,
-            "lease_ttl_seconds": self.lease_ttl_seconds,
-        }
+    def run_policy(self) -> RunPolicy:
+        """The engine policy its runs are triggered with (copied into each run's columns at claim)."""
+        retry = RetryPolicy(
+            max_attempts=self.max_attempts,
+            backoff_base_seconds=self.backoff_base_seconds,
+            max_delay_seconds=self.max_delay_seconds,
+            max_retry_window_seconds=self.max_retry_window_seconds,
+            jitter_min=self.jitter_min,
+            jitter_max=self.jitter_max,
+        )
+        agent = self.agent.name if self.agent_id is not None else ""
+        return RunPolicy(retry=retry, lease_ttl_seconds=self.lease_ttl_seconds, agent=agent)
 
     def clean(self) -> None:
         """Field-level messages for everything a schedule, key or skill can get wrong."""

@@ -5,11 +5,12 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.conf import settings
-from django.db import connection, transaction
+from django.db import transaction
 
 from runs.claims import claim_batch
 from runs.models import Decision, SchedulerTick, TaskRun
 from runs.selectors import slot_grace
+from runs.store import store
 from tasks.models import TriggerRule
 from tasks.rules import catchup, schedule
 from tasks.triggers import heartbeat
@@ -104,20 +105,7 @@ def scheduler_tick_until_next_wakeup(*, clock, sleep, max_slots: int | None = No
 
 def _rules_advance(rules: list[TriggerRule]) -> None:
     """Write each rule's last_slot_at and next_fire_at in one statement."""
-    if not rules:
-        return
-    if connection.vendor != "postgresql":
-        TriggerRule.objects.bulk_update(rules, ["last_slot_at", "next_fire_at"])
-        return
-    # bulk_update's CASE WHEN per row costs more to compile than the tick's INSERT; unnest does not.
-    table = connection.ops.quote_name(TriggerRule._meta.db_table)
-    with connection.cursor() as cur:
-        cur.execute(
-            f"UPDATE {table} AS r SET last_slot_at = v.last_slot_at, next_fire_at = v.next_fire_at"
-            " FROM unnest(%s::bigint[], %s::timestamptz[], %s::timestamptz[]) AS v(id, last_slot_at, next_fire_at)"
-            " WHERE r.id = v.id",
-            [[r.pk for r in rules], [r.last_slot_at for r in rules], [r.next_fire_at for r in rules]],
-        )
+    store().rules_advance(rules)
 
 
 def _tick_rule(

@@ -59,14 +59,12 @@ def rule_payload(rule: TriggerRule, slot: datetime | None) -> dict:
     """What the run keeps from the rule at trigger time, so later edits do not change it."""
     payload = {
         "params": rule.params,
-        "policy": rule.retry_policy(),
         "rule_version": rule.version,
         "snapshot": rule_snapshot(rule),
     }
     if slot is not None:
         payload["slot_local"] = schedule.slot_label(rule.schedule_spec(), slot)
-    if rule.agent_id is not None:  # the model binding and output contract, as they were when triggered
-        payload["agent"] = rule.agent.name
+    if rule.agent_id is not None:  # the output contract as it was when triggered (the agent: run.agent)
         payload["output_schema"] = rule.output_schema
     return payload
 
@@ -232,6 +230,7 @@ def _work(
         source=source,
         triggered_by=triggered_by,
         payload=payload,
+        policy=rule.run_policy(),
         identity=rule_identity(rule),
         object_key=object_key if object_key is not None else rule_object_key(rule, values=values or {}),
         slot=slot,

@@ -1,0 +1,284 @@
+"""What every run-store backend returns, and the writes they share (the ORM's, on either database)."""
+
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from django.db import DEFAULT_DB_ALIAS, connections, models, transaction
+from django.db.models import F
+from django.utils.dateparse import parse_datetime
+
+from runs.models import Attempt, Decision, PoolSlot, PoolWaiter, TaskRun
+from tasks.models import TriggerRule
+
+
+@dataclass(frozen=True)
+class Taken:
+    """A run as read by the worker: with the attempt started when the same statement claimed it
+    (`plain`: whether every pool it draws from limits nothing; None when not asked)."""
+
+    run: TaskRun | None
+    attempt: Attempt | None = None
+    plain: bool | None = None
+
+
+class NotPlain(Exception):
+    """A pool the run draws from limits something, or the run holds slots already: pool_admit's turn."""
+
+
+@dataclass(frozen=True)
+class Succeeded:
+    """`written`: the fence held and the run is done. `waiting`: the freed (pool, key) pairs a run
+    waits for, when the slots were given back in the same statement; None when they were not."""
+
+    written: bool
+    waiting: list | None
+
+
+def _db():
+    # The thread's own connection, looked up once: each attribute of django.db.connection is a
+    # lookup in a context-local store.
+    return connections[DEFAULT_DB_ALIAS]
+
+
+class OrmStore:
+    """The writes both backends make through the ORM; a backend overrides what it does better."""
+
+    # Whether the lease claim can admit a run whose pools limit nothing in its own statement.
+    plain_admission = False
+    # Whether report queries may summarize in SQL (runs.rollup) and read the catalog (runs.dashboard).
+    summarizes_in_sql = False
+
+    # --- connections ---
+
+    def connection_refresh(self) -> None:
+        """Before a write that follows a long wait (a skill's run), drop this thread's connection if
+        the server closed it meanwhile, so the write reconnects instead of failing. Never inside a
+        transaction (the transaction would be lost with it)."""
+        db = _db()
+        if not db.in_atomic_block and db.connection is not None and not db.is_usable():
+            db.close()
+
+    def connection_close(self) -> None:
+        """Close this thread's connection (a background thread before it ends, or after an error)."""
+        _db().close()
+
+    def in_transaction(self) -> bool:
+        return _db().in_atomic_block
+
+    def rows(self, sql: str, params: list | dict) -> list[tuple]:
+        """A read-only report query (runs.metrics, runs.rollup), on this thread's connection."""
+        with _db().cursor() as cur:
+            cur.execute(sql, params)
+            return cur.fetchall()
+
+    def seconds_between(self, later: str, earlier: str) -> str:
+        """SQL for the seconds from column `earlier` to `later`, as a float."""
+        return f"ROUND((julianday({later}) - julianday({earlier})) * 86400.0, 3)"
+
+    def values_check(self, obj: models.Model, *, add: bool) -> None:
+        """Prepare every value of `obj` as its save would, raising what the save would raise (a ""
+        time or a 20-digit number passes full_clean and fails only inside the save)."""
+        db = _db()
+        for f in obj._meta.concrete_fields:
+            f.get_db_prep_save(f.pre_save(obj, add=add), connection=db)
+
+    def json_prep(self, value: Any) -> Any:
+        return TaskRun._meta.get_field("result").get_db_prep_save(value, _db())
+
+    # --- claims ---
+
+    def runs_insert(self, runs: list[TaskRun]) -> list[TaskRun]:
+        """Insert the runs in one statement, skipping any whose biz_key is taken (invariant 1: the
+        unique index decides, never a read first; of two runs with one key the first is inserted).
+        Returns the runs inserted, which get their ids. A conflict on any other constraint raises."""
+        return _insert_new(TaskRun, runs, unique=("biz_key",))
+
+    def decisions_insert(self, decisions: list[Decision]) -> list[Decision]:
+        """Insert slot decisions, one per (rule, slot) (decision_one_per_slot decides: another
+        tick's stands). Returns the ones inserted."""
+        return _insert_new(Decision, decisions, unique=("rule_id", "slot"))
+
+    def dedupe_hit(self, biz_key: str) -> TaskRun | None:
+        """Count a dedupe hit on the run holding `biz_key` and return it, in one statement."""
+        table = _db().ops.quote_name(TaskRun._meta.db_table)
+        found = list(
+            TaskRun.objects.raw(
+                f"UPDATE {table} SET dedupe_hits = dedupe_hits + 1 WHERE biz_key = %s RETURNING *", [biz_key]
+            )
+        )
+        return found[0] if found else None
+
+    def dedupe_hits_add(self, taken: dict[str, int]) -> None:
+        """Count `n` dedupe hits on the run holding each key."""
+        by_count: dict[int, list[str]] = {}
+        for key, n in taken.items():
+            by_count.setdefault(n, []).append(key)
+        for n, keys in by_count.items():
+            TaskRun.objects.filter(biz_key__in=keys).update(dedupe_hits=F("dedupe_hits") + n)
+
+    def rules_advance(self, rules: list[TriggerRule]) -> None:
+        """Write each rule's last_slot_at and next_fire_at."""
+        if rules:
+            TriggerRule.objects.bulk_update(rules, ["last_slot_at", "next_fire_at"])
+
+    # --- the worker ---
+
+    def run_read(self, run_id: int) -> TaskRun | None:
+        return TaskRun.objects.filter(id=run_id).first()
+
+    def run_take(self, run_id: int, *, worker: str, now: datetime) -> Taken:
+        """Read the run; a backend that can also claims it when nothing stands in its way."""
+        return Taken(self.run_read(run_id))
+
+    def lease_claim(self, run: TaskRun, *, worker: str, now: datetime, plain: bool) -> Attempt | None:
+        """Take the run's lease and start its next attempt: compare-and-set on the state, attempt
+        count and fence just read (None: another worker got there first, it is not due, or it
+        changed). `plain`: admit it in the same statement where every pool limits nothing, else
+        raise NotPlain with nothing written (a backend without it always raises)."""
+        if plain:
+            raise NotPlain()
+        attempt = _next_attempt(run, worker=worker, now=now)
+        # savepoint=False: inside the executor's admission transaction this adds no SAVEPOINT pair.
+        with transaction.atomic(savepoint=False):
+            claimed = TaskRun.objects.filter(
+                id=run.id, state__in=TaskRun.CLAIMABLE, run_after__lte=now, fence=run.fence, attempts=run.attempts
+            ).update(**_claim_changes(run, worker=worker, now=now))
+            if not claimed:
+                return None
+            attempt.save(force_insert=True)
+        _claimed(run, worker=worker, now=now)
+        return attempt
+
+    def lease_renew(self, *, run_id: int, fence: int, expires_at: datetime) -> bool:
+        """Extend the run lease while `fence` holds it, and the attempt's pool slots with it (they
+        live as long as the lease). False: the lease was lost."""
+        renewed = TaskRun.objects.filter(id=run_id, fence=fence, state=TaskRun.State.RUNNING).update(
+            lease_expires_at=expires_at
+        )
+        if renewed:
+            PoolSlot.objects.filter(run_id=run_id, fence=fence).update(expires_at=expires_at)
+        return bool(renewed)
+
+    def fence_holds(self, *, run_id: int, fence: int) -> bool:
+        """Inside a transaction: whether `fence` still holds the run's lease, with the row locked
+        (PostgreSQL) or the write lock held (SQLite's IMMEDIATE transactions) until commit."""
+        return TaskRun.objects.select_for_update().filter(id=run_id, fence=fence, state=TaskRun.State.RUNNING).exists()
+
+    def run_fenced_update(self, run: TaskRun, **fields) -> bool:
+        """Write `fields` and release the lease, only if `run.fence` still holds it (one statement).
+        False: another worker or the sweeper took the run meanwhile; nothing was written."""
+        return bool(
+            TaskRun.objects.filter(id=run.id, fence=run.fence, state=TaskRun.State.RUNNING).update(
+                lease_owner="", lease_expires_at=None, **fields
+            )
+        )
+
+    def run_succeed(
+        self, run: TaskRun, attempt: Attempt, result: Any, *, now: datetime, release_worker: str | None
+    ) -> Succeeded:
+        """The run done with `result` and the attempt succeeded, fenced; the slots stay (waiting None)."""
+        with transaction.atomic():
+            done = self.run_fenced_update(
+                run, state=TaskRun.State.SUCCEEDED, finish_at=now, result=result, last_error="", last_error_kind=""
+            )
+            if done:
+                Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.SUCCEEDED, finished_at=now)
+        return Succeeded(done, None)
+
+    def slots_release(self, *, run_id: int, fence: int, worker: str | None) -> list[tuple[int, str]]:
+        """Give back the attempt's slots (only `worker`'s, when named); the freed (pool, key) pairs
+        that a run waits for (a waiter recorded at this very moment is the sweeper's to wake)."""
+        slots = PoolSlot.objects.filter(run_id=run_id, fence=fence)
+        if worker is not None:
+            slots = slots.filter(worker=worker)
+        freed = list(slots.values_list("id", "pool_id", "key"))
+        if not freed:
+            return []
+        PoolSlot.objects.filter(id__in=[i for i, _, _ in freed]).delete()
+        waiting = set(
+            PoolWaiter.objects.filter(reason=PoolWaiter.Reason.CONCURRENCY, pool_id__in=[p for _, p, _ in freed])
+            .values_list("pool_id", "key")
+            .distinct()
+        )
+        return [(p, k) for _, p, k in freed if (p, k) in waiting]
+
+    # --- reports ---
+
+    def biz_key_unique_valid(self) -> bool:
+        """Whether the database itself says no two runs share a biz_key (False: it cannot say)."""
+        return False
+
+    def table_estimate(self, table: str) -> int | None:
+        """The planner's row estimate of `table`; None where there is none."""
+        return None
+
+
+def _next_attempt(run: TaskRun, *, worker: str, now: datetime) -> Attempt:
+    return Attempt(run=run, number=run.attempts + 1, fence=run.fence + 1, worker=worker, started_at=now)
+
+
+def _claim_changes(run: TaskRun, *, worker: str, now: datetime) -> dict:
+    return {
+        "state": TaskRun.State.RUNNING,
+        "attempts": run.attempts + 1,
+        "fence": run.fence + 1,
+        "lease_owner": worker,
+        "lease_expires_at": now + timedelta(seconds=run.lease_ttl_seconds),
+        "start_at": run.start_at or now,
+        "executed_by": worker,
+    }
+
+
+def _claimed(run: TaskRun, *, worker: str, now: datetime) -> None:
+    """The claim's changes, in memory: the attempt needs no second read of the row."""
+    for name, value in _claim_changes(run, worker=worker, now=now).items():
+        setattr(run, name, value)
+
+
+def _insert_new(model, objs: list, *, unique: tuple[str, ...]) -> list:
+    """Insert `objs` in one INSERT ... ON CONFLICT DO NOTHING RETURNING (SQLite 3.35+), skipping
+    any whose `unique` columns are taken; the inserted ones get their ids."""
+    if not objs:
+        return []
+    db = _db()
+    qn = db.ops.quote_name
+    fields = [f for f in model._meta.concrete_fields if not f.primary_key]
+    one = "(" + ", ".join(["%s"] * len(fields)) + ")"
+    columns = ", ".join(qn(c) for c in unique)
+    sql = (
+        f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
+        f"VALUES {', '.join([one] * len(objs))} ON CONFLICT ({columns}) DO NOTHING RETURNING {qn('id')}, {columns}"
+    )
+    params = [f.get_db_prep_save(f.pre_save(obj, True), db) for obj in objs for f in fields]
+    with db.cursor() as cur:
+        cur.execute(sql, params)
+        rows = cur.fetchall()
+    return keyed_created(model, objs, unique, rows, alias=db.alias)
+
+
+def keyed_created(model, objs: list, unique: tuple[str, ...], rows: list[tuple], *, alias: str) -> list:
+    """The objects an INSERT ... RETURNING id, <unique columns> inserted, given their ids; of two
+    objects with one key, the first."""
+    key_fields = [model._meta.get_field(c.removesuffix("_id")) for c in unique]
+    ids = {tuple(key_value(f, v) for f, v in zip(key_fields, row[1:], strict=True)): row[0] for row in rows}
+    created = []
+    for obj in objs:
+        key = tuple(key_value(f, getattr(obj, f.attname)) for f in key_fields)
+        if key in ids:
+            obj.pk = ids.pop(key)  # popped: a later object with the same key was not inserted
+            obj._state.adding, obj._state.db = False, alias
+            created.append(obj)
+    return created
+
+
+def key_value(field, value):
+    """A key column as returned by either database, comparable with the object's value: SQLite
+    returns instants as text or naive UTC datetimes."""
+    if not isinstance(field, models.DateTimeField) or value is None:
+        return value
+    if isinstance(value, str):
+        value = parse_datetime(value)
+    if isinstance(value, datetime):
+        return value.replace(tzinfo=UTC) if value.tzinfo is None else value.astimezone(UTC)
+    return value

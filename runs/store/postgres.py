@@ -1,0 +1,269 @@
+"""The PostgreSQL run store: the hot path's statements, named once in queries.sql, prepared once per
+connection and run on Django's own connection and transaction.
+
+The ORM compiles a queryset on every call and builds models through its full machinery; here a
+statement is written once, and rows become models through `Model.from_db`. psycopg prepares a
+statement only when asked (prepare=True) once the connection has a threshold; Django leaves it at
+None (never), so the threshold is set out of reach and only these statements are prepared. Off with
+HARNESS_PREPARED_STATEMENTS=false behind a pooler that cannot keep them (PgBouncer in transaction
+mode before 1.21).
+"""
+
+import re
+from datetime import datetime, timedelta
+from functools import cache
+from pathlib import Path
+from typing import Any
+
+from django.conf import settings
+from django.db.models import DateTimeField, JSONField, Model
+
+from runs.models import Attempt, Decision, TaskRun
+from runs.store.base import NotPlain, OrmStore, Succeeded, Taken, _claimed, _db, _next_attempt, keyed_created
+from tasks.models import GLOBAL_POOL, TriggerRule
+
+QUERIES_FILE = Path(__file__).with_name("queries.sql")
+_BLOCK = re.compile(r"^-- (fragment )?([a-z_]+) --$", re.MULTILINE)
+
+
+def parse_queries(text: str) -> dict[str, str]:
+    """The named statements of a queries file, with their fragments included. Comment lines go."""
+    parts = _BLOCK.split(text)
+    fragments, statements = {}, {}
+    for i in range(1, len(parts), 3):
+        fragment, name, body = parts[i], parts[i + 1], parts[i + 2]
+        body = "\n".join(line for line in body.splitlines() if not line.lstrip().startswith("--")).strip()
+        (fragments if fragment else statements)[name] = body
+    for name, body in statements.items():
+        for fragment, text_ in fragments.items():
+            body = body.replace("{" + fragment + "}", text_)
+        if re.search(r"\{[a-z_]+\}", body):
+            raise ValueError(f"{name}: unknown fragment in {body!r}")
+        statements[name] = body
+    return statements
+
+
+@cache
+def queries() -> dict[str, str]:
+    return parse_queries(QUERIES_FILE.read_text())
+
+
+# psycopg prepares a statement only when asked once the connection has a threshold: one no statement
+# reaches by counting.
+_ONLY_WHEN_ASKED = 2**31 - 1
+
+
+def _cursor():
+    """A cursor on this thread's connection for a named statement: server-side prepared, inside
+    Django's wrapper (query logging, execute wrappers, error translation)."""
+    db = _db()
+    if not settings.HARNESS["PREPARED_STATEMENTS"]:
+        return db.cursor()
+    db.close_if_health_check_failed()
+    db.ensure_connection()
+    db.validate_thread_sharing()
+    pg = db.connection
+    if pg.prepare_threshold is None:
+        pg.prepare_threshold = _ONLY_WHEN_ASKED
+    prepared, debug = _prepared_cursor_classes()
+    return debug(prepared(pg), db) if db.queries_logged else db.make_cursor(prepared(pg))
+
+
+@cache
+def _prepared_cursor_classes():
+    from django.db.backends.postgresql.base import CursorDebugWrapper, ServerBindingCursor  # psycopg: PostgreSQL only
+
+    class PreparedCursor(ServerBindingCursor):
+        def execute(self, query, params=None, *, prepare=None, binary=None):
+            return super().execute(query, params, prepare=True, binary=binary)
+
+    class PreparedDebugWrapper(CursorDebugWrapper):
+        """Logs a statement with its values, as Django does for client-side cursors (the database's
+        own text has $1 placeholders): tests and DEBUG only."""
+
+        def debug_sql(self, sql=None, params=None, use_last_executed_query=False, many=False):
+            if use_last_executed_query and not many:
+                sql = self.db.ops.compose_sql(sql, params)
+            return super().debug_sql(sql, params, False, many)
+
+    return PreparedCursor, PreparedDebugWrapper
+
+
+def _execute(name: str, params: dict):
+    cur = _cursor()
+    cur.execute(queries()[name], params)
+    return cur
+
+
+def _one(name: str, params: dict) -> tuple | None:
+    with _execute(name, params) as cur:
+        return cur.fetchone()
+
+
+def _instance(model: type[Model], names: tuple[str, ...], values: tuple) -> Model:
+    """A model from a row whose columns are `names` (any order, e.g. a table's `r.*`): the
+    database's converters applied as the ORM would (JSON text to objects), then from_db."""
+    db = _db()
+    converters = _row_plan(model, names)
+    row = [convert(values[i], db) if convert and values[i] is not None else values[i] for i, convert in converters]
+    return model.from_db(db.alias, None, row)
+
+
+@cache
+def _row_plan(model: type[Model], names: tuple[str, ...]) -> list:
+    """For each concrete field in order: its column's index in the row, and its converter."""
+    index = {name: i for i, name in enumerate(names)}
+    return [
+        (index[f.column], (lambda v, db, f=f: f.from_db_value(v, None, db)) if hasattr(f, "from_db_value") else None)
+        for f in model._meta.concrete_fields
+    ]
+
+
+def _names(cur) -> tuple[str, ...]:
+    return tuple(d.name for d in cur.description)
+
+
+@cache
+def _insert_fields(model: type[Model]) -> list:
+    return [f for f in model._meta.concrete_fields if not f.primary_key]
+
+
+def _insert_values(model: type[Model], obj: Model) -> dict:
+    """An instance's values as a named INSERT's parameters: on PostgreSQL Django's preparation of
+    text, numbers, booleans, aware datetimes and foreign keys returns them as they are, so only JSON
+    is prepared and only auto_now fields are stamped."""
+    db = _db()
+    out = {}
+    for f in _insert_fields(model):
+        if isinstance(f, JSONField):
+            out[f.column] = f.get_db_prep_save(getattr(obj, f.attname), db)
+        elif isinstance(f, DateTimeField) and (f.auto_now or f.auto_now_add):
+            out[f.column] = f.pre_save(obj, True)
+        else:
+            out[f.column] = getattr(obj, f.attname)
+    return out
+
+
+class PostgresStore(OrmStore):
+    plain_admission = True
+    summarizes_in_sql = True
+
+    def seconds_between(self, later: str, earlier: str) -> str:
+        return f"EXTRACT(EPOCH FROM ({later} - {earlier}))::float8"
+
+    # --- claims ---
+
+    def runs_insert(self, runs: list[TaskRun]) -> list[TaskRun]:
+        return self._insert(TaskRun, runs, ("biz_key",), one="runs_insert_one", many="runs_insert_many")
+
+    def decisions_insert(self, decisions: list[Decision]) -> list[Decision]:
+        return self._insert(Decision, decisions, ("rule_id", "slot"), one=None, many="decisions_insert_many")
+
+    def _insert(self, model, objs: list, unique: tuple[str, ...], *, one: str | None, many: str) -> list:
+        if not objs:
+            return []
+        values = [_insert_values(model, obj) for obj in objs]
+        if one is not None and len(objs) == 1:
+            # A row of values: psycopg quotes it in a sixth of the time of one-element arrays.
+            name, params = one, values[0]
+        else:
+            # One array per column: the same text for any number of rows, and short.
+            name, params = many, {column: [v[column] for v in values] for column in values[0]}
+        with _execute(name, params) as cur:
+            rows = cur.fetchall()
+        return keyed_created(model, objs, unique, rows, alias=_db().alias)
+
+    def dedupe_hit(self, biz_key: str) -> TaskRun | None:
+        with _execute("dedupe_hit", {"biz_key": biz_key}) as cur:
+            row = cur.fetchone()
+            return _instance(TaskRun, _names(cur), row) if row is not None else None
+
+    def dedupe_hits_add(self, taken: dict[str, int]) -> None:
+        _execute("dedupe_hits_add", {"keys": list(taken), "counts": list(taken.values())}).close()
+
+    def rules_advance(self, rules: list[TriggerRule]) -> None:
+        if not rules:
+            return
+        params = {
+            "ids": [r.pk for r in rules],
+            "last_slot_at": [r.last_slot_at for r in rules],
+            "next_fire_at": [r.next_fire_at for r in rules],
+        }
+        _execute("rules_advance", params).close()
+
+    # --- the worker ---
+
+    def run_read(self, run_id: int) -> TaskRun | None:
+        with _execute("run_read", {"run_id": run_id}) as cur:
+            row = cur.fetchone()
+            return _instance(TaskRun, _names(cur), row) if row is not None else None
+
+    def run_take(self, run_id: int, *, worker: str, now: datetime) -> Taken:
+        """Read the run and claim it in the same statement when nothing stands in its way."""
+        params = {"run_id": run_id, "worker": worker, "now": now, "global_pool": GLOBAL_POOL}
+        with _execute("run_take", params) as cur:
+            row = cur.fetchone()
+            if row is None:
+                return Taken(None)
+            run = _instance(TaskRun, _names(cur)[2:], row[2:])
+        attempt_id, plain = row[0], row[1]
+        if attempt_id is None:
+            return Taken(run, plain=plain)
+        attempt = Attempt(id=attempt_id, run=run, number=run.attempts, fence=run.fence, worker=worker, started_at=now)
+        attempt._state.adding, attempt._state.db = False, _db().alias
+        return Taken(run, attempt, plain)
+
+    def lease_claim(self, run: TaskRun, *, worker: str, now: datetime, plain: bool) -> Attempt | None:
+        params = {
+            "run_id": run.id,
+            "worker": worker,
+            "now": now,
+            "expires_at": now + timedelta(seconds=run.lease_ttl_seconds),
+            "start_at": run.start_at or now,
+            "fence": run.fence,
+            "attempts": run.attempts,
+        }
+        if plain:
+            params["global_pool"] = GLOBAL_POOL
+        attempt_id, admitted = _one("lease_claim_plain" if plain else "lease_claim", params)
+        if attempt_id is None:
+            if not admitted:
+                raise NotPlain()
+            return None
+        attempt = _next_attempt(run, worker=worker, now=now)
+        attempt.pk = attempt_id
+        attempt._state.adding, attempt._state.db = False, _db().alias
+        _claimed(run, worker=worker, now=now)
+        return attempt
+
+    def run_succeed(
+        self, run: TaskRun, attempt: Attempt, result: Any, *, now: datetime, release_worker: str | None
+    ) -> Succeeded:
+        """The run's write, the attempt's outcome and (with `release_worker`) the slots given back,
+        in one statement."""
+        params = {
+            "run_id": run.id,
+            "fence": run.fence,
+            "attempt_id": attempt.id,
+            "now": now,
+            "result": self.json_prep(result),
+        }
+        if release_worker is None:
+            done, _ = _one("run_succeed", params)
+            return Succeeded(bool(done), None)
+        done, waiting = _one("run_succeed_release", {**params, "worker": release_worker})
+        return Succeeded(bool(done), [tuple(pair) for pair in waiting])
+
+    def slots_release(self, *, run_id: int, fence: int, worker: str | None) -> list[tuple[int, str]]:
+        (waiting,) = _one("slots_release", {"run_id": run_id, "fence": fence, "worker": worker})
+        return [tuple(pair) for pair in waiting]
+
+    # --- reports ---
+
+    def biz_key_unique_valid(self) -> bool:
+        row = _one("biz_key_unique_valid", {})
+        return bool(row and row[0])
+
+    def table_estimate(self, table: str) -> int | None:
+        row = _one("table_estimate", {"table": table})
+        return max(int(row[0]), 0) if row else None

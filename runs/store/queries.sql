@@ -1,0 +1,268 @@
+-- The PostgreSQL run store's statements (runs/store/postgres.py), each named once, with named
+-- parameters. A block "-- name --" holds one statement; a block "-- fragment name --" is text that
+-- statements include as {name} (the plain admission is part of two claims). Prepared once per
+-- connection (runs/store/postgres.py): these CTEs cost PostgreSQL more to plan than to run.
+-- States and reasons are written as literals: they are code constants (runs/models.py), and a
+-- literal is one parameter less; tests/runs/test_store_contract.py checks them against the models.
+
+-- fragment plain_admission --
+-- Lock the pools the run draws from (FOR KEY SHARE, in id order: pool rows before the run row, the
+-- order pool_wake and pool_admit use) and find whether they all limit nothing. "admit" is false
+-- when one limits something, the run holds slots already, or there is no global pool: then
+-- runs.admission.pool_admit decides, under the pool row locks.
+plain AS MATERIALIZED (
+    SELECT id, max_concurrency IS NULL AND coalesce(rate_count, 0) = 0
+               AND (paused_until IS NULL OR paused_until <= %(now)s) AND key_template = '' AS free
+      FROM tasks_pool
+     WHERE enabled
+       AND (name = %(global_pool)s
+            OR id IN (SELECT pool_id FROM tasks_triggerrule_pools
+                       WHERE triggerrule_id = (SELECT rule_id FROM runs_taskrun WHERE id = %(run_id)s)))
+     ORDER BY id
+       FOR KEY SHARE
+),
+admit AS MATERIALIZED (
+    SELECT coalesce(bool_and(free), true)
+           AND EXISTS (SELECT 1 FROM tasks_pool WHERE name = %(global_pool)s)
+           AND NOT EXISTS (SELECT 1 FROM runs_poolslot WHERE run_id = %(run_id)s) AS plain
+      FROM plain
+)
+
+-- fragment plain_slots --
+-- After a claim (CTE "claimed"): a slot in each plain pool for the new fence, as long as the lease,
+-- and the run's waiter row cleared; both only when it claimed.
+slots AS (
+    INSERT INTO runs_poolslot (pool_id, key, run_id, fence, worker, acquired_at, expires_at)
+    SELECT p.id, '', c.id, c.fence, c.lease_owner, %(now)s, c.lease_expires_at
+      FROM claimed c, plain p
+),
+waiter AS (
+    DELETE FROM runs_poolwaiter w USING claimed c WHERE w.run_id = c.id
+)
+
+-- fragment slots_freed --
+-- Give back an attempt's slots (only the worker's own, when one is named) ...
+freed AS (
+    DELETE FROM runs_poolslot
+     WHERE run_id = %(run_id)s AND fence = %(fence)s
+       AND (%(worker)s::varchar IS NULL OR worker = %(worker)s::varchar)
+ RETURNING pool_id, key
+)
+
+-- fragment freed_waiting --
+-- ... and the freed (pool, key) pairs that a run waits for, as JSON: runs.admission wakes them.
+coalesce((SELECT json_agg(json_build_array(f.pool_id, f.key))
+            FROM freed f
+           WHERE EXISTS (SELECT 1 FROM runs_poolwaiter w
+                          WHERE w.reason = 'concurrency' AND w.pool_id = f.pool_id AND w.key = f.key)),
+         '[]')
+
+-- run_read --
+-- The run row an attempt works from.
+SELECT * FROM runs_taskrun WHERE id = %(run_id)s
+
+-- run_take --
+-- Read the run and, when nothing stands in its way, claim it in the same statement: claimable and
+-- due, no object (the object gate comes first), no start window (run_cancel_late checks it), no
+-- agent (its pool counts model calls), and every pool it draws from limits nothing. Returns the
+-- attempt's id (NULL: not claimed), whether the admission was plain, and the run row (as claimed,
+-- or as read when not claimed). Compare-and-set: no row claimed means another worker got there first.
+WITH {plain_admission},
+claimed AS (
+    UPDATE runs_taskrun r
+       SET state = 'running', attempts = r.attempts + 1, fence = r.fence + 1,
+           lease_owner = %(worker)s,
+           lease_expires_at = %(now)s::timestamptz + make_interval(secs => r.lease_ttl_seconds),
+           start_at = coalesce(r.start_at, %(now)s), executed_by = %(worker)s
+     WHERE r.id = %(run_id)s AND r.state IN ('pending', 'waiting_retry') AND r.run_after <= %(now)s
+       AND r.object_key = '' AND r.start_by IS NULL AND r.agent = ''
+       AND (SELECT plain FROM admit)
+ RETURNING r.*
+),
+attempt AS (
+    INSERT INTO runs_attempt (run_id, number, fence, worker, started_at, finished_at, outcome, error_kind,
+                              error_digest, error)
+    SELECT c.id, c.attempts, c.fence, %(worker)s, %(now)s, NULL, 'running', '', '', ''
+      FROM claimed c
+ RETURNING id
+),
+{plain_slots}
+SELECT (SELECT id FROM attempt) AS attempt_id, (SELECT plain FROM admit) AS plain, c.*
+  FROM claimed c
+ UNION ALL
+SELECT NULL, (SELECT plain FROM admit), r.*
+  FROM runs_taskrun r
+ WHERE r.id = %(run_id)s AND NOT EXISTS (SELECT 1 FROM claimed)
+
+-- lease_claim --
+-- Take the run's lease and start its next attempt, compare-and-set on the state, fence and attempt
+-- count the caller read: NULL means another worker got there first, or the run is not due.
+WITH claimed AS (
+    UPDATE runs_taskrun
+       SET state = 'running', attempts = attempts + 1, fence = fence + 1, lease_owner = %(worker)s,
+           lease_expires_at = %(expires_at)s, start_at = %(start_at)s, executed_by = %(worker)s
+     WHERE id = %(run_id)s AND state IN ('pending', 'waiting_retry') AND run_after <= %(now)s
+       AND fence = %(fence)s AND attempts = %(attempts)s
+ RETURNING id, attempts, fence, lease_owner, lease_expires_at
+),
+attempt AS (
+    INSERT INTO runs_attempt (run_id, number, fence, worker, started_at, finished_at, outcome, error_kind,
+                              error_digest, error)
+    SELECT c.id, c.attempts, c.fence, %(worker)s, %(now)s, NULL, 'running', '', '', ''
+      FROM claimed c
+ RETURNING id
+)
+SELECT (SELECT id FROM attempt), true
+
+-- lease_claim_plain --
+-- lease_claim with the plain admission in the same statement: the run's UPDATE matches only when
+-- every pool it draws from limits nothing. (NULL, false): a pool limits something, nothing written.
+WITH {plain_admission},
+claimed AS (
+    UPDATE runs_taskrun
+       SET state = 'running', attempts = attempts + 1, fence = fence + 1, lease_owner = %(worker)s,
+           lease_expires_at = %(expires_at)s, start_at = %(start_at)s, executed_by = %(worker)s
+     WHERE id = %(run_id)s AND state IN ('pending', 'waiting_retry') AND run_after <= %(now)s
+       AND fence = %(fence)s AND attempts = %(attempts)s AND (SELECT plain FROM admit)
+ RETURNING id, attempts, fence, lease_owner, lease_expires_at
+),
+attempt AS (
+    INSERT INTO runs_attempt (run_id, number, fence, worker, started_at, finished_at, outcome, error_kind,
+                              error_digest, error)
+    SELECT c.id, c.attempts, c.fence, %(worker)s, %(now)s, NULL, 'running', '', '', ''
+      FROM claimed c
+ RETURNING id
+),
+{plain_slots}
+SELECT (SELECT id FROM attempt), (SELECT plain FROM admit)
+
+-- run_succeed --
+-- The attempt succeeded: the run is done with its result and its lease released, only while the
+-- attempt's fence holds it; the attempt's outcome only then (a fenced-out attempt keeps its own).
+-- Returns the rows written (0: fenced out) and the freed pairs runs wait for (none here).
+WITH done AS (
+    UPDATE runs_taskrun
+       SET state = 'succeeded', finish_at = %(now)s, result = %(result)s, last_error = '', last_error_kind = '',
+           lease_owner = '', lease_expires_at = NULL
+     WHERE id = %(run_id)s AND fence = %(fence)s AND state = 'running'
+ RETURNING id
+),
+attempt AS (
+    UPDATE runs_attempt SET outcome = 'succeeded', finished_at = %(now)s
+     WHERE id = %(attempt_id)s AND EXISTS (SELECT 1 FROM done)
+ RETURNING id
+)
+SELECT (SELECT count(*) FROM done), '[]'::json
+
+-- run_succeed_release --
+-- run_succeed, and the worker's slots for the attempt given back in the same statement (fenced or not).
+WITH done AS (
+    UPDATE runs_taskrun
+       SET state = 'succeeded', finish_at = %(now)s, result = %(result)s, last_error = '', last_error_kind = '',
+           lease_owner = '', lease_expires_at = NULL
+     WHERE id = %(run_id)s AND fence = %(fence)s AND state = 'running'
+ RETURNING id
+),
+attempt AS (
+    UPDATE runs_attempt SET outcome = 'succeeded', finished_at = %(now)s
+     WHERE id = %(attempt_id)s AND EXISTS (SELECT 1 FROM done)
+ RETURNING id
+),
+{slots_freed}
+SELECT (SELECT count(*) FROM done), {freed_waiting}
+
+-- slots_release --
+-- An attempt ended (any outcome): its slots given back; the freed pairs that runs wait for.
+WITH {slots_freed}
+SELECT {freed_waiting}
+
+-- runs_insert_one --
+-- One run, unless its biz_key is taken (invariant 1: the unique index decides, never a read first).
+INSERT INTO runs_taskrun (
+    biz_key, rule_id, rule_name, rule_version, skill, source, triggered_by, executed_by, slot, trigger_at,
+    start_at, finish_at, state, attempts, run_after, first_failure_at, payload, lease_ttl_seconds, start_by,
+    agent, retry_max_attempts, retry_backoff_base_seconds, retry_max_delay_seconds, retry_window_seconds,
+    retry_jitter_min, retry_jitter_max, result, last_error, last_error_kind, dedupe_hits, identity, object_key,
+    coalesces, approved_by, approved_at, is_trial, dispatched_at, dispatches, lease_owner, lease_expires_at,
+    fence, trace_id, created_at, updated_at
+) VALUES (
+    %(biz_key)s, %(rule_id)s, %(rule_name)s, %(rule_version)s, %(skill)s, %(source)s, %(triggered_by)s,
+    %(executed_by)s, %(slot)s, %(trigger_at)s, %(start_at)s, %(finish_at)s, %(state)s, %(attempts)s,
+    %(run_after)s, %(first_failure_at)s, %(payload)s, %(lease_ttl_seconds)s, %(start_by)s, %(agent)s,
+    %(retry_max_attempts)s, %(retry_backoff_base_seconds)s, %(retry_max_delay_seconds)s,
+    %(retry_window_seconds)s, %(retry_jitter_min)s, %(retry_jitter_max)s, %(result)s, %(last_error)s,
+    %(last_error_kind)s, %(dedupe_hits)s, %(identity)s, %(object_key)s, %(coalesces)s, %(approved_by)s,
+    %(approved_at)s, %(is_trial)s, %(dispatched_at)s, %(dispatches)s, %(lease_owner)s, %(lease_expires_at)s,
+    %(fence)s, %(trace_id)s, %(created_at)s, %(updated_at)s
+)
+ON CONFLICT (biz_key) DO NOTHING
+RETURNING id, biz_key
+
+-- runs_insert_many --
+-- Several runs in one statement, one array per column (the text is the same for any number of
+-- rows); of two runs with one key the first is inserted. A varchar is cast without its length: a
+-- cast to varchar(255) would cut a longer key, which the column must refuse instead.
+INSERT INTO runs_taskrun (
+    biz_key, rule_id, rule_name, rule_version, skill, source, triggered_by, executed_by, slot, trigger_at,
+    start_at, finish_at, state, attempts, run_after, first_failure_at, payload, lease_ttl_seconds, start_by,
+    agent, retry_max_attempts, retry_backoff_base_seconds, retry_max_delay_seconds, retry_window_seconds,
+    retry_jitter_min, retry_jitter_max, result, last_error, last_error_kind, dedupe_hits, identity, object_key,
+    coalesces, approved_by, approved_at, is_trial, dispatched_at, dispatches, lease_owner, lease_expires_at,
+    fence, trace_id, created_at, updated_at
+)
+SELECT * FROM unnest(
+    %(biz_key)s::varchar[], %(rule_id)s::bigint[], %(rule_name)s::varchar[], %(rule_version)s::integer[],
+    %(skill)s::varchar[], %(source)s::varchar[], %(triggered_by)s::varchar[], %(executed_by)s::varchar[],
+    %(slot)s::timestamptz[], %(trigger_at)s::timestamptz[], %(start_at)s::timestamptz[],
+    %(finish_at)s::timestamptz[], %(state)s::varchar[], %(attempts)s::integer[], %(run_after)s::timestamptz[],
+    %(first_failure_at)s::timestamptz[], %(payload)s::jsonb[], %(lease_ttl_seconds)s::integer[],
+    %(start_by)s::timestamptz[], %(agent)s::varchar[], %(retry_max_attempts)s::integer[],
+    %(retry_backoff_base_seconds)s::float8[], %(retry_max_delay_seconds)s::float8[],
+    %(retry_window_seconds)s::float8[], %(retry_jitter_min)s::float8[], %(retry_jitter_max)s::float8[],
+    %(result)s::jsonb[], %(last_error)s::text[], %(last_error_kind)s::varchar[], %(dedupe_hits)s::integer[],
+    %(identity)s::varchar[], %(object_key)s::varchar[], %(coalesces)s::boolean[], %(approved_by)s::varchar[],
+    %(approved_at)s::timestamptz[], %(is_trial)s::boolean[], %(dispatched_at)s::timestamptz[],
+    %(dispatches)s::integer[], %(lease_owner)s::varchar[], %(lease_expires_at)s::timestamptz[],
+    %(fence)s::bigint[], %(trace_id)s::varchar[], %(created_at)s::timestamptz[], %(updated_at)s::timestamptz[]
+)
+ON CONFLICT (biz_key) DO NOTHING
+RETURNING id, biz_key
+
+-- decisions_insert_many --
+-- Slot decisions, one per (rule, slot): decision_one_per_slot decides; another tick's decision stands.
+INSERT INTO runs_decision (rule_id, slot, biz_key, reason, details, survivor_id, hits, created_at)
+SELECT * FROM unnest(
+    %(rule_id)s::bigint[], %(slot)s::timestamptz[], %(biz_key)s::varchar[], %(reason)s::varchar[],
+    %(details)s::jsonb[], %(survivor_id)s::bigint[], %(hits)s::integer[], %(created_at)s::timestamptz[]
+)
+ON CONFLICT (rule_id, slot) DO NOTHING
+RETURNING id, rule_id, slot
+
+-- dedupe_hits_add --
+-- Count dedupe hits on the runs holding these keys, n each.
+UPDATE runs_taskrun AS t
+   SET dedupe_hits = t.dedupe_hits + v.n
+  FROM unnest(%(keys)s::text[], %(counts)s::int[]) AS v(k, n)
+ WHERE t.biz_key = v.k
+
+-- dedupe_hit --
+-- Count one dedupe hit on the run holding the key and return it.
+UPDATE runs_taskrun SET dedupe_hits = dedupe_hits + 1 WHERE biz_key = %(biz_key)s RETURNING *
+
+-- rules_advance --
+-- Each rule's last handled slot and next fire time, one statement for a tick's batch of rules.
+UPDATE tasks_triggerrule AS r
+   SET last_slot_at = v.last_slot_at, next_fire_at = v.next_fire_at
+  FROM unnest(%(ids)s::bigint[], %(last_slot_at)s::timestamptz[], %(next_fire_at)s::timestamptz[])
+       AS v(id, last_slot_at, next_fire_at)
+ WHERE r.id = v.id
+
+-- biz_key_unique_valid --
+-- Whether the unique index behind run_unique_biz_key is valid: then no two runs share a key.
+SELECT i.indisunique AND i.indisvalid
+  FROM pg_index i JOIN pg_class c ON c.oid = i.indexrelid
+ WHERE c.relname = 'run_unique_biz_key' AND i.indrelid = 'runs_taskrun'::regclass
+
+-- table_estimate --
+-- The planner's row estimate of a table (a large list's count without scanning it).
+SELECT reltuples::bigint FROM pg_class WHERE oid = %(table)s::regclass

@@ -1,0 +1,59 @@
+"""An import-linter contract type: names of a module that only some modules may import.
+
+import-linter's own contracts work on modules; `django.db.connection` is a name in the module
+`django.db`, which every model and service imports for `transaction` or `models`. This contract
+reads each direct import of the module (grimp's import details, then the importer's source for an
+import spanning lines) and fails on any of `names` imported outside `allowed_importers` (and their
+submodules).
+
+    [[tool.importlinter.contracts]]
+    type = "forbidden_names"
+    module = "django.db"
+    names = ["connection", "connections"]
+    allowed_importers = ["runs.store"]
+"""
+
+import ast
+from pathlib import Path
+
+from importlinter import Contract, ContractCheck, fields, output
+
+
+class ForbiddenNamesContract(Contract):
+    type_name = "forbidden_names"
+
+    module = fields.StringField()
+    names = fields.ListField(subfield=fields.StringField())
+    allowed_importers = fields.ListField(subfield=fields.StringField(), required=False, default=[])
+
+    def check(self, graph, verbose: bool) -> ContractCheck:
+        allowed = list(self.allowed_importers)
+        forbidden = set(self.names)
+        found = []
+        # An external package is one node of the graph (include_external_packages): its root.
+        node = self.module if self.module in graph.modules else self.module.split(".")[0]
+        for importer in sorted(graph.find_modules_that_directly_import(node)):
+            if any(importer == a or importer.startswith(a + ".") for a in allowed):
+                continue
+            for detail in graph.get_import_details(importer=importer, imported=node):
+                for name in _names_imported(importer, self.module, detail["line_number"]) & forbidden:
+                    found.append((importer, detail["line_number"], name))
+        return ContractCheck(kept=not found, metadata={"found": found})
+
+    def render_broken_contract(self, check: ContractCheck) -> None:
+        for importer, line, name in check.metadata["found"]:
+            output.print_error(f"{importer}:{line} imports {self.module}.{name}", bold=False)
+            output.new_line()
+
+
+def _names_imported(importer: str, module: str, line: int) -> set[str]:
+    """The names an import statement at `line` of `importer` takes from `module`."""
+    # From the file, not importlib: finding a submodule's spec imports its package (and Django's).
+    base = Path(*importer.split("."))
+    path = base.with_suffix(".py") if base.with_suffix(".py").exists() else base / "__init__.py"
+    tree = ast.parse(path.read_text(encoding="utf-8"))
+    names = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.lineno == line and node.module == module:
+            names |= {alias.name for alias in node.names}
+    return names
