@@ -164,6 +164,7 @@ def _call_skill(
         logger=logger,
         worker=worker,
         rule_name=run.rule_name,
+        agent=run.agent,
         slot=run.slot,
         payload=run.payload,
         fenced=lambda: fenced(run_id=run.id, fence=run.fence, lost=lost),

@@ -86,7 +86,7 @@ class TaskRun(models.Model):
     payload = models.JSONField(_("payload"), default=dict, blank=True)
     # The engine policy, copied from the rule once at claim time (tasks.rules.policy.RunPolicy) and
     # read by both run-store backends: typed columns, never the payload.
-    lease_ttl_seconds = models.PositiveIntegerField(_("lease ttl seconds"), default=DEFAULT_LEASE_TTL_SECONDS)
+    lease_ttl_seconds = models.FloatField(_("lease ttl seconds"), default=DEFAULT_LEASE_TTL_SECONDS)
     start_by = models.DateTimeField(
         _("start by"), null=True, blank=True, help_text=_("The latest start of a first attempt (start window).")
     )

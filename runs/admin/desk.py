@@ -193,8 +193,26 @@ def run_page_timeline(run: TaskRun) -> dict:
         live_stopped=_("Final: this page no longer refreshes") if final else "",
         live_stopped_text=_("Final: this page no longer refreshes"),
         waiting_for=waiting["summary"] if waiting else "",
+        policy=[
+            (TaskRun._meta.get_field(name).verbose_name, getattr(run, name), name == "start_by")
+            for name in POLICY_FIELDS
+        ],
     )
     return timeline
+
+
+# The engine policy the run was triggered with (its rule's, copied at claim), as the run page lists it.
+POLICY_FIELDS = (
+    "retry_max_attempts",
+    "retry_backoff_base_seconds",
+    "retry_max_delay_seconds",
+    "retry_window_seconds",
+    "retry_jitter_min",
+    "retry_jitter_max",
+    "lease_ttl_seconds",
+    "start_by",
+    "agent",
+)
 
 
 def _explain_url(run: TaskRun) -> str:

@@ -25,7 +25,7 @@ def policy_to_columns(apps, schema_editor):
             if isinstance(policy.get(key), int | float) and not isinstance(policy.get(key), bool):
                 setattr(run, column, policy[key])
         if isinstance(policy.get("lease_ttl_seconds"), int | float) and policy["lease_ttl_seconds"]:
-            run.lease_ttl_seconds = int(policy["lease_ttl_seconds"])
+            run.lease_ttl_seconds = float(policy["lease_ttl_seconds"])
         start_by = payload.pop("start_by", None)
         run.start_by = parse_datetime(start_by) if isinstance(start_by, str) else None
         run.agent = payload.pop("agent", None) or ""
@@ -53,7 +53,7 @@ class Migration(migrations.Migration):
         migrations.AddField(
             model_name='taskrun',
             name='lease_ttl_seconds',
-            field=models.PositiveIntegerField(default=300, verbose_name='lease ttl seconds'),
+            field=models.FloatField(default=300, verbose_name='lease ttl seconds'),
         ),
         migrations.AddField(
             model_name='taskrun',

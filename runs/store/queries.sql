@@ -215,7 +215,7 @@ SELECT * FROM unnest(
     %(skill)s::varchar[], %(source)s::varchar[], %(triggered_by)s::varchar[], %(executed_by)s::varchar[],
     %(slot)s::timestamptz[], %(trigger_at)s::timestamptz[], %(start_at)s::timestamptz[],
     %(finish_at)s::timestamptz[], %(state)s::varchar[], %(attempts)s::integer[], %(run_after)s::timestamptz[],
-    %(first_failure_at)s::timestamptz[], %(payload)s::jsonb[], %(lease_ttl_seconds)s::integer[],
+    %(first_failure_at)s::timestamptz[], %(payload)s::jsonb[], %(lease_ttl_seconds)s::float8[],
     %(start_by)s::timestamptz[], %(agent)s::varchar[], %(retry_max_attempts)s::integer[],
     %(retry_backoff_base_seconds)s::float8[], %(retry_max_delay_seconds)s::float8[],
     %(retry_window_seconds)s::float8[], %(retry_jitter_min)s::float8[], %(retry_jitter_max)s::float8[],

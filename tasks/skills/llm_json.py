@@ -91,8 +91,8 @@ def _diagnostic_pause(ctx: SkillContext) -> None:
 
 
 def _fetch_input(ctx: SkillContext) -> dict:
-    agent = ctx.payload.get("agent")
-    if agent is None:
+    agent = ctx.agent
+    if not agent:
         raise SkillError(ErrorKind.INVALID_PARAM, "llm_json: the rule names no agent")
     prompt = render_prompt(ctx.params.get("prompt") or DEFAULT_PROMPT, prompt_values(ctx))
     return {

@@ -112,6 +112,7 @@ class SkillContext:
     logger: logging.Logger
     worker: str = ""
     rule_name: str = ""
+    agent: str = ""  # the agent the run was triggered with ("" for none): the model a skill calls
     slot: datetime | None = None
     payload: dict[str, Any] = field(default_factory=dict)
     # Supplied by the executor: a transaction that first checks this attempt still holds the lease.

@@ -31,6 +31,7 @@ from tasks.models import TriggerRule
 from tasks.skills.errors import classify
 from tasks.skills.sdk import SkillError
 from tasks.triggers.scheduler import scheduler_tick
+from tests.support.policy import run_policy
 from tests.support.receiver import start_receiver
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -269,9 +270,16 @@ def test_a_storm_of_500_final_failures_sends_a_bounded_number_of_messages_and_on
 
 
 def make_run(params: dict, policy: dict, biz_key: str = "exec:2026-03-01") -> TaskRun:
-    payload = {"params": params, "policy": {"backoff_base_seconds": 10.0, "lease_ttl_seconds": 60, **policy}}
+    work = Work(
+        biz_key=biz_key,
+        skill="harness.fail",
+        source=TaskRun.Source.API,
+        triggered_by="tests",
+        payload={"params": params},
+        policy=run_policy({"backoff_base_seconds": 10.0, "lease_ttl_seconds": 60, **policy}),
+    )
     return run_claim(
-        Work(biz_key=biz_key, skill="harness.fail", source=TaskRun.Source.API, triggered_by="tests", payload=payload),
+        work,
         now=T0,
         dispatch=False,
     ).run

@@ -22,6 +22,7 @@ from django.utils import timezone
 from runs.claims import Work, run_claim
 from runs.models import TaskRun
 from tests.e2e.helpers import make_rule, wait_ticking
+from tests.support.policy import run_policy
 from tests.support.processes import wait_for
 
 pytestmark = [pytest.mark.e2e]
@@ -42,7 +43,8 @@ def test_a_deep_backlog_is_not_sent_twice_and_the_schedule_keeps_time_once_it_dr
             skill="harness.sleep",
             source=TaskRun.Source.API,
             triggered_by="e2e",
-            payload={"params": {"seconds": 0.05}, "policy": POLICY},
+            payload={"params": {"seconds": 0.05}},
+            policy=run_policy(POLICY),
         )
         run_claim(work, now=now)
     backlog = TaskRun.objects.filter(biz_key__startswith="backlog:")

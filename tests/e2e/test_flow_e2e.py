@@ -22,6 +22,7 @@ from tasks.models import GLOBAL_POOL, Agent, Pool
 from tasks.rules import keys
 from tests.e2e.helpers import RUN_TIMEOUT, START_TIMEOUT, make_rule
 from tests.support.fake_model import FakeModelServer, Reply, json_completion
+from tests.support.policy import run_policy
 from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -56,7 +57,7 @@ def rule_with(name: str, *pools: Pool, seconds: float = 0.3, **fields):
     return rule
 
 
-def fire(rule, n: int, *, by: str = "e2e", payload: dict | None = None) -> list[TaskRun]:
+def fire(rule, n: int, *, by: str = "e2e", payload: dict | None = None, agent: str = "") -> list[TaskRun]:
     now = timezone.now()
     return [
         run_claim(
@@ -65,7 +66,8 @@ def fire(rule, n: int, *, by: str = "e2e", payload: dict | None = None) -> list[
                 skill=rule.skill,
                 source=TaskRun.Source.API,
                 triggered_by=by,
-                payload=payload or {"params": rule.params, "policy": POLICY},
+                payload=payload or {"params": rule.params},
+                policy=run_policy(POLICY, agent=agent),
                 rule=rule,
             ),
             now=now,
@@ -251,11 +253,9 @@ def test_a_provider_answering_429_with_retry_after_slows_the_pool_and_nothing_is
         rule = make_rule("llm", kind="interval", interval_seconds=3600, enabled=False, skill="llm_json", agent=agent)
         payload = {
             "params": {"prompt": "Summarise {topic}.", "topic": "the queue", "action": "harness.record"},
-            "policy": POLICY,
-            "agent": agent.name,
             "output_schema": {"type": "object", "required": ["summary"]},
         }
-        runs = fire(rule, 6, payload=payload)
+        runs = fire(rule, 6, payload=payload, agent=agent.name)
 
         # Watch for the pause while the runs go on: the first moment this process sees it recorded
         # bounds when it was written. A call decided after that must wait; one decided before it was

@@ -11,6 +11,7 @@ from runs.sweeper import sweep
 from tasks.models import Agent, DiagnosticRecord
 from tests.e2e.helpers import RUN_TIMEOUT, START_TIMEOUT, wait_finished
 from tests.support.fake_model import FakeModelServer, json_completion
+from tests.support.policy import run_policy
 from tests.support.processes import wait_for
 
 KEY_ENV = "HARNESS_SECRET_H9_E2E_MODEL"
@@ -38,20 +39,28 @@ def test_it_resumes_at_write_result_after_kill_9_with_one_model_call(harness, se
             "action": "harness.record",
             "pause_before_write_seconds": 4,
         },
-        "policy": {
-            "max_attempts": 3,
-            "backoff_base_seconds": 1.0,
-            "max_delay_seconds": 2,
-            "lease_ttl_seconds": 3,
-            "jitter_min": 1.0,
-            "jitter_max": 1.0,
-        },
-        "agent": agent.name,
         "output_schema": {"type": "object", "required": ["summary"]},
     }
     doomed = harness.worker("doomed", concurrency=1, extra_env={KEY_ENV: KEY})
     run = run_claim(
-        Work(biz_key="e2e:steps", skill="llm_json", source=TaskRun.Source.API, triggered_by="tests", payload=payload),
+        Work(
+            biz_key="e2e:steps",
+            skill="llm_json",
+            source=TaskRun.Source.API,
+            triggered_by="tests",
+            payload=payload,
+            policy=run_policy(
+                {
+                    "max_attempts": 3,
+                    "backoff_base_seconds": 1.0,
+                    "max_delay_seconds": 2,
+                    "lease_ttl_seconds": 3,
+                    "jitter_min": 1.0,
+                    "jitter_max": 1.0,
+                },
+                agent=agent.name,
+            ),
+        ),
         now=timezone.now(),
     ).run
 

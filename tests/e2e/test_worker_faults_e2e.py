@@ -15,6 +15,7 @@ from django.utils import timezone
 from runs.claims import Work, run_claim
 from runs.models import TaskRun, WorkerHeartbeat
 from tests.e2e.helpers import START_TIMEOUT, outside_transactions, pause_quiescent, wait_ticking
+from tests.support.policy import run_policy
 from tests.support.processes import Proc, alive, proc_stat, wait_for
 
 pytestmark = [pytest.mark.e2e]
@@ -38,7 +39,8 @@ def claim(biz_key: str, *, seconds: float = 0.0) -> TaskRun:
         skill="harness.record",
         source=TaskRun.Source.API,
         triggered_by="e2e",
-        payload={"params": {"seconds": seconds}, "policy": POLICY},
+        payload={"params": {"seconds": seconds}},
+        policy=run_policy(POLICY),
     )
     return run_claim(work, now=timezone.now()).run
 

@@ -12,14 +12,16 @@ from django.db import connection
 from runs.admission import HANDOFF_TTL, pool_admit, pool_release
 from runs.claims import Work, run_claim
 from runs.executor import run_execute
-from runs.leases import LeaseRenewer, NotPlain, run_lease_claim
+from runs.leases import LeaseRenewer, run_lease_claim
 from runs.models import Attempt, PoolSlot, PoolWaiter, TaskRun
 from runs.operations import run_lease_force_release
+from runs.store import NotPlain
 from runs.sweeper import sweep
 from tasks.models import GLOBAL_POOL, Pool
 from tasks.rules import keys
 from tasks.skills.sdk import SkillContext, registry
 from tests.support.desk import make_rule
+from tests.support.policy import run_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -64,7 +66,7 @@ def rule_with(*pools: Pool, name: str = "flow", skill: str = "harness.noop"):
 
 
 def claim(rule, n: int, *, by: str = "tests", object_key: str = "", params=None, now=T0) -> TaskRun:
-    payload = {"params": params or {}, "policy": POLICY}
+    payload = {"params": params or {}}
     return run_claim(
         Work(
             biz_key=keys.scoped(rule.pk, keys.MANUAL_KEY, f"{by}:{object_key}:{n}"),
@@ -72,6 +74,7 @@ def claim(rule, n: int, *, by: str = "tests", object_key: str = "", params=None,
             source=TaskRun.Source.API,
             triggered_by=by,
             payload=payload,
+            policy=run_policy(POLICY),
             rule=rule,
             object_key=object_key,
         ),

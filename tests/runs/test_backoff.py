@@ -5,7 +5,10 @@ from itertools import pairwise
 
 import pytest
 
+from runs.models import TaskRun, run_policy_fields
 from runs.retry import RetryPolicy, backoff_delay, decide_retry
+from tasks.models import TriggerRule
+from tasks.rules.policy import RunPolicy
 from tasks.skills.sdk import ErrorKind
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -131,8 +134,14 @@ def test_retry_after_does_not_lift_the_attempt_cap():
     assert decide(policy(max_attempts=1), retry_after=1.0).retry is False
 
 
-def test_it_reads_a_policy_from_a_run_payload_ignoring_other_keys():
-    stored = {"max_attempts": 7, "backoff_base_seconds": 3.0, "lease_ttl_seconds": 60, "jitter_max": 2.0}
-    p = RetryPolicy.from_dict(stored)
+def test_a_run_s_retry_policy_is_its_rule_s_as_copied_at_claim():
+    rule = TriggerRule(max_attempts=7, backoff_base_seconds=3.0, lease_ttl_seconds=60, jitter_max=2.0)
+    run = TaskRun(**run_policy_fields(rule.run_policy()))
+    p = run.retry_policy()
     assert (p.max_attempts, p.backoff_base_seconds, p.jitter_max) == (7, 3.0, 2.0)
     assert p.max_delay_seconds == RetryPolicy().max_delay_seconds
+    assert run.lease_ttl_seconds == 60 and run.agent == ""
+
+
+def test_a_rule_s_defaults_are_the_retry_policy_s():
+    assert TriggerRule().run_policy() == RunPolicy()

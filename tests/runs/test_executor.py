@@ -25,6 +25,7 @@ from tasks.models import DiagnosticRecord
 from tasks.skills import builtin as builtin_skills
 from tasks.skills.errors import classify
 from tasks.skills.sdk import SkillContext, SkillError, registry
+from tests.support.policy import run_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -76,10 +77,16 @@ def delivered(mailoutbox):
 
 
 def make_run(skill: str, *, params=None, policy=None, biz_key="exec:2026-03-01", now=T0) -> TaskRun:
-    payload = {"params": params or {}, "policy": {**POLICY, **(policy or {})}}
-    return run_claim(
-        Work(biz_key=biz_key, skill=skill, source=TaskRun.Source.API, triggered_by="tests", payload=payload), now=now
-    ).run
+    payload = {"params": params or {}}
+    work = Work(
+        biz_key=biz_key,
+        skill=skill,
+        source=TaskRun.Source.API,
+        triggered_by="tests",
+        payload=payload,
+        policy=run_policy({**POLICY, **(policy or {})}),
+    )
+    return run_claim(work, now=now).run
 
 
 def execute(run: TaskRun, at: datetime, worker: str = "w1"):

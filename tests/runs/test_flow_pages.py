@@ -24,6 +24,7 @@ from tests.support.desk import (  # noqa: F401
     viewer,
     viewer_client,
 )
+from tests.support.policy import run_policy
 
 pytestmark = pytest.mark.django_db
 
@@ -38,7 +39,8 @@ def claim(rule, n: int, *, by: str = "tests", slot=None, now=T0) -> TaskRun:
             skill=rule.skill,
             source=TaskRun.Source.API,
             triggered_by=by,
-            payload={"params": {}, "policy": {"lease_ttl_seconds": 60}},
+            payload={"params": {}},
+            policy=run_policy({"lease_ttl_seconds": 60}),
             rule=rule,
             slot=slot,
         ),

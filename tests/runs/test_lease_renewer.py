@@ -15,13 +15,17 @@ from runs.leases import LeaseRenewer, run_lease_claim
 from runs.models import Attempt, TaskRun
 from runs.operations import run_lease_force_release
 from tasks.models import DiagnosticRecord
+from tests.support.policy import run_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
 
 def make_run(*, seconds: float, ttl: float) -> TaskRun:
-    payload = {"params": {"seconds": seconds}, "policy": {"lease_ttl_seconds": ttl, "max_attempts": 1}}
-    work = Work(biz_key="renew:1", skill="harness.record", source="api", triggered_by="tests", payload=payload)
+    payload = {"params": {"seconds": seconds}}
+    policy = run_policy({"lease_ttl_seconds": ttl, "max_attempts": 1})
+    work = Work(
+        biz_key="renew:1", skill="harness.record", source="api", triggered_by="tests", payload=payload, policy=policy
+    )
     return run_claim(work, now=timezone.now(), dispatch=False).run
 
 

@@ -23,6 +23,7 @@ from tasks.models import Agent, DiagnosticRecord, Pool
 from tasks.skills.actions import action
 from tasks.skills.sdk import ErrorKind, SkillContext
 from tests.support.fake_model import FakeModelServer, Reply, completion, json_completion
+from tests.support.policy import run_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -85,14 +86,19 @@ def make_run(agent: Agent, *, params=None, policy=None, biz_key="llm:1", schema=
             "action": "harness.record",
             **(params or {}),
         },
-        "policy": {**POLICY, **(policy or {})},
-        "agent": agent.name,
         "output_schema": schema,
     }
     if dry_run:
         payload["dry_run"] = True
     return run_claim(
-        Work(biz_key=biz_key, skill="llm_json", source=TaskRun.Source.API, triggered_by="tests", payload=payload),
+        Work(
+            biz_key=biz_key,
+            skill="llm_json",
+            source=TaskRun.Source.API,
+            triggered_by="tests",
+            payload=payload,
+            policy=run_policy({**POLICY, **(policy or {})}, agent=agent.name),
+        ),
         now=now,
     ).run
 
@@ -468,7 +474,7 @@ def test_it_runs_a_trial_of_an_llm_rule_as_a_dry_run_with_the_rules_agent_and_sc
     )
 
     run = rule_fire(rule=rule, actor="operator", now=T0, trial=True).run
-    assert run.payload["agent"] == "writer" and run.payload["output_schema"] == SCHEMA
+    assert run.agent == "writer" and run.payload["output_schema"] == SCHEMA
     outcome = execute(run, T0)
 
     assert outcome.status == "succeeded" and fresh(run).result["dry_run"] is True

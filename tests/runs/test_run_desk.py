@@ -2,6 +2,7 @@
 """Run and lease pages of the operator's desk: filters, timeline, retry now, cancel, force-release."""
 
 import html
+import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -85,7 +86,8 @@ def test_it_shows_a_run_as_a_timeline(viewer_client):
     assert 'id="run-timeline-panel"' in page
     assert "queue delay" in page and "2.000s" in page
     assert "w1@host:1" in page and "abc123" in page and "Failed for good" in page
-    assert "Payload snapshot" in page and '"max_attempts": 1' in page
+    assert "Payload snapshot" in page and "Policy" in page
+    assert re.search(r"<th>Max attempts</th><td>1</td>", page)
     assert "Dead-letter tickets" in page
 
 

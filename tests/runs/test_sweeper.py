@@ -17,6 +17,7 @@ from runs.executor import run_execute
 from runs.leases import run_lease_claim
 from runs.models import Attempt, TaskRun
 from runs.sweeper import redispatch_after, sweep
+from tests.support.policy import run_policy
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 TTL = timedelta(seconds=60)
@@ -76,10 +77,16 @@ def sweep_committed(django_capture_on_commit_callbacks):
 
 
 def make_run(*, skill="harness.noop", params=None, policy=None, biz_key="sweep:2026-03-01", now=T0, **kwargs):
-    payload = {"params": params or {}, "policy": {**POLICY, **(policy or {})}}
+    payload = {"params": params or {}}
     options = {k: kwargs.pop(k) for k in ("dispatch", "state") if k in kwargs}
     work = Work(
-        biz_key=biz_key, skill=skill, source=TaskRun.Source.API, triggered_by="tests", payload=payload, **kwargs
+        biz_key=biz_key,
+        skill=skill,
+        source=TaskRun.Source.API,
+        triggered_by="tests",
+        payload=payload,
+        policy=run_policy({**POLICY, **(policy or {})}),
+        **kwargs,
     )
     return run_claim(work, now=now, **options).run
 

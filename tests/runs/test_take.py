@@ -15,9 +15,10 @@ from runs.executor import run_execute
 from runs.leases import run_lease_claim, run_lease_ttl, run_take
 from runs.models import Attempt, PoolSlot, TaskRun
 from tasks.models import GLOBAL_POOL, Pool
-from tasks.models.rule import DEFAULT_LEASE_TTL_SECONDS
 from tasks.rules import keys
+from tasks.rules.policy import DEFAULT_LEASE_TTL_SECONDS
 from tests.support.desk import make_rule
+from tests.support.policy import run_policy
 
 pytestmark = [
     pytest.mark.django_db,
@@ -32,14 +33,15 @@ def global_pool():
     return Pool.objects.get_or_create(name=GLOBAL_POOL, defaults={"reason": "every run"})[0]
 
 
-def claim(key: str, *, payload=None, rule=None, object_key: str = "", start_by=None, run_after=None) -> TaskRun:
+def claim(key: str, *, policy=None, rule=None, object_key: str = "", start_by=None, run_after=None) -> TaskRun:
     return run_claim(
         Work(
             biz_key=keys.scoped(rule.pk, keys.MANUAL_KEY, key) if rule else key,
             skill="harness.noop",
             source=TaskRun.Source.API,
             triggered_by="tests",
-            payload=payload if payload is not None else {"params": {}},
+            payload={"params": {}},
+            policy=policy or run_policy(),
             rule=rule,
             object_key=object_key,
             start_by=start_by,
@@ -103,11 +105,10 @@ def test_it_writes_what_the_read_then_claim_path_writes():
 
 @pytest.mark.parametrize(
     "policy",
-    [None, {}, *({"lease_ttl_seconds": v} for v in (None, 0, 30, 2.5))],
+    [None, {}, *({"lease_ttl_seconds": v} for v in (None, 30, 2.5))],
 )
 def test_the_lease_is_as_long_as_run_lease_ttl_says(policy):
-    payload = {"params": {}} if policy is None else {"params": {}, "policy": policy}
-    run = claim(f"take:ttl:{policy}", payload=payload)
+    run = claim(f"take:ttl:{policy}", policy=None if policy is None else run_policy(policy))
     taken = run_take(run.id, worker="w1", now=T0)
     assert taken.attempt is not None
     assert taken.run.lease_expires_at - T0 == run_lease_ttl(taken.run)
@@ -124,7 +125,7 @@ def test_a_run_with_something_in_its_way_is_read_and_not_claimed(obstacle):
     elif obstacle == "start window":
         kwargs["start_by"] = T0 + timedelta(minutes=5)
     elif obstacle == "agent":
-        kwargs["payload"] = {"params": {}, "agent": {"name": "a"}}
+        kwargs["policy"] = run_policy(agent="a")
     elif obstacle == "not due":
         kwargs["run_after"] = T0 + timedelta(seconds=1)
     else:

@@ -99,7 +99,8 @@ def make_failed_run(
         last_error="boom",
         last_error_kind=kind,
         fence=1,
-        payload={"params": {}, "policy": {"max_attempts": 1}},
+        payload={"params": {}},
+        retry_max_attempts=1,
     )
     Attempt.objects.create(
         run=run,

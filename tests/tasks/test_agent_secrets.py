@@ -13,6 +13,7 @@ from runs.executor import run_execute
 from runs.models import ActionProposal, ExternalCall, TaskRun
 from tasks.models import Agent, TriggerRule
 from tests.support.fake_model import FakeModelServer, Reply, completion, json_completion
+from tests.support.policy import run_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -33,12 +34,18 @@ def _run(agent: Agent, biz_key: str, *, action: str = "harness.record", max_atte
 
     payload = {
         "params": {"prompt": "Summarise {topic}.", "topic": "today", "action": action},
-        "policy": {"max_attempts": max_attempts, "lease_ttl_seconds": 60},
-        "agent": agent.name,
         "output_schema": SCHEMA,
     }
     run = run_claim(
-        Work(biz_key=biz_key, skill="llm_json", source="api", triggered_by="tests", payload=payload), now=timezone.now()
+        Work(
+            biz_key=biz_key,
+            skill="llm_json",
+            source="api",
+            triggered_by="tests",
+            payload=payload,
+            policy=run_policy({"max_attempts": max_attempts, "lease_ttl_seconds": 60}, agent=agent.name),
+        ),
+        now=timezone.now(),
     ).run
     run_execute(run_id=run.id, worker="w1", clock=timezone.now)
     return TaskRun.objects.get(id=run.id)

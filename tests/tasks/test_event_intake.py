@@ -57,7 +57,7 @@ def test_it_accepts_an_event_from_python_and_dedupes_it_by_business_key():
     )
     assert run.payload["event"]["snapshot"] == {"carrier": "dhl"}
     assert run.payload["event"]["channel"] == "python"
-    assert "rule_version" in run.payload and "policy" in run.payload  # the rule's snapshot, as the scheduler's
+    assert "rule_version" in run.payload and run.retry_policy() == run.rule.run_policy().retry  # as the scheduler's
 
 
 def test_it_remembers_a_python_delivery_id_like_a_webhooks():

@@ -257,7 +257,7 @@ def test_a_scheduled_run_that_cannot_start_within_its_window_is_cancelled_by_the
     in_time = make_rule("in-time", start_window_seconds=60)
     scheduler_tick(now=T0)
     late_run = TaskRun.objects.get(rule=late)
-    assert late_run.payload["start_by"] == (T0 + timedelta(seconds=60)).isoformat()
+    assert late_run.start_by == T0 + timedelta(seconds=60)
 
     outcome = run_execute(run_id=late_run.id, worker="w", clock=lambda: T0 + timedelta(seconds=61))
     assert outcome.status == "start_window_passed"

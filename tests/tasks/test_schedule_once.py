@@ -106,7 +106,7 @@ def test_a_rule_s_reminder_carries_its_policy_and_identity_and_its_own_namespace
     run = claim.run
     assert run.biz_key == f"rule/{rule.pk}/once-key/a%2Fb" and keys.in_namespace(run.biz_key, rule.pk)
     assert run.payload["params"] == {"channel": "email", "to": "ops"}
-    assert run.payload["policy"]["max_attempts"] == 5 and run.rule_version == rule.version
+    assert run.retry_max_attempts == 5 and run.rule_version == rule.version
     assert run.payload["once"]["key"] == "a/b" and run.slot is None
 
 

@@ -121,8 +121,8 @@ def test_it_snapshots_the_rule_into_the_run_payload():
     run = TaskRun.objects.get(rule=rule)
     assert run.biz_key.endswith(":email")
     assert run.payload["params"] == {"channel": "email"}
-    assert run.payload["policy"] == rule.retry_policy()
-    assert run.payload["policy"]["max_attempts"] == 5
+    assert run.retry_policy() == rule.run_policy().retry
+    assert run.retry_max_attempts == 5
     assert (run.payload["rule_version"], run.rule_version, run.rule_name) == (rule.version, rule.version, rule.name)
 
 

@@ -32,6 +32,7 @@ from tasks.models import Agent, TriggerRule
 from tasks.rules import keys
 from tests.support.desk import client_for, make_user
 from tests.support.fake_model import FakeModelServer, Reply, completion
+from tests.support.policy import run_policy
 from tests.support.receiver import start_receiver
 from tests.support.secret_forms import forms, found
 
@@ -66,8 +67,6 @@ def receiver():
 def _claim(rule: TriggerRule, biz_key: str, *, action: str = "harness.record", max_attempts: int = 1) -> TaskRun:
     payload = {
         "params": {"prompt": "Summarise {topic}.", "topic": "today", "action": action},
-        "policy": {"max_attempts": max_attempts, "lease_ttl_seconds": 60, "base_delay_seconds": 1},
-        "agent": rule.agent.name,
         "output_schema": SCHEMA,
     }
     return run_claim(
@@ -77,6 +76,7 @@ def _claim(rule: TriggerRule, biz_key: str, *, action: str = "harness.record", m
             source="scheduler",
             triggered_by="tests",
             payload=payload,
+            policy=run_policy({"max_attempts": max_attempts, "lease_ttl_seconds": 60}, agent=rule.agent.name),
             rule=rule,
         ),
         now=T0,
