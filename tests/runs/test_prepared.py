@@ -1,4 +1,4 @@
-"""The hot path's statements are prepared once per PostgreSQL connection (runs/sql.py, issue 12):
+"""The hot path's statements are prepared once per PostgreSQL connection (runs/store/postgres.py):
 planning those CTEs cost more than running them. What is checked here is what the server says it
 holds (pg_prepared_statements), that a statement is planned once and then reused, that the switch
 turns it off, and that a rollback (which makes psycopg drop every prepared statement) loses nothing.
@@ -13,17 +13,18 @@ from django.utils import timezone
 from runs import executor
 from runs.claims import Work, run_claim
 from runs.models import TaskRun
+from runs.store.postgres import queries
 
 pytestmark = [
     pytest.mark.django_db,
     pytest.mark.skipif(connection.vendor != "postgresql", reason="prepared statements are PostgreSQL's"),
 ]
 
-# The first words of each statement of the claim and of one execution (tests/runs/test_query_counts.py).
+# The named statements of the claim and of one execution (tests/runs/test_query_counts.py), by the
+# first line of their text in runs/store/queries.sql.
 HOT = {
-    "claim": 'INSERT INTO "runs_taskrun"',
-    "take": "WITH plain AS MATERIALIZED",  # the read and the lease claim (runs.leases.run_take)
-    "success": 'WITH done AS (UPDATE "runs_taskrun"',
+    name: queries()[statement].splitlines()[0]
+    for name, statement in {"claim": "runs_insert_one", "take": "run_take", "success": "run_succeed_release"}.items()
 }
 
 
