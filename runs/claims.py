@@ -3,9 +3,9 @@
 import logging
 from collections.abc import Iterator
 from contextlib import contextmanager, nullcontext
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from enum import StrEnum
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
@@ -74,6 +74,25 @@ class ClaimResult:
     @property
     def shed(self) -> bool:
         return self.decision is not None
+
+    @property
+    def outcome(self) -> "ClaimOutcome":
+        if self.decision is not None:
+            return ClaimOutcome.SHED
+        if not self.created:
+            return ClaimOutcome.DEDUPE_HIT
+        return ClaimOutcome.COALESCED if self.replaced else ClaimOutcome.CREATED
+
+
+class ClaimOutcome(StrEnum):
+    """What became of one trigger's claim."""
+
+    CREATED = "created"
+    COALESCED = "coalesced"  # created, replacing its object's pending run(s)
+    DEDUPE_HIT = "dedupe_hit"  # its biz_key had a run: counted on that run
+    SHED = "shed"  # recorded as a "shed" decision (recomputable work above the watermark)
+    BATCHED = "batched"  # joined the tick's claim batch, which writes and counts it
+    DECIDED = "decided"  # no claim: the slot's decision says why (a key that cannot be rendered)
 
 
 # Concurrent coalescers of one object take turns replacing each other's runs; each turn succeeds
@@ -195,23 +214,32 @@ def _run_fields(work: Work, *, payload: dict, now: datetime, state: str | None, 
     }
 
 
+@dataclass
+class ClaimCounts:
+    """What a claim batch wrote: runs created, dedupe hits counted, decisions recorded."""
+
+    claimed: int = 0
+    dedupe_hits: int = 0
+    decisions: int = 0
+
+
 class ClaimBatch:
     """Claims and slot decisions of one tick, written together: one multi-row INSERT ... ON CONFLICT
     (biz_key) DO NOTHING RETURNING, one UPDATE counting the dedupe hits, one dispatch on commit (one
-    producer), and one multi-row INSERT of the decisions (runs.claims.decision_batched).
+    producer), and one multi-row INSERT of the decisions.
 
-    Only plain work joins a batch (`accepts`): pending, dispatched, not coalescing, not subject to
-    shedding, of a rule without an overlap guard. The unique index still decides every key
-    (invariant 1): a key taken before, or by an earlier slot of the same batch, is a counted
-    dedupe hit exactly as in run_claim. The caller
-    flushes before anything that could read the runs (the scheduler: before a claim that is not
-    batched and before its transaction commits). `result` counts `claimed` and `dedupe_hits`.
+    The tick passes it down explicitly (`claim_batch`) and reads `counts` once it is flushed. Only
+    plain work joins (`claim`): pending, dispatched, not coalescing, not subject to shedding, of a
+    rule without an overlap guard. The unique index still decides every key (invariant 1): a key
+    taken before, or by an earlier slot of the same batch, is a counted dedupe hit exactly as in
+    run_claim. Any other claim flushes the batch first, so it sees every run claimed before it.
     """
 
     MAX_ROWS = 500  # per statement: well inside PostgreSQL's and SQLite's parameter limits
 
-    def __init__(self, *, now: datetime, result) -> None:
-        self.now, self.result = now, result
+    def __init__(self, *, now: datetime) -> None:
+        self.now = now
+        self.counts = ClaimCounts()
         self._runs: list[TaskRun] = []
         self._decisions: list[Decision] = []
 
@@ -226,7 +254,12 @@ class ClaimBatch:
             and (work.rule is None or work.rule.overlap == TriggerRule.Overlap.ALLOW)
         )
 
-    def add(self, work: Work) -> None:
+    def claim(self, work: Work, *, dispatch: bool = True, state: str | None = None) -> bool:
+        """Join the batch if the work is plain (True); else flush, so the caller's own claim sees
+        every run claimed before it, and return False."""
+        if not self.accepts(work, dispatch=dispatch, state=state):
+            self.flush()
+            return False
         if not keys.in_namespace(work.biz_key, work.rule.pk if work.rule else None):
             raise ValueError(f"biz_key {work.biz_key!r} is outside the namespace of its rule")
         run_after = work.run_after or self.now
@@ -241,6 +274,7 @@ class ClaimBatch:
         self._runs.append(TaskRun(run_after=run_after, **fields))
         if len(self._runs) >= self.MAX_ROWS:
             self.flush()
+        return True
 
     def decide(self, decision: Decision) -> None:
         """Record a slot's decision with the batch."""
@@ -266,8 +300,8 @@ class ClaimBatch:
         run_send_on_commit(
             run_ids=[r.id for r in sent], dispatched_at=self.now, traces={r.id: r.trace_id for r in sent}
         )
-        self.result.claimed += len(created)
-        self.result.dedupe_hits += sum(taken.values())
+        self.counts.claimed += len(created)
+        self.counts.dedupe_hits += sum(taken.values())
 
     def _flush_decisions(self) -> None:
         pending, self._decisions = self._decisions, []
@@ -277,45 +311,16 @@ class ClaimBatch:
         created = store().decisions_insert(pending)
         # Their alerts (outbox rows) in one batch, only for decisions written now, never another tick's.
         alert_decisions(created, now=self.now)
-        self.result.decisions += len(created)
-
-
-_batch: ContextVar[ClaimBatch | None] = ContextVar("claim_batch", default=None)
+        self.counts.decisions += len(created)
 
 
 @contextmanager
-def claim_batch(*, now: datetime, result) -> Iterator[ClaimBatch]:
-    """Collect the plain claims made inside (runs.claims.claim_batched) and write them together.
-    Flushed on exit; an exception discards them with the caller's transaction."""
-    batch = ClaimBatch(now=now, result=result)
-    token = _batch.set(batch)
-    try:
-        yield batch
-        batch.flush()
-    finally:
-        _batch.reset(token)
-
-
-def claim_batched(work: Work, *, dispatch: bool = True, state: str | None = None) -> bool:
-    """Join the open claim batch, if there is one and the work is plain; True if it joined. Any
-    other claim flushes the batch first, so it sees every run claimed before it."""
-    batch = _batch.get()
-    if batch is None:
-        return False
-    if ClaimBatch.accepts(work, dispatch=dispatch, state=state):
-        batch.add(work)
-        return True
+def claim_batch(*, now: datetime) -> Iterator[ClaimBatch]:
+    """A batch for the claims and decisions the caller passes it, written together on exit (an
+    exception discards them with the caller's transaction)."""
+    batch = ClaimBatch(now=now)
+    yield batch
     batch.flush()
-    return False
-
-
-def decision_batched(decision: Decision) -> bool:
-    """Join the open batch with a slot's decision, if there is a batch; True if it joined."""
-    batch = _batch.get()
-    if batch is None or decision.slot is None:
-        return False
-    batch.decide(decision)
-    return True
 
 
 def run_insert_new(runs: list[TaskRun]) -> list[TaskRun]:

@@ -2,16 +2,17 @@
 
 from datetime import datetime, timedelta
 
+from runs.claims import ClaimBatch
 from runs.models import TaskRun
 from tasks.models import TriggerRule
 from tasks.triggers.slot import slot_handle
 
 
-def heartbeat_tick(rule: TriggerRule, *, now: datetime, result) -> None:
+def heartbeat_tick(rule: TriggerRule, *, now: datetime, result, batch: ClaimBatch | None = None) -> None:
     """A heartbeat rule is due: no ping arrived within period + grace. Fire it once, then again every
     period while the silence lasts; a ping moves next_fire_at forward (rule_ping)."""
     slot = rule.next_fire_at
-    slot_handle(rule, slot, source=TaskRun.Source.HEARTBEAT, now=now, result=result)
+    slot_handle(rule, slot, source=TaskRun.Source.HEARTBEAT, now=now, result=result, batch=batch)
     every = timedelta(seconds=rule.heartbeat_every_seconds or 60)
     following = slot + every
     while following <= now:  # a long outage of the scheduler itself: fire once, not once per period

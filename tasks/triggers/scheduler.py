@@ -7,7 +7,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 
-from runs.claims import claim_batch
+from runs.claims import ClaimBatch, ClaimCounts, claim_batch
 from runs.models import Decision, SchedulerTick, TaskRun
 from runs.selectors import slot_grace
 from runs.store import store
@@ -28,6 +28,11 @@ class TickResult:
     claimed: int = 0
     dedupe_hits: int = 0
     decisions: int = 0
+
+    def add(self, counts: ClaimCounts) -> None:
+        self.claimed += counts.claimed
+        self.dedupe_hits += counts.dedupe_hits
+        self.decisions += counts.decisions
 
 
 def scheduler_tick(*, now: datetime, max_slots: int | None = None) -> TickResult:
@@ -50,9 +55,10 @@ def scheduler_tick(*, now: datetime, max_slots: int | None = None) -> TickResult
             )
             advanced: list[TriggerRule] = []
             # Plain claims of the whole batch are written together (one INSERT, one dispatch).
-            with claim_batch(now=now, result=result):
+            with claim_batch(now=now) as batch:
                 for rule in rules:
-                    _tick_rule(rule, now=now, max_slots=max_slots, result=result, advanced=advanced)
+                    _tick_rule(rule, now=now, max_slots=max_slots, result=result, advanced=advanced, batch=batch)
+            result.add(batch.counts)
             # One UPDATE for the batch's next_fire_at; before commit, so the next batch skips them.
             _rules_advance(advanced)
             result.rules += len(rules)
@@ -109,10 +115,16 @@ def _rules_advance(rules: list[TriggerRule]) -> None:
 
 
 def _tick_rule(
-    rule: TriggerRule, *, now: datetime, max_slots: int, result: TickResult, advanced: list[TriggerRule]
+    rule: TriggerRule,
+    *,
+    now: datetime,
+    max_slots: int,
+    result: TickResult,
+    advanced: list[TriggerRule],
+    batch: ClaimBatch,
 ) -> None:
     if rule.kind == TriggerRule.Kind.HEARTBEAT:
-        heartbeat.heartbeat_tick(rule, now=now, result=result)
+        heartbeat.heartbeat_tick(rule, now=now, result=result, batch=batch)
         return
     spec = rule.schedule_spec()
     first = rule.next_fire_at
@@ -154,6 +166,7 @@ def _tick_rule(
                 result=result,
                 run_after=paced.get(plan.slot),
                 approval=approval and plan.action == catchup.CATCHUP,
+                batch=batch,
             )
         else:
             reason = {
@@ -167,7 +180,9 @@ def _tick_rule(
                 "max_delay_seconds": rule.catchup_max_delay_seconds,
                 "max_count": rule.catchup_max_count,
             }
-            slot_service.slot_decide(rule, plan.slot, reason=reason, details=details, now=now, result=result)
+            slot_service.slot_decide(
+                rule, plan.slot, reason=reason, details=details, now=now, result=result, batch=batch
+            )
     # Catch-up "all" under a cap may plan only a prefix (catchup._plan_all): the rest is the next tick's.
     last = plans[-1].slot
     rule.last_slot_at, rule.next_fire_at = last, schedule.next_slot(spec, last)

@@ -7,6 +7,7 @@ or a decision; resolving deletes the hold in the same transaction (invariant 3).
 """
 
 import logging
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import IntegrityError, transaction
@@ -14,7 +15,7 @@ from django.db.models import Max
 
 from deadletters.alerts import alert_decisions, alert_slot_expired
 from harness_site import tracing
-from runs.claims import claim_batched, decision_batched, run_claim
+from runs.claims import ClaimBatch, ClaimOutcome, run_claim
 from runs.models import Decision, SlotHold, TaskRun
 from runs.outcome import run_fail
 from tasks.models import ReadinessFlag, TriggerRule
@@ -66,12 +67,13 @@ def slot_handle(
     run_after: datetime | None = None,
     approval: bool = False,
     hold: SlotHold | None = None,
+    batch: ClaimBatch | None = None,
 ) -> str:
     """Evaluate the slot and act; returns the verdict's action. Call inside a transaction.
 
     `run_after` is the earliest start the caller wants (catch-up pacing); `approval` makes the run
     wait for an operator (catch-up above the rule's threshold); `hold` is the slot's own hold row
-    when the tick re-checks it.
+    when the tick re-checks it; `batch` the tick's claim batch, which plain claims and decisions join.
     """
     try:
         guards = rule_guards(rule)
@@ -80,7 +82,13 @@ def slot_handle(
         # A rule saved around full_clean (shell, fixture): say so for this slot, never drop it or stop the tick.
         _release(hold)
         slot_decide(
-            rule, slot, reason=Decision.Reason.INVALID_RULE, details={"error": str(exc)}, now=now, result=result
+            rule,
+            slot,
+            reason=Decision.Reason.INVALID_RULE,
+            details={"error": str(exc)},
+            now=now,
+            result=result,
+            batch=batch,
         )
         return evaluation.DECIDE
     verdict = evaluation.evaluate_slot(guards, slot, now=now, facts=facts)
@@ -107,11 +115,12 @@ def slot_handle(
             result=result,
             run_after=start,
             state=TaskRun.State.AWAITING_APPROVAL if approval else None,
+            batch=batch,
         )
     elif verdict.action == evaluation.FAIL:
-        _fail_slot(rule, slot, source=source, details=details, now=now, result=result)
+        _fail_slot(rule, slot, source=source, details=details, now=now, result=result, batch=batch)
     else:
-        slot_decide(rule, slot, reason=verdict.reason, details=details, now=now, result=result)
+        slot_decide(rule, slot, reason=verdict.reason, details=details, now=now, result=result, batch=batch)
         if verdict.reason == evaluation.NOT_READY_EXPIRED:
             # Recorded in the decision's transaction (an outbox row); logged and sent after commit.
             alert_slot_expired(rule_name=rule.name, slot=slot, missing=verdict.details.get("missing", []), now=now)
@@ -159,12 +168,13 @@ def _release(hold: SlotHold | None) -> None:
         SlotHold.objects.filter(pk=hold.pk).delete()
 
 
-def _fail_slot(rule, slot, *, source: str, details: dict, now: datetime, result) -> None:
+def _fail_slot(rule, slot, *, source: str, details: dict, now: datetime, result, batch: ClaimBatch | None) -> None:
     """Readiness policy "fail": the slot becomes a failed run with a dead-letter ticket, so it is
     visible on the desk and replayable (with the same biz_key) once the data is there."""
-    run = slot_claim(rule, slot, source=source, now=now, result=result, dispatch=False)
-    if run is None:
+    claimed = slot_claim(rule, slot, source=source, now=now, result=result, dispatch=False, batch=batch)
+    if claimed.outcome != ClaimOutcome.CREATED:
         return
+    run = claimed.run
     message = "dependencies not ready at fire time: " + ", ".join(details.get("missing", []))
     error = ClassifiedError(kind=ErrorKind.STATE_PRECONDITION, message=message, digest="not-ready")
     # Not yet committed, so no worker can have taken it: it fails from pending, never started.
@@ -231,6 +241,14 @@ def record_paused_slots(rule: TriggerRule, *, since: datetime, until: datetime) 
     return len(rows)
 
 
+@dataclass(frozen=True)
+class SlotClaimed:
+    """What slot_claim did with a slot; `run` is the run it created (None otherwise)."""
+
+    outcome: ClaimOutcome
+    run: TaskRun | None = None
+
+
 # Every slot is a trigger of its own: a new trace, whichever tick (or catch-up, heartbeat, held slot) claims it.
 @tracing.traced(
     "trigger.slot",
@@ -251,38 +269,45 @@ def slot_claim(
     run_after: datetime | None = None,
     state: str | None = None,
     dispatch: bool = True,
-) -> TaskRun | None:
-    """Claim the slot's run; returns the run when this call created it, else None (a dedupe hit,
-    a slot shed by backpressure, which run_claim records as a "shed" decision, or a rule whose key
-    cannot be rendered, which becomes an invalid_rule decision). Inside the tick's claim batch a
-    plain claim joins the batch and returns None: the batch writes and counts it."""
+    batch: ClaimBatch | None = None,
+) -> SlotClaimed:
+    """Claim the slot's run and say what became of it: created (with the run), a dedupe hit, shed
+    by backpressure (run_claim records a "shed" decision), joined to `batch` (which writes and
+    counts it), or decided (a rule whose key cannot be rendered: an invalid_rule decision)."""
     try:
         work = work_for_slot(rule, slot, source=source, run_after=run_after)
     except (keys.KeyTemplateError, KeyError, ValueError) as exc:
         # Never drop a slot silently: the rule cannot be evaluated, so say so for this slot.
         log.error("rule %s slot %s: cannot render business key: %s", rule.name, slot, exc)
         slot_decide(
-            rule, slot, reason=Decision.Reason.INVALID_RULE, details={"error": str(exc)}, now=now, result=result
+            rule,
+            slot,
+            reason=Decision.Reason.INVALID_RULE,
+            details={"error": str(exc)},
+            now=now,
+            result=result,
+            batch=batch,
         )
-        return None
-    if claim_batched(work, dispatch=dispatch, state=state):
-        return None  # written with the tick's batch, which counts it (runs.claims.ClaimBatch)
+        return SlotClaimed(ClaimOutcome.DECIDED)
+    if batch is not None and batch.claim(work, dispatch=dispatch, state=state):
+        return SlotClaimed(ClaimOutcome.BATCHED)
     claim = run_claim(work, now=now, dispatch=dispatch, state=state)
-    if claim.shed:  # recomputable, above the high watermark: the slot's decision says so (invariant 3)
+    outcome = claim.outcome
+    if outcome == ClaimOutcome.SHED:  # the slot's decision says so (invariant 3)
         result.decisions += 1
-        return None
-    if claim.created:
+    elif outcome == ClaimOutcome.DEDUPE_HIT:
+        result.dedupe_hits += 1
+    else:
         result.claimed += 1
-        return claim.run
-    result.dedupe_hits += 1
-    return None
+    return SlotClaimed(outcome, claim.run if claim.created else None)
 
 
-def slot_decide(rule, slot, *, reason, details, now, result) -> None:
-    """Record why the slot did not run (invariant 3): one decision per (rule, slot). Inside the
+def slot_decide(rule, slot, *, reason, details, now, result, batch: ClaimBatch | None = None) -> None:
+    """Record why the slot did not run (invariant 3): one decision per (rule, slot). With the
     tick's claim batch it is written with the batch's decisions, which count it."""
     decision = Decision(rule=rule, slot=slot, reason=reason, details=details, created_at=now)
-    if decision_batched(decision):
+    if batch is not None:
+        batch.decide(decision)
         return
     try:
         with transaction.atomic():
