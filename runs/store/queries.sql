@@ -57,6 +57,53 @@ coalesce((SELECT json_agg(json_build_array(f.pool_id, f.key))
                           WHERE w.reason = 'concurrency' AND w.pool_id = f.pool_id AND w.key = f.key)),
          '[]')
 
+-- fragment attempt_started --
+-- After a claim (CTE "claimed"): the attempt it starts, numbered and fenced as the claimed row.
+attempt AS (
+    INSERT INTO runs_attempt (run_id, number, fence, worker, started_at, finished_at, outcome, error_kind,
+                              error_digest, error)
+    SELECT c.id, c.attempts, c.fence, %(worker)s, %(now)s, NULL, 'running', '', '', ''
+      FROM claimed c
+ RETURNING id
+)
+
+-- fragment claimed_as_read --
+-- The lease claim, compare-and-set on the state, fence and attempt count the caller read, and only
+-- where the CTE "admit" says the admission is plain (lease_claim: always).
+claimed AS (
+    UPDATE runs_taskrun
+       SET state = 'running', attempts = attempts + 1, fence = fence + 1, lease_owner = %(worker)s,
+           lease_expires_at = %(expires_at)s, start_at = %(start_at)s, executed_by = %(worker)s
+     WHERE id = %(run_id)s AND state IN ('pending', 'waiting_retry') AND run_after <= %(now)s
+       AND fence = %(fence)s AND attempts = %(attempts)s AND (SELECT plain FROM admit)
+ RETURNING id, attempts, fence, lease_owner, lease_expires_at
+)
+
+-- fragment succeeded --
+-- The run done with its result and its lease released, only while the attempt's fence holds it;
+-- the attempt's outcome only then (a fenced-out attempt keeps its own).
+done AS (
+    UPDATE runs_taskrun
+       SET state = 'succeeded', finish_at = %(now)s, result = %(result)s, last_error = '', last_error_kind = '',
+           lease_owner = '', lease_expires_at = NULL
+     WHERE id = %(run_id)s AND fence = %(fence)s AND state = 'running'
+ RETURNING id
+),
+attempt AS (
+    UPDATE runs_attempt SET outcome = 'succeeded', finished_at = %(now)s
+     WHERE id = %(attempt_id)s AND EXISTS (SELECT 1 FROM done)
+ RETURNING id
+)
+
+-- fragment run_columns --
+-- Every column of a run but its id, in the model's order (the contract suite checks it).
+biz_key, rule_id, rule_name, rule_version, skill, source, triggered_by, executed_by, slot, trigger_at,
+    start_at, finish_at, state, attempts, run_after, first_failure_at, payload, lease_ttl_seconds, start_by,
+    agent, retry_max_attempts, retry_backoff_base_seconds, retry_max_delay_seconds, retry_window_seconds,
+    retry_jitter_min, retry_jitter_max, result, last_error, last_error_kind, dedupe_hits, identity, object_key,
+    coalesces, approved_by, approved_at, is_trial, dispatched_at, dispatches, lease_owner, lease_expires_at,
+    fence, trace_id, created_at, updated_at
+
 -- run_read --
 -- The run row an attempt works from.
 SELECT * FROM runs_taskrun WHERE id = %(run_id)s
@@ -79,13 +126,7 @@ claimed AS (
        AND (SELECT plain FROM admit)
  RETURNING r.*
 ),
-attempt AS (
-    INSERT INTO runs_attempt (run_id, number, fence, worker, started_at, finished_at, outcome, error_kind,
-                              error_digest, error)
-    SELECT c.id, c.attempts, c.fence, %(worker)s, %(now)s, NULL, 'running', '', '', ''
-      FROM claimed c
- RETURNING id
-),
+{attempt_started},
 {plain_slots}
 SELECT (SELECT id FROM attempt) AS attempt_id, (SELECT plain FROM admit) AS plain, c.*
   FROM claimed c
@@ -97,42 +138,17 @@ SELECT NULL, (SELECT plain FROM admit), r.*
 -- lease_claim --
 -- Take the run's lease and start its next attempt, compare-and-set on the state, fence and attempt
 -- count the caller read: NULL means another worker got there first, or the run is not due.
-WITH claimed AS (
-    UPDATE runs_taskrun
-       SET state = 'running', attempts = attempts + 1, fence = fence + 1, lease_owner = %(worker)s,
-           lease_expires_at = %(expires_at)s, start_at = %(start_at)s, executed_by = %(worker)s
-     WHERE id = %(run_id)s AND state IN ('pending', 'waiting_retry') AND run_after <= %(now)s
-       AND fence = %(fence)s AND attempts = %(attempts)s
- RETURNING id, attempts, fence, lease_owner, lease_expires_at
-),
-attempt AS (
-    INSERT INTO runs_attempt (run_id, number, fence, worker, started_at, finished_at, outcome, error_kind,
-                              error_digest, error)
-    SELECT c.id, c.attempts, c.fence, %(worker)s, %(now)s, NULL, 'running', '', '', ''
-      FROM claimed c
- RETURNING id
-)
+WITH admit AS (SELECT true AS plain),
+{claimed_as_read},
+{attempt_started}
 SELECT (SELECT id FROM attempt), true
 
 -- lease_claim_plain --
 -- lease_claim with the plain admission in the same statement: the run's UPDATE matches only when
 -- every pool it draws from limits nothing. (NULL, false): a pool limits something, nothing written.
 WITH {plain_admission},
-claimed AS (
-    UPDATE runs_taskrun
-       SET state = 'running', attempts = attempts + 1, fence = fence + 1, lease_owner = %(worker)s,
-           lease_expires_at = %(expires_at)s, start_at = %(start_at)s, executed_by = %(worker)s
-     WHERE id = %(run_id)s AND state IN ('pending', 'waiting_retry') AND run_after <= %(now)s
-       AND fence = %(fence)s AND attempts = %(attempts)s AND (SELECT plain FROM admit)
- RETURNING id, attempts, fence, lease_owner, lease_expires_at
-),
-attempt AS (
-    INSERT INTO runs_attempt (run_id, number, fence, worker, started_at, finished_at, outcome, error_kind,
-                              error_digest, error)
-    SELECT c.id, c.attempts, c.fence, %(worker)s, %(now)s, NULL, 'running', '', '', ''
-      FROM claimed c
- RETURNING id
-),
+{claimed_as_read},
+{attempt_started},
 {plain_slots}
 SELECT (SELECT id FROM attempt), (SELECT plain FROM admit)
 
@@ -140,34 +156,12 @@ SELECT (SELECT id FROM attempt), (SELECT plain FROM admit)
 -- The attempt succeeded: the run is done with its result and its lease released, only while the
 -- attempt's fence holds it; the attempt's outcome only then (a fenced-out attempt keeps its own).
 -- Returns the rows written (0: fenced out) and the freed pairs runs wait for (none here).
-WITH done AS (
-    UPDATE runs_taskrun
-       SET state = 'succeeded', finish_at = %(now)s, result = %(result)s, last_error = '', last_error_kind = '',
-           lease_owner = '', lease_expires_at = NULL
-     WHERE id = %(run_id)s AND fence = %(fence)s AND state = 'running'
- RETURNING id
-),
-attempt AS (
-    UPDATE runs_attempt SET outcome = 'succeeded', finished_at = %(now)s
-     WHERE id = %(attempt_id)s AND EXISTS (SELECT 1 FROM done)
- RETURNING id
-)
+WITH {succeeded}
 SELECT (SELECT count(*) FROM done), '[]'::json
 
 -- run_succeed_release --
 -- run_succeed, and the worker's slots for the attempt given back in the same statement (fenced or not).
-WITH done AS (
-    UPDATE runs_taskrun
-       SET state = 'succeeded', finish_at = %(now)s, result = %(result)s, last_error = '', last_error_kind = '',
-           lease_owner = '', lease_expires_at = NULL
-     WHERE id = %(run_id)s AND fence = %(fence)s AND state = 'running'
- RETURNING id
-),
-attempt AS (
-    UPDATE runs_attempt SET outcome = 'succeeded', finished_at = %(now)s
-     WHERE id = %(attempt_id)s AND EXISTS (SELECT 1 FROM done)
- RETURNING id
-),
+WITH {succeeded},
 {slots_freed}
 SELECT (SELECT count(*) FROM done), {freed_waiting}
 
@@ -178,14 +172,7 @@ SELECT {freed_waiting}
 
 -- runs_insert_one --
 -- One run, unless its biz_key is taken (invariant 1: the unique index decides, never a read first).
-INSERT INTO runs_taskrun (
-    biz_key, rule_id, rule_name, rule_version, skill, source, triggered_by, executed_by, slot, trigger_at,
-    start_at, finish_at, state, attempts, run_after, first_failure_at, payload, lease_ttl_seconds, start_by,
-    agent, retry_max_attempts, retry_backoff_base_seconds, retry_max_delay_seconds, retry_window_seconds,
-    retry_jitter_min, retry_jitter_max, result, last_error, last_error_kind, dedupe_hits, identity, object_key,
-    coalesces, approved_by, approved_at, is_trial, dispatched_at, dispatches, lease_owner, lease_expires_at,
-    fence, trace_id, created_at, updated_at
-) VALUES (
+INSERT INTO runs_taskrun ({run_columns}) VALUES (
     %(biz_key)s, %(rule_id)s, %(rule_name)s, %(rule_version)s, %(skill)s, %(source)s, %(triggered_by)s,
     %(executed_by)s, %(slot)s, %(trigger_at)s, %(start_at)s, %(finish_at)s, %(state)s, %(attempts)s,
     %(run_after)s, %(first_failure_at)s, %(payload)s, %(lease_ttl_seconds)s, %(start_by)s, %(agent)s,
@@ -202,14 +189,7 @@ RETURNING id, biz_key
 -- Several runs in one statement, one array per column (the text is the same for any number of
 -- rows); of two runs with one key the first is inserted. A varchar is cast without its length: a
 -- cast to varchar(255) would cut a longer key, which the column must refuse instead.
-INSERT INTO runs_taskrun (
-    biz_key, rule_id, rule_name, rule_version, skill, source, triggered_by, executed_by, slot, trigger_at,
-    start_at, finish_at, state, attempts, run_after, first_failure_at, payload, lease_ttl_seconds, start_by,
-    agent, retry_max_attempts, retry_backoff_base_seconds, retry_max_delay_seconds, retry_window_seconds,
-    retry_jitter_min, retry_jitter_max, result, last_error, last_error_kind, dedupe_hits, identity, object_key,
-    coalesces, approved_by, approved_at, is_trial, dispatched_at, dispatches, lease_owner, lease_expires_at,
-    fence, trace_id, created_at, updated_at
-)
+INSERT INTO runs_taskrun ({run_columns})
 SELECT * FROM unnest(
     %(biz_key)s::varchar[], %(rule_id)s::bigint[], %(rule_name)s::varchar[], %(rule_version)s::integer[],
     %(skill)s::varchar[], %(source)s::varchar[], %(triggered_by)s::varchar[], %(executed_by)s::varchar[],

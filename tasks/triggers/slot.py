@@ -81,15 +81,7 @@ def slot_handle(
     except (evaluation.GuardError, keys.KeyTemplateError, KeyError, ValueError) as exc:
         # A rule saved around full_clean (shell, fixture): say so for this slot, never drop it or stop the tick.
         _release(hold)
-        slot_decide(
-            rule,
-            slot,
-            reason=Decision.Reason.INVALID_RULE,
-            details={"error": str(exc)},
-            now=now,
-            result=result,
-            batch=batch,
-        )
+        _invalid_rule(rule, slot, exc, now=now, result=result, batch=batch)
         return evaluation.DECIDE
     verdict = evaluation.evaluate_slot(guards, slot, now=now, facts=facts)
     details = {**verdict.details, "source": source}
@@ -279,15 +271,7 @@ def slot_claim(
     except (keys.KeyTemplateError, KeyError, ValueError) as exc:
         # Never drop a slot silently: the rule cannot be evaluated, so say so for this slot.
         log.error("rule %s slot %s: cannot render business key: %s", rule.name, slot, exc)
-        slot_decide(
-            rule,
-            slot,
-            reason=Decision.Reason.INVALID_RULE,
-            details={"error": str(exc)},
-            now=now,
-            result=result,
-            batch=batch,
-        )
+        _invalid_rule(rule, slot, exc, now=now, result=result, batch=batch)
         return SlotClaimed(ClaimOutcome.DECIDED)
     if batch is not None and batch.claim(work, dispatch=dispatch, state=state):
         return SlotClaimed(ClaimOutcome.BATCHED)
@@ -300,6 +284,11 @@ def slot_claim(
     else:
         result.claimed += 1
     return SlotClaimed(outcome, claim.run if claim.created else None)
+
+
+def _invalid_rule(rule, slot, exc: Exception, *, now, result, batch: ClaimBatch | None) -> None:
+    details = {"error": str(exc)}
+    slot_decide(rule, slot, reason=Decision.Reason.INVALID_RULE, details=details, now=now, result=result, batch=batch)
 
 
 def slot_decide(rule, slot, *, reason, details, now, result, batch: ClaimBatch | None = None) -> None:

@@ -31,8 +31,8 @@ from tasks.models import TriggerRule
 from tasks.skills.errors import classify
 from tasks.skills.sdk import SkillError
 from tasks.triggers.scheduler import scheduler_tick
-from tests.support.policy import run_policy
 from tests.support.receiver import start_receiver
+from tests.support.runs import run_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -22,8 +22,8 @@ from django.utils import timezone
 from runs.claims import Work, run_claim
 from runs.models import TaskRun
 from tests.e2e.helpers import make_rule, wait_ticking
-from tests.support.policy import run_policy
 from tests.support.processes import wait_for
+from tests.support.runs import run_policy
 
 pytestmark = [pytest.mark.e2e]
 

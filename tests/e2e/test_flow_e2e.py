@@ -22,8 +22,8 @@ from tasks.models import GLOBAL_POOL, Agent, Pool
 from tasks.rules import keys
 from tests.e2e.helpers import RUN_TIMEOUT, START_TIMEOUT, make_rule
 from tests.support.fake_model import FakeModelServer, Reply, json_completion
-from tests.support.policy import run_policy
 from tests.support.processes import wait_for
+from tests.support.runs import run_policy
 
 pytestmark = pytest.mark.e2e
 # The setting, and the suite's time: the SQLite pass runs only the first test (admission

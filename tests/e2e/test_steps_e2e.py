@@ -11,8 +11,8 @@ from runs.sweeper import sweep
 from tasks.models import Agent, DiagnosticRecord
 from tests.e2e.helpers import RUN_TIMEOUT, START_TIMEOUT, wait_finished
 from tests.support.fake_model import FakeModelServer, json_completion
-from tests.support.policy import run_policy
 from tests.support.processes import wait_for
+from tests.support.runs import run_policy
 
 KEY_ENV = "HARNESS_SECRET_H9_E2E_MODEL"
 KEY = "sk-e2e-3b7c9d1e5f"

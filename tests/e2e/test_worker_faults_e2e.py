@@ -15,8 +15,8 @@ from django.utils import timezone
 from runs.claims import Work, run_claim
 from runs.models import TaskRun, WorkerHeartbeat
 from tests.e2e.helpers import START_TIMEOUT, outside_transactions, pause_quiescent, wait_ticking
-from tests.support.policy import run_policy
 from tests.support.processes import Proc, alive, proc_stat, wait_for
+from tests.support.runs import run_policy
 
 pytestmark = [pytest.mark.e2e]
 

@@ -21,7 +21,7 @@ from tasks.models import GLOBAL_POOL, Pool
 from tasks.rules import keys
 from tasks.skills.sdk import SkillContext, registry
 from tests.support.desk import make_rule
-from tests.support.policy import run_policy
+from tests.support.runs import run_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

@@ -16,7 +16,7 @@ from django.utils import timezone
 from deadletters.alerts import alert_deliver_due
 from deadletters.models import AlertChannel, DeadLetter
 from deadletters.services import deadletter_open
-from runs.claims import Work, run_claim
+from runs.claims import run_claim
 from runs.executor import run_execute
 from runs.leases import LeaseLost, fenced, run_lease_claim
 from runs.models import Attempt, TaskRun
@@ -25,7 +25,7 @@ from tasks.models import DiagnosticRecord
 from tasks.skills import builtin as builtin_skills
 from tasks.skills.errors import classify
 from tasks.skills.sdk import SkillContext, SkillError, registry
-from tests.support.policy import run_policy
+from tests.support.runs import api_work
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -77,15 +77,7 @@ def delivered(mailoutbox):
 
 
 def make_run(skill: str, *, params=None, policy=None, biz_key="exec:2026-03-01", now=T0) -> TaskRun:
-    payload = {"params": params or {}}
-    work = Work(
-        biz_key=biz_key,
-        skill=skill,
-        source=TaskRun.Source.API,
-        triggered_by="tests",
-        payload=payload,
-        policy=run_policy({**POLICY, **(policy or {})}),
-    )
+    work = api_work(biz_key, skill=skill, params=params, policy={**POLICY, **(policy or {})})
     return run_claim(work, now=now).run
 
 

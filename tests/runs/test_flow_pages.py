@@ -24,7 +24,7 @@ from tests.support.desk import (  # noqa: F401
     viewer,
     viewer_client,
 )
-from tests.support.policy import run_policy
+from tests.support.runs import run_policy
 
 pytestmark = pytest.mark.django_db
 

@@ -15,7 +15,7 @@ from runs.leases import LeaseRenewer, run_lease_claim
 from runs.models import Attempt, TaskRun
 from runs.operations import run_lease_force_release
 from tasks.models import DiagnosticRecord
-from tests.support.policy import run_policy
+from tests.support.runs import run_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

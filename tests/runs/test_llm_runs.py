@@ -23,7 +23,7 @@ from tasks.models import Agent, DiagnosticRecord, Pool
 from tasks.skills.actions import action
 from tasks.skills.sdk import ErrorKind, SkillContext
 from tests.support.fake_model import FakeModelServer, Reply, completion, json_completion
-from tests.support.policy import run_policy
+from tests.support.runs import run_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

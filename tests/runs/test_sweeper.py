@@ -12,12 +12,12 @@ from django.db import connection
 from deadletters.alerts import alert_deliver_due
 from deadletters.models import AlertChannel, DeadLetter
 from harness_site.broker import QueueProbe
-from runs.claims import Work, run_claim
+from runs.claims import run_claim
 from runs.executor import run_execute
 from runs.leases import run_lease_claim
 from runs.models import Attempt, TaskRun
 from runs.sweeper import redispatch_after, sweep
-from tests.support.policy import run_policy
+from tests.support.runs import api_work
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 TTL = timedelta(seconds=60)
@@ -77,17 +77,8 @@ def sweep_committed(django_capture_on_commit_callbacks):
 
 
 def make_run(*, skill="harness.noop", params=None, policy=None, biz_key="sweep:2026-03-01", now=T0, **kwargs):
-    payload = {"params": params or {}}
     options = {k: kwargs.pop(k) for k in ("dispatch", "state") if k in kwargs}
-    work = Work(
-        biz_key=biz_key,
-        skill=skill,
-        source=TaskRun.Source.API,
-        triggered_by="tests",
-        payload=payload,
-        policy=run_policy({**POLICY, **(policy or {})}),
-        **kwargs,
-    )
+    work = api_work(biz_key, skill=skill, params=params, policy={**POLICY, **(policy or {})}, **kwargs)
     return run_claim(work, now=now, **options).run
 
 

@@ -18,7 +18,7 @@ from tasks.models import GLOBAL_POOL, Pool
 from tasks.rules import keys
 from tasks.rules.policy import DEFAULT_LEASE_TTL_SECONDS
 from tests.support.desk import make_rule
-from tests.support.policy import run_policy
+from tests.support.runs import run_policy
 
 pytestmark = [
     pytest.mark.django_db,

@@ -13,7 +13,7 @@ from runs.executor import run_execute
 from runs.models import ActionProposal, ExternalCall, TaskRun
 from tasks.models import Agent, TriggerRule
 from tests.support.fake_model import FakeModelServer, Reply, completion, json_completion
-from tests.support.policy import run_policy
+from tests.support.runs import run_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)
 

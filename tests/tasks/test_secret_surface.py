@@ -32,8 +32,8 @@ from tasks.models import Agent, TriggerRule
 from tasks.rules import keys
 from tests.support.desk import client_for, make_user
 from tests.support.fake_model import FakeModelServer, Reply, completion
-from tests.support.policy import run_policy
 from tests.support.receiver import start_receiver
+from tests.support.runs import run_policy
 from tests.support.secret_forms import forms, found
 
 pytestmark = pytest.mark.django_db(transaction=True)

@@ -1,7 +1,9 @@
-"""A run's engine policy for tests, from the retry-policy field names a rule uses."""
+"""Runs for tests: the work a trigger would send, and its engine policy in a rule's field names."""
 
 from dataclasses import fields
 
+from runs.claims import Work
+from runs.models import TaskRun
 from tasks.rules.policy import DEFAULT_LEASE_TTL_SECONDS, RetryPolicy, RunPolicy
 
 RETRY_FIELDS = {f.name for f in fields(RetryPolicy)}
@@ -15,3 +17,16 @@ def run_policy(values: dict | None = None, *, agent: str = "") -> RunPolicy:
     if unknown:
         raise TypeError(f"not a policy field: {sorted(unknown)}")
     return RunPolicy(retry=RetryPolicy(**values), lease_ttl_seconds=lease, agent=agent)
+
+
+def api_work(biz_key: str, *, skill: str = "harness.noop", params=None, policy=None, **over) -> Work:
+    """A run's work as the API would send it (no rule): `policy` in a rule's field names."""
+    return Work(
+        biz_key=biz_key,
+        skill=skill,
+        source=TaskRun.Source.API,
+        triggered_by="tests",
+        payload={"params": params or {}},
+        policy=run_policy(policy),
+        **over,
+    )
