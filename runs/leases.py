@@ -6,7 +6,6 @@ taken can tell: its renewals and result writes (runs/outcome.py) change nothing.
 """
 
 import hashlib
-import heapq
 import logging
 import os
 import threading
@@ -14,7 +13,7 @@ import time
 import uuid
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import DatabaseError, IntegrityError, transaction
@@ -94,42 +93,12 @@ MAX_KEY = 255
 
 @dataclass
 class ObjectGate:
-    """The object lease one execution holds; a thread renews it every ttl/3 until exit."""
+    """The object lease one execution holds, kept alive by the process's renewals until exit."""
 
     run_id: int
     object_key: str
     held: Held | None
-    ttl: timedelta
-    clock: object = None
-    _stop: threading.Event = field(default_factory=threading.Event)
-    _thread: threading.Thread | None = None
-
-    def _renew_loop(self) -> None:
-        interval = max(self.ttl.total_seconds() / 3, 0.2)
-        wait, failing = interval, False
-        try:
-            while not self._stop.wait(wait):
-                if self.held is None:
-                    return
-                try:
-                    renewed = lease_renew(held=self.held, ttl=self.ttl, now=self.clock())
-                except DatabaseError as exc:
-                    # Like the run lease: retry on a new connection while the lease is still ours.
-                    store().connection_close()
-                    if not failing:
-                        log.warning("run %s: object lease renewal failed (%s); retrying", self.run_id, _one_line(exc))
-                    failing, wait = True, min(LeaseRenewer.RETRY_INTERVAL, interval)
-                    if self.clock() >= self.held.expires_at:
-                        log.warning("run %s: object lease %s expired while unreachable", self.run_id, self.held.key)
-                        return
-                    continue
-                failing, wait = False, interval
-                if renewed is None:
-                    log.warning("run %s: object lease %s lost", self.run_id, self.held.key)
-                    return
-                self.held = renewed
-        finally:
-            store().connection_close()
+    renewal: "KeyRenewal | None" = None
 
 
 def object_gate_enter(*, run: TaskRun, worker: str, clock) -> ObjectGate | None:
@@ -144,15 +113,15 @@ def object_gate_enter(*, run: TaskRun, worker: str, clock) -> ObjectGate | None:
     now = clock()
     owner = f"{worker}:run:{run_id}:{uuid.uuid4().hex[:8]}"
     held = lease_acquire(key=object_lease_key(object_key), owner=owner, ttl=ttl, now=now, run_id=run_id)
-    gate = ObjectGate(run_id=run_id, object_key=object_key, held=held, ttl=ttl, clock=clock)
+    gate = ObjectGate(run_id=run_id, object_key=object_key, held=held)
     if held is None:
         # Compare-and-set on a claimable run only: a run executing elsewhere is left alone.
         TaskRun.objects.filter(id=run_id, state__in=TaskRun.CLAIMABLE).update(
             run_after=now + OBJECT_BUSY_DELAY, dispatched_at=None
         )
         return gate
-    gate._thread = threading.Thread(target=gate._renew_loop, name=f"object-lease-{run_id}", daemon=True)
-    gate._thread.start()
+    gate.renewal = KeyRenewal(held=held, run_id=run_id, ttl=ttl, clock=clock)
+    gate.renewal.start()
     return gate
 
 
@@ -160,9 +129,8 @@ def object_gate_exit(gate: ObjectGate | None, *, now: datetime) -> None:
     """Release the object lease and wake the next due run of the same object."""
     if gate is None or gate.held is None:
         return
-    gate._stop.set()
-    if gate._thread is not None:
-        gate._thread.join()
+    if gate.renewal is not None:
+        gate.renewal.stop()
     lease_release(held=gate.held)
     # object_next_waiting: served by run_object_idx.
     next_ids = list(
@@ -246,126 +214,172 @@ def fenced(*, run_id: int, fence: int, lost: threading.Event | None = None) -> I
         yield
 
 
-class LeaseRenewer:
-    """Extends the run lease every ttl/3 while the skill runs, on its own connection.
+# --- Renewals: one thread per process renews every lease the process holds. ---
 
-    Renewal is conditional on the fence, so a worker that lost the lease stops renewing it. A
-    database error (a dropped connection, a restart) is retried on a fresh connection for as long
-    as the lease last renewed is still valid; only a renewal that finds the fence moved, or a lease
-    that ran out while the database was unreachable, counts as lost. Then `lost` is set: the
-    running skill sees it (ctx.lease_lost, ctx.step, ctx.fenced) and the attempt commits nothing.
+RETRY_INTERVAL = 0.5  # seconds between renewal tries while the database is unreachable
+MIN_INTERVAL = 0.2  # seconds: a lease is renewed every ttl/3, but never more often than this
+
+
+class _Renewal:
+    """One held lease the process keeps alive: renewed every ttl/3 by the process's renewal thread.
+
+    A database error (a dropped connection, a restart) is retried on a fresh connection for as long
+    as the lease last renewed is still valid; only a renewal that finds the lease taken (the fence
+    or token moved), or a lease that ran out while the database was unreachable, counts as lost.
+    Then `lost` is set and the lease is no longer renewed.
     """
 
-    RETRY_INTERVAL = 0.5  # seconds between renewal tries while the database is unreachable
+    kind = ""
 
-    def __init__(self, *, run_id: int, fence: int, ttl: timedelta, clock: Clock, expires_at: datetime | None = None):
-        self.run_id, self.fence, self.ttl, self.clock = run_id, fence, ttl, clock
+    def __init__(self, *, ttl: timedelta, clock: Clock, expires_at: datetime | None) -> None:
+        self.ttl, self.clock = ttl, clock
         self.expires_at = expires_at or clock() + ttl
+        self.interval = max(ttl.total_seconds() / 3, MIN_INTERVAL)
         self.lost = threading.Event()
-        self._stop = threading.Event()
-        self._thread: threading.Thread | None = None  # made when the first renewal is due
+        self.due = time.monotonic() + self.interval
+        self.failing_since: datetime | None = None
 
     def start(self) -> None:
-        """Start renewing. Lazily: the renewal thread starts only when the first renewal is due
-        (ttl/3), so a skill that finishes well within its TTL never gets one (_LazyStarter)."""
-        self._interval = max(self.ttl.total_seconds() / 3, 0.2)
-        self._lock = threading.Lock()
-        self._stopped = self._started = False
-        _lazy_starter.add(time.monotonic() + self._interval, self)
-
-    def _start_now(self) -> None:
-        with self._lock:
-            if self._stopped:
-                return
-            self._started = True
-            self._thread = threading.Thread(target=self._loop, name=f"lease-renewer-{self.run_id}", daemon=True)
-            self._thread.start()
+        """Keep the lease alive until stop(). Costs a heap entry, not a thread: most skills finish
+        long before their first renewal is due."""
+        _renewals.add(self)
 
     def stop(self) -> None:
-        with self._lock:
-            self._stopped = True
-            started = self._started
-        if started:
-            self._stop.set()
-            self._thread.join()
+        _renewals.remove(self)
 
-    def _loop(self) -> None:
-        interval = self._interval
-        wait = 0.0  # started when the first renewal is due
-        failing_since: datetime | None = None
-        try:
-            while not self._stop.wait(wait):
-                try:
-                    renewed = self._renew()
-                except DatabaseError as exc:
-                    # Transient until the lease runs out: retry on a new connection, log once per outage.
-                    store().connection_close()
-                    if failing_since is None:
-                        failing_since = self.clock()
-                        log.warning("run %s: lease renewal failed (%s); retrying", self.run_id, _one_line(exc))
-                    if self.clock() >= self.expires_at:
-                        log.warning("run %s: lease expired while the database was unreachable", self.run_id)
-                        self.lost.set()
-                        return
-                    wait = min(self.RETRY_INTERVAL, interval)
-                    continue
-                if failing_since is not None:
-                    log.info("run %s: lease renewed again after %s", self.run_id, self.clock() - failing_since)
-                    failing_since = None
-                if not renewed:
-                    log.warning("run %s: lease lost (fence %s), renewal stopped", self.run_id, self.fence)
-                    self.lost.set()
-                    return
-                wait = interval
-        finally:
-            store().connection_close()
+    def renewed(self, ok: bool, *, expires_at: datetime) -> bool:
+        """Record a renewal's answer; False when the lease is gone (no more renewals)."""
+        if self.failing_since is not None and ok:
+            log.info("%s: lease renewed again after %s", self, self.clock() - self.failing_since)
+        self.failing_since = None
+        if not ok:
+            log.warning("%s: lease lost, renewal stopped", self)
+            self.lost.set()
+            return False
+        self.expires_at = expires_at
+        self.due = time.monotonic() + self.interval
+        return True
+
+    def unreachable(self, exc: BaseException) -> bool:
+        """The database could not be asked; False when the lease ran out meanwhile (lost)."""
+        if self.failing_since is None:
+            self.failing_since = self.clock()
+            log.warning("%s: lease renewal failed (%s); retrying", self, _one_line(exc))
+        if self.clock() >= self.expires_at:
+            log.warning("%s: lease expired while the database was unreachable", self)
+            self.lost.set()
+            return False
+        self.due = time.monotonic() + min(RETRY_INTERVAL, self.interval)
+        return True
+
+
+class LeaseRenewer(_Renewal):
+    """The run lease of one attempt, conditional on its fence, with the attempt's pool slots (they
+    live as long as the lease). The running skill sees `lost` (ctx.lease_lost, ctx.step,
+    ctx.fenced) and the attempt commits nothing."""
+
+    kind = "run"
+
+    def __init__(self, *, run_id: int, fence: int, ttl: timedelta, clock: Clock, expires_at: datetime | None = None):
+        self.run_id, self.fence = run_id, fence
+        super().__init__(ttl=ttl, clock=clock, expires_at=expires_at)
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} (fence {self.fence})"
 
     def _renew(self) -> bool:
+        """Renew this lease now, alone (the process thread renews every due lease at once)."""
         expires = self.clock() + self.ttl
-        renewed = store().lease_renew(run_id=self.run_id, fence=self.fence, expires_at=expires)
-        if renewed:
-            self.expires_at = expires
-        return renewed
+        renewed = store().run_leases_renew([(self.run_id, self.fence, expires)])
+        return self.renewed(self.run_id in renewed, expires_at=expires)
 
 
-class _LazyStarter:
-    """One thread per process that starts each LeaseRenewer's own thread when its first renewal is
-    due. Registering costs a heap push, not a thread: most skills finish long before ttl/3."""
+class KeyRenewal(_Renewal):
+    """A keyed lease ("object:<key>"), conditional on its owner and token and on not having expired."""
+
+    kind = "key"
+
+    def __init__(self, *, held: Held, run_id: int, ttl: timedelta, clock: Clock):
+        self.held, self.run_id = held, run_id
+        super().__init__(ttl=ttl, clock=clock, expires_at=held.expires_at)
+
+    def __str__(self) -> str:
+        return f"run {self.run_id} lease {self.held.key}"
+
+
+class _Renewals:
+    """The process's renewal thread: wakes when the earliest lease is due and renews every due lease
+    in one statement per kind (run leases with their slots; keyed leases), on one connection it
+    gives back after each pass. A forked pool child starts its own (the parent's thread is not there)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
-        self._heap: list[tuple[float, int, LeaseRenewer]] = []
+        self._held: dict[int, _Renewal] = {}
         self._pid: int | None = None
-        self._seq = 0
 
-    def add(self, at: float, renewer: "LeaseRenewer") -> None:
+    def add(self, renewal: _Renewal) -> None:
         with self._cond:
             if self._pid != os.getpid():  # first use, or a forked pool child: the thread is not ours
-                self._pid, self._heap = os.getpid(), []
-                threading.Thread(target=self._loop, name="lease-renewer-starter", daemon=True).start()
-            if len(self._heap) > 1000:  # renewers stopped before their start was due
-                self._heap = [entry for entry in self._heap if not entry[2]._stopped]
-                heapq.heapify(self._heap)
-            self._seq += 1
-            heapq.heappush(self._heap, (at, self._seq, renewer))
-            if self._heap[0][2] is renewer:  # due before every other: the thread's wait is too long
-                self._cond.notify()
+                self._pid, self._held = os.getpid(), {}
+                threading.Thread(target=self._loop, name="lease-renewals", daemon=True).start()
+            self._held[id(renewal)] = renewal
+            self._cond.notify()
+
+    def remove(self, renewal: _Renewal) -> None:
+        with self._cond:
+            self._held.pop(id(renewal), None)
+
+    def held(self) -> list[_Renewal]:
+        with self._cond:
+            return list(self._held.values())
 
     def _loop(self) -> None:
         while True:
             with self._cond:
-                while not self._heap:
+                while not self._held:
                     self._cond.wait()
-                at, _seq, renewer = self._heap[0]
-                delay = at - time.monotonic()
+                due_at = min(r.due for r in self._held.values())
+                delay = due_at - time.monotonic()
                 if delay > 0:
                     self._cond.wait(delay)
                     continue
-                heapq.heappop(self._heap)
-            renewer._start_now()
+                now = time.monotonic()
+                due = [r for r in self._held.values() if r.due <= now]
+            self.renew(due)
+
+    def renew(self, due: list[_Renewal]) -> None:
+        """Renew `due` now: one statement for the run leases, one for the keyed ones."""
+        for kind, renew in (("run", _renew_runs), ("key", _renew_keys)):
+            batch = [r for r in due if r.kind == kind]
+            if not batch:
+                continue
+            try:
+                gone = [r for r in renew(batch) if r is not None]
+            except DatabaseError as exc:
+                store().connection_close()  # retried on a new connection
+                gone = [r for r in batch if not r.unreachable(exc)]
+            with self._cond:
+                for r in gone:
+                    self._held.pop(id(r), None)
+        store().connection_release()
 
 
-_lazy_starter = _LazyStarter()
+def _renew_runs(batch: list[LeaseRenewer]) -> list[LeaseRenewer | None]:
+    """Renew the run leases of `batch`; returns the lost ones (None for each kept)."""
+    expires = {r: r.clock() + r.ttl for r in batch}
+    renewed = store().run_leases_renew([(r.run_id, r.fence, expires[r]) for r in batch])
+    return [None if r.renewed(r.run_id in renewed, expires_at=expires[r]) else r for r in batch]
+
+
+def _renew_keys(batch: list[KeyRenewal]) -> list[KeyRenewal | None]:
+    now = {r: r.clock() for r in batch}
+    expires = {r: now[r] + r.ttl for r in batch}
+    leases = [(r.held.key, r.held.owner, r.held.token, now[r], expires[r]) for r in batch]
+    renewed = store().keyed_leases_renew(leases)
+    return [None if r.renewed(r.held.key in renewed, expires_at=expires[r]) else r for r in batch]
+
+
+_renewals = _Renewals()
 
 
 def _one_line(exc: BaseException) -> str:

@@ -8,7 +8,7 @@ from django.db import DEFAULT_DB_ALIAS, connections, models, transaction
 from django.db.models import F
 from django.utils.dateparse import parse_datetime
 
-from runs.models import Attempt, Decision, PoolSlot, PoolWaiter, TaskRun
+from runs.models import Attempt, Decision, Lease, PoolSlot, PoolWaiter, TaskRun
 from tasks.models import TriggerRule
 
 
@@ -62,6 +62,13 @@ class OrmStore:
     def connection_close(self) -> None:
         """Close this thread's connection (a background thread before it ends, or after an error)."""
         _db().close()
+
+    def connection_release(self) -> None:
+        """Give this thread's connection back where a pool holds it (DATABASES OPTIONS "pool"), so a
+        thread that waits (a skill, a renewal period) holds none; elsewhere keep it for the next write."""
+        db = _db()
+        if db.settings_dict.get("OPTIONS", {}).get("pool") and not db.in_atomic_block:
+            db.close()
 
     def in_transaction(self) -> bool:
         return _db().in_atomic_block
@@ -150,15 +157,30 @@ class OrmStore:
         _claimed(run, worker=worker, now=now)
         return attempt
 
-    def lease_renew(self, *, run_id: int, fence: int, expires_at: datetime) -> bool:
-        """Extend the run lease while `fence` holds it, and the attempt's pool slots with it (they
-        live as long as the lease). False: the lease was lost."""
-        renewed = TaskRun.objects.filter(id=run_id, fence=fence, state=TaskRun.State.RUNNING).update(
-            lease_expires_at=expires_at
-        )
-        if renewed:
-            PoolSlot.objects.filter(run_id=run_id, fence=fence).update(expires_at=expires_at)
-        return bool(renewed)
+    def run_leases_renew(self, leases: list[tuple[int, int, datetime]]) -> set[int]:
+        """Extend each (run id, fence, new expiry) lease while its fence holds it, and its attempt's
+        pool slots with it; returns the run ids renewed (a missing one was lost)."""
+        renewed = set()
+        with transaction.atomic():
+            for run_id, fence, expires_at in leases:
+                if TaskRun.objects.filter(id=run_id, fence=fence, state=TaskRun.State.RUNNING).update(
+                    lease_expires_at=expires_at
+                ):
+                    PoolSlot.objects.filter(run_id=run_id, fence=fence).update(expires_at=expires_at)
+                    renewed.add(run_id)
+        return renewed
+
+    def keyed_leases_renew(self, leases: list[tuple[str, str, int, datetime, datetime]]) -> set[str]:
+        """Extend each (key, owner, token, now, new expiry) keyed lease still held by that owner and
+        token and not expired at `now`; returns the keys renewed."""
+        renewed = set()
+        with transaction.atomic():
+            for key, owner, token, now, expires_at in leases:
+                if Lease.objects.filter(key=key, owner=owner, token=token, expires_at__gt=now).update(
+                    expires_at=expires_at
+                ):
+                    renewed.add(key)
+        return renewed
 
     def fence_holds(self, *, run_id: int, fence: int) -> bool:
         """Inside a transaction: whether `fence` still holds the run's lease, with the row locked

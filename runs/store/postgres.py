@@ -236,6 +236,21 @@ class PostgresStore(OrmStore):
         _claimed(run, worker=worker, now=now)
         return attempt
 
+    def run_leases_renew(self, leases: list[tuple[int, int, datetime]]) -> set[int]:
+        if not leases:
+            return set()
+        ids, fences, expires = (list(column) for column in zip(*leases, strict=True))
+        with _execute("run_leases_renew", {"ids": ids, "fences": fences, "expires_at": expires}) as cur:
+            return {row[0] for row in cur.fetchall()}
+
+    def keyed_leases_renew(self, leases: list[tuple[str, str, int, datetime, datetime]]) -> set[str]:
+        if not leases:
+            return set()
+        keys, owners, tokens, nows, expires = (list(column) for column in zip(*leases, strict=True))
+        params = {"keys": keys, "owners": owners, "tokens": tokens, "nows": nows, "expires_at": expires}
+        with _execute("keyed_leases_renew", params) as cur:
+            return {row[0] for row in cur.fetchall()}
+
     def run_succeed(
         self, run: TaskRun, attempt: Attempt, result: Any, *, now: datetime, release_worker: str | None
     ) -> Succeeded:

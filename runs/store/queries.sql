@@ -152,6 +152,32 @@ WITH {plain_admission},
 {plain_slots}
 SELECT (SELECT id FROM attempt), (SELECT plain FROM admit)
 
+-- run_leases_renew --
+-- The process's renewal pass: extend each run lease while its fence holds it, and the attempt's pool
+-- slots with it (they live as long as the lease). Returns the runs renewed; a missing one was lost.
+WITH renewed AS (
+    UPDATE runs_taskrun t
+       SET lease_expires_at = v.expires_at
+      FROM unnest(%(ids)s::bigint[], %(fences)s::bigint[], %(expires_at)s::timestamptz[]) AS v(id, fence, expires_at)
+     WHERE t.id = v.id AND t.fence = v.fence AND t.state = 'running'
+ RETURNING t.id, t.fence, t.lease_expires_at
+),
+slots AS (
+    UPDATE runs_poolslot s SET expires_at = r.lease_expires_at
+      FROM renewed r
+     WHERE s.run_id = r.id AND s.fence = r.fence
+)
+SELECT id FROM renewed
+
+-- keyed_leases_renew --
+-- Extend each keyed lease ("object:<key>") still held by its owner and token and not expired.
+UPDATE runs_lease l
+   SET expires_at = v.expires_at
+  FROM unnest(%(keys)s::varchar[], %(owners)s::varchar[], %(tokens)s::bigint[], %(nows)s::timestamptz[],
+              %(expires_at)s::timestamptz[]) AS v(key, owner, token, now, expires_at)
+ WHERE l.key = v.key AND l.owner = v.owner AND l.token = v.token AND l.expires_at > v.now
+RETURNING l.key
+
 -- run_succeed --
 -- The attempt succeeded: the run is done with its result and its lease released, only while the
 -- attempt's fence holds it; the attempt's outcome only then (a fenced-out attempt keeps its own).

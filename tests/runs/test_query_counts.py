@@ -17,6 +17,7 @@ from deadletters.models import Alert
 from harness_site.broker import DISPATCHED_HEADER, RUN_HEADER, SENT_AT_HEADER
 from runs import executor
 from runs.claims import Work, run_claim
+from runs.leases import LeaseRenewer, _renewals, run_lease_claim
 from runs.models import Decision, TaskRun
 from tasks.models import TriggerRule
 from tasks.triggers.scheduler import scheduler_tick
@@ -125,14 +126,31 @@ def test_one_execution_of_a_noop_run_costs_a_fixed_number_of_statements():
     assert (attempt.outcome, attempt.fence, attempt.finished_at) == ("succeeded", 1, run.finish_at)
 
 
-def test_the_lease_renewer_starts_no_thread_for_a_skill_that_finishes_within_its_ttl():
+def test_a_run_starts_no_thread_of_its_own_for_its_lease():
     import threading
 
     run = run_claim(work("q:thread"), now=timezone.now(), dispatch=False).run
     before = {t.name for t in threading.enumerate()}
     executor.run_execute(run_id=run.id, worker="w", clock=timezone.now)
     started = {t.name for t in threading.enumerate()} - before
-    assert not any(name.startswith("lease-renewer-") and name != "lease-renewer-starter" for name in started)
+    assert started <= {"lease-renewals"}, started  # the process's one renewal thread, at most
+
+
+def test_one_renewal_pass_renews_every_lease_the_process_holds_in_one_statement():
+    now = timezone.now()
+    renewers = []
+    for i in range(50):
+        run = run_claim(work(f"q:renew:{i}"), now=now, dispatch=False).run
+        assert run_lease_claim(run, worker="w", now=now) is not None
+        renewers.append(LeaseRenewer(run_id=run.id, fence=run.fence, ttl=timedelta(seconds=60), clock=lambda: now))
+
+    with CaptureQueriesContext(connection) as queries:
+        _renewals.renew(renewers)
+
+    assert len(queries) == {"postgresql": 1, "sqlite": 2 + 2 * 50}[connection.vendor]  # SQLite: one transaction
+    assert not any(r.lost.is_set() for r in renewers)
+    expires = set(TaskRun.objects.filter(biz_key__startswith="q:renew:").values_list("lease_expires_at", flat=True))
+    assert expires == {now + timedelta(seconds=60)}
 
 
 # --- tick -------------------------------------------------------------------------------------------

@@ -15,6 +15,7 @@ import pytest
 from django.db import transaction
 
 from runs.claims import Work, run_claim
+from runs.leases import lease_acquire
 from runs.models import Attempt, Decision, PoolSlot, PoolWaiter, TaskRun
 from runs.store import NotPlain, store
 from runs.store.postgres import parse_queries, queries
@@ -182,17 +183,29 @@ def test_renewal_and_fenced_writes_hold_only_while_the_fence_does():
         expires_at=T0,
     )
     later = T0 + timedelta(minutes=10)
-    assert store().lease_renew(run_id=run.id, fence=run.fence, expires_at=later)
+    assert store().run_leases_renew([(run.id, run.fence, later), (10**12, 1, later)]) == {run.id}
     assert PoolSlot.objects.get(run=run).expires_at == later
     with transaction.atomic():
         assert store().fence_holds(run_id=run.id, fence=run.fence)
     TaskRun.objects.filter(id=run.id).update(fence=run.fence + 1)  # taken by the sweeper
-    assert not store().lease_renew(run_id=run.id, fence=run.fence, expires_at=later)
+    assert store().run_leases_renew([(run.id, run.fence, later)]) == set()
     with transaction.atomic():
         assert not store().fence_holds(run_id=run.id, fence=run.fence)
     assert not store().run_fenced_update(run, last_error="late")
     done = store().run_succeed(run, attempt, {"ok": 1}, now=later, release_worker=None)
     assert not done.written and fresh(run).state == TaskRun.State.RUNNING
+
+
+@pytestmark_db
+def test_keyed_leases_are_renewed_only_for_their_owner_and_token_until_they_expire():
+    held = lease_acquire(key="object:c", owner="w1", ttl=timedelta(seconds=30), now=T0)
+    later = T0 + timedelta(seconds=10)
+    leases = [("object:c", "w1", held.token, later, later + timedelta(seconds=30))]
+    assert store().keyed_leases_renew(leases) == {"object:c"}
+    assert store().keyed_leases_renew([("object:c", "w2", held.token, later, later)]) == set()
+    assert store().keyed_leases_renew([("object:c", "w1", held.token + 1, later, later)]) == set()
+    expired = later + timedelta(seconds=31)
+    assert store().keyed_leases_renew([("object:c", "w1", held.token, expired, expired)]) == set()
 
 
 @pytestmark_db
