@@ -9,6 +9,7 @@ from django.urls import reverse
 from django.utils import translation
 
 from tasks.models import TriggerRule
+from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.django_db
 
@@ -44,13 +45,11 @@ def _reset_language():
 
 @pytest.fixture
 def rule() -> TriggerRule:
-    return TriggerRule.objects.create(
-        name="daily-report",
-        reason="test",
+    return make_rule(
+        "daily-report",
         kind=TriggerRule.Kind.CRON,
         cron="0 9 * * *",
         timezone="Asia/Shanghai",
-        skill="harness.noop",
         dedupe_key_template="{rule}:{business_date}",
     )
 
