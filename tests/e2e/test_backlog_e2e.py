@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from runs.claims import Work, run_claim
 from runs.models import TaskRun
-from tests.e2e.helpers import make_rule, wait_ticking
+from tests.e2e.helpers import recording_rule, wait_ticking
 from tests.support.processes import wait_for
 
 pytestmark = [pytest.mark.e2e]
@@ -34,7 +34,7 @@ POLICY = {"max_attempts": 3, "backoff_base_seconds": 1.0, "max_delay_seconds": 2
 
 
 def test_a_deep_backlog_is_not_sent_twice_and_the_schedule_keeps_time_once_it_drains(harness):
-    ticker = make_rule("ticker", kind="interval", interval_seconds=2, skill="harness.noop")
+    ticker = recording_rule("ticker", kind="interval", interval_seconds=2, skill="harness.noop")
     now = timezone.now()
     for i in range(BACKLOG):
         work = Work(

@@ -20,7 +20,7 @@ from runs.claims import Work, run_claim
 from runs.models import Attempt, ExternalCall, TaskRun
 from tasks.models import GLOBAL_POOL, Agent, Pool
 from tasks.rules import keys
-from tests.e2e.helpers import RUN_TIMEOUT, START_TIMEOUT, make_rule
+from tests.e2e.helpers import RUN_TIMEOUT, START_TIMEOUT, recording_rule
 from tests.support.fake_model import FakeModelServer, Reply, json_completion
 from tests.support.processes import wait_for
 
@@ -49,7 +49,7 @@ def pool(name: str, **limits) -> Pool:
 
 
 def rule_with(name: str, *pools: Pool, seconds: float = 0.3, **fields):
-    rule = make_rule(name, kind="interval", interval_seconds=3600, enabled=False, skill="harness.sleep", **fields)
+    rule = recording_rule(name, kind="interval", interval_seconds=3600, enabled=False, skill="harness.sleep", **fields)
     rule.params = {"seconds": seconds}
     rule.save()
     rule.pools.set(pools)
@@ -248,7 +248,9 @@ def test_a_provider_answering_429_with_retry_after_slows_the_pool_and_nothing_is
         server.respond(
             *[Reply(429, '{"error": "slow down"}', {"Retry-After": str(retry_after)})] * 2, json_completion(GOOD)
         )
-        rule = make_rule("llm", kind="interval", interval_seconds=3600, enabled=False, skill="llm_json", agent=agent)
+        rule = recording_rule(
+            "llm", kind="interval", interval_seconds=3600, enabled=False, skill="llm_json", agent=agent
+        )
         payload = {
             "params": {"prompt": "Summarise {topic}.", "topic": "the queue", "action": "harness.record"},
             "policy": POLICY,

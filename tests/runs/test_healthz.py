@@ -9,7 +9,7 @@ from django.utils import timezone
 from harness_site.celery import app
 from runs.models import SchedulerTick
 from runs.selectors import scheduler_health
-from tasks.models import TriggerRule
+from tests.support.rules import make_rule
 from tests.support.servers import free_port
 
 
@@ -18,10 +18,7 @@ def _ticked(at):
 
 
 def _rule(due):
-    rule = TriggerRule.objects.create(
-        name="hourly", reason="t", kind="interval", interval_seconds=3600, timezone="UTC", skill="harness.noop"
-    )
-    TriggerRule.objects.filter(pk=rule.pk).update(next_fire_at=due)
+    make_rule("hourly", interval_seconds=3600, due=due)
 
 
 @pytest.mark.django_db

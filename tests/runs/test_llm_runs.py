@@ -23,6 +23,7 @@ from tasks.models import Agent, DiagnosticRecord, Pool
 from tasks.skills.actions import action
 from tasks.skills.sdk import ErrorKind, SkillContext
 from tests.support.fake_model import FakeModelServer, Reply, completion, json_completion
+from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -451,16 +452,11 @@ def test_it_refuses_approval_to_a_user_without_the_permission(server, client, dj
 
 
 def test_it_runs_a_trial_of_an_llm_rule_as_a_dry_run_with_the_rules_agent_and_schema(server):
-    from tasks.models import TriggerRule
     from tasks.triggers.operator import rule_fire
 
     server.respond(json_completion(GOOD))
-    rule = TriggerRule.objects.create(
-        name="summaries",
-        reason="test",
-        kind="interval",
-        interval_seconds=60,
-        timezone="UTC",
+    rule = make_rule(
+        "summaries",
         skill="llm_json",
         agent=make_agent(server),
         output_schema=SCHEMA,

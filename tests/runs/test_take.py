@@ -17,7 +17,7 @@ from runs.models import Attempt, PoolSlot, TaskRun
 from tasks.models import GLOBAL_POOL, Pool
 from tasks.models.rule import DEFAULT_LEASE_TTL_SECONDS
 from tasks.rules import keys
-from tests.support.desk import make_rule
+from tests.support.desk import daily_report
 
 pytestmark = [
     pytest.mark.django_db,
@@ -117,7 +117,7 @@ def test_the_lease_is_as_long_as_run_lease_ttl_says(policy):
 
 @pytest.mark.parametrize("obstacle", ["object key", "start window", "agent", "not due", "limited pool"])
 def test_a_run_with_something_in_its_way_is_read_and_not_claimed(obstacle):
-    rule = make_rule(name="take-rule")
+    rule = daily_report(name="take-rule")
     kwargs = {"rule": rule}
     if obstacle == "object key":
         kwargs["object_key"] = "invoice-1"
@@ -155,7 +155,7 @@ def test_no_such_run():
 
 @pytest.mark.parametrize("obstacle", ["object key", "limited pool"])
 def test_the_executor_still_runs_a_run_that_takes_the_full_path(obstacle):
-    rule = make_rule(name="take-full")
+    rule = daily_report(name="take-full")
     if obstacle == "limited pool":
         rule.pools.set([Pool.objects.create(name="limited", reason="test", max_concurrency=5)])
     run = claim(f"take:full:{obstacle}", rule=rule, object_key="invoice-2" if obstacle == "object key" else "")

@@ -33,6 +33,7 @@ from tasks.rules import keys
 from tests.support.desk import client_for, make_user
 from tests.support.fake_model import FakeModelServer, Reply, completion
 from tests.support.receiver import start_receiver
+from tests.support.rules import make_rule
 from tests.support.secret_forms import forms, found
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -146,10 +147,7 @@ def test_no_form_of_the_key_surfaces_anywhere(server, receiver, monkeypatch, cap
         name="writer", provider="openai", base_url=server.base_url, model="gpt-test", api_key_env=KEY_ENV,
         store_prompts=True, connect_timeout_seconds=2.0, read_timeout_seconds=5.0,
     )  # fmt: skip
-    rule = TriggerRule.objects.create(
-        name="summaries", reason="test", kind="interval", interval_seconds=60, timezone="UTC", skill="llm_json",
-        agent=agent, output_schema=SCHEMA,
-    )  # fmt: skip
+    rule = make_rule("summaries", skill="llm_json", agent=agent, output_schema=SCHEMA)
     summary = json.dumps({"summary": f"echo {ECHO_IN_JSON}"})
 
     # 1. A success whose stored result, checkpoint and action record carry the echo.
