@@ -525,14 +525,14 @@ def test_a_lost_worker_alerts_like_a_failed_attempt():
 
 
 def test_the_periodic_check_requeues_due_retries_and_lost_first_tries_only(receiver):
-    from deadletters.alerts import REDISPATCH_AFTER, alert_redispatch_due
+    from deadletters.alerts import ALERT_REDISPATCH_AFTER, alert_redispatch_due
 
     webhook(receiver)
     dead_letter(failed_run())
     [alert] = Alert.objects.filter(channel__isnull=False)
     # Its on-commit message is on its way: not re-sent until it looks lost.
-    assert alert_redispatch_due(now=T0 + REDISPATCH_AFTER - timedelta(seconds=1)) == []
-    assert alert_redispatch_due(now=T0 + REDISPATCH_AFTER) == [alert.id]
+    assert alert_redispatch_due(now=T0 + ALERT_REDISPATCH_AFTER - timedelta(seconds=1)) == []
+    assert alert_redispatch_due(now=T0 + ALERT_REDISPATCH_AFTER) == [alert.id]
 
     receiver.status = 500
     alert_deliver_due(now=T0)  # first try fails: a retry is due after the backoff, no message in flight
