@@ -1,4 +1,4 @@
-"""A backlog deeper than the sweeper's re-dispatch delay is not sent twice (issue 15).
+"""A backlog deeper than the sweeper's re-dispatch delay is not sent twice.
 
 Reported: with 2,400 queued runs the old sweeper re-sent every run still queued after 30 s (it could not
 tell a lost message from a queued one), 1,511 wasted executions, and scheduled runs started up to 45 s

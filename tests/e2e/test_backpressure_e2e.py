@@ -1,4 +1,4 @@
-"""Backpressure end to end (issue 11, "Must show"): a burst above the high watermark sheds only
+"""Backpressure end to end: a burst above the high watermark sheds only
 recomputable triggers, each with a decision; no one-time input is lost; coalesced triggers run once
 with the newest payload; intake resumes below the low watermark. Real worker and beat processes."""
 

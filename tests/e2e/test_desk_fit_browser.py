@@ -1,5 +1,5 @@
 """The desk as an operator and an on-call engineer see it in headless Chromium, on a laptop (1440x900)
-and a phone (390x844), in English and zh-Hans, light and dark (issue 14): pages that do not scroll
+and a phone (390x844), in English and zh-Hans, light and dark: pages that do not scroll
 sideways, every time labelled with its zone, the rule's history strip as links, live refresh that
 shows a trial run's outcome without a reload. With SAVE_SCREENSHOTS=1 it refreshes docs/screenshots."""
 

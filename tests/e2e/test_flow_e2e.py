@@ -1,4 +1,4 @@
-"""Flow control with real processes (issue 11): two Celery workers of two pool processes each (4
+"""Flow control with real processes: two Celery workers of two pool processes each (4
 worker processes), a beat for the sweeper, the real database and broker. Pools are enforced across
 all of them through the database; concurrency is measured from Attempt start and finish times.
 

@@ -1,4 +1,4 @@
-"""Pool admission (issue 11) at the service level: the executor in-process with an explicit clock and
+"""Pool admission at the service level: the executor in-process with an explicit clock and
 the real database. A run takes a slot in every pool it draws from before its lease, waits unstarted
 (no attempt, no lease) when it gets none, and a release hands the slot to the next waiting run in
 round-robin order across keys. Transactional, so dispatch hooks really fire.

@@ -1,5 +1,5 @@
 # ruff: noqa: F811  (pytest fixtures imported from tests.support.desk are redefined as arguments)
-"""What operators see of flow control (issue 11): the pool admin (audited, Operators may edit, the
+"""What operators see of flow control: the pool admin (audited, Operators may edit, the
 global pool stays), the flow page, explain's "why is this run waiting", /healthz and the dashboard."""
 
 from datetime import UTC, datetime, timedelta

@@ -74,7 +74,7 @@ def test_it_answers_503_json_with_a_reason_when_the_database_is_unreachable(clie
     assert response.json() == {"ok": False, "reason": "database unreachable", "detail": response.json()["detail"]}
 
 
-# --- workers (issue 15): alive but not consuming, or not responding ------------------------------
+# --- workers: alive but not consuming, or not responding ----------------------------------------
 
 
 def _worker(name: str, *, beat_age: float, progress_age: float, stall: float = 60.0, stopping: bool = False):

@@ -1,7 +1,7 @@
 """llm_json runs end to end at the service level: the executor in-process with an explicit clock,
 the real database, and a real HTTP model provider on loopback.
 
-Covers the model boundary of issue 5: recorded calls, retries by error kind (Retry-After as a
+Covers the model boundary: recorded calls, retries by error kind (Retry-After as a
 floor), dead letters with the raw output, checkpointed steps that resume after a lost worker,
 dry runs, hourly budgets and actions that wait for approval.
 """
@@ -510,7 +510,7 @@ def test_it_expires_approvals_from_the_periodic_sweep(server):
     assert fresh(run).state == TaskRun.State.FAILED and DeadLetter.objects.filter(run=run).exists()
 
 
-# --- provider pacing through the agent's pool (issue 11) ---------------------------------------
+# --- provider pacing through the agent's pool ---------------------------------------------------
 
 
 def test_a_429_with_retry_after_pauses_the_agents_pool_and_the_run_waits_without_counting_an_attempt(server):

@@ -1,4 +1,4 @@
-"""The hot path's statements are prepared once per PostgreSQL connection (runs/sql.py, issue 12):
+"""The hot path's statements are prepared once per PostgreSQL connection (runs/sql.py):
 planning those CTEs cost more than running them. What is checked here is what the server says it
 holds (pg_prepared_statements), that a statement is planned once and then reused, that the switch
 turns it off, and that a rollback (which makes psycopg drop every prepared statement) loses nothing.

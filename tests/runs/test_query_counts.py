@@ -1,5 +1,5 @@
 # ruff: noqa: F811  (pytest fixtures imported from tests.support.desk are redefined as arguments)
-"""How many SQL statements the hot paths cost (issue 12): the claim, one execution, the tick per due
+"""How many SQL statements the hot paths cost: the claim, one execution, the tick per due
 slot, and every operator page. Counts, not timings: a regression shows up here, on both databases.
 
 Transaction control (BEGIN/COMMIT) is not a statement Django captures; savepoints are.

@@ -1,4 +1,4 @@
-"""runs.leases.run_take (issue 12): the worker's first statement reads the run and, when nothing stands
+"""runs.leases.run_take: the worker's first statement reads the run and, when nothing stands
 in its way, claims it too. Claimed: exactly what the read-then-claim path writes (state, fence,
 attempts, lease, the attempt row, a slot in each pool), and the lease as long as run_lease_ttl says.
 Not claimed: the row as it is, nothing written, for the executor's full path.

@@ -1,4 +1,4 @@
-"""zh-Hans is complete (issue 14, item 5): every admin page, rendered for a browser that asks for
+"""zh-Hans is complete: every admin page, rendered for a browser that asks for
 Simplified Chinese, shows no English UI string. Data values (names, keys, skills, errors the data
 carries) are excepted: every string stored in the database is allowed, and so are identifiers
 (anything with _ . / : = { } or a digit) and the technical words of docs/glossary.md's keep list."""

@@ -1,4 +1,4 @@
-"""Issue 10, finding 11: no admin page or desk button answers a 500, whatever the id, the query or the
+"""No admin page or desk button answers a 500, whatever the id, the query or the
 form says; as a superuser and as an Operator, on SQLite and PostgreSQL."""
 
 import pytest

@@ -1,4 +1,4 @@
-"""Every bad input to the flags/ping API and /healthz is a 4xx with a reason, never a 500 (issue 10, finding 6).
+"""Every bad input to the flags/ping API and /healthz is a 4xx with a reason, never a 500.
 
 NUL characters (PostgreSQL refuses them in text), NaN and deep JSON, wrong content types, wrong
 methods and lying Content-Length headers. Marked `backend`: the NUL cases only failed on PostgreSQL.

@@ -165,7 +165,7 @@ def test_a_flag_set_through_the_command_lets_a_waiting_slot_run():
     assert explain("waiting", T0)["outcome"] == "run"
 
 
-# --- a paused rule's slots (bug 15) --------------------------------------------------------
+# --- a paused rule's slots ---------------------------------------------------------------
 
 
 def _paused(name: str = "paused", **over) -> TriggerRule:

@@ -124,7 +124,7 @@ def test_a_heartbeat_ping_through_the_api(client):
     assert wrong.status_code == 400 and "not a heartbeat rule" in wrong.json()["error"]
 
 
-# Finding 10: "$" matches before a trailing newline, and a scope was any text: a flag could forge log lines.
+# "$" matches before a trailing newline, and a scope was any text: a flag could forge log lines.
 @pytest.mark.parametrize(
     ("body", "field"),
     [

@@ -162,7 +162,7 @@ def test_a_work_for_a_rule_outside_its_namespace_is_refused():
         )
 
 
-# --- finding 3: time-derived placeholders in event keys ---------------------------------------
+# --- time-derived placeholders in event keys ----------------------------------------------------
 
 
 def test_an_event_key_with_business_date_is_refused_without_the_rule_option():

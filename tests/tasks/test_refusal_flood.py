@@ -1,4 +1,4 @@
-"""Refusals before authentication are counted, not stored one by one (issue 10, finding 4).
+"""Refusals before authentication are counted, not stored one by one.
 
 1,000 unauthenticated refused requests (bad signatures, unknown and made-up sources, missing headers,
 stale timestamps, oversized bodies) through the real URL and the real database must add a bounded

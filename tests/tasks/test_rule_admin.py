@@ -109,7 +109,7 @@ def test_it_creates_a_one_time_rule_from_a_valid_post(admin_client):
     assert rule.next_fire_at == rule.run_at
 
 
-# --- a one-time rule's run-at is typed on the rule zone's wall clock (bug 13) ------------------
+# --- a one-time rule's run-at is typed on the rule zone's wall clock -----------------------------
 
 
 def _once(**over) -> dict:

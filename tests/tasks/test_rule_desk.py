@@ -279,7 +279,7 @@ def test_it_confirms_a_backfill_with_its_count_then_creates_paced_runs(operator_
     assert (audit.details["created"], audit.reason) == (10, "late data")
 
 
-# --- the confirmation executes exactly the plan it showed (bug 14) ----------------------------
+# --- the confirmation executes exactly the plan it showed -----------------------------------
 
 BACKFILL_3 = {"start": "2026-01-01", "end": "2026-01-03", "spacing": "10", "reason": "late data"}
 BACKFILL_8 = {"start": "2026-01-01", "end": "2026-01-08", "spacing": "0", "reason": "more"}

@@ -1,4 +1,4 @@
-"""Every place a secret could surface, searched for every form of it (issue 10, finding 9, "Must show").
+"""Every place a secret could surface, searched for every form of it.
 
 A careless provider echoes the agent's key back, raw and in every common escaping (JSON \\u and \\/,
 a JSON string inside JSON, repr, URL-encoded, HTML entities, base64 alone and inside a Basic value,

@@ -1,4 +1,4 @@
-"""A tick starts the slots due before the next beat wake-up on their exact instant (issue 12).
+"""A tick starts the slots due before the next beat wake-up on their exact instant.
 
 The clock and the sleep are fakes: the test asserts what the tick does (when it ticks again, which
 slots it claims, with which trigger time), never how long anything took.

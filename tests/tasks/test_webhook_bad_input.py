@@ -1,4 +1,4 @@
-"""No unauthenticated 500 from the webhook (issue 10, finding 6): each bad input is a 4xx with a reason.
+"""No unauthenticated 500 from the webhook: each bad input is a 4xx with a reason.
 
 A huge Content-Length (once over a real socket), a NUL byte in the delivery id or the source name
 (PostgreSQL refuses NUL in text), NaN, Infinity, 1e999, NUL, lone surrogates and very deep JSON in a
