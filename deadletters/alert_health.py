@@ -1,6 +1,7 @@
 """Can alerts reach anyone? Per channel: when it last delivered, its last error, and whether it can
 deliver at all (an email channel with no recipients while ADMINS is unset cannot). For the alert
-channel list and the dashboard card "urgent alerts undeliverable" (issue 14, item 7). Read-only."""
+channel list and the dashboard card "urgent alerts undeliverable": an alert nobody can receive is
+only noticed here. Read-only."""
 
 from datetime import datetime, timedelta
 

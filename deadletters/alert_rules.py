@@ -48,7 +48,7 @@ def retry_severity(*, attempt: int, max_attempts: int) -> str | None:
 # Events other than retries have one fixed severity each.
 EVENT_SEVERITY = {
     FINAL_FAILURE: URGENT,
-    # The slot will not run at all: the report nobody gets (DESIGN.md, "missed").
+    # The slot will not run at all: a missed report goes unnoticed unless someone is told now.
     SLOT_EXPIRED: URGENT,
     # Missed slots follow the rule's own catch-up policy, which the operator chose; after an
     # outage there may be hundreds, and the storm summary keeps them readable.

@@ -27,8 +27,10 @@ ALERT_FIELDS = frozenset(rules.PAYLOAD_FIELDS)
 # A delivery in progress holds its row this long (longer than any send's timeout), so the periodic
 # sweep and the on-commit task never send one alert twice.
 DELIVERY_CLAIM = timedelta(seconds=60)
-# A first try's on-commit message normally reaches a worker within seconds; re-send only after this.
-REDISPATCH_AFTER = timedelta(seconds=30)
+# A first try whose on-commit message has not been answered this long is sent again. Longer than a run's
+# re-send delay (HARNESS_REDISPATCH_SECONDS) on purpose: nothing here looks into the queue, so the delay
+# alone must outlast a normal wait behind runs on the default queue (docs/architecture.md, "Lost messages").
+ALERT_REDISPATCH_AFTER = timedelta(seconds=30)
 DELIVER_BATCH = 200
 # Sent, folded and failed outbox rows are kept this long, then pruned in bounded batches.
 ALERT_RETENTION = timedelta(days=30)
@@ -369,11 +371,11 @@ def alert_deliver_due(*, now: datetime, limit: int = DELIVER_BATCH) -> dict:
 
 def alert_redispatch_due(*, now: datetime, limit: int = DELIVER_BATCH) -> list[int]:
     """The pending alerts a worker should be told about again: retries that came due, and first
-    tries whose on-commit message seems lost (REDISPATCH_AFTER). Sending is left to the delivery
+    tries whose on-commit message seems lost (ALERT_REDISPATCH_AFTER). Sending is left to the delivery
     task on the default queue, so a slow receiver never holds up the control worker (ticks)."""
     return list(
         Alert.objects.filter(state=Alert.State.PENDING, next_attempt_at__lte=now)  # alert_due_idx
-        .filter(Q(attempts__gt=0) | Q(next_attempt_at__lte=now - REDISPATCH_AFTER))
+        .filter(Q(attempts__gt=0) | Q(next_attempt_at__lte=now - ALERT_REDISPATCH_AFTER))
         .order_by("next_attempt_at")
         .values_list("id", flat=True)[:limit]
     )

@@ -60,7 +60,7 @@ class DeadLetter(models.Model):
             # The desk's open backlog.
             models.Index(fields=["-created_at"], condition=Q(state="pending_manual"), name="deadletter_open_idx"),
             # The desk's list in its order (-created_at, then id): with it the join to each ticket's
-            # run is 100 primary-key look-ups, not a hash join over every run (issue 12).
+            # run is 100 primary-key look-ups, not a hash join over every run.
             models.Index(fields=["-created_at", "-id"], name="deadletter_recent_idx"),
         ]
         permissions = [

@@ -1,4 +1,4 @@
-"""How the desk shows time: every instant labelled with its zone (issue 14, item 1).
+"""How the desk shows time: every instant labelled with its zone, so no one reads UTC as local.
 
 Each operator picks a display zone, remembered per user (audit.DeskPreference):
 - "rule" (the default): where a rule is in context, its zone with UTC beside it; elsewhere UTC;

@@ -1,5 +1,5 @@
 """The 403 page in admin chrome: which permission was missing and which desk role grants it,
-instead of a bare "403 Forbidden" (issue 14, item 6)."""
+instead of a bare "403 Forbidden", so the operator knows whom to ask."""
 
 from django.contrib import admin
 from django.contrib.auth.models import Permission

@@ -10,7 +10,7 @@ from tasks.views import flags_clear_view, flags_list_view, flags_set_view, ping_
 admin.site.site_header = "Agent Harness"
 admin.site.site_title = "Agent Harness"
 admin.site.index_title = _("Operations")
-# The desk's tables need the width (1440 px laptops, issue 14): the index and breadcrumbs navigate.
+# The desk's tables need the width (on a 1440 px laptop): the index and breadcrumbs navigate.
 admin.site.enable_nav_sidebar = False
 
 urlpatterns = [

@@ -1,4 +1,4 @@
-"""Approvals: a skill's proposed actions (issue 5) and the catch-up gate (issue 3).
+"""Approvals: a skill's proposed actions and the catch-up gate.
 
 Every decision is a compare-and-set on the proposal's (or run's) state, so a double-click or two
 people deciding at once act once: the loser gets `False` (or 0) and nothing changes. Approving a

@@ -1,7 +1,7 @@
 """Beat's scheduler: django-celery-beat's DatabaseScheduler, with the scheduler tick on the boundary.
 
 An interval entry fires `every` seconds after it last fired, at whatever phase beat started with, so
-a slot due on the second waited up to a whole tick for the next wake-up (issue 12, goal 3). The
+a slot due on the second waited up to a whole tick for the next wake-up. The
 tick's entry fires on multiples of its interval since the epoch instead (12:00:01.000, 12:00:02.000,
 ...): every whole-second slot (interval rules are epoch-aligned, cron on the minute) is claimed the
 instant it is due, and the tick never needs to sleep to the instant in a worker process that runs

@@ -125,7 +125,7 @@ def duration_text(delta) -> str:
     return _("%(n).1f h") % {"n": s / 3600} if abs(s) < 86400 else _("%(n).1f days") % {"n": s / 86400}
 
 
-# --- Flow control (issue 11): pressure per pool, saturation, why a run waits. ---
+# --- Flow control: pressure per pool, saturation, why a run waits. ---
 
 # Decision reasons written by backpressure (shed) and coalescing; counted whether or not they exist yet.
 SHED_REASONS = ("shed", "coalesced")

@@ -1,7 +1,7 @@
 """Out of the box, urgent alerts (final failures, expired slots, a stalled scheduler) mail ADMINS.
 
 The channel is installed disabled while ADMINS is unset: it would fail every urgent alert of a
-fresh install (issue 14). Set ADMINS, then enable it under Alert channels."""
+fresh install. Set ADMINS, then enable it under Alert channels."""
 
 from django.conf import settings
 from django.db import migrations

@@ -56,7 +56,7 @@ GROUPS = {
         "tasks.backfill_rule",
         "tasks.add_agent",
         "tasks.change_agent",
-        # Flow control: operators tune limits at runtime (issue 11).
+        # Flow control: operators tune limits at runtime, without a deploy.
         "tasks.add_pool",
         "tasks.change_pool",
         "runs.add_backpressure",

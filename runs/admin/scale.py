@@ -1,4 +1,4 @@
-"""Changelist pieces that stay fast with millions of runs (issue 12): a count estimated from the
+"""Changelist pieces that stay fast with millions of runs: a count estimated from the
 planner's statistics when nothing narrows the list, and list filters whose choices come from the
 small tables (rules, the error vocabulary), never from a DISTINCT over every run."""
 

@@ -1,4 +1,4 @@
-"""Issue 10, invariant 1: every biz_key of a rule lives under rule/<id>/<kind>/ (tasks.rules.keys).
+"""Invariant 1: every biz_key of a rule lives under rule/<id>/<kind>/ (tasks.rules.keys).
 
 Rewrites the keys of runs stored before, and the copies on their dead-letter tickets and event
 deliveries, so after the upgrade the same slot or event still renders the key its run already has.

@@ -1,4 +1,4 @@
-"""Issue 12: the runs changelist's biz_key search (icontains, i.e. UPPER(biz_key) LIKE UPPER('%x%'))
+"""The runs changelist's biz_key search (icontains, i.e. UPPER(biz_key) LIKE UPPER('%x%'))
 served by a trigram index instead of a scan of every run. PostgreSQL only (pg_trgm ships with it
 and is a trusted extension); SQLite, the embedded default, keeps scanning its small table. The
 index is not in the model state: Django cannot express an expression index with a trigram opclass

@@ -91,7 +91,7 @@ class Agent(models.Model):
         help_text=_("Empty: no token budget."),
     )
     # The provider's limit (requests per period, concurrent calls): every model call of a run using
-    # this agent draws from it, and a 429 Retry-After pauses it (issue 11).
+    # this agent draws from it, and a 429 Retry-After pauses it.
     pool = models.ForeignKey(
         "tasks.Pool",
         null=True,

@@ -13,7 +13,7 @@ from tasks.rules import events, signatures
 
 
 class TriggerSource(models.Model):
-    """Who may fire an event rule, and how its events are read (issue 3, item 7; docs/events.md).
+    """Who may fire an event rule, and how its events are read (docs/events.md).
 
     The HMAC secret is never stored: `secret_env` names the environment variable that holds it,
     so the database, the admin and the logs never see it. Only variables the deployment granted as

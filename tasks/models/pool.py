@@ -1,4 +1,4 @@
-"""Pools: named capacity that runs draw from (issue 11). Limits are data, read at admission, so an
+"""Pools: named capacity that runs draw from. Limits are data, read at admission, so an
 admin edit takes effect on the next admission without a restart.
 
 A pool limits how many runs hold a slot at once (`max_concurrency`) and/or how fast runs start (a

@@ -107,8 +107,8 @@ class TriggerRule(models.Model):
             "Placeholders: {rule} {slot} {business_date} and params; their values are escaped."
         ),
     )
-    # Finding 3 of issue 10: an event's {business_date} is the day it arrived, so it is allowed only
-    # when the rule asks for one run per object per day explicitly.
+    # An event's {business_date} is the day it arrived, not a day in the event: a key with it lets the
+    # same event run again tomorrow, so it is allowed only when the rule asks for that explicitly.
     event_key_by_date = models.BooleanField(
         _("event key by date"),
         default=False,
@@ -119,7 +119,7 @@ class TriggerRule(models.Model):
     )
     skill = models.CharField(_("skill"), max_length=100, help_text=_("Registered skill name, e.g. harness.noop."))
     params = models.JSONField(_("params"), default=dict, blank=True)
-    # The model binding the rule's skill calls (issue 5); PROTECT so a rule never loses its agent silently.
+    # The model binding the rule's skill calls; PROTECT so a rule never loses its agent silently.
     agent = models.ForeignKey(
         "tasks.Agent",
         null=True,
@@ -163,7 +163,7 @@ class TriggerRule(models.Model):
         help_text=_("Slots older than this when first seen are recorded as missed."),
     )
 
-    # --- Issue 3 guards: evaluated by tasks/rules/evaluation.py (pure), applied by tasks/triggers/slot.py. ---
+    # --- Guards: evaluated by tasks/rules/evaluation.py (pure), applied by tasks/triggers/slot.py. ---
     catchup_max_count = models.PositiveIntegerField(
         _("catchup max count"),
         null=True,
@@ -262,7 +262,7 @@ class TriggerRule(models.Model):
         verbose_name=_("pools"),
         help_text=_("Named pools the rule's runs take a slot in (besides the global pool) before they start."),
     )
-    # --- Issue 11 flow control: backpressure class and coalescing (tasks/rules/backpressure.py). ---
+    # --- Flow control: backpressure class and coalescing (tasks/rules/backpressure.py). ---
     recoverability = models.CharField(
         _("recoverability"),
         max_length=20,

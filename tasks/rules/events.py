@@ -184,7 +184,7 @@ def map_payload(payload: dict, mapping: Mapping) -> MappedEvent:
 
 
 def _declared(payload: dict, paths: Iterable[str], what: str) -> dict:
-    kept = {}
+    kept: dict[str, object] = {}
     for path in paths:
         value = lookup(payload, path)
         if value is _MISSING:

@@ -51,10 +51,6 @@ def action_get(name: str) -> Action:
         raise SkillError(ErrorKind.INVALID_PARAM, f"no action named {name!r}; registered: {known}") from None
 
 
-def action_names() -> list[str]:
-    return sorted(_actions)
-
-
 def effective_risk(registered: str, requested: str | None) -> str:
     """The higher of the action's own grade and the one the skill asked for."""
     if requested is None:

@@ -69,7 +69,7 @@ class BudgetWait(RunParked):
 
 class ProviderWait(BudgetWait):
     """The agent's provider pool is paused (a 429 Retry-After) or out of rate tokens: the run waits
-    until then, like a spent budget: no attempt counted, never dead-lettered for it (issue 11)."""
+    until then, like a spent budget: no attempt counted, never dead-lettered for it."""
 
     kind = "provider_wait"
 

@@ -11,7 +11,7 @@ from deadletters.models import DeadLetter
 from runs.models import TaskRun
 from tasks.models import ApiToken
 from tests.support.api import Api, api_for, assert_problem
-from tests.support.desk import make_failed_run, make_rule, make_user
+from tests.support.desk import daily_report, make_failed_run, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -80,7 +80,7 @@ READS = ["/api/v1/rules", "/api/v1/rules/{rule}", "/api/v1/runs", "/api/v1/runs/
 @pytest.mark.parametrize("group", sorted(ALLOWED))
 @pytest.mark.parametrize("call", sorted(calls("x", 0, 0, 0)))
 def test_each_role_may_write_what_the_admin_lets_it_and_nothing_else(group, call):
-    rule = make_rule()
+    rule = daily_report()
     run = make_failed_run(rule=rule)
     ticket = DeadLetter.objects.get(run=run).id
     pending = TaskRun.objects.create(
@@ -98,7 +98,7 @@ def test_each_role_may_write_what_the_admin_lets_it_and_nothing_else(group, call
 
 @pytest.mark.parametrize("group", sorted(ALLOWED))
 def test_every_role_reads(group):
-    rule = make_rule()
+    rule = daily_report()
     run = make_failed_run(rule=rule)
     api = api_for(make_user("u", group))
     for path in READS:
@@ -112,7 +112,7 @@ def test_a_user_in_no_group_reads_nothing():
 
 
 def test_a_token_acts_only_within_its_scopes():
-    rule = make_rule()
+    rule = daily_report()
     root = make_user("root", superuser=True)
     reader = api_for(root, scopes=["rules:read"])
     assert reader.get("/api/v1/rules").status_code == 200
@@ -163,7 +163,7 @@ def test_an_inactive_user_s_token_is_refused():
 
 
 def test_a_session_must_pass_the_csrf_check_for_writes():
-    rule = make_rule()
+    rule = daily_report()
     user = make_user("olga", "Operators")
     client = Client(enforce_csrf_checks=True)
     client.force_login(user)

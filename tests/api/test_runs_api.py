@@ -10,7 +10,7 @@ from django.utils import timezone
 from deadletters.models import DeadLetter
 from runs.models import Decision, TaskRun
 from tests.support.api import assert_problem
-from tests.support.desk import client_for, make_failed_run, make_rule, make_user
+from tests.support.desk import client_for, daily_report, make_failed_run, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -82,7 +82,7 @@ def test_bad_filters_are_problems_with_the_parameter(admin_api, params, field):
 
 
 def test_it_gets_a_run_with_its_attempts_decisions_and_tickets(admin_api):
-    rule = make_rule()
+    rule = daily_report()
     run = make_failed_run(rule=rule)
     run.slot = T0
     run.save(update_fields=["slot"])
@@ -130,7 +130,7 @@ def test_a_delayed_run_is_a_pending_run_due_later_and_a_repeat_returns_it(admin_
 
 
 def test_a_delayed_run_of_a_rule_carries_the_rule_and_reads_a_local_time_in_its_zone(admin_api):
-    rule = make_rule(params={"channel": "email"})
+    rule = daily_report(params={"channel": "email"})
     body = {"rule": rule.name, "run_at": "2027-03-28T02:30", "timezone": "Europe/Berlin", "idempotency_key": "k"}
     response = admin_api.post("/api/v1/runs", {**body, "params": {"to": "ops"}})
     assert response.status_code == 201, response.content
@@ -147,7 +147,7 @@ def test_a_delayed_run_of_a_rule_carries_the_rule_and_reads_a_local_time_in_its_
 
 
 def test_the_same_key_for_two_rules_or_a_skill_makes_distinct_runs(admin_api):
-    a, b = make_rule(name="a"), make_rule(name="b")
+    a, b = daily_report(name="a"), daily_report(name="b")
     for target in ({"rule": "a"}, {"rule": "b"}, {"skill": "harness.noop"}, {"skill": "harness.record"}):
         response = admin_api.post("/api/v1/runs", {**target, "delay_seconds": 60, "idempotency_key": "same"})
         assert response.status_code == 201
@@ -191,7 +191,7 @@ def test_the_same_key_for_two_rules_or_a_skill_makes_distinct_runs(admin_api):
     ],
 )
 def test_a_bad_delayed_run_is_refused_with_the_field(admin_api, body, field):
-    make_rule()
+    daily_report()
     assert_problem(admin_api.post("/api/v1/runs", body), 400, field=field)
     assert not TaskRun.objects.exists()
 
@@ -209,7 +209,7 @@ def test_a_delayed_run_is_visible_and_cancellable_in_the_admin(admin_api):
 
 
 def test_explain_answers_for_a_delayed_run_by_its_idempotency_key(admin_api):
-    rule = make_rule()
+    rule = daily_report()
     admin_api.post("/api/v1/runs", {"rule": rule.name, "delay_seconds": 60, "idempotency_key": "remind:1"})
     explained = admin_api.get(f"/api/v1/rules/{rule.name}/explain", biz_key="remind%3A1").json()
     assert explained["outcome"] == "run" and explained["biz_key"] == f"rule/{rule.id}/once-key/remind%3A1"

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from deadletters.models import DeadLetter
 from tasks.views import token_create
-from tests.support.desk import make_failed_run, make_rule, make_user
+from tests.support.desk import daily_report, make_failed_run, make_user
 
 pytestmark = [pytest.mark.backend]
 
@@ -33,7 +33,7 @@ MAX_EXAMPLES = 5
 
 
 def test_schemathesis_finds_no_5xx_and_no_response_outside_the_schema(live_server, tmp_path):
-    rule = make_rule()
+    rule = daily_report()
     make_failed_run(rule=rule)
     token = token_create(name="fuzz", user=make_user("root", superuser=True), now=timezone.now())
     assert DeadLetter.objects.exists()

@@ -1,4 +1,4 @@
-"""Admin login is throttled by django-axes (issue 10, finding 12): after HARNESS_LOGIN_FAILURE_LIMIT
+"""Admin login is throttled by django-axes, so a password cannot be guessed online: after HARNESS_LOGIN_FAILURE_LIMIT
 failures for one username from one address, even the right password is refused with a clear message
 on the login page, until the cool-off passes; a success resets the count; another user, or the same
 user from another address, is not locked out."""

@@ -7,7 +7,7 @@ from django.urls import reverse
 
 from harness_site.audit.roles import GROUPS
 from tests.support.desk import (  # noqa: F401
-    make_rule,
+    daily_report,
     oncall,
     oncall_client,
     operator,
@@ -29,7 +29,7 @@ def test_it_installs_the_three_groups_with_their_permissions():
 
 
 def test_it_lets_operators_edit_rules_and_viewers_only_look(operator_client, viewer_client):
-    rule = make_rule()
+    rule = daily_report()
     url = reverse("admin:tasks_triggerrule_change", args=[rule.pk])
     assert viewer_client.get(url).status_code == 200
     assert viewer_client.post(url, {"name": "renamed"}).status_code == 403
@@ -43,7 +43,7 @@ def test_it_keeps_the_audit_log_read_only(operator_client, operator):
     from harness_site.audit.models import AuditEntry
     from tasks.triggers.operator import rule_pause
 
-    rule = make_rule()
+    rule = daily_report()
     rule_pause(rule=rule, actor=operator, now=timezone.now(), reason="maintenance")
     entry = AuditEntry.objects.get()
     assert (entry.actor, entry.action, entry.target_type, entry.target_label, entry.reason) == (

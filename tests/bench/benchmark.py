@@ -7,7 +7,7 @@ One invocation, in order (worker processes are the same for every phase):
   1. Bare Celery baseline: N no-op tasks (tests/bench/bench_tasks.py) from first publish to last execution.
   2. Harness: N runs of harness.noop claimed through runs.claims.run_claim (source "api", autocommit: one
      INSERT each, dispatched once it committed), then executed by the workers until all have succeeded.
-  3. Pool accounting (issue 11): N runs claimed without a message, then dispatched at once and drained,
+  3. Pool accounting: N runs claimed without a message, then dispatched at once and drained,
      first with every pool switched off (no admission rows or locks), then drawing from a named pool
      whose limit never binds (slot rows under the Pool row lock, plus the global pool): runs/s of
      each, their ratio and SQL statements per run, the cost of pool accounting per run.

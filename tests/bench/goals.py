@@ -1,4 +1,4 @@
-"""The figures of issue 12 ("fast at scale"), each as a ratio measured side by side in one run.
+"""The "fast at scale" figures, each as a ratio measured side by side in one run.
 
     .venv/bin/python tests/bench/goals.py [--rounds 3] [--runs 1000] [--only 1,2,3,4]
 
@@ -592,7 +592,7 @@ def main() -> None:
     bench.cleanup_rules("bench-")
     connection.close()
     load = os.getloadavg()
-    print(f"issue 12 goals  rounds={args.rounds}  cpus={os.cpu_count()}  load before {load[0]:.2f} {load[1]:.2f}")
+    print(f"scale goals  rounds={args.rounds}  cpus={os.cpu_count()}  load before {load[0]:.2f} {load[1]:.2f}")
     tag = datetime.now(UTC).strftime("%Y%m%dT%H%M%S")
     log_dir = Path(tempfile.mkdtemp(prefix="harness-goals-"))
     t0 = time.monotonic()

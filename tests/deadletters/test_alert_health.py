@@ -1,4 +1,4 @@
-"""Alert health (issue 14, item 7): each channel's last delivery and last error with a red mark on a
+"""Alert health: each channel's last delivery and last error with a red mark on a
 failing one, the dashboard's "urgent alerts undeliverable", and the seeded email channel disabled
 while ADMINS is unset (it would fail every urgent alert of a fresh install)."""
 

@@ -223,7 +223,7 @@ def test_it_never_shows_a_webhook_token(url, safe):
     assert "SECRET" not in r.redact_url(url)
 
 
-# Finding 8: a failing event's text can carry chat markup. Each format gets it as plain text.
+# A failing event's text can carry chat markup. Each format gets it as plain text.
 HOSTILE = {
     **PAYLOAD,
     "biz_key": "evt:<!channel>",

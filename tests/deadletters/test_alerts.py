@@ -32,6 +32,7 @@ from tasks.skills.errors import classify
 from tasks.skills.sdk import SkillError
 from tasks.triggers.scheduler import scheduler_tick
 from tests.support.receiver import start_receiver
+from tests.support.rules import make_rule
 from tests.support.runs import run_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -366,24 +367,14 @@ def test_a_retry_alert_is_recorded_once_per_attempt():
 # --- slots and the scheduler ---------------------------------------------------------------
 
 
-def make_rule(name: str = "every-minute", **fields) -> TriggerRule:
-    rule = TriggerRule.objects.create(
-        name=name,
-        reason="test",
-        kind=TriggerRule.Kind.INTERVAL,
-        interval_seconds=60,
-        timezone="UTC",
-        skill="harness.noop",
-        dedupe_key_template="{rule}:{slot}",
-        **fields,
-    )
-    TriggerRule.objects.filter(pk=rule.pk).update(next_fire_at=T0, last_slot_at=None)
-    return rule
+def due_rule(name: str = "every-minute", **fields) -> TriggerRule:
+    """Every minute in UTC unless `fields` say otherwise, its first slot due at T0."""
+    return make_rule(name, due=T0, **fields)
 
 
 def test_missed_slots_alert_as_warnings_and_a_storm_of_them_is_summarised(receiver):
     webhook(receiver)
-    rule = make_rule(catchup=TriggerRule.CatchUp.NONE)
+    rule = due_rule(catchup=TriggerRule.CatchUp.NONE)
     now = T0 + timedelta(minutes=30, seconds=3)
 
     scheduler_tick(now=now)
@@ -409,8 +400,8 @@ def _tick_queries(now: datetime) -> int:
 def test_a_ticks_missed_slot_alerts_cost_a_few_statements_in_all_not_several_per_slot(receiver):
     webhook(receiver)
     webhook(receiver, name="second", fmt="generic")
-    few = make_rule("few", catchup=TriggerRule.CatchUp.NONE)
-    many = make_rule("many", catchup=TriggerRule.CatchUp.NONE, enabled=False)
+    few = due_rule("few", catchup=TriggerRule.CatchUp.NONE)
+    many = due_rule("many", catchup=TriggerRule.CatchUp.NONE, enabled=False)
     now = T0 + timedelta(minutes=10, seconds=3)
     small = _tick_queries(now)  # 10 missed slots
     TriggerRule.objects.filter(pk=few.pk).update(enabled=False)
@@ -431,8 +422,8 @@ def test_a_ticks_missed_slot_alerts_cost_a_few_statements_in_all_not_several_per
 
 def test_missed_slots_of_two_rules_in_one_tick_storm_apart_and_one_alerted_before_is_not_again(receiver):
     webhook(receiver)
-    first = make_rule("first", catchup=TriggerRule.CatchUp.NONE)
-    second = make_rule("second", catchup=TriggerRule.CatchUp.NONE)
+    first = due_rule("first", catchup=TriggerRule.CatchUp.NONE)
+    second = due_rule("second", catchup=TriggerRule.CatchUp.NONE)
     # The newest missed slot of "first" has alerted already, in the same storm window (an earlier
     # tick that died after its alert): it is not recorded again, and it counts toward the storm.
     alerted = T0 + timedelta(minutes=7)
@@ -542,14 +533,14 @@ def test_a_lost_worker_alerts_like_a_failed_attempt():
 
 
 def test_the_periodic_check_requeues_due_retries_and_lost_first_tries_only(receiver):
-    from deadletters.alerts import REDISPATCH_AFTER, alert_redispatch_due
+    from deadletters.alerts import ALERT_REDISPATCH_AFTER, alert_redispatch_due
 
     webhook(receiver)
     dead_letter(failed_run())
     [alert] = Alert.objects.filter(channel__isnull=False)
     # Its on-commit message is on its way: not re-sent until it looks lost.
-    assert alert_redispatch_due(now=T0 + REDISPATCH_AFTER - timedelta(seconds=1)) == []
-    assert alert_redispatch_due(now=T0 + REDISPATCH_AFTER) == [alert.id]
+    assert alert_redispatch_due(now=T0 + ALERT_REDISPATCH_AFTER - timedelta(seconds=1)) == []
+    assert alert_redispatch_due(now=T0 + ALERT_REDISPATCH_AFTER) == [alert.id]
 
     receiver.status = 500
     alert_deliver_due(now=T0)  # first try fails: a retry is due after the backoff, no message in flight

@@ -7,7 +7,7 @@ from django.utils import timezone
 
 from deadletters.models import Alert, AlertChannel, DeadLetter
 from runs.models import TaskRun
-from tests.e2e.helpers import RUN_TIMEOUT, make_rule, next_whole_second, wait_finished, wait_run_of, wait_ticking
+from tests.e2e.helpers import RUN_TIMEOUT, next_whole_second, recording_rule, wait_finished, wait_run_of, wait_ticking
 from tests.support.processes import wait_for
 from tests.support.receiver import start_receiver
 
@@ -31,7 +31,7 @@ def test_a_failing_rule_alerts_a_warning_then_urgent_through_the_worker(harness,
     harness.worker("w1")
     harness.beat()
     wait_ticking()
-    rule = make_rule(
+    rule = recording_rule(
         "always-fails",
         kind="once",
         run_at=next_whole_second(timezone.now(), plus=1),
@@ -77,7 +77,7 @@ def test_a_receiver_that_was_down_gets_the_alert_through_the_periodic_check(harn
     harness.worker("w1", extra_env={"HARNESS_ALERT_RETRY_SECONDS": str(RETRY_SECONDS)})
     harness.beat()
     wait_ticking()
-    rule = make_rule(
+    rule = recording_rule(
         "fails-once-for-good",
         kind="once",
         run_at=next_whole_second(timezone.now(), plus=1),

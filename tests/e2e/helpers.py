@@ -11,22 +11,16 @@ from django.utils import timezone
 from runs.models import SchedulerTick, TaskRun
 from tasks.models import TriggerRule
 from tests.support.processes import Proc, wait_for
+from tests.support.rules import make_rule
 
 # Generous bounds: the suite shares a small machine with other test runs.
 START_TIMEOUT = 60
 RUN_TIMEOUT = 90
 
 
-def make_rule(name: str, **fields) -> TriggerRule:
-    """A rule saved as the admin would; defaults: UTC, one run per slot, the harness.record skill."""
-    values = {
-        "reason": "end-to-end test",
-        "timezone": "UTC",
-        "dedupe_key_template": "{rule}:{slot}",
-        "skill": "harness.record",
-        **fields,
-    }
-    return TriggerRule.objects.create(name=name, **values)
+def recording_rule(name: str, **fields) -> TriggerRule:
+    """A rule whose runs record themselves (the harness.record skill), checked and saved as the admin would."""
+    return make_rule(name, **{"reason": "end-to-end test", "skill": "harness.record", **fields})
 
 
 def next_whole_second(after: datetime, *, plus: float = 0) -> datetime:

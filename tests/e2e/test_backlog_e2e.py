@@ -1,4 +1,4 @@
-"""A backlog deeper than the sweeper's re-dispatch delay is not sent twice (issue 15).
+"""A backlog deeper than the sweeper's re-dispatch delay is not sent twice.
 
 Reported: with 2,400 queued runs the old sweeper re-sent every run still queued after 30 s (it could not
 tell a lost message from a queued one), 1,511 wasted executions, and scheduled runs started up to 45 s
@@ -21,7 +21,7 @@ from django.utils import timezone
 
 from runs.claims import Work, run_claim
 from runs.models import TaskRun
-from tests.e2e.helpers import make_rule, wait_ticking
+from tests.e2e.helpers import recording_rule, wait_ticking
 from tests.support.processes import wait_for
 from tests.support.runs import run_policy
 
@@ -35,7 +35,7 @@ POLICY = {"max_attempts": 3, "backoff_base_seconds": 1.0, "max_delay_seconds": 2
 
 
 def test_a_deep_backlog_is_not_sent_twice_and_the_schedule_keeps_time_once_it_drains(harness):
-    ticker = make_rule("ticker", kind="interval", interval_seconds=2, skill="harness.noop")
+    ticker = recording_rule("ticker", kind="interval", interval_seconds=2, skill="harness.noop")
     now = timezone.now()
     for i in range(BACKLOG):
         work = Work(

@@ -1,4 +1,4 @@
-"""Backpressure end to end (issue 11, "Must show"): a burst above the high watermark sheds only
+"""Backpressure end to end: a burst above the high watermark sheds only
 recomputable triggers, each with a decision; no one-time input is lost; coalesced triggers run once
 with the newest payload; intake resumes below the low watermark. Real worker and beat processes."""
 
@@ -9,14 +9,14 @@ from runs.models import Backpressure, Decision, TaskRun
 from runs.selectors import run_coalesced_into
 from tasks.models import DiagnosticRecord, Pool, TriggerRule, TriggerSource
 from tasks.triggers.events import event_intake
-from tests.e2e.helpers import RUN_TIMEOUT, make_rule, wait_ticking
+from tests.e2e.helpers import RUN_TIMEOUT, recording_rule, wait_ticking
 from tests.support.processes import wait_for
 
 HIGH, LOW = 5, 2
 
 
 def event_rule(name: str, recoverability: str, **over) -> TriggerRule:
-    rule = make_rule(
+    rule = recording_rule(
         name, kind="event", dedupe_key_template="{rule}:{object_id}:{version}", recoverability=recoverability, **over
     )
     TriggerSource.objects.create(
@@ -37,7 +37,7 @@ def test_a_burst_above_the_high_watermark_sheds_only_recomputable_triggers(harne
     ledger = event_rule("ledger", "one_time_input")
     prices = event_rule("prices", "recomputable")
     orders = event_rule("order-state", "coalesce", object_key_template="order:{object_id}")
-    ticker = make_rule("ticker", kind="interval", interval_seconds=1, recoverability="recomputable")
+    ticker = recording_rule("ticker", kind="interval", interval_seconds=1, recoverability="recomputable")
 
     # The burst arrives before any worker runs: nothing drains meanwhile.
     kept = [send(ledger, f"entry-{i}", 1) for i in range(HIGH + 2)]  # one-time input, above the mark

@@ -10,7 +10,7 @@ from runs.models import Decision, TaskRun
 from runs.selectors import slot_grace
 from tasks.models import DiagnosticRecord, TriggerRule
 from tasks.triggers.scheduler import scheduler_tick
-from tests.e2e.helpers import RUN_TIMEOUT, START_TIMEOUT, freeze, make_rule
+from tests.e2e.helpers import RUN_TIMEOUT, START_TIMEOUT, freeze, recording_rule
 from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -41,10 +41,10 @@ def test_missed_slots_are_caught_up_or_recorded_after_three_slots_down(harness, 
     grace_env = {"HARNESS_SLOT_GRACE_SECONDS": str(GRACE_SECONDS)}
     worker = harness.worker("w1", extra_env=grace_env)
     every = int(PERIOD.total_seconds())
-    latest = make_rule(
+    latest = recording_rule(
         "every-latest", kind="interval", interval_seconds=every, catchup="latest", catchup_max_delay_seconds=600
     )
-    none = make_rule("every-none", kind="interval", interval_seconds=every, catchup="none")
+    none = recording_rule("every-none", kind="interval", interval_seconds=every, catchup="none")
     # The last slot before the outage is seeded instead of waited for: the slot that began last is made
     # due and claimed on time by the scheduler's own tick, run here as beat would have run it then; the
     # real worker executes both runs. No beat is up yet, so no later slot is taken. The outage and the

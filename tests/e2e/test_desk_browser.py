@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from deadletters.models import DeadLetter
 from runs.models import Attempt, SchedulerTick, TaskRun
-from tests.support.desk import PASSWORD, make_failed_run, make_rule, make_user
+from tests.support.desk import PASSWORD, daily_report, make_failed_run, make_user
 from tests.support.processes import wait_for
 
 CHROMIUM = "/usr/bin/chromium"
@@ -106,7 +106,7 @@ def test_it_updates_the_preview_as_the_operator_edits_the_cron(browser, live_ser
     from selenium.webdriver.common.by import By
 
     _user("olga", "Operators")
-    rule = make_rule(cron="0 9 * * *", timezone="Asia/Shanghai", dedupe_key_template="report:{business_date}")
+    rule = daily_report(cron="0 9 * * *", timezone="Asia/Shanghai", dedupe_key_template="report:{business_date}")
     _login(browser, live_server, "olga")
     browser.get(live_server.url + reverse("admin:tasks_triggerrule_change", args=[rule.pk]))
     assert _text(browser, "#rule-preview .preview-description") == "At 09:00"
@@ -130,7 +130,7 @@ def test_it_previews_and_saves_a_one_time_run_at_on_the_rule_zones_clock(browser
     from selenium.webdriver.support.ui import Select
 
     _user("olga", "Operators")
-    rule = make_rule(cron="0 9 * * *", timezone="Asia/Shanghai", dedupe_key_template="report:{slot}")
+    rule = daily_report(cron="0 9 * * *", timezone="Asia/Shanghai", dedupe_key_template="report:{slot}")
     _login(browser, live_server, "olga")
     browser.get(live_server.url + reverse("admin:tasks_triggerrule_change", args=[rule.pk]))
     Select(browser.find_element(By.ID, "id_kind")).select_by_value("once")
@@ -167,7 +167,7 @@ def test_it_trial_runs_a_rule_and_the_run_appears(browser, live_server, harness)
     from selenium.webdriver.common.by import By
 
     _user("olga", "Operators")
-    rule = make_rule(enabled=False)
+    rule = daily_report(enabled=False)
     harness.worker()
     _login(browser, live_server, "olga")
     browser.get(live_server.url + reverse("admin:tasks_triggerrule_change", args=[rule.pk]))
@@ -268,7 +268,7 @@ def test_it_shows_the_dashboard(browser, live_server):
             for i in range(80)
         ]
     )
-    make_rule()
+    daily_report()
     make_failed_run("report:dl", now=now)
     SchedulerTick.objects.create(name="scheduler", last_tick_at=now)
     _login(browser, live_server, "vera")

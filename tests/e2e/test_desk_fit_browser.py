@@ -1,5 +1,5 @@
 """The desk as an operator and an on-call engineer see it in headless Chromium, on a laptop (1440x900)
-and a phone (390x844), in English and zh-Hans, light and dark (issue 14): pages that do not scroll
+and a phone (390x844), in English and zh-Hans, light and dark: pages that do not scroll
 sideways, every time labelled with its zone, the rule's history strip as links, live refresh that
 shows a trial run's outcome without a reload. With SAVE_SCREENSHOTS=1 it refreshes docs/screenshots."""
 
@@ -14,7 +14,7 @@ from deadletters.models import DeadLetter
 from runs.models import Decision, SchedulerTick, TaskRun
 from tasks.triggers.operator import rule_pause
 from tests.e2e.test_desk_browser import CHROMEDRIVER, CHROMIUM, SCREENSHOTS, _login, _until, pytestmark  # noqa: F401
-from tests.support.desk import make_failed_run, make_rule, make_user
+from tests.support.desk import daily_report, make_failed_run, make_user
 
 LAPTOP = (1440, 900)
 PHONE = (390, 844)
@@ -74,7 +74,7 @@ def _seed():
     """A Shanghai 09:00 rule with a history (runs, a decision, a failure with its ticket), paused."""
     user = make_user("omar", "On-call")
     user.groups.add(*make_user("olga", "Operators").groups.all())
-    rule = make_rule(
+    rule = daily_report(
         name="daily-report",
         cron="0 9 * * *",
         timezone="Asia/Shanghai",
@@ -235,7 +235,7 @@ def test_live_refresh_shows_a_trial_runs_outcome_without_a_reload(make_browser, 
     from selenium.webdriver.common.by import By
 
     make_user("olga", "Operators")
-    rule = make_rule(enabled=False)
+    rule = daily_report(enabled=False)
     harness.worker()
     browser = make_browser(LAPTOP)
     _login(browser, live_server, "olga")

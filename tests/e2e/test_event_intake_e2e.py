@@ -4,22 +4,16 @@ import pytest
 
 from harness_site.celery import app
 from runs.models import TaskRun
-from tasks.models import DiagnosticRecord, EventDelivery, TriggerRule, TriggerSource
+from tasks.models import DiagnosticRecord, EventDelivery, TriggerSource
 from tests.support.processes import wait_for
+from tests.support.rules import make_rule
 
 RUN_TIMEOUT = 90
 
 
 @pytest.mark.e2e
 def test_it_turns_a_queue_message_into_one_executed_run(harness):
-    rule = TriggerRule.objects.create(
-        name="queue-events",
-        reason="e2e",
-        kind="event",
-        timezone="UTC",
-        skill="harness.record",
-        dedupe_key_template="{rule}:{object_id}:{action}:{version}",
-    )
+    rule = make_rule("queue-events", kind="event", skill="harness.record")
     TriggerSource.objects.create(
         name="orders-queue", kind="queue", identity="svc:orders", rule=rule, snapshot_fields=["total"]
     )
@@ -53,13 +47,8 @@ def test_it_runs_a_file_that_lands_in_a_watched_folder_from_beat(harness, tmp_pa
 
     inbox = tmp_path / "inbox"
     inbox.mkdir()
-    rule = TriggerRule.objects.create(
-        name="file-events",
-        reason="e2e",
-        kind="event",
-        timezone="UTC",
-        skill="harness.record",
-        dedupe_key_template="{rule}:{object_id}:{version}",
+    rule = make_rule(
+        "file-events", kind="event", skill="harness.record", dedupe_key_template="{rule}:{object_id}:{version}"
     )
     TriggerSource.objects.create(
         name="drop", kind="file", identity="svc:sftp", rule=rule, watch_dir=str(inbox), require_ready_marker=True

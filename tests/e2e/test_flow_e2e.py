@@ -1,4 +1,4 @@
-"""Flow control with real processes (issue 11): two Celery workers of two pool processes each (4
+"""Flow control with real processes: two Celery workers of two pool processes each (4
 worker processes), a beat for the sweeper, the real database and broker. Pools are enforced across
 all of them through the database; concurrency is measured from Attempt start and finish times.
 
@@ -20,7 +20,7 @@ from runs.claims import Work, run_claim
 from runs.models import Attempt, ExternalCall, TaskRun
 from tasks.models import GLOBAL_POOL, Agent, Pool
 from tasks.rules import keys
-from tests.e2e.helpers import RUN_TIMEOUT, START_TIMEOUT, make_rule
+from tests.e2e.helpers import RUN_TIMEOUT, START_TIMEOUT, recording_rule
 from tests.support.fake_model import FakeModelServer, Reply, json_completion
 from tests.support.processes import wait_for
 from tests.support.runs import run_policy
@@ -50,7 +50,7 @@ def pool(name: str, **limits) -> Pool:
 
 
 def rule_with(name: str, *pools: Pool, seconds: float = 0.3, **fields):
-    rule = make_rule(name, kind="interval", interval_seconds=3600, enabled=False, skill="harness.sleep", **fields)
+    rule = recording_rule(name, kind="interval", interval_seconds=3600, enabled=False, skill="harness.sleep", **fields)
     rule.params = {"seconds": seconds}
     rule.save()
     rule.pools.set(pools)
@@ -250,7 +250,9 @@ def test_a_provider_answering_429_with_retry_after_slows_the_pool_and_nothing_is
         server.respond(
             *[Reply(429, '{"error": "slow down"}', {"Retry-After": str(retry_after)})] * 2, json_completion(GOOD)
         )
-        rule = make_rule("llm", kind="interval", interval_seconds=3600, enabled=False, skill="llm_json", agent=agent)
+        rule = recording_rule(
+            "llm", kind="interval", interval_seconds=3600, enabled=False, skill="llm_json", agent=agent
+        )
         payload = {
             "params": {"prompt": "Summarise {topic}.", "topic": "the queue", "action": "harness.record"},
             "output_schema": {"type": "object", "required": ["summary"]},

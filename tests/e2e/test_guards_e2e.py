@@ -7,7 +7,7 @@ import pytest
 from django.utils import timezone
 
 from runs.models import Attempt, Decision, SlotHold, TaskRun
-from tests.e2e.helpers import RUN_TIMEOUT, make_rule, wait_ticking
+from tests.e2e.helpers import RUN_TIMEOUT, recording_rule, wait_ticking
 from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -17,7 +17,7 @@ def test_overlap_skip_with_a_slow_skill_records_skip_decisions(harness):
     harness.worker(concurrency=2)
     harness.beat()
     wait_ticking()
-    rule = make_rule(
+    rule = recording_rule(
         "slow-overlap",
         kind="interval",
         interval_seconds=1,
@@ -56,7 +56,7 @@ def test_a_waiting_slot_runs_at_the_first_recheck_after_the_flag_is_set(harness)
     harness.beat()
     wait_ticking()
     today = timezone.now().date().isoformat()
-    rule = make_rule(
+    rule = recording_rule(
         "needs-data",
         kind="interval",
         interval_seconds=3600 * 24,

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from runs.models import Attempt, TaskRun
 from tasks.models import DiagnosticRecord
-from tests.e2e.helpers import make_rule, next_whole_second, wait_finished, wait_run_of, wait_ticking
+from tests.e2e.helpers import next_whole_second, recording_rule, wait_finished, wait_run_of, wait_ticking
 
 pytestmark = [pytest.mark.e2e, pytest.mark.backend]
 
@@ -36,7 +36,7 @@ def test_a_dropped_connection_mid_run_neither_loses_the_lease_nor_runs_the_run_t
     harness.beat()
     wait_ticking()
     # Renewed every second (ttl / 3); the run works for 8 s, so it outlives its first lease twice over.
-    rule = make_rule(
+    rule = recording_rule(
         "renew-through-a-drop",
         kind="once",
         run_at=next_whole_second(timezone.now(), plus=1),

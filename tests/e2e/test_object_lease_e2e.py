@@ -12,6 +12,7 @@ from tasks.models import TriggerRule
 from tasks.triggers.operator import rule_fire
 from tests.e2e.helpers import RUN_TIMEOUT, wait_ticking
 from tests.support.processes import wait_for
+from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.e2e
 
@@ -19,16 +20,13 @@ RUNS_PER_OBJECT = 6
 
 
 def _rule(name: str, obj: str) -> TriggerRule:
-    return TriggerRule.objects.create(
-        name=name,
+    return make_rule(
+        name,
         reason="e2e: object serialization",
-        kind="interval",
         interval_seconds=3600,
         enabled=False,
-        timezone="UTC",
         skill="harness.sleep",
         params={"seconds": 0.4, "obj": obj},
-        dedupe_key_template="{rule}:{slot}",
         object_key_template="invoice:{obj}",
     )
 

@@ -11,7 +11,7 @@ from django.utils import timezone
 
 from runs.models import Decision, TaskRun
 from tasks.models import DiagnosticRecord
-from tests.e2e.helpers import RUN_TIMEOUT, freeze, make_rule, next_whole_second, wait_run_of, wait_ticking
+from tests.e2e.helpers import RUN_TIMEOUT, freeze, next_whole_second, recording_rule, wait_run_of, wait_ticking
 from tests.support.processes import wait_for
 
 pytestmark = pytest.mark.e2e
@@ -22,7 +22,7 @@ def test_it_runs_an_interval_rule_every_two_seconds(harness):
     harness.beat()
     wait_ticking()
     created = timezone.now()
-    rule = make_rule("every-2s", kind="interval", interval_seconds=2)
+    rule = recording_rule("every-2s", kind="interval", interval_seconds=2)
 
     def three_succeeded():
         # The first three slots' runs, all finished: with two worker processes a later slot's run may
@@ -53,7 +53,7 @@ def test_it_starts_a_one_time_rule_within_a_second_of_its_instant(harness):
     harness.beat()
     wait_ticking()
     run_at = next_whole_second(timezone.now(), plus=5)
-    rule = make_rule("once-5s", kind="once", run_at=run_at, skill="harness.noop")
+    rule = recording_rule("once-5s", kind="once", run_at=run_at, skill="harness.noop")
     assert rule.next_fire_at == run_at
 
     run = wait_run_of(rule, state="succeeded")
@@ -74,7 +74,7 @@ def test_two_beats_and_two_workers_run_every_slot_exactly_once(harness):
     workers = [harness.worker("w1"), harness.worker("w2")]
     beats = [harness.beat("beat1"), harness.beat("beat2")]
     wait_ticking()
-    rule = make_rule("every-1s", kind="interval", interval_seconds=1)
+    rule = recording_rule("every-1s", kind="interval", interval_seconds=1)
     observe_until = timezone.now() + timedelta(seconds=15)
     # Observing the processes for 15 s is the point of the test, not waiting for an outcome.
     wait_for(lambda: timezone.now() >= observe_until, timeout=25, interval=0.5, what="15 s of scheduling")

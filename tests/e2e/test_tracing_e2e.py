@@ -11,11 +11,12 @@ import pytest
 from django.utils import timezone
 
 from runs.models import TaskRun
-from tasks.models import Agent, TriggerRule, TriggerSource
+from tasks.models import Agent, TriggerSource
 from tasks.rules import events, signatures
 from tests.e2e.helpers import RUN_TIMEOUT
 from tests.support.fake_model import FakeModelServer, json_completion
 from tests.support.processes import wait_for
+from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.e2e
 
@@ -41,11 +42,9 @@ def test_a_real_worker_logs_json_lines_in_the_runs_trace_and_sends_it_to_the_pro
     agent = Agent.objects.create(
         name="tracer", provider="openai", base_url=server.base_url, model="gpt-test", api_key_env=KEY_ENV
     )
-    rule = TriggerRule.objects.create(
-        name="traced-e2e",
-        reason="test",
+    rule = make_rule(
+        "traced-e2e",
         kind="event",
-        timezone="UTC",
         dedupe_key_template="{rule}:{object_id}",
         skill="llm_json",
         agent=agent,
@@ -85,14 +84,7 @@ def test_a_real_worker_logs_json_lines_in_the_runs_trace_and_sends_it_to_the_pro
 def test_a_queue_producers_traceparent_is_the_runs_trace(harness):
     from harness_site.celery import app
 
-    rule = TriggerRule.objects.create(
-        name="traced-queue",
-        reason="test",
-        kind="event",
-        timezone="UTC",
-        dedupe_key_template="{rule}:{object_id}:{action}:{version}",
-        skill="harness.noop",
-    )
+    rule = make_rule("traced-queue", kind="event")
     TriggerSource.objects.create(name="orders-queue", kind="queue", identity="svc:queue", rule=rule)
     harness.worker("w1")
     producer_trace = "4bf92f3577b34da6a3ce929d0e0e4736"

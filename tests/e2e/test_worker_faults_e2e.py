@@ -1,4 +1,4 @@
-"""What one machine throws at a worker (issue 15), with real worker and beat processes on both brokers:
+"""What one machine throws at a worker, with real worker and beat processes on both brokers:
 a pool child killed, the worker itself killed with runs in hand, a stuck pool at SIGTERM, a frozen
 worker. The file broker is the embedded default (harness_site/broker.py); the PostgreSQL pass uses Redis.
 """

@@ -1,4 +1,4 @@
-"""Pool admission (issue 11) at the service level: the executor in-process with an explicit clock and
+"""Pool admission at the service level: the executor in-process with an explicit clock and
 the real database. A run takes a slot in every pool it draws from before its lease, waits unstarted
 (no attempt, no lease) when it gets none, and a release hands the slot to the next waiting run in
 round-robin order across keys. Transactional, so dispatch hooks really fire.
@@ -20,7 +20,7 @@ from runs.sweeper import sweep
 from tasks.models import GLOBAL_POOL, Pool
 from tasks.rules import keys
 from tasks.skills.sdk import SkillContext, registry
-from tests.support.desk import make_rule
+from tests.support.desk import daily_report
 from tests.support.runs import run_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -60,7 +60,7 @@ def pool(name: str, **limits) -> Pool:
 
 
 def rule_with(*pools: Pool, name: str = "flow", skill: str = "harness.noop"):
-    rule = make_rule(name=name, skill=skill)
+    rule = daily_report(name=name, skill=skill)
     rule.pools.set(pools)
     return rule
 
@@ -144,7 +144,7 @@ def test_a_release_hands_the_slot_to_the_waiting_run_which_then_runs_while_newco
 
 def test_every_run_draws_from_the_global_pool():
     Pool.objects.filter(name=GLOBAL_POOL).update(max_concurrency=1)
-    rule = make_rule(name="plain")
+    rule = daily_report(name="plain")
     first, second = claim(rule, 1), claim(rule, 2)
     hold(first)
     assert execute(second).status == "pool_wait"
@@ -401,7 +401,7 @@ def test_a_plain_claim_writes_nothing_when_admission_has_something_to_decide(cha
 
 @needs_postgresql
 def test_a_plain_claim_of_a_run_taken_meanwhile_writes_nothing():
-    run = claim(make_rule(name="plain"), 1)
+    run = claim(daily_report(name="plain"), 1)
     stale = fresh(run)  # what a duplicate message's worker read
     assert run_lease_claim(fresh(run), worker="w1", now=T0, plain=True) is not None
 

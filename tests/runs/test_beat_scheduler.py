@@ -1,4 +1,4 @@
-"""Beat wakes the scheduler tick on the boundary (runs/beat_scheduler.py, issue 12 goal 3).
+"""Beat wakes the scheduler tick on the boundary (runs/beat_scheduler.py).
 
 Pure: instants in, beat's (is_due, next check) out; and the entries beat builds from the installed rows.
 """

@@ -23,27 +23,36 @@ from tasks.triggers.events import event_intake
 from tasks.triggers.operator import rule_fire
 from tasks.triggers.work import work_for_slot
 from tests.runs.test_claims import run_concurrently
+from tests.support.rules import build_rule, make_rule
 
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 
 
 def coalescing_rule(name="order-state", *, window=0, **over) -> TriggerRule:
-    rule = TriggerRule(
-        name=name,
-        reason="test",
+    rule = make_rule(
+        name,
         kind="event",
-        timezone="UTC",
-        skill="harness.noop",
         dedupe_key_template="{rule}:{object_id}:{version}",
         object_key_template="order:{object_id}",
         recoverability="coalesce",
         coalesce_window_seconds=window,
         **over,
     )
-    rule.full_clean()
-    rule.save()
     TriggerSource.objects.create(name=f"{name}-in", kind="python", identity="svc:orders", rule=rule)
     return rule
+
+
+def hourly_sync() -> TriggerRule:
+    """Every slot of this rule is for one object, so any two of its runs could coalesce. full_clean refuses
+    such a fixed object key; saved without it, as the shell or a fixture could, claims must still be safe."""
+    return make_rule(
+        "hourly-sync",
+        kind="cron",
+        cron="0 * * * *",
+        object_key_template="account:main",
+        recoverability="coalesce",
+        clean=False,
+    )
 
 
 def send(rule: TriggerRule, version: int, *, object_id="o-1", at=NOW, delivery_id=None, **extra):
@@ -153,15 +162,7 @@ def test_the_window_holds_the_first_run_back_and_the_survivor_keeps_its_start():
 
 @pytest.mark.django_db
 def test_an_operator_run_is_never_coalesced():
-    rule = TriggerRule.objects.create(
-        name="hourly-sync",
-        reason="test",
-        timezone="UTC",
-        cron="0 * * * *",
-        skill="harness.noop",
-        object_key_template="account:main",
-        recoverability="coalesce",
-    )
+    rule = hourly_sync()
     rule_fire(rule=rule, actor="olga", now=NOW, slot=NOW - timedelta(hours=2))
     rule_fire(rule=rule, actor="olga", now=NOW, slot=NOW - timedelta(hours=1))
 
@@ -170,14 +171,8 @@ def test_an_operator_run_is_never_coalesced():
 
 @pytest.mark.django_db
 def test_a_coalescing_rule_needs_an_object_key():
-    rule = TriggerRule(
-        name="no-object",
-        reason="test",
-        kind="event",
-        timezone="UTC",
-        skill="harness.noop",
-        dedupe_key_template="{rule}:{object_id}:{version}",
-        recoverability="coalesce",
+    rule = build_rule(
+        "no-object", kind="event", dedupe_key_template="{rule}:{object_id}:{version}", recoverability="coalesce"
     )
     with pytest.raises(Exception) as caught:
         rule.full_clean()
@@ -206,15 +201,7 @@ def test_concurrent_triggers_leave_exactly_one_pending_run_and_lose_none():
 
 @pytest.mark.django_db
 def test_a_catch_up_run_gated_for_approval_is_not_coalesced_and_approving_it_never_conflicts():
-    rule = TriggerRule.objects.create(
-        name="hourly-sync",
-        reason="test",
-        timezone="UTC",
-        cron="0 * * * *",
-        skill="harness.noop",
-        object_key_template="account:main",
-        recoverability="coalesce",
-    )
+    rule = hourly_sync()
     gated = run_claim(
         work_for_slot(rule, NOW - timedelta(hours=2), source="catchup"), now=NOW, state="awaiting_approval"
     )

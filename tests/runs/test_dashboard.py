@@ -16,7 +16,7 @@ from django.utils import timezone
 from runs.dashboard import dashboard_build, percentile
 from runs.models import SchedulerTick, TaskRun
 from runs.rollup import BIN_RATIO
-from tests.support.desk import make_failed_run, make_rule, viewer, viewer_client  # noqa: F401
+from tests.support.desk import daily_report, make_failed_run, viewer, viewer_client  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 BIG = 20_000
@@ -58,7 +58,7 @@ def test_it_computes_the_dashboard_numbers():
     TaskRun.objects.bulk_create(_runs(5, now=now - timedelta(days=3), spread=timedelta(hours=1)), ignore_conflicts=True)
     make_failed_run("dl:1", now=now)
     SchedulerTick.objects.create(name="scheduler", last_tick_at=now - timedelta(seconds=3))
-    make_rule()
+    daily_report()
     d = dashboard_build(now=now)
     assert d.runs_24h == 101
     assert d.states == {"succeeded": 70, "failed": 11, "pending": 10, "waiting_retry": 10}

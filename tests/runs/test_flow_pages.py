@@ -1,5 +1,5 @@
 # ruff: noqa: F811  (pytest fixtures imported from tests.support.desk are redefined as arguments)
-"""What operators see of flow control (issue 11): the pool admin (audited, Operators may edit, the
+"""What operators see of flow control: the pool admin (audited, Operators may edit, the
 global pool stays), the flow page, explain's "why is this run waiting", /healthz and the dashboard."""
 
 from datetime import UTC, datetime, timedelta
@@ -18,7 +18,7 @@ from tasks.models import GLOBAL_POOL, Pool
 from tasks.rules import keys
 from tasks.triggers.explain import slot_explain
 from tests.support.desk import (  # noqa: F401
-    make_rule,
+    daily_report,
     operator,
     operator_client,
     viewer,
@@ -52,7 +52,7 @@ def claim(rule, n: int, *, by: str = "tests", slot=None, now=T0) -> TaskRun:
 def busy_pool(now=T0):
     """A pool of one held by a running run, with two runs waiting for it."""
     one = Pool.objects.create(name="one", reason="one at a time", max_concurrency=1)
-    rule = make_rule(name="flow")
+    rule = daily_report(name="flow")
     rule.pools.set([one])
     holder = claim(rule, 0, now=now)
     assert pool_admit(holder, worker="w", now=now, ttl=TTL).admitted
@@ -151,7 +151,7 @@ def test_explain_says_which_pool_a_run_waits_for_and_how_full_it_is():
 
 def test_explain_says_when_a_run_waits_for_a_rate_token_or_a_provider_pause():
     rate = Pool.objects.create(name="rate", reason="r", rate_count=1, rate_period_seconds=60)
-    rule = make_rule(name="paced")
+    rule = daily_report(name="paced")
     rule.pools.set([rate])
     first, second = claim(rule, 1, slot=T0), claim(rule, 2, slot=T0 + timedelta(minutes=1))
     assert run_execute(run_id=first.id, worker="w", clock=lambda: T0).status == "succeeded"

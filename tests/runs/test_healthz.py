@@ -9,7 +9,7 @@ from django.utils import timezone
 from harness_site.celery import app
 from runs.models import SchedulerTick
 from runs.selectors import scheduler_health
-from tasks.models import TriggerRule
+from tests.support.rules import make_rule
 from tests.support.servers import free_port
 
 
@@ -18,10 +18,7 @@ def _ticked(at):
 
 
 def _rule(due):
-    rule = TriggerRule.objects.create(
-        name="hourly", reason="t", kind="interval", interval_seconds=3600, timezone="UTC", skill="harness.noop"
-    )
-    TriggerRule.objects.filter(pk=rule.pk).update(next_fire_at=due)
+    make_rule("hourly", interval_seconds=3600, due=due)
 
 
 @pytest.mark.django_db
@@ -77,7 +74,7 @@ def test_it_answers_503_json_with_a_reason_when_the_database_is_unreachable(clie
     assert response.json() == {"ok": False, "reason": "database unreachable", "detail": response.json()["detail"]}
 
 
-# --- workers (issue 15): alive but not consuming, or not responding ------------------------------
+# --- workers: alive but not consuming, or not responding ----------------------------------------
 
 
 def _worker(name: str, *, beat_age: float, progress_age: float, stall: float = 60.0, stopping: bool = False):

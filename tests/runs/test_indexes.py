@@ -1,4 +1,4 @@
-"""No redundant index on the harness's tables (issue 12). Each index is written on every insert and
+"""No redundant index on the harness's tables. Each index is written on every insert and
 every non-HOT update; a run is one insert and two such updates of its row, plus an attempt and a pool
 slot. A plain b-tree index whose columns (and operator classes) lead another index of the same table
 serves no lookup the other does not: Django's foreign-key index beside a composite that starts with

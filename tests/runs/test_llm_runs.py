@@ -1,7 +1,7 @@
 """llm_json runs end to end at the service level: the executor in-process with an explicit clock,
 the real database, and a real HTTP model provider on loopback.
 
-Covers the model boundary of issue 5: recorded calls, retries by error kind (Retry-After as a
+Covers the model boundary: recorded calls, retries by error kind (Retry-After as a
 floor), dead letters with the raw output, checkpointed steps that resume after a lost worker,
 dry runs, hourly budgets and actions that wait for approval.
 """
@@ -23,6 +23,7 @@ from tasks.models import Agent, DiagnosticRecord, Pool
 from tasks.skills.actions import action
 from tasks.skills.sdk import ErrorKind, SkillContext
 from tests.support.fake_model import FakeModelServer, Reply, completion, json_completion
+from tests.support.rules import make_rule
 from tests.support.runs import run_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -457,16 +458,11 @@ def test_it_refuses_approval_to_a_user_without_the_permission(server, client, dj
 
 
 def test_it_runs_a_trial_of_an_llm_rule_as_a_dry_run_with_the_rules_agent_and_schema(server):
-    from tasks.models import TriggerRule
     from tasks.triggers.operator import rule_fire
 
     server.respond(json_completion(GOOD))
-    rule = TriggerRule.objects.create(
-        name="summaries",
-        reason="test",
-        kind="interval",
-        interval_seconds=60,
-        timezone="UTC",
+    rule = make_rule(
+        "summaries",
         skill="llm_json",
         agent=make_agent(server),
         output_schema=SCHEMA,
@@ -520,7 +516,7 @@ def test_it_expires_approvals_from_the_periodic_sweep(server):
     assert fresh(run).state == TaskRun.State.FAILED and DeadLetter.objects.filter(run=run).exists()
 
 
-# --- provider pacing through the agent's pool (issue 11) ---------------------------------------
+# --- provider pacing through the agent's pool ---------------------------------------------------
 
 
 def test_a_429_with_retry_after_pauses_the_agents_pool_and_the_run_waits_without_counting_an_attempt(server):

@@ -20,6 +20,7 @@ from runs.models import Attempt, PoolSlot, PoolWaiter, SchedulerTick, TaskRun
 from tasks.models import EventMetric, Pool, TriggerRule
 from tasks.triggers.events import event_metric_count
 from tasks.triggers.work import work_for_operator
+from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -29,21 +30,8 @@ TOKEN = "metrics-token-0123456789abcdef"
 POLICY = {"max_attempts": 1, "lease_ttl_seconds": 60}
 
 
-def make_rule(name: str, skill: str = "harness.noop", **params) -> TriggerRule:
-    rule = TriggerRule(
-        name=name,
-        reason="metrics test",
-        kind="cron",
-        cron="0 9 * * *",
-        timezone="UTC",
-        skill=skill,
-        dedupe_key_template="{rule}:{slot}",
-        params=params,
-        max_attempts=1,
-    )
-    rule.full_clean()
-    rule.save()
-    return rule
+def daily_rule(name: str, skill: str = "harness.noop", **params) -> TriggerRule:
+    return make_rule(name, kind="cron", cron="0 9 * * *", skill=skill, params=params, max_attempts=1)
 
 
 def claim(rule: TriggerRule, minute: int, *, now: datetime = T0) -> TaskRun:
@@ -57,8 +45,8 @@ def execute(run: TaskRun, at: datetime) -> str:
 
 def workload() -> None:
     """3 succeeded runs (2 s, 2 s, 40 s from trigger), a dedupe hit, a run failed for good, a due one."""
-    ok = make_rule("metrics-ok")
-    bad = make_rule("metrics-bad", skill="harness.fail", error_kind="invalid_param")
+    ok = daily_rule("metrics-ok")
+    bad = daily_rule("metrics-bad", skill="harness.fail", error_kind="invalid_param")
     runs = [claim(ok, minute) for minute in range(3)]
     claim(ok, 0)  # a dedupe hit on the first
     assert [execute(r, T0 + timedelta(seconds=s)) for r, s in zip(runs, (2, 2, 40), strict=True)] == ["succeeded"] * 3
@@ -154,7 +142,7 @@ def test_a_scrape_costs_the_same_few_queries_whatever_the_size_of_the_tables():
     with CaptureQueriesContext(connection) as small:
         scrape()
     for i in range(5):
-        rule = make_rule(f"more-{i}")
+        rule = daily_rule(f"more-{i}")
         for minute in range(4):
             execute(claim(rule, minute), T0 + timedelta(seconds=minute))
         Pool.objects.create(name=f"pool-{i}", reason="tests", max_concurrency=1)

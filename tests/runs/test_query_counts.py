@@ -1,5 +1,5 @@
 # ruff: noqa: F811  (pytest fixtures imported from tests.support.desk are redefined as arguments)
-"""How many SQL statements the hot paths cost (issue 12): the claim, one execution, the tick per due
+"""How many SQL statements the hot paths cost: the claim, one execution, the tick per due
 slot, and every operator page. Counts, not timings: a regression shows up here, on both databases.
 
 Transaction control (BEGIN/COMMIT) is not a statement Django captures; savepoints are.
@@ -22,6 +22,7 @@ from runs.models import Decision, TaskRun
 from tasks.models import TriggerRule
 from tasks.triggers.scheduler import scheduler_tick
 from tests.support.desk import make_failed_run, oncall, oncall_client  # noqa: F401
+from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.django_db
 
@@ -85,9 +86,7 @@ def test_a_coalescing_claim_outside_any_transaction_writes_its_rows_in_one_of_it
     decision): they must stand or fall together, so the claim opens the transaction itself."""
     from harness_site.celery import app
 
-    rule = TriggerRule.objects.create(
-        name="q-coalesce", reason="tests", kind="event", timezone="UTC", skill="harness.noop"
-    )
+    rule = make_rule("q-coalesce", kind="event")
     over = {"rule": rule, "object_key": "order:1", "coalesce_window": timedelta(0)}
     key = f"rule/{rule.pk}/event/order-1:"
     first = run_claim(work(key + "v1", **over), now=T0)
@@ -158,16 +157,7 @@ def test_one_renewal_pass_renews_every_lease_the_process_holds_in_one_statement(
 
 def due_rules(n: int, *, prefix: str, due: datetime) -> None:
     for i in range(n):
-        rule = TriggerRule.objects.create(
-            name=f"{prefix}-{i}",
-            reason="test",
-            kind=TriggerRule.Kind.INTERVAL,
-            interval_seconds=86400,
-            timezone="UTC",
-            skill="harness.noop",
-            dedupe_key_template="{rule}:{slot}",
-        )
-        TriggerRule.objects.filter(pk=rule.pk).update(next_fire_at=due, last_slot_at=None)
+        make_rule(f"{prefix}-{i}", interval_seconds=86400, due=due)
 
 
 def tick_statements(now: datetime) -> tuple[int, int]:

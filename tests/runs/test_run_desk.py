@@ -17,8 +17,8 @@ from runs import executor, leases
 from runs.models import Attempt, Lease, TaskRun
 from runs.operations import run_lease_force_release
 from tests.support.desk import (  # noqa: F401 - fixtures
+    daily_report,
     make_failed_run,
-    make_rule,
     oncall,
     oncall_client,
     operator,
@@ -60,7 +60,7 @@ def _running(biz_key="k-running", owner="w1@host:42") -> TaskRun:
 
 
 def test_it_filters_and_searches_runs(viewer_client):
-    rule = make_rule()
+    rule = daily_report()
     a = _run("report:a", rule=rule, state="failed", source="manual", is_trial=True)
     _run("report:b", state="succeeded")
     url = reverse("admin:runs_taskrun_changelist")

@@ -21,7 +21,7 @@ from runs.store import NotPlain, store
 from runs.store.postgres import parse_queries, queries
 from tasks.models import GLOBAL_POOL, Pool, TriggerRule
 from tasks.rules import keys
-from tests.support.desk import make_rule
+from tests.support.desk import daily_report as make_rule
 from tests.support.runs import run_policy
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -1,4 +1,4 @@
-"""runs.leases.run_take (issue 12): the worker's first statement reads the run and, when nothing stands
+"""runs.leases.run_take: the worker's first statement reads the run and, when nothing stands
 in its way, claims it too. Claimed: exactly what the read-then-claim path writes (state, fence,
 attempts, lease, the attempt row, a slot in each pool), and the lease as long as run_lease_ttl says.
 Not claimed: the row as it is, nothing written, for the executor's full path.
@@ -17,7 +17,7 @@ from runs.models import Attempt, PoolSlot, TaskRun
 from tasks.models import GLOBAL_POOL, Pool
 from tasks.rules import keys
 from tasks.rules.policy import DEFAULT_LEASE_TTL_SECONDS
-from tests.support.desk import make_rule
+from tests.support.desk import daily_report
 from tests.support.runs import run_policy
 
 pytestmark = [
@@ -118,7 +118,7 @@ def test_the_lease_is_as_long_as_run_lease_ttl_says(policy):
 
 @pytest.mark.parametrize("obstacle", ["object key", "start window", "agent", "not due", "limited pool"])
 def test_a_run_with_something_in_its_way_is_read_and_not_claimed(obstacle):
-    rule = make_rule(name="take-rule")
+    rule = daily_report(name="take-rule")
     kwargs = {"rule": rule}
     if obstacle == "object key":
         kwargs["object_key"] = "invoice-1"
@@ -156,7 +156,7 @@ def test_no_such_run():
 
 @pytest.mark.parametrize("obstacle", ["object key", "limited pool"])
 def test_the_executor_still_runs_a_run_that_takes_the_full_path(obstacle):
-    rule = make_rule(name="take-full")
+    rule = daily_report(name="take-full")
     if obstacle == "limited pool":
         rule.pools.set([Pool.objects.create(name="limited", reason="test", max_concurrency=5)])
     run = claim(f"take:full:{obstacle}", rule=rule, object_key="invoice-2" if obstacle == "object key" else "")

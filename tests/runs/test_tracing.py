@@ -40,6 +40,7 @@ from tasks.triggers.operator import rule_fire
 from tasks.triggers.scheduler import scheduler_tick
 from tests.support.fake_model import FakeModelServer, Reply, json_completion
 from tests.support.processes import ROOT
+from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.django_db(transaction=True)
 
@@ -106,11 +107,9 @@ def make_source(monkeypatch, server: FakeModelServer) -> TriggerSource:
         connect_timeout_seconds=2.0,
         read_timeout_seconds=5.0,
     )
-    rule = TriggerRule.objects.create(
-        name="traced-orders",
-        reason="test",
+    rule = make_rule(
+        "traced-orders",
         kind="event",
-        timezone="UTC",
         dedupe_key_template="{rule}:{object_id}",
         skill="llm_json",
         agent=agent,
@@ -214,18 +213,7 @@ def test_a_succeeding_webhook_run_keeps_its_trace_and_a_resend_is_the_same_run(
 
 def test_every_slot_and_every_button_press_starts_a_trace_of_its_own_without_the_sdk(published):
     # No SDK installed (the default): nothing is recorded, yet every run gets an id and its message the header.
-    rules = [
-        TriggerRule.objects.create(
-            name=f"every-minute-{i}",
-            reason="test",
-            kind="cron",
-            cron="* * * * *",
-            timezone="UTC",
-            skill="harness.noop",
-            dedupe_key_template="{rule}:{slot}",
-        )
-        for i in range(2)
-    ]
+    rules = [make_rule(f"every-minute-{i}", kind="cron") for i in range(2)]
     now = max(TriggerRule.objects.values_list("next_fire_at", flat=True)) + timedelta(seconds=1)
     assert scheduler_tick(now=now).claimed == 2
     rule_fire(rule=rules[0], actor="alice", now=now)
@@ -360,14 +348,7 @@ def test_with_otel_variables_set_spans_are_exported_and_django_and_celery_instru
 def test_each_file_a_sensor_scan_finds_starts_a_trace_of_its_own(tmp_path, spans):
     from tasks.triggers.sensors import sensor_scan
 
-    rule = TriggerRule.objects.create(
-        name="ingest",
-        reason="test",
-        kind="event",
-        timezone="UTC",
-        skill="harness.noop",
-        dedupe_key_template="{rule}:{object_id}:{version}",
-    )
+    rule = make_rule("ingest", kind="event", dedupe_key_template="{rule}:{object_id}:{version}")
     source = TriggerSource.objects.create(
         name="inbox", kind="file", identity="svc:drop", rule=rule, watch_dir=str(tmp_path), settle_seconds=0
     )

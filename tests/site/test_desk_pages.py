@@ -1,4 +1,4 @@
-"""The operator's desk pages (issue 14) through Django's test client, on both databases: times say
+"""The operator's desk pages through Django's test client, on both databases: times say
 their zone, the display zone is remembered per user, live refresh stops once a run is final, the
 rule's history strip, honest confirmations, the 403 page naming the role, quick filters, assign to me."""
 # ruff: noqa: F811  (pytest fixtures imported from tests.support.desk)

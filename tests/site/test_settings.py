@@ -1,4 +1,4 @@
-"""Settings refuse what would run unsafely (issue 10, finding 12): a boolean that is not one, and a
+"""Settings refuse what would run unsafely: a boolean that is not one, and a
 placeholder or weak SECRET_KEY with DEBUG off. Each case runs the real settings module
 (harness_site.settings) in a real Python process with that environment and reads its error; the
 cases share one process per test worker (`outcomes`), each with a fresh environment and a fresh

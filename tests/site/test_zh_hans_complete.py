@@ -1,4 +1,4 @@
-"""zh-Hans is complete (issue 14, item 5): every admin page, rendered for a browser that asks for
+"""zh-Hans is complete: every admin page, rendered for a browser that asks for
 Simplified Chinese, shows no English UI string. Data values (names, keys, skills, errors the data
 carries) are excepted: every string stored in the database is allowed, and so are identifiers
 (anything with _ . / : = { } or a digit) and the technical words of docs/glossary.md's keep list."""
@@ -17,7 +17,7 @@ from django.utils import translation
 from deadletters.models import DeadLetter
 from runs.models import Attempt, Decision, Lease, SchedulerTick, SlotHold, TaskRun
 from tasks.models import DiagnosticRecord, ReadinessFlag
-from tests.support.desk import make_failed_run, make_rule
+from tests.support.desk import daily_report, make_failed_run
 
 pytestmark = pytest.mark.django_db
 
@@ -162,7 +162,9 @@ def english_in(html: str, allowed: set[str]) -> list[str]:
 @pytest.fixture
 def everything():
     """One row of every admin page's model, in Chinese-named data where a name is ours to choose."""
-    rule = make_rule(name="日报", reason="运营需要", timezone="Asia/Shanghai", skill="harness.noop")
+    rule = daily_report(
+        name="日报", reason="运营需要", timezone="Asia/Shanghai", clean=False
+    )  # a name no form would take
     run = make_failed_run("rule/1/日报:2026-03-01", now=NOW, rule=rule)
     Decision.objects.create(
         rule=rule, slot=NOW - timedelta(days=1), reason=Decision.Reason.MISSED, details={}, created_at=NOW

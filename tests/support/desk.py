@@ -11,6 +11,7 @@ from harness_site.audit.roles import roles_ensure
 from runs.models import Attempt, TaskRun
 from tasks.models import TriggerRule
 from tasks.skills.errors import ClassifiedError
+from tests.support.rules import make_rule
 
 PASSWORD = "desk-pass-123"
 
@@ -59,7 +60,8 @@ def viewer_client(viewer):
     return client_for(viewer)
 
 
-def make_rule(**over) -> TriggerRule:
+def daily_report(**over) -> TriggerRule:
+    """The desk's usual rule: a report at 09:00 Berlin, one run per business date."""
     fields = {
         "name": "daily-report",
         "reason": "operators need it",
@@ -67,10 +69,9 @@ def make_rule(**over) -> TriggerRule:
         "cron": "0 9 * * *",
         "timezone": "Europe/Berlin",
         "dedupe_key_template": "report:{business_date}",
-        "skill": "harness.noop",
+        **over,
     }
-    fields.update(over)
-    return TriggerRule.objects.create(**fields)
+    return make_rule(**fields)
 
 
 def make_failed_run(

@@ -1,4 +1,4 @@
-"""Issue 10, finding 11: no admin page or desk button answers a 500, whatever the id, the query or the
+"""No admin page or desk button answers a 500, whatever the id, the query or the
 form says; as a superuser and as an Operator, on SQLite and PostgreSQL."""
 
 import pytest
@@ -8,12 +8,13 @@ from runs.models import TaskRun
 from tasks.models import TriggerRule
 from tests.support.desk import (  # noqa: F401 - fixtures
     client_for,
+    daily_report,
     make_failed_run,
-    make_rule,
     make_user,
     operator,
     operator_client,
 )
+from tests.support.rules import make_rule
 from tests.tasks.test_rule_admin import _form
 
 pytestmark = pytest.mark.django_db
@@ -58,16 +59,7 @@ def test_a_change_page_for_an_unknown_or_malformed_id_is_not_a_500(client, objec
 
 
 def test_explain_on_an_event_rule_says_it_has_no_slots(client):
-    rule = TriggerRule(
-        name="orders-in",
-        reason="test",
-        kind="event",
-        timezone="UTC",
-        skill="harness.noop",
-        dedupe_key_template="{object_id}:{action}",
-    )
-    rule.full_clean()
-    rule.save()
+    rule = make_rule("orders-in", kind="event", dedupe_key_template="{object_id}:{action}")
     url = reverse("admin:tasks_triggerrule_explain", args=[rule.pk])
 
     for query in ({}, {"slot": "2026-12-01 09:00"}, {"slot": "garbage"}):
@@ -141,7 +133,7 @@ HOSTILE = ["a\x00b", "9" * 40, "9999-12-31 23:59", "0001-01-01 00:00", "x" * 100
 @pytest.mark.parametrize("zone", ["Europe/Berlin", "America/Los_Angeles"])
 @pytest.mark.parametrize("value", HOSTILE, ids=range(len(HOSTILE)))
 def test_every_desk_form_of_an_existing_object_answers_hostile_values_without_a_500(client, value, zone):
-    rule = make_rule(timezone=zone)
+    rule = daily_report(timezone=zone)
     run = make_failed_run(rule=rule)
     ticket = run.deadletters.get()
     posts = [

@@ -9,6 +9,7 @@ from django.urls import reverse
 from django.utils import translation
 
 from tasks.models import TriggerRule
+from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.django_db
 
@@ -44,13 +45,11 @@ def _reset_language():
 
 @pytest.fixture
 def rule() -> TriggerRule:
-    return TriggerRule.objects.create(
-        name="daily-report",
-        reason="test",
+    return make_rule(
+        "daily-report",
         kind=TriggerRule.Kind.CRON,
         cron="0 9 * * *",
         timezone="Asia/Shanghai",
-        skill="harness.noop",
         dedupe_key_template="{rule}:{business_date}",
     )
 
@@ -164,7 +163,7 @@ def _po_entries(text: str) -> dict[str, str]:
     return entries
 
 
-# --- the operator's desk pages (issue 4, item 9) --------------------------------------------
+# --- the operator's desk pages -----------------------------------------------------------------
 # Each page's own strings, as English shows them by default and Chinese under Accept-Language: zh-hans.
 DASHBOARD_EN = ("Dedupe hits, last 24 h", "biz_keys with more than one run", "Next fires", "Open the desk")
 DASHBOARD_ZH = ("仪表盘", "最近 24 小时的去重命中", "有多个运行的业务键", "后续触发时间", "打开死信工作台")

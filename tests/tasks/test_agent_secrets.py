@@ -11,8 +11,9 @@ from deadletters.models import DeadLetter
 from runs.claims import Work, run_claim
 from runs.executor import run_execute
 from runs.models import ActionProposal, ExternalCall, TaskRun
-from tasks.models import Agent, TriggerRule
+from tasks.models import Agent
 from tests.support.fake_model import FakeModelServer, Reply, completion, json_completion
+from tests.support.rules import make_rule
 from tests.support.runs import run_policy
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -72,16 +73,7 @@ def test_it_never_stores_logs_or_shows_the_api_key(server, monkeypatch, caplog, 
         api_key_env=KEY_ENV,
         store_prompts=True,
     )
-    TriggerRule.objects.create(
-        name="summaries",
-        reason="test",
-        kind="interval",
-        interval_seconds=60,
-        timezone="UTC",
-        skill="llm_json",
-        agent=agent,
-        output_schema=SCHEMA,
-    )
+    make_rule("summaries", skill="llm_json", agent=agent, output_schema=SCHEMA)
 
     server.respond(json_completion({"summary": "ok"}))
     ok = _run(agent, "s:ok")

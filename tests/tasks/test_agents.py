@@ -15,15 +15,14 @@ from tasks.models import Agent, TriggerRule
 from tasks.services import RuleImportError, rule_export, rule_import
 from tasks.skills.llm_json import render_prompt
 from tasks.skills.sdk import SkillError
+from tests.support.rules import build_rule
 
 DEMO = Path(__file__).resolve().parents[2] / "tasks" / "fixtures" / "demo_rules.json"
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 
 def rule(**over) -> TriggerRule:
-    data = dict(name="summaries", reason="test", kind="interval", interval_seconds=60, timezone="UTC", skill="llm_json")
-    data.update(over)
-    return TriggerRule(**data)
+    return build_rule("summaries", **{"skill": "llm_json", **over})
 
 
 @pytest.mark.django_db

@@ -1,4 +1,4 @@
-"""Every bad input to the flags/ping API and /healthz is a 4xx with a reason, never a 500 (issue 10, finding 6).
+"""Every bad input to the flags/ping API and /healthz is a 4xx with a reason, never a 500.
 
 NUL characters (PostgreSQL refuses them in text), NaN and deep JSON, wrong content types, wrong
 methods and lying Content-Length headers. Marked `backend`: the NUL cases only failed on PostgreSQL.
@@ -13,8 +13,9 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
-from tasks.models import ReadinessFlag, TriggerRule
+from tasks.models import ReadinessFlag
 from tasks.views import token_create
+from tests.support.rules import make_rule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.backend]
 
@@ -98,9 +99,7 @@ def test_healthz_answers_only_get_and_head(method):
 
 
 def test_a_ping_for_a_rule_that_is_not_a_heartbeat_is_400(client, auth):
-    TriggerRule.objects.create(
-        name="cron-rule", reason="t", kind="cron", cron="0 9 * * *", timezone="UTC", skill="harness.noop"
-    )
+    make_rule("cron-rule", kind="cron", cron="0 9 * * *")
     response = post(client, "/api/rules/cron-rule/ping", {}, auth)
     assert (response.status_code, response.json()["reason"]) == (400, "not_a_heartbeat_rule")
 

@@ -25,7 +25,8 @@ from tasks.triggers.heartbeat import heartbeat_tick
 from tasks.triggers.operator import rule_fire
 from tasks.triggers.scheduler import TickResult, scheduler_tick
 from tests.support.desk import client_for, operator  # noqa: F401 - fixtures
-from tests.tasks.test_scheduler_tick import due_slots, make_rule, outcomes
+from tests.support.rules import make_rule
+from tests.tasks.test_scheduler_tick import due_slots, outcomes
 from tests.tasks.test_webhook import EVENT, post, source  # noqa: F401 - the signed webhook fixture
 
 pytestmark = pytest.mark.django_db
@@ -56,15 +57,8 @@ def backlog(n: int, *, rule: TriggerRule | None = None) -> None:
 
 
 def event_rule(name: str, recoverability: str, **over) -> TriggerRule:
-    rule = TriggerRule.objects.create(
-        name=name,
-        reason="test",
-        kind="event",
-        timezone="UTC",
-        skill="harness.noop",
-        dedupe_key_template="{rule}:{object_id}:{version}",
-        recoverability=recoverability,
-        **over,
+    rule = make_rule(
+        name, kind="event", dedupe_key_template="{rule}:{object_id}:{version}", recoverability=recoverability, **over
     )
     TriggerSource.objects.create(name=f"{name}-in", kind="python", identity="svc:test", rule=rule)
     return rule

@@ -13,6 +13,7 @@ from tasks.flags import flag_set
 from tasks.models import TriggerRule
 from tasks.rules import schedule
 from tasks.triggers.scheduler import scheduler_tick
+from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.django_db
 
@@ -21,31 +22,21 @@ OUTAGE = timedelta(hours=12)
 NOW = T0 + OUTAGE + timedelta(seconds=30)  # back 30 s after the slot at T0+12h: every slot is late
 
 
-def make_rule(**over) -> TriggerRule:
+def catching_up(**over) -> TriggerRule:
+    """Every minute in UTC, catching up at most 5 slots 60 s apart within 13 h; due at T0."""
     fields = {
-        "name": "every-minute",
-        "reason": "test",
         "kind": TriggerRule.Kind.CRON,
-        "cron": "* * * * *",
-        "timezone": "UTC",
-        "skill": "harness.noop",
-        "dedupe_key_template": "{rule}:{slot}",
         "catchup": TriggerRule.CatchUp.ALL,
         "catchup_max_delay_seconds": 13 * 3600,
         "catchup_max_count": 5,
         "catchup_spacing_seconds": 60,
         **over,
     }
-    rule = TriggerRule(**fields)
-    rule.full_clean()
-    rule.save()
-    TriggerRule.objects.filter(pk=rule.pk).update(next_fire_at=T0, last_slot_at=None)
-    rule.refresh_from_db()
-    return rule
+    return make_rule("every-minute", due=T0, **fields)
 
 
 def test_a_12_hour_outage_gives_5_paced_runs_and_decisions_for_the_rest():
-    rule = make_rule()
+    rule = catching_up()
     scheduler_tick(now=NOW)
 
     slots = [T0 + timedelta(minutes=m) for m in range(12 * 60 + 1)]
@@ -67,7 +58,7 @@ def test_a_12_hour_outage_gives_5_paced_runs_and_decisions_for_the_rest():
 
 
 def test_beyond_the_max_delay_slots_are_missed_not_capped():
-    rule = make_rule(catchup_max_delay_seconds=3 * 3600)
+    rule = catching_up(catchup_max_delay_seconds=3 * 3600)
     scheduler_tick(now=NOW)
     capped = Decision.objects.filter(rule=rule, reason=Decision.Reason.CATCHUP_CAPPED).count()
     missed = Decision.objects.filter(rule=rule, reason=Decision.Reason.MISSED).count()
@@ -85,7 +76,7 @@ def operator(client):
 
 
 def test_above_the_approval_threshold_nothing_runs_until_approved_in_the_admin(client, operator):
-    rule = make_rule(catchup_approval_threshold=10)
+    rule = catching_up(catchup_approval_threshold=10)
     scheduler_tick(now=NOW)
     runs = TaskRun.objects.filter(rule=rule)
     assert runs.count() == 5
@@ -118,7 +109,7 @@ def test_above_the_approval_threshold_nothing_runs_until_approved_in_the_admin(c
 
 
 def test_rejecting_cancels_the_gated_runs_and_keeps_the_slots_accounted(client, operator):
-    rule = make_rule(catchup_approval_threshold=10)
+    rule = catching_up(catchup_approval_threshold=10)
     scheduler_tick(now=NOW)
     ids = [str(pk) for pk in TaskRun.objects.filter(rule=rule).values_list("pk", flat=True)]
     client.post(reverse("admin:runs_taskrun_changelist"), {"action": "reject_catchup", "_selected_action": ids})
@@ -137,7 +128,7 @@ def test_the_approve_action_is_hidden_without_the_permission(client):
 
 
 def test_under_the_threshold_catch_up_runs_without_approval():
-    rule = make_rule(catchup_approval_threshold=100000)
+    rule = catching_up(catchup_approval_threshold=100000)
     scheduler_tick(now=NOW)
     assert set(TaskRun.objects.filter(rule=rule).values_list("state", flat=True)) == {TaskRun.State.PENDING}
 
@@ -165,7 +156,7 @@ def accounted(rule: TriggerRule) -> dict[datetime, str]:
 
 
 def test_a_1003_minute_outage_capped_at_5_runs_the_5_most_recent_slots_across_ticks():
-    rule = make_rule(catchup_max_delay_seconds=24 * 3600, catchup_spacing_seconds=0)
+    rule = catching_up(catchup_max_delay_seconds=24 * 3600, catchup_spacing_seconds=0)
     slots = [T0 + timedelta(minutes=m) for m in range(1003)]
     now = slots[-1] + timedelta(seconds=30)
 
@@ -187,7 +178,7 @@ def test_an_outage_across_a_repeated_hour_keeps_the_cap_over_small_bounded_ticks
         "Europe/Berlin": datetime(2026, 10, 25, 0, 20, tzinfo=UTC),  # 02:20 CEST
         "Australia/Lord_Howe": datetime(2026, 4, 4, 14, 40, tzinfo=UTC),  # 01:40 +11:00
     }[zone]
-    rule = make_rule(timezone=zone, catchup_max_count=5)
+    rule = catching_up(timezone=zone, catchup_max_count=5)
     TriggerRule.objects.filter(pk=rule.pk).update(next_fire_at=start)
     rule.refresh_from_db()
     end = start + timedelta(minutes=70)
@@ -208,7 +199,7 @@ def test_an_outage_across_a_repeated_hour_keeps_the_cap_over_small_bounded_ticks
 
 def test_an_outage_with_ticks_a_minute_apart_runs_the_most_recent_slots_and_keeps_the_cap():
     # Back at `back`, then a tick every minute: the slot that falls due meanwhile is late too.
-    rule = make_rule(catchup_max_delay_seconds=24 * 3600, catchup_spacing_seconds=0)
+    rule = catching_up(catchup_max_delay_seconds=24 * 3600, catchup_spacing_seconds=0)
     slots = [T0 + timedelta(minutes=m) for m in range(1004)]
     back = slots[1002] + timedelta(seconds=30)
     scheduler_tick(now=back, max_slots=1000)
@@ -225,7 +216,7 @@ def test_an_outage_with_ticks_a_minute_apart_runs_the_most_recent_slots_and_keep
 
 @pytest.mark.parametrize("max_count", [None, 4])
 def test_catch_up_runs_of_several_ticks_are_never_closer_than_the_spacing(max_count):
-    rule = make_rule(catchup_max_count=max_count, catchup_spacing_seconds=60)
+    rule = catching_up(catchup_max_count=max_count, catchup_spacing_seconds=60)
     slots = [T0 + timedelta(minutes=m) for m in range(7)]
     back = slots[-1] + timedelta(seconds=30)
     for second in range(10):  # a tick every second, two slots each
@@ -243,7 +234,7 @@ def test_catch_up_runs_of_several_ticks_are_never_closer_than_the_spacing(max_co
 
 
 def test_pacing_continues_after_catch_up_runs_that_already_started():
-    rule = make_rule(catchup_max_count=None, catchup_spacing_seconds=60)
+    rule = catching_up(catchup_max_count=None, catchup_spacing_seconds=60)
     back = T0 + timedelta(minutes=1, seconds=30)
     scheduler_tick(now=back, max_slots=1)  # T0: runs at back
     TaskRun.objects.filter(rule=rule).update(
@@ -255,7 +246,7 @@ def test_pacing_continues_after_catch_up_runs_that_already_started():
 
 
 def test_held_catch_up_slots_that_become_ready_are_paced_too():
-    rule = make_rule(
+    rule = catching_up(
         catchup_max_count=None,
         catchup_spacing_seconds=60,
         depends_on=["pipeline.ready"],

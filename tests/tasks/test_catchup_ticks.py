@@ -97,7 +97,7 @@ def expected_all(slots: list[datetime], now: datetime, *, max_count: int, max_de
     }
 
 
-# --- bug 7: the cap of catch-up "all" holds for the whole outage ---------------------------------
+# --- the cap of catch-up "all" holds for the whole outage ----------------------------------------
 
 
 def test_1003_missed_minutes_capped_at_5_run_the_5_most_recent_over_two_ticks():
@@ -164,7 +164,7 @@ def test_the_cap_holds_while_new_slots_fall_due_between_ticks(interval, max_slot
     assert {out.actions[s] for s in late if s not in chosen} <= {CAPPED}
 
 
-# --- bug 8: pacing continues from the last scheduled catch-up run ---------------------------------
+# --- pacing continues from the last scheduled catch-up run ----------------------------------------
 
 
 def test_pace_continues_after_the_last_scheduled_catch_up_run():

@@ -16,6 +16,7 @@ from tasks import services
 from tasks.management.commands import harness as harness_command
 from tasks.models import DiagnosticRecord, TriggerRule
 from tasks.triggers.operator import rule_fire
+from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.django_db
 
@@ -44,8 +45,7 @@ def _rule_data(name: str, **over) -> dict:
 
 
 def _make_rule(name: str = "report", **over) -> TriggerRule:
-    services.rule_import(json.dumps([_rule_data(name, **over)]))
-    return TriggerRule.objects.get(name=name)
+    return make_rule(**_rule_data(name, **over))
 
 
 def _write(tmp_path, *rules: dict):
@@ -95,7 +95,7 @@ def test_it_rejects_a_file_that_cannot_be_read(tmp_path):
 
 def test_it_exports_rules_as_json():
     _make_rule("b-rule", params={"channel": "email"}, dedupe_key_template="{rule}:{channel}:{slot}")
-    _make_rule("a-rule", kind="once", cron="", run_at="2030-01-01T09:00:00+08:00")
+    _make_rule("a-rule", kind="once", cron="", run_at=datetime(2030, 1, 1, 1, 0, tzinfo=UTC))
 
     doc = json.loads(harness("rules", "export"))
 

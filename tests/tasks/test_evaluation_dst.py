@@ -115,7 +115,7 @@ def walls_around(wall: time) -> list[time]:
     return [t.time() for t in around if t.date() == base.date()]
 
 
-# --- bug 9: business-hours openings ---------------------------------------------------------------
+# --- business-hours openings ----------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("zone", ZONE_NAMES)
@@ -189,7 +189,7 @@ def test_business_hours_deferral_matches_the_wall_clock_model(zone, kind):
     assert checked > 5_000
 
 
-# --- bug 10: readiness deadlines ------------------------------------------------------------------
+# --- readiness deadlines -------------------------------------------------------------------------
 
 DEPENDS = ("pipeline.raw_data.ready",)
 

@@ -11,6 +11,7 @@ from runs.models import TaskRun
 from tasks.models import EventDelivery, EventMetric, EventRefusal, TriggerRule, TriggerSource
 from tasks.triggers.events import event_intake, event_records_prune
 from tasks.triggers.scheduler import scheduler_tick
+from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.django_db
 
@@ -18,23 +19,13 @@ NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 PAYLOAD = {"object_id": "order-7", "action": "shipped", "version": "2", "carrier": "dhl", "label": {"pdf": "…"}}
 
 
-def make_rule(name="order-events", **over) -> TriggerRule:
-    values = {
-        "reason": "test",
-        "kind": "event",
-        "timezone": "Asia/Shanghai",
-        "skill": "harness.noop",
-        "dedupe_key_template": "{rule}:{object_id}:{action}:{version}",
-        **over,
-    }
-    rule = TriggerRule(name=name, **values)
-    rule.full_clean()
-    rule.save()
-    return rule
+def event_rule(name="order-events", **over) -> TriggerRule:
+    """An event rule in Shanghai, one run per object, action and version."""
+    return make_rule(name, **{"kind": "event", "timezone": "Asia/Shanghai", **over})
 
 
 def make_source(name="orders", kind="python", **over) -> TriggerSource:
-    values = {"identity": f"svc:{name}", "rule": over.pop("rule", None) or make_rule(), **over}
+    values = {"identity": f"svc:{name}", "rule": over.pop("rule", None) or event_rule(), **over}
     source = TriggerSource(name=name, kind=kind, **values)
     source.full_clean()
     source.save()
@@ -94,14 +85,14 @@ def test_it_refuses_bad_python_events_with_a_reason_and_no_run(payload, kwargs, 
 
 
 def test_it_renders_business_date_in_the_rule_zone():
-    make_source(rule=make_rule(dedupe_key_template="{rule}:{object_id}:{business_date}", event_key_by_date=True))
+    make_source(rule=event_rule(dedupe_key_template="{rule}:{object_id}:{business_date}", event_key_by_date=True))
     # 2026-12-01 20:00 UTC is already 2026-12-02 in Shanghai.
     result = event_intake(source="orders", payload=PAYLOAD, now=NOW.replace(hour=20))
     assert result.biz_key.endswith("/event/order-events:order-7:2026-12-02")
 
 
 def test_it_keeps_event_rules_out_of_the_scheduler_tick():
-    rule = make_rule()
+    rule = event_rule()
     assert rule.next_fire_at is None
     assert scheduler_tick(now=NOW + timedelta(days=1)).claimed == 0
 
@@ -116,7 +107,7 @@ def test_it_keeps_event_rules_out_of_the_scheduler_tick():
 )
 def test_it_rejects_an_event_rule_that_cannot_key_its_events(over, field):
     with pytest.raises(ValidationError) as exc:
-        make_rule(**over)
+        event_rule(**over)
     assert field in exc.value.message_dict
 
 
@@ -139,9 +130,7 @@ def test_it_rejects_a_source_that_cannot_work(over, field):
 
 
 def test_it_rejects_a_source_pointing_at_a_scheduled_rule():
-    cron = TriggerRule.objects.create(
-        name="cron-rule", reason="t", kind="cron", cron="0 9 * * *", timezone="UTC", skill="harness.noop"
-    )
+    cron = make_rule("cron-rule", kind="cron", cron="0 9 * * *")
     with pytest.raises(ValidationError) as exc:
         make_source(rule=cron)
     assert "rule" in exc.value.message_dict
@@ -187,7 +176,7 @@ def test_it_shows_sources_deliveries_refusals_and_counters_in_the_admin_without_
 
 
 def test_it_shows_a_bad_source_as_a_form_error_and_saves_nothing(admin_client):
-    rule = make_rule()
+    rule = event_rule()
     response = admin_client.post(
         reverse("admin:tasks_triggersource_add"),
         {

@@ -7,8 +7,9 @@ import pytest
 from django.db import connection
 
 from runs.models import TaskRun
-from tasks.models import EventDelivery, TriggerRule, TriggerSource
+from tasks.models import EventDelivery, TriggerSource
 from tasks.triggers.events import event_intake
+from tests.support.rules import make_rule
 
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 PAYLOAD = {"object_id": "o-1", "action": "created", "version": 1}
@@ -36,14 +37,7 @@ def race(*calls):
 
 @pytest.fixture
 def source(transactional_db):
-    rule = TriggerRule.objects.create(
-        name="race",
-        reason="t",
-        kind="event",
-        timezone="UTC",
-        skill="harness.noop",
-        dedupe_key_template="{rule}:{object_id}:{action}:{version}",
-    )
+    rule = make_rule("race", kind="event")
     return TriggerSource.objects.create(name="racer", kind="python", identity="svc:r", rule=rule)
 
 

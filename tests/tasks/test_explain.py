@@ -14,27 +14,16 @@ from runs.models import TaskRun
 from tasks.flags import flag_set
 from tasks.models import TriggerRule
 from tasks.triggers.scheduler import scheduler_tick
+from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.django_db
 
 T0 = datetime(2026, 12, 1, 7, 0, tzinfo=UTC)  # Tuesday 08:00 Berlin
 
 
-def make_rule(name: str, *, due: datetime = T0, **over) -> TriggerRule:
-    fields = {
-        "reason": "t",
-        "kind": "interval",
-        "interval_seconds": 60,
-        "timezone": "Europe/Berlin",
-        "skill": "harness.noop",
-        "dedupe_key_template": "{rule}:{slot}",
-        **over,
-    }
-    rule = TriggerRule(name=name, **fields)
-    rule.full_clean()
-    rule.save()
-    TriggerRule.objects.filter(pk=rule.pk).update(next_fire_at=due, last_slot_at=None)
-    return rule
+def berlin_rule(name: str, **over) -> TriggerRule:
+    """Every minute in Berlin, its first slot due at T0."""
+    return make_rule(name, **{"timezone": "Europe/Berlin", "due": T0, **over})
 
 
 def explain(rule: str, slot: datetime | str) -> dict:
@@ -45,17 +34,17 @@ def explain(rule: str, slot: datetime | str) -> dict:
 
 
 def test_explain_names_the_reason_of_every_kind_of_outcome():
-    make_rule("ran")
-    make_rule("missed")  # catch-up none, 30 s late
-    make_rule("latest", catchup="latest", catchup_max_delay_seconds=3600)
-    make_rule("capped", catchup="all", catchup_max_delay_seconds=3600, catchup_max_count=1)
-    make_rule("hours", hours_start=time(9, 0), hours_end=time(17, 0), outside_hours="skip")
-    make_rule("holiday", excluded_dates=["2026-12-01"])
-    make_rule("skip-not-ready", depends_on=["data.ready"], not_ready_policy="skip")
-    make_rule("wait-not-ready", depends_on=["data.ready"], ready_deadline=time(8, 1), ready_recheck_seconds=30)
-    make_rule("waiting", depends_on=["data.ready"], ready_deadline=time(12, 0))
-    make_rule("overlap", overlap="skip")
-    make_rule("gated", catchup="all", catchup_max_delay_seconds=3600, catchup_approval_threshold=1)
+    berlin_rule("ran")
+    berlin_rule("missed")  # catch-up none, 30 s late
+    berlin_rule("latest", catchup="latest", catchup_max_delay_seconds=3600)
+    berlin_rule("capped", catchup="all", catchup_max_delay_seconds=3600, catchup_max_count=1)
+    berlin_rule("hours", hours_start=time(9, 0), hours_end=time(17, 0), outside_hours="skip")
+    berlin_rule("holiday", excluded_dates=["2026-12-01"])
+    berlin_rule("skip-not-ready", depends_on=["data.ready"], not_ready_policy="skip")
+    berlin_rule("wait-not-ready", depends_on=["data.ready"], ready_deadline=time(8, 1), ready_recheck_seconds=30)
+    berlin_rule("waiting", depends_on=["data.ready"], ready_deadline=time(12, 0))
+    berlin_rule("overlap", overlap="skip")
+    berlin_rule("gated", catchup="all", catchup_max_delay_seconds=3600, catchup_approval_threshold=1)
 
     scheduler_tick(now=T0)  # on time: ran, overlap's first run, waiting holds...
     scheduler_tick(now=T0 + timedelta(minutes=1))  # overlap: second slot skipped
@@ -86,14 +75,14 @@ def test_explain_names_the_reason_of_every_kind_of_outcome():
 
 
 def test_explain_reads_a_slot_without_offset_on_the_rule_zone_clock():
-    make_rule("ran")
+    berlin_rule("ran")
     scheduler_tick(now=T0)
     assert explain("ran", "2026-12-01T08:00")["outcome"] == "run"
     assert explain("ran", "2026-12-01T08:00")["slot_utc"] == T0.isoformat()
 
 
 def test_explain_says_not_a_slot_not_due_and_no_record():
-    make_rule("ran")
+    berlin_rule("ran")
     scheduler_tick(now=T0)
     odd = explain("ran", T0 + timedelta(seconds=30))
     assert odd["outcome"] == "not_a_slot"
@@ -104,7 +93,7 @@ def test_explain_says_not_a_slot_not_due_and_no_record():
 
 
 def test_explain_refuses_an_unknown_rule_and_a_bad_slot():
-    make_rule("ran")
+    berlin_rule("ran")
     with pytest.raises(CommandError, match="no rule named"):
         call_command("harness", "explain", "nope", "2026-12-01T08:00", stdout=StringIO())
     with pytest.raises(CommandError, match="not a date-time"):
@@ -112,7 +101,7 @@ def test_explain_refuses_an_unknown_rule_and_a_bad_slot():
 
 
 def test_the_text_output_says_why():
-    make_rule("holiday", excluded_dates=["2026-12-01"])
+    berlin_rule("holiday", excluded_dates=["2026-12-01"])
     scheduler_tick(now=T0)
     out = StringIO()
     call_command("harness", "explain", "holiday", T0.isoformat(), stdout=out)
@@ -121,7 +110,7 @@ def test_the_text_output_says_why():
 
 
 def test_the_admin_explain_view_answers_for_a_slot(client):
-    rule = make_rule("holiday", excluded_dates=["2026-12-01"])
+    rule = berlin_rule("holiday", excluded_dates=["2026-12-01"])
     scheduler_tick(now=T0)
     client.force_login(get_user_model().objects.create_superuser("op", "op@example.com", "pw-op-123456"))
     url = reverse("admin:tasks_triggerrule_explain", args=[rule.pk])
@@ -138,18 +127,7 @@ def test_the_admin_explain_view_answers_for_a_slot(client):
 
 
 def test_preview_shows_dst_and_windows():
-    rule = TriggerRule(
-        name="ny",
-        reason="t",
-        kind="cron",
-        cron="30 2 * * *",
-        timezone="America/New_York",
-        skill="harness.noop",
-        dedupe_key_template="{rule}:{slot}",
-        weekdays="mon-fri",
-    )
-    rule.full_clean()
-    rule.save()
+    rule = make_rule("ny", kind="cron", cron="30 2 * * *", timezone="America/New_York", weekdays="mon-fri")
     from tasks.triggers.explain import rule_preview
 
     rows = rule_preview(rule=rule, now=datetime(2026, 3, 6, 0, 0, tzinfo=UTC), count=4)
@@ -179,7 +157,7 @@ def test_flags_command_sets_lists_and_clears():
 
 
 def test_a_flag_set_through_the_command_lets_a_waiting_slot_run():
-    make_rule("waiting", depends_on=["data.ready"], ready_deadline=time(12, 0), ready_recheck_seconds=60)
+    berlin_rule("waiting", depends_on=["data.ready"], ready_deadline=time(12, 0), ready_recheck_seconds=60)
     scheduler_tick(now=T0)
     call_command("harness", "flags", "set", "data.ready", "2026-12-01", stdout=StringIO())
     flag_set(name="data.ready", scope="2026-12-01", actor="x", now=T0)  # idempotent: refreshed, not doubled
@@ -187,13 +165,13 @@ def test_a_flag_set_through_the_command_lets_a_waiting_slot_run():
     assert explain("waiting", T0)["outcome"] == "run"
 
 
-# --- a paused rule's slots (bug 15) --------------------------------------------------------
+# --- a paused rule's slots ---------------------------------------------------------------
 
 
 def _paused(name: str = "paused", **over) -> TriggerRule:
     from tasks.triggers.operator import rule_pause
 
-    rule = make_rule(name, **over)
+    rule = berlin_rule(name, **over)
     rule_pause(rule=rule, actor="op", now=T0, reason="upstream outage")
     rule.refresh_from_db()
     assert not rule.enabled and rule.paused_at == T0
@@ -225,7 +203,7 @@ def test_explain_says_a_paused_rules_past_slot_did_not_run_because_it_is_paused(
 
 
 def test_explain_still_says_runs_for_an_enabled_rules_future_slot():
-    make_rule("on")
+    berlin_rule("on")
     result = explain("on", datetime(2099, 1, 1, tzinfo=UTC))
     assert (result["outcome"], result["reason"]) == ("not_due", "")
     assert result["summary"] == "not due yet; expected: runs"

@@ -8,8 +8,9 @@ import pytest
 from django.core.management import call_command
 
 from runs.models import TaskRun
-from tasks.models import EventDelivery, EventMetric, TriggerRule, TriggerSource
+from tasks.models import EventDelivery, EventMetric, TriggerSource
 from tasks.triggers.sensors import sensor_scan, sensors_scan_all
+from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.django_db
 
@@ -25,14 +26,7 @@ def inbox(tmp_path):
 
 @pytest.fixture
 def source(inbox):
-    rule = TriggerRule.objects.create(
-        name="ingest",
-        reason="test",
-        kind="event",
-        timezone="UTC",
-        skill="harness.noop",
-        dedupe_key_template="{rule}:{object_id}:{version}",
-    )
+    rule = make_rule("ingest", kind="event", dedupe_key_template="{rule}:{object_id}:{version}")
     return TriggerSource.objects.create(
         name="inbox",
         kind="file",

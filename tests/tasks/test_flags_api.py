@@ -9,8 +9,9 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.utils import timezone
 
-from tasks.models import ApiToken, ReadinessFlag, TriggerRule
+from tasks.models import ApiToken, ReadinessFlag
 from tasks.views import token_create
+from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.django_db
 
@@ -111,24 +112,8 @@ def test_a_session_needs_the_csrf_token():
 
 
 def test_a_heartbeat_ping_through_the_api(client):
-    TriggerRule.objects.create(
-        name="hb",
-        reason="t",
-        kind="heartbeat",
-        heartbeat_every_seconds=60,
-        timezone="UTC",
-        skill="harness.noop",
-        dedupe_key_template="{rule}:{slot}",
-    )
-    TriggerRule.objects.create(
-        name="cron",
-        reason="t",
-        kind="cron",
-        cron="0 9 * * *",
-        timezone="UTC",
-        skill="harness.noop",
-        dedupe_key_template="{rule}:{slot}",
-    )
+    make_rule("hb", kind="heartbeat")
+    make_rule("cron", kind="cron", cron="0 9 * * *")
     auth = bearer(user_with("send_ping"))
     ok = post(client, "/api/rules/hb/ping", {}, **auth)
     assert ok.status_code == 200
@@ -139,7 +124,7 @@ def test_a_heartbeat_ping_through_the_api(client):
     assert wrong.status_code == 400 and "not a heartbeat rule" in wrong.json()["error"]
 
 
-# Finding 10: "$" matches before a trailing newline, and a scope was any text: a flag could forge log lines.
+# "$" matches before a trailing newline, and a scope was any text: a flag could forge log lines.
 @pytest.mark.parametrize(
     ("body", "field"),
     [

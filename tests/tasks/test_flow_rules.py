@@ -1,4 +1,4 @@
-"""Flow maths (issue 11), pure: the token bucket, pool keys and the fair order across keys."""
+"""Flow maths, pure: the token bucket, pool keys and the fair order across keys."""
 
 from datetime import UTC, datetime, timedelta
 

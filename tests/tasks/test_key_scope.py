@@ -19,6 +19,7 @@ from tasks.rules import keys
 from tasks.triggers.events import event_intake
 from tasks.triggers.operator import rule_backfill, rule_backfill_plan, rule_run_now
 from tasks.triggers.work import work_for_slot
+from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.django_db
 
@@ -27,29 +28,14 @@ SLOT = datetime(2026, 12, 1, 1, 0, tzinfo=UTC)  # 09:00 in Asia/Shanghai
 
 
 def scheduled(name="nightly", template="{rule}:{slot}", **over) -> TriggerRule:
-    values = {
-        "reason": "test",
-        "kind": TriggerRule.Kind.CRON,
-        "cron": "0 9 * * *",
-        "timezone": "Asia/Shanghai",
-        "skill": "harness.noop",
-        "dedupe_key_template": template,
-        **over,
-    }
-    rule = TriggerRule(name=name, **values)
-    rule.full_clean()
-    rule.save(now=NOW - timedelta(days=2))
-    return rule
+    """09:00 Shanghai every day, saved two days before NOW."""
+    fields = {"kind": "cron", "cron": "0 9 * * *", "timezone": "Asia/Shanghai", "dedupe_key_template": template}
+    return make_rule(name, now=NOW - timedelta(days=2), **{**fields, **over})
 
 
 def event_rule(name="orders-in", template="{object_id}:{action}:{version}", **over) -> TriggerRule:
-    rule = TriggerRule(
-        name=name, reason="test", kind="event", timezone="UTC", skill="harness.noop", dedupe_key_template=template
-    )
-    for k, v in over.items():
-        setattr(rule, k, v)
-    rule.full_clean()
-    rule.save()
+    """An event rule with a source of its own, <name>-src."""
+    rule = make_rule(name, kind="event", dedupe_key_template=template, **over)
     TriggerSource.objects.create(name=f"{name}-src", kind="python", identity="svc:x", rule=rule)
     return rule
 
@@ -176,7 +162,7 @@ def test_a_work_for_a_rule_outside_its_namespace_is_refused():
         )
 
 
-# --- finding 3: time-derived placeholders in event keys ---------------------------------------
+# --- time-derived placeholders in event keys ----------------------------------------------------
 
 
 def test_an_event_key_with_business_date_is_refused_without_the_rule_option():

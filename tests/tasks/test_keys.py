@@ -94,7 +94,7 @@ def test_it_refuses_to_render_expressions_validation_would_refuse(template):
         render_key(template)
 
 
-# --- issue 10: scoped and escaped keys ---------------------------------------------------------
+# --- scoped and escaped keys ------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(

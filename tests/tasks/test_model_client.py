@@ -207,7 +207,7 @@ def test_it_hashes_the_input_stably():
     assert input_sha256("m", messages) != input_sha256("n", messages)
 
 
-# Finding 9: a key with the characters escapers touch (/ + =), echoed back in every common form.
+# A key with the characters escapers touch (/ + =), echoed back in every common form.
 ECHO_KEY = "sk-proj/Zq81+mXc0=VbN2lKj7HgF5dS3aP9oI"
 ECHO_FORMS = sorted(forms(ECHO_KEY))
 

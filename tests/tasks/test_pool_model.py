@@ -1,4 +1,4 @@
-"""Pools (issue 11): the global pool always exists, cannot be deleted, and limits are validated."""
+"""Pools: the global pool always exists, cannot be deleted, and limits are validated."""
 
 import pytest
 from django.core.exceptions import ValidationError

@@ -13,6 +13,7 @@ from runs.models import Decision, SlotHold, TaskRun
 from tasks.flags import flag_clear, flag_set
 from tasks.models import TriggerRule
 from tasks.triggers.scheduler import scheduler_tick
+from tests.support.rules import build_rule, make_rule
 
 pytestmark = pytest.mark.django_db
 
@@ -25,13 +26,12 @@ def berlin(hh: int, mm: int, ss: int = 0) -> datetime:
     return datetime(2026, 12, 1, hh - 1, mm, ss, tzinfo=UTC)
 
 
-def make_rule(name: str = "daily-report", **over) -> TriggerRule:
+def daily_report(name: str = "daily-report", **over) -> TriggerRule:
+    """08:00 Berlin every day, waiting for FLAG until 12:00 with a re-check every 10 minutes; due at SLOT."""
     fields = {
-        "reason": "test",
         "kind": TriggerRule.Kind.CRON,
         "cron": "0 8 * * *",
         "timezone": "Europe/Berlin",
-        "skill": "harness.noop",
         "dedupe_key_template": "{rule}:{business_date}",
         "depends_on": [FLAG],
         "not_ready_policy": TriggerRule.NotReady.WAIT,
@@ -39,12 +39,7 @@ def make_rule(name: str = "daily-report", **over) -> TriggerRule:
         "ready_deadline": time(12, 0),
         **over,
     }
-    rule = TriggerRule(name=name, **fields)
-    rule.full_clean()
-    rule.save()
-    TriggerRule.objects.filter(pk=rule.pk).update(next_fire_at=SLOT, last_slot_at=None)
-    rule.refresh_from_db()
-    return rule
+    return make_rule(name, due=SLOT, **fields)
 
 
 def tick_every_minute(start: datetime, end: datetime, *, at_second: int = 5, on=None) -> None:
@@ -61,7 +56,7 @@ def tick_every_minute(start: datetime, end: datetime, *, at_second: int = 5, on=
 # Re-checks are every 10 minutes from 08:00:05: ..., 09:30:05, 09:40:05, 09:50:05.
 @pytest.mark.parametrize(("set_at", "runs_at"), [((9, 40), (9, 40, 5)), ((9, 41), (9, 50, 5)), ((9, 39), (9, 40, 5))])
 def test_it_runs_once_at_the_first_recheck_after_the_flag_is_set(django_capture_on_commit_callbacks, set_at, runs_at):
-    rule = make_rule()
+    rule = daily_report()
 
     def set_flag(now):
         if now == berlin(*set_at, 5):
@@ -80,7 +75,7 @@ def test_it_runs_once_at_the_first_recheck_after_the_flag_is_set(django_capture_
 
 
 def test_it_holds_the_slot_while_waiting_and_rechecks_on_schedule():
-    rule = make_rule()
+    rule = daily_report()
     scheduler_tick(now=berlin(8, 0, 1))
     hold = SlotHold.objects.get(rule=rule)
     assert (hold.slot, hold.reason) == (SLOT, SlotHold.Reason.NOT_READY)
@@ -94,7 +89,7 @@ def test_it_holds_the_slot_while_waiting_and_rechecks_on_schedule():
 
 
 def test_it_expires_at_the_deadline_with_one_decision_and_one_alert(django_capture_on_commit_callbacks, caplog):
-    rule = make_rule()
+    rule = daily_report()
     caplog.set_level(logging.ERROR, logger="harness.alerts")
     with django_capture_on_commit_callbacks(execute=True):
         tick_every_minute(berlin(8, 0), berlin(13, 0))
@@ -115,7 +110,7 @@ def test_it_expires_at_the_deadline_with_one_decision_and_one_alert(django_captu
 
 
 def test_a_flag_for_another_business_date_does_not_count():
-    rule = make_rule()
+    rule = daily_report()
     flag_set(name=FLAG, scope="2026-11-30", actor="pipeline", now=berlin(7, 0))
     scheduler_tick(now=berlin(8, 0, 1))
     assert SlotHold.objects.filter(rule=rule).exists()
@@ -123,7 +118,7 @@ def test_a_flag_for_another_business_date_does_not_count():
 
 
 def test_a_cleared_flag_is_not_ready_again():
-    rule = make_rule()
+    rule = daily_report()
     flag_set(name=FLAG, scope="2026-12-01", actor="pipeline", now=berlin(7, 0))
     assert flag_clear(name=FLAG, scope="2026-12-01", actor="ops")
     scheduler_tick(now=berlin(8, 0, 1))
@@ -131,7 +126,7 @@ def test_a_cleared_flag_is_not_ready_again():
 
 
 def test_it_runs_at_once_when_the_flag_is_already_set():
-    rule = make_rule()
+    rule = daily_report()
     flag_set(name=FLAG, scope="2026-12-01", actor="pipeline", now=berlin(7, 0))
     scheduler_tick(now=berlin(8, 0, 1))
     assert TaskRun.objects.filter(rule=rule, trigger_at=berlin(8, 0, 1)).count() == 1
@@ -139,14 +134,14 @@ def test_it_runs_at_once_when_the_flag_is_already_set():
 
 
 def test_the_skip_policy_records_a_not_ready_decision():
-    rule = make_rule(not_ready_policy=TriggerRule.NotReady.SKIP)
+    rule = daily_report(not_ready_policy=TriggerRule.NotReady.SKIP)
     scheduler_tick(now=berlin(8, 0, 1))
     assert Decision.objects.get(rule=rule).reason == Decision.Reason.NOT_READY
     assert not TaskRun.objects.exists() and not SlotHold.objects.exists()
 
 
 def test_the_fail_policy_makes_a_failed_run_with_a_dead_letter(django_capture_on_commit_callbacks):
-    rule = make_rule(not_ready_policy=TriggerRule.NotReady.FAIL)
+    rule = daily_report(not_ready_policy=TriggerRule.NotReady.FAIL)
     with django_capture_on_commit_callbacks(execute=True):
         scheduler_tick(now=berlin(8, 0, 1))
     run = TaskRun.objects.get(rule=rule)
@@ -157,14 +152,14 @@ def test_the_fail_policy_makes_a_failed_run_with_a_dead_letter(django_capture_on
 
 
 def test_flags_can_be_scoped_by_a_key_template():
-    rule = make_rule(depends_scope="{channel}:{business_date}", params={"channel": "email"})
+    rule = daily_report(depends_scope="{channel}:{business_date}", params={"channel": "email"})
     flag_set(name=FLAG, scope="email:2026-12-01", actor="pipeline", now=berlin(7, 0))
     scheduler_tick(now=berlin(8, 0, 1))
     assert TaskRun.objects.filter(rule=rule).count() == 1
 
 
 def test_a_paused_rule_turns_its_held_slot_into_a_paused_decision():
-    rule = make_rule()
+    rule = daily_report()
     scheduler_tick(now=berlin(8, 0, 1))
     TriggerRule.objects.filter(pk=rule.pk).update(enabled=False)
     scheduler_tick(now=berlin(8, 10, 1))
@@ -173,17 +168,7 @@ def test_a_paused_rule_turns_its_held_slot_into_a_paused_decision():
 
 
 def test_the_wait_policy_needs_a_deadline():
-    rule = TriggerRule(
-        name="x",
-        reason="t",
-        kind="cron",
-        cron="0 8 * * *",
-        timezone="UTC",
-        skill="harness.noop",
-        dedupe_key_template="{rule}:{slot}",
-        depends_on=[FLAG],
-        not_ready_policy="wait",
-    )
+    rule = build_rule("x", depends_on=[FLAG], not_ready_policy="wait")
     with pytest.raises(Exception) as exc:
         rule.full_clean()
     assert "ready_deadline" in exc.value.message_dict

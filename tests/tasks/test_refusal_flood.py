@@ -1,4 +1,4 @@
-"""Refusals before authentication are counted, not stored one by one (issue 10, finding 4).
+"""Refusals before authentication are counted, not stored one by one.
 
 1,000 unauthenticated refused requests (bad signatures, unknown and made-up sources, missing headers,
 stale timestamps, oversized bodies) through the real URL and the real database must add a bounded
@@ -19,6 +19,7 @@ from django.utils import timezone
 from tasks.models import EventMetric, EventRefusal, RefusalCount, TriggerRule, TriggerSource
 from tasks.rules import signatures
 from tasks.triggers.events import REFUSAL_SAMPLE, webhook_intake
+from tests.support.rules import make_rule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.backend]
 
@@ -30,14 +31,7 @@ EVENT = json.dumps({"object_id": "inv-1", "action": "paid", "version": 1}).encod
 @pytest.fixture
 def source(monkeypatch):
     monkeypatch.setenv(SECRET_ENV, SECRET)
-    rule = TriggerRule.objects.create(
-        name="flooded",
-        reason="test",
-        kind="event",
-        timezone="UTC",
-        dedupe_key_template="{rule}:{object_id}:{action}:{version}",
-        skill="harness.noop",
-    )
+    rule = make_rule("flooded", kind="event")
     return TriggerSource.objects.create(
         name="billing", kind="webhook", identity="svc:billing", rule=rule, secret_env=SECRET_ENV, max_body_bytes=1024
     )

@@ -2,7 +2,6 @@
 and every changelist of the operations site renders with rows in it."""
 
 import html
-import json
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -10,11 +9,11 @@ from django.urls import reverse
 
 from deadletters.services import deadletter_open
 from runs.models import Attempt, Decision, Lease, SchedulerTick, TaskRun
-from tasks import services
 from tasks.models import DiagnosticRecord, TriggerRule
 from tasks.skills.errors import classify
 from tasks.skills.sdk import ErrorKind, SkillError
 from tasks.triggers.operator import rule_fire
+from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.django_db
 
@@ -68,19 +67,11 @@ def _assert_form_error(response, field: str, text: str) -> None:
     assert text in page
 
 
-def _make_rule(name: str = "report", **over) -> TriggerRule:
-    data = {
-        "name": name,
-        "reason": "test",
-        "kind": "cron",
-        "cron": "0 9 * * *",
-        "timezone": "Asia/Shanghai",
-        "dedupe_key_template": "{rule}:{business_date}",
-        "skill": "harness.noop",
-    }
-    data.update(over)
-    services.rule_import(json.dumps([data]))
-    return TriggerRule.objects.get(name=name)
+def _make_rule(name: str = "report") -> TriggerRule:
+    """09:00 Shanghai every day, one run per business date."""
+    return make_rule(
+        name, kind="cron", cron="0 9 * * *", timezone="Asia/Shanghai", dedupe_key_template="{rule}:{business_date}"
+    )
 
 
 def test_it_creates_a_rule_from_a_valid_post(admin_client):
@@ -118,7 +109,7 @@ def test_it_creates_a_one_time_rule_from_a_valid_post(admin_client):
     assert rule.next_fire_at == rule.run_at
 
 
-# --- a one-time rule's run-at is typed on the rule zone's wall clock (bug 13) ------------------
+# --- a one-time rule's run-at is typed on the rule zone's wall clock -----------------------------
 
 
 def _once(**over) -> dict:

@@ -19,7 +19,7 @@ from tasks.admin.rules import schedule_preview
 from tasks.models import TriggerRule
 from tasks.triggers.operator import MAX_BACKFILL_RUNS, rule_fire
 from tests.support.desk import (  # noqa: F401 - fixtures
-    make_rule,
+    daily_report,
     oncall,
     oncall_client,
     operator,
@@ -40,7 +40,7 @@ def _text(response) -> str:
 
 
 def test_it_shows_description_fires_dst_notes_and_lint_on_the_rule_page(operator_client):
-    rule = make_rule(cron="30 2 * * *", timezone="Europe/Berlin")
+    rule = daily_report(cron="30 2 * * *", timezone="Europe/Berlin")
     page = _text(operator_client.get(reverse("admin:tasks_triggerrule_change", args=[rule.pk])))
     assert "At 02:30" in page
     assert 'id="rule-preview"' in page
@@ -54,13 +54,13 @@ def test_it_shows_description_fires_dst_notes_and_lint_on_the_rule_page(operator
 
 
 def test_it_shows_the_lint_summary_as_a_list_column(operator_client):
-    make_rule(dedupe_key_template="{rule}", catchup_max_delay_seconds=0)
+    daily_report(dedupe_key_template="{rule}", catchup_max_delay_seconds=0)
     page = _text(operator_client.get(reverse("admin:tasks_triggerrule_changelist")))
     assert "2 fail, 1 warn" in page
 
 
 def test_it_uses_the_skills_observed_p99_for_the_lease_check(operator_client):
-    rule = make_rule(lease_ttl_seconds=5)
+    rule = daily_report(lease_ttl_seconds=5)
     now = timezone.now()
     TaskRun.objects.bulk_create(
         [
@@ -143,7 +143,7 @@ def test_it_names_the_bad_field_of_a_one_time_preview(viewer_client, typed, fiel
 
 
 def test_the_rule_page_shows_a_one_time_rules_instant_in_its_zone_and_utc(operator_client):
-    rule = make_rule(kind="once", cron="", run_at=datetime(2030, 1, 1, 1, 0, tzinfo=UTC), timezone="Asia/Shanghai")
+    rule = daily_report(kind="once", cron="", run_at=datetime(2030, 1, 1, 1, 0, tzinfo=UTC), timezone="Asia/Shanghai")
     page = _text(operator_client.get(reverse("admin:tasks_triggerrule_change", args=[rule.pk])))
     assert "Once at Tue 2030-01-01 09:00:00 CST (UTC+0800) = 2030-01-01 01:00:00 UTC" in page
 
@@ -156,7 +156,7 @@ def test_it_notes_dst_shifts_in_the_preview():
 
 
 def test_it_runs_now_once_for_a_slot_however_often_clicked(operator_client, operator):
-    rule = make_rule()
+    rule = daily_report()
     url = _url("run_now", rule)
     first = operator_client.post(url, {"slot": "2026-03-01 09:00", "biz_key": "", "reason": "rerun"})
     assert first.status_code == 302
@@ -177,7 +177,7 @@ def test_it_runs_now_once_for_a_slot_however_often_clicked(operator_client, oper
 
 
 def test_it_runs_a_chosen_business_key(operator_client):
-    rule = make_rule()
+    rule = daily_report()
     operator_client.post(_url("run_now", rule), {"slot": "", "biz_key": "report:special", "reason": ""})
     # Escaped into the rule's own namespace for named keys: it can never name another rule's run.
     assert TaskRun.objects.get().biz_key == f"rule/{rule.pk}/manual-key/report%3Aspecial"
@@ -191,7 +191,7 @@ def test_it_runs_a_chosen_business_key(operator_client):
     ],
 )
 def test_it_shows_bad_run_now_input_on_the_form(operator_client, data, message):
-    rule = make_rule()
+    rule = daily_report()
     response = operator_client.post(_url("run_now", rule), {"biz_key": "", "reason": "", **data})
     assert response.status_code == 200
     assert message in _text(response)
@@ -199,7 +199,7 @@ def test_it_shows_bad_run_now_input_on_the_form(operator_client, data, message):
 
 
 def test_it_trial_runs_in_its_own_key_namespace_even_when_paused(operator_client):
-    rule = make_rule(enabled=False)
+    rule = daily_report(enabled=False)
     operator_client.post(_url("run_now", rule), {"slot": "2026-03-01 09:00", "biz_key": "", "reason": ""})
     response = operator_client.post(_url("trial", rule), {"slot": "2026-03-01 09:00", "biz_key": "", "reason": "gray"})
     assert response.status_code == 302
@@ -215,7 +215,7 @@ def test_it_trial_runs_in_its_own_key_namespace_even_when_paused(operator_client
 
 
 def test_it_pauses_and_resumes_with_a_reason_and_keeps_history(operator_client):
-    rule = make_rule()
+    rule = daily_report()
     assert operator_client.post(_url("pause", rule), {"reason": "upstream outage"}).status_code == 302
     rule.refresh_from_db()
     assert (rule.enabled, rule.pause_reason, rule.next_fire_at) == (False, "upstream outage", None)
@@ -233,7 +233,7 @@ def test_it_pauses_and_resumes_with_a_reason_and_keeps_history(operator_client):
 
 
 def test_it_refuses_a_pause_without_a_reason_on_the_form(operator_client):
-    rule = make_rule()
+    rule = daily_report()
     response = operator_client.post(_url("pause", rule), {"reason": ""})
     assert response.status_code == 200
     assert "This field is required." in _text(response)
@@ -242,7 +242,7 @@ def test_it_refuses_a_pause_without_a_reason_on_the_form(operator_client):
 
 
 def test_it_shows_a_rule_edit_as_a_diff_in_the_history(operator):
-    rule = make_rule()
+    rule = daily_report()
     rule.cron = "0 10 * * *"
     rule.save()
     from tests.support.desk import client_for
@@ -259,7 +259,7 @@ def _token(response) -> str:
 
 
 def test_it_confirms_a_backfill_with_its_count_then_creates_paced_runs(operator_client):
-    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    rule = daily_report(cron="0 9 * * *", timezone="UTC")
     url = _url("backfill", rule)
     form = {"start": "2026-01-01", "end": "2026-01-10", "spacing": "30", "reason": "late data"}
     confirm = operator_client.post(url, form)
@@ -279,14 +279,14 @@ def test_it_confirms_a_backfill_with_its_count_then_creates_paced_runs(operator_
     assert (audit.details["created"], audit.reason) == (10, "late data")
 
 
-# --- the confirmation executes exactly the plan it showed (bug 14) ----------------------------
+# --- the confirmation executes exactly the plan it showed -----------------------------------
 
 BACKFILL_3 = {"start": "2026-01-01", "end": "2026-01-03", "spacing": "10", "reason": "late data"}
 BACKFILL_8 = {"start": "2026-01-01", "end": "2026-01-08", "spacing": "0", "reason": "more"}
 
 
 def test_the_backfill_confirmation_shows_the_plan_read_only(operator_client):
-    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    rule = daily_report(cron="0 9 * * *", timezone="UTC")
     page = operator_client.post(_url("backfill", rule), BACKFILL_3)
     body = page.content.decode()
     body = body[body.index('id="desk-form"') :]
@@ -302,7 +302,7 @@ def test_the_backfill_confirmation_shows_the_plan_read_only(operator_client):
 
 
 def test_a_confirmation_posted_with_other_dates_executes_only_the_plan_it_showed(operator_client):
-    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    rule = daily_report(cron="0 9 * * *", timezone="UTC")
     url = _url("backfill", rule)
     token = _token(operator_client.post(url, BACKFILL_3))
     done = operator_client.post(url, {**BACKFILL_8, "token": token, "confirm": "yes"})
@@ -312,7 +312,7 @@ def test_a_confirmation_posted_with_other_dates_executes_only_the_plan_it_showed
 
 
 def test_a_post_that_says_confirm_without_a_signed_plan_only_shows_the_plan(operator_client):
-    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    rule = daily_report(cron="0 9 * * *", timezone="UTC")
     page = operator_client.post(_url("backfill", rule), {**BACKFILL_8, "confirm": "yes"})
     assert page.status_code == 200
     assert "Yes, create 8 run(s)" in _text(page)
@@ -339,7 +339,7 @@ def _tampered(token: str) -> str:
     ],
 )
 def test_a_tampered_confirmation_creates_no_runs_and_says_so(operator_client, tamper):
-    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    rule = daily_report(cron="0 9 * * *", timezone="UTC")
     url = _url("backfill", rule)
     token = _token(operator_client.post(url, BACKFILL_3))
     page = operator_client.post(url, {"token": tamper(token), "confirm": "yes"})
@@ -349,8 +349,8 @@ def test_a_tampered_confirmation_creates_no_runs_and_says_so(operator_client, ta
 
 
 def test_a_confirmation_for_another_rule_creates_no_runs(operator_client):
-    rule = make_rule(cron="0 9 * * *", timezone="UTC")
-    other = make_rule(name="other-report", cron="0 9 * * *", timezone="UTC")
+    rule = daily_report(cron="0 9 * * *", timezone="UTC")
+    other = daily_report(name="other-report", cron="0 9 * * *", timezone="UTC")
     token = _token(operator_client.post(_url("backfill", other), BACKFILL_3))
     page = operator_client.post(_url("backfill", rule), {"token": token, "confirm": "yes"})
     assert page.status_code == 200
@@ -361,7 +361,7 @@ def test_a_confirmation_for_another_rule_creates_no_runs(operator_client):
 def test_an_expired_confirmation_creates_no_runs(operator_client, monkeypatch):
     from tasks.admin import rules
 
-    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    rule = daily_report(cron="0 9 * * *", timezone="UTC")
     url = _url("backfill", rule)
     token = _token(operator_client.post(url, BACKFILL_3))
     monkeypatch.setattr(rules, "BACKFILL_CONFIRM_MAX_AGE", -1)
@@ -372,7 +372,7 @@ def test_an_expired_confirmation_creates_no_runs(operator_client, monkeypatch):
 
 
 def test_a_rule_changed_since_the_confirmation_is_refused(operator_client):
-    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    rule = daily_report(cron="0 9 * * *", timezone="UTC")
     url = _url("backfill", rule)
     token = _token(operator_client.post(url, BACKFILL_3))
     rule.cron = "0 9,21 * * *"  # now 6 slots in the range
@@ -384,7 +384,7 @@ def test_a_rule_changed_since_the_confirmation_is_refused(operator_client):
 
 
 def test_a_count_that_changed_since_the_confirmation_is_refused_and_the_new_plan_shown(operator_client):
-    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    rule = daily_report(cron="0 9 * * *", timezone="UTC")
     url = _url("backfill", rule)
     token = _token(operator_client.post(url, BACKFILL_3))
     slot = datetime(2026, 1, 2, 9, 0, tzinfo=UTC)
@@ -402,7 +402,7 @@ def test_a_count_that_changed_since_the_confirmation_is_refused_and_the_new_plan
 
 def test_the_confirmed_count_leaves_out_slots_that_share_a_business_key(operator_client):
     # Hourly slots with a daily key: one run per day, and the button says so.
-    rule = make_rule(cron="0 */6 * * *", timezone="UTC", dedupe_key_template="report:{business_date}")
+    rule = daily_report(cron="0 */6 * * *", timezone="UTC", dedupe_key_template="report:{business_date}")
     url = _url("backfill", rule)
     confirm = operator_client.post(url, BACKFILL_3)
     text = _text(confirm)
@@ -413,7 +413,7 @@ def test_the_confirmed_count_leaves_out_slots_that_share_a_business_key(operator
 
 
 def test_a_second_click_on_the_same_confirmation_creates_nothing_more(operator_client):
-    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    rule = daily_report(cron="0 9 * * *", timezone="UTC")
     url = _url("backfill", rule)
     token = _token(operator_client.post(url, BACKFILL_3))
     assert operator_client.post(url, {"token": token, "confirm": "yes"}).status_code == 302
@@ -427,7 +427,7 @@ def test_a_second_click_on_the_same_confirmation_creates_nothing_more(operator_c
 def test_the_executed_backfill_keeps_the_window_it_showed_even_when_more_slots_pass(operator_client):
     # "up to now" is part of the plan shown: a slot that passes between the confirmation and the
     # click is not added to it.
-    rule = make_rule(cron="0 * * * *", timezone="UTC", dedupe_key_template="{rule}:{slot}")
+    rule = daily_report(cron="0 * * * *", timezone="UTC", dedupe_key_template="{rule}:{slot}")
     url = _url("backfill", rule)
     day = {**BACKFILL_3, "start": "2026-01-05", "end": "2026-01-05"}
     with mock.patch("tasks.admin.rules.now", return_value=datetime(2026, 1, 5, 10, 30, tzinfo=UTC)):
@@ -451,7 +451,7 @@ def test_the_executed_backfill_keeps_the_window_it_showed_even_when_more_slots_p
     ],
 )
 def test_it_shows_bad_backfill_input_on_the_form(operator_client, form, message):
-    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    rule = daily_report(cron="0 9 * * *", timezone="UTC")
     response = operator_client.post(_url("backfill", rule), {"spacing": "10", "reason": "", **form, "confirm": "yes"})
     assert response.status_code == 200
     assert message in _text(response)
@@ -460,7 +460,7 @@ def test_it_shows_bad_backfill_input_on_the_form(operator_client, form, message)
 
 @pytest.mark.parametrize("action", ["run_now", "trial", "pause", "backfill"])
 def test_it_refuses_rule_actions_to_viewers_and_oncall(viewer_client, oncall_client, action):
-    rule = make_rule()
+    rule = daily_report()
     for client in (viewer_client, oncall_client):
         assert client.get(_url(action, rule)).status_code == 403
         assert (
@@ -499,7 +499,7 @@ ZH = {"accept_language": "zh-hans"}
     ],
 )
 def test_the_backfill_confirmation_speaks_the_browsers_language(operator_client, headers, shown, absent):
-    rule = make_rule(cron="0 9 * * *", timezone="UTC")
+    rule = daily_report(cron="0 9 * * *", timezone="UTC")
     page = operator_client.post(_url("backfill", rule), BACKFILL_3, headers=headers)
     text = _text(page)
     assert page.status_code == 200
@@ -517,7 +517,7 @@ def test_the_backfill_confirmation_speaks_the_browsers_language(operator_client,
     ],
 )
 def test_the_one_time_run_at_form_and_preview_speak_the_browsers_language(operator_client, headers, help_text, once):
-    rule = make_rule(kind="once", cron="", run_at=datetime(2030, 1, 1, 1, 0, tzinfo=UTC), timezone="Asia/Shanghai")
+    rule = daily_report(kind="once", cron="", run_at=datetime(2030, 1, 1, 1, 0, tzinfo=UTC), timezone="Asia/Shanghai")
     page = _text(operator_client.get(reverse("admin:tasks_triggerrule_change", args=[rule.pk]), headers=headers))
     assert help_text in page and once in page
     typed = {"kind": "once", "timezone": "Asia/Shanghai", "run_at_0": "2030-01-01", "run_at_1": "09:00"}

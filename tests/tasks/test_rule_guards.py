@@ -15,36 +15,23 @@ from tasks.models import ServiceIdentity, TriggerRule
 from tasks.triggers.heartbeat import rule_ping
 from tasks.triggers.operator import rule_fire, rule_save
 from tasks.triggers.scheduler import scheduler_tick
+from tests.support.rules import build_rule, make_rule
 
 pytestmark = pytest.mark.django_db
 
 T0 = datetime(2026, 12, 1, 7, 0, tzinfo=UTC)  # Tuesday 08:00 Berlin
 
 
-def make_rule(name: str = "r", *, due: datetime | None = T0, **over) -> TriggerRule:
-    fields = {
-        "reason": "test",
-        "kind": TriggerRule.Kind.INTERVAL,
-        "interval_seconds": 60,
-        "timezone": "Europe/Berlin",
-        "skill": "harness.noop",
-        "dedupe_key_template": "{rule}:{slot}",
-        **over,
-    }
-    rule = TriggerRule(name=name, **fields)
-    rule.full_clean()
-    rule.save()
-    if due is not None:
-        TriggerRule.objects.filter(pk=rule.pk).update(next_fire_at=due, last_slot_at=None)
-    rule.refresh_from_db()
-    return rule
+def berlin_rule(name: str = "r", **over) -> TriggerRule:
+    """Every minute in Berlin, its first slot due at T0."""
+    return make_rule(name, **{"timezone": "Europe/Berlin", "due": T0, **over})
 
 
 # --- windows and calendar --------------------------------------------------------------------------
 
 
 def test_a_slot_before_business_hours_is_deferred_to_the_opening():
-    rule = make_rule(hours_start=time(9, 0), hours_end=time(17, 0), outside_hours="defer")
+    rule = berlin_rule(hours_start=time(9, 0), hours_end=time(17, 0), outside_hours="defer")
     scheduler_tick(now=T0)
     run = TaskRun.objects.get(rule=rule)
     assert run.run_after == T0 + timedelta(hours=1)  # 09:00 Berlin
@@ -52,9 +39,9 @@ def test_a_slot_before_business_hours_is_deferred_to_the_opening():
 
 
 def test_outside_hours_skip_and_excluded_dates_record_decisions():
-    skip = make_rule("skip", hours_start=time(9, 0), hours_end=time(17, 0), outside_hours="skip")
-    holiday = make_rule("holiday", excluded_dates=["2026-12-01"])
-    weekend = make_rule("weekend", weekdays="sat-sun")
+    skip = berlin_rule("skip", hours_start=time(9, 0), hours_end=time(17, 0), outside_hours="skip")
+    holiday = berlin_rule("holiday", excluded_dates=["2026-12-01"])
+    weekend = berlin_rule("weekend", weekdays="sat-sun")
     scheduler_tick(now=T0)
     assert Decision.objects.get(rule=skip).reason == Decision.Reason.OUTSIDE_WINDOW
     assert Decision.objects.get(rule=holiday).reason == Decision.Reason.CALENDAR
@@ -63,7 +50,7 @@ def test_outside_hours_skip_and_excluded_dates_record_decisions():
 
 
 def test_a_late_catch_up_slot_beyond_the_start_window_is_outside_the_window():
-    rule = make_rule(catchup="latest", catchup_max_delay_seconds=7200, start_window_seconds=20)
+    rule = berlin_rule(catchup="latest", catchup_max_delay_seconds=7200, start_window_seconds=20)
     scheduler_tick(now=T0 + timedelta(minutes=5, seconds=30))
     decisions = dict(Decision.objects.filter(rule=rule).values_list("slot", "reason"))
     assert decisions[T0 + timedelta(minutes=5)] == Decision.Reason.OUTSIDE_WINDOW
@@ -82,16 +69,7 @@ def test_a_late_catch_up_slot_beyond_the_start_window_is_outside_the_window():
     ],
 )
 def test_bad_guard_settings_are_refused_with_a_message_on_the_field(field, value, message):
-    rule = TriggerRule(
-        name="bad",
-        reason="t",
-        kind="interval",
-        interval_seconds=60,
-        timezone="UTC",
-        skill="harness.noop",
-        dedupe_key_template="{rule}:{slot}",
-        **{field: value},
-    )
+    rule = build_rule("bad", **{field: value})
     with pytest.raises(ValidationError) as exc:
         rule.full_clean()
     errors = exc.value.message_dict
@@ -103,7 +81,7 @@ def test_bad_guard_settings_are_refused_with_a_message_on_the_field(field, value
 
 
 def test_overlap_skip_records_a_decision_while_a_run_is_active():
-    rule = make_rule(overlap="skip")
+    rule = berlin_rule(overlap="skip")
     scheduler_tick(now=T0)  # run for T0, pending (no worker here)
     scheduler_tick(now=T0 + timedelta(minutes=1))
     scheduler_tick(now=T0 + timedelta(minutes=2))
@@ -116,7 +94,7 @@ def test_overlap_skip_records_a_decision_while_a_run_is_active():
 
 
 def test_overlap_buffer_runs_one_slot_after_the_active_run_ends():
-    rule = make_rule(overlap="buffer")
+    rule = berlin_rule(overlap="buffer")
     scheduler_tick(now=T0)
     scheduler_tick(now=T0 + timedelta(minutes=1))  # buffered
     scheduler_tick(now=T0 + timedelta(minutes=2))  # buffer full: decision
@@ -132,7 +110,7 @@ def test_overlap_buffer_runs_one_slot_after_the_active_run_ends():
 
 
 def test_a_run_copies_the_declared_snapshot_fields_at_trigger_time():
-    rule = make_rule(
+    rule = berlin_rule(
         params={"threshold": 0.8, "policy_version": "v3", "other": 1}, snapshot_fields=["threshold", "policy_version"]
     )
     scheduler_tick(now=T0)
@@ -146,16 +124,7 @@ def test_a_run_copies_the_declared_snapshot_fields_at_trigger_time():
 
 def test_a_rule_whose_identity_may_not_run_its_skill_is_refused_at_save():
     ident = ServiceIdentity.objects.create(name="reporting", allowed_skills=["harness.record"])
-    rule = TriggerRule(
-        name="x",
-        reason="t",
-        kind="interval",
-        interval_seconds=60,
-        timezone="UTC",
-        skill="harness.noop",
-        dedupe_key_template="{rule}:{slot}",
-        identity=ident,
-    )
+    rule = build_rule("x", identity=ident)
     with pytest.raises(ValidationError) as exc:
         rule.full_clean()
     assert "may not run 'harness.noop'" in exc.value.message_dict["identity"][0]
@@ -164,7 +133,7 @@ def test_a_rule_whose_identity_may_not_run_its_skill_is_refused_at_save():
 @pytest.mark.django_db(transaction=True)
 def test_a_run_is_refused_at_run_time_when_its_identity_lost_the_skill():
     ident = ServiceIdentity.objects.create(name="reporting", allowed_skills=["harness.noop"])
-    rule = make_rule(identity=ident)
+    rule = berlin_rule(identity=ident)
     claim = rule_fire(rule=rule, actor="alice", now=T0)
     run = claim.run
     assert (run.identity, run.triggered_by, run.source) == ("reporting", "alice", TaskRun.Source.MANUAL)
@@ -183,7 +152,7 @@ def test_a_run_is_refused_at_run_time_when_its_identity_lost_the_skill():
 
 def test_a_heartbeat_rule_fires_only_when_no_ping_arrives_within_period_and_grace():
     rule = make_rule(
-        "hb", kind="heartbeat", interval_seconds=None, heartbeat_every_seconds=300, heartbeat_grace_seconds=60, due=None
+        "hb", kind="heartbeat", timezone="Europe/Berlin", heartbeat_every_seconds=300, heartbeat_grace_seconds=60
     )
     rule_ping(rule=rule, now=T0)
     assert TriggerRule.objects.get(pk=rule.pk).next_fire_at == T0 + timedelta(seconds=360)
@@ -204,7 +173,7 @@ def test_a_heartbeat_rule_fires_only_when_no_ping_arrives_within_period_and_grac
 
 
 def test_pinging_a_non_heartbeat_rule_is_refused():
-    rule = make_rule()
+    rule = berlin_rule()
     with pytest.raises(ValueError, match="not a heartbeat rule"):
         rule_ping(rule=rule, now=T0)
 
@@ -213,7 +182,7 @@ def test_pinging_a_non_heartbeat_rule_is_refused():
 
 
 def test_decisions_older_than_the_retention_are_swept(settings):
-    rule = make_rule()
+    rule = berlin_rule()
     for days in (1, 10, 40):
         Decision.objects.create(
             rule=rule,
@@ -229,7 +198,7 @@ def test_decisions_older_than_the_retention_are_swept(settings):
 
 
 def test_healthz_reports_the_oldest_due_unclaimed_slot(client):
-    make_rule("late", due=T0)
+    berlin_rule("late", due=T0)
     health = scheduler_health(now=T0 + timedelta(minutes=3))
     assert health["oldest_unclaimed_slot_age_seconds"] == 180
     assert health["oldest_unclaimed_slot_rule"] == "late"
@@ -242,8 +211,8 @@ def test_healthz_reports_the_oldest_due_unclaimed_slot(client):
 
 
 def test_a_rule_with_unusable_stored_guards_gets_an_invalid_rule_decision_and_the_tick_goes_on():
-    broken = make_rule("broken")
-    healthy = make_rule("healthy")
+    broken = berlin_rule("broken")
+    healthy = berlin_rule("healthy")
     # Saved around full_clean, as a shell or a fixture could.
     TriggerRule.objects.filter(pk=broken.pk).update(weekdays="funday")
     scheduler_tick(now=T0)
@@ -253,8 +222,8 @@ def test_a_rule_with_unusable_stored_guards_gets_an_invalid_rule_decision_and_th
 
 @pytest.mark.django_db(transaction=True)
 def test_a_scheduled_run_that_cannot_start_within_its_window_is_cancelled_by_the_executor():
-    late = make_rule("late", start_window_seconds=60)
-    in_time = make_rule("in-time", start_window_seconds=60)
+    late = berlin_rule("late", start_window_seconds=60)
+    in_time = berlin_rule("in-time", start_window_seconds=60)
     scheduler_tick(now=T0)
     late_run = TaskRun.objects.get(rule=late)
     assert late_run.start_by == T0 + timedelta(seconds=60)
@@ -270,7 +239,7 @@ def test_a_scheduled_run_that_cannot_start_within_its_window_is_cancelled_by_the
 
 def test_saving_a_rule_writes_no_decision_itself():
     """The model decides nothing with side effects: a bare save() keeps derived fields only."""
-    rule = make_rule("bare-save", due=None)
+    rule = make_rule("bare-save", timezone="Europe/Berlin")
     rule.enabled = False
     rule.save(now=T0)
     rule.refresh_from_db()
@@ -284,7 +253,7 @@ def test_saving_a_rule_writes_no_decision_itself():
 def test_resuming_a_paused_rule_records_a_paused_decision_for_each_skipped_slot():
     from tasks.rules import schedule
 
-    rule = make_rule("pausable", due=None)
+    rule = make_rule("pausable", timezone="Europe/Berlin")
     rule.enabled = False
     rule_save(rule, now=T0)
     assert TriggerRule.objects.get(pk=rule.pk).paused_at == T0

@@ -12,6 +12,7 @@ import pytest
 
 from tasks.models import TriggerRule
 from tasks.services import RuleImportError, rule_export, rule_import
+from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.django_db
 
@@ -348,7 +349,7 @@ def test_it_exports_every_editable_rule_field():
 
 
 def test_it_round_trips_guard_and_heartbeat_settings():
-    TriggerRule.objects.create(
+    make_rule(
         **_rule("guarded", catchup="all"),
         catchup_max_count=3,
         overlap=TriggerRule.Overlap.SKIP,
@@ -356,9 +357,7 @@ def test_it_round_trips_guard_and_heartbeat_settings():
         excluded_dates=["2026-12-25"],
         not_ready_policy=TriggerRule.NotReady.SKIP,
     )
-    TriggerRule.objects.create(
-        **_rule("pulse", kind=TriggerRule.Kind.HEARTBEAT, cron="", timezone="UTC"), heartbeat_every_seconds=60
-    )
+    make_rule(**_rule("pulse", kind=TriggerRule.Kind.HEARTBEAT, cron="", timezone="UTC"), heartbeat_every_seconds=60)
     before = {r.name: _editable(r) for r in TriggerRule.objects.all()}
     text = json.dumps(rule_export())
 

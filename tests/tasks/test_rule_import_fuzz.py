@@ -1,4 +1,4 @@
-"""Issue 10, finding 12 (import part): every malformed import file ends in "rules rejected" with a
+"""Every malformed import file ends in "rules rejected" with a
 reason and nothing saved, through the service and through `manage.py harness rules import`, on
 SQLite and PostgreSQL. Wrong types at every level, non-object entries, bad unicode, huge numbers,
 NUL bytes and deep nesting."""

@@ -10,6 +10,7 @@ from runs.models import TaskRun
 from tasks.models import TriggerRule
 from tasks.rules import keys
 from tasks.triggers.once import MAX_AHEAD, OnceError, once_due_at, schedule_once
+from tests.support.rules import make_rule
 
 NOW = datetime(2026, 12, 1, 12, 0, tzinfo=UTC)
 
@@ -71,16 +72,7 @@ def test_it_refuses_what_cannot_be_a_due_instant_naming_the_field(kwargs, field)
 
 
 def _rule(name: str = "remind") -> TriggerRule:
-    return TriggerRule.objects.create(
-        name=name,
-        reason="reminders",
-        kind="interval",
-        interval_seconds=3600,
-        timezone="Europe/Berlin",
-        skill="harness.noop",
-        params={"channel": "email"},
-        max_attempts=5,
-    )
+    return make_rule(name, interval_seconds=3600, timezone="Europe/Berlin", params={"channel": "email"}, max_attempts=5)
 
 
 @pytest.mark.django_db

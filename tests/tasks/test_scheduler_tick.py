@@ -15,6 +15,7 @@ from runs.selectors import slot_grace
 from tasks.models import TriggerRule
 from tasks.rules import schedule
 from tasks.triggers.scheduler import scheduler_tick
+from tests.support.rules import make_rule
 
 ON_TIME_GRACE = slot_grace()  # HARNESS_SLOT_GRACE_SECONDS
 
@@ -22,19 +23,9 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
 
 
-def make_rule(name: str = "every-minute", *, due: datetime | None = T0, **fields) -> TriggerRule:
-    defaults = {
-        "reason": "test",
-        "kind": TriggerRule.Kind.INTERVAL,
-        "interval_seconds": 60,
-        "timezone": "UTC",
-        "skill": "harness.noop",
-        "dedupe_key_template": "{rule}:{slot}",
-    }
-    rule = TriggerRule.objects.create(name=name, **{**defaults, **fields})
-    TriggerRule.objects.filter(pk=rule.pk).update(next_fire_at=due, last_slot_at=None)
-    rule.refresh_from_db()
-    return rule
+def due_rule(name: str = "every-minute", **fields) -> TriggerRule:
+    """A rule (every minute in UTC unless `fields` say otherwise) whose first slot is due at T0."""
+    return make_rule(name, **{"due": T0, **fields})
 
 
 def due_slots(rule: TriggerRule, now: datetime) -> list[datetime]:
@@ -66,7 +57,7 @@ def tick_until_caught_up(now: datetime, **kwargs) -> int:
 
 @pytest.mark.django_db
 def test_it_claims_each_due_slot_with_its_own_key_and_advances_the_rule():
-    rule = make_rule("every-2s", interval_seconds=2)
+    rule = due_rule("every-2s", interval_seconds=2)
     now = T0 + ON_TIME_GRACE - timedelta(seconds=1)
     slots = due_slots(rule, now)
     assert len(slots) > 1
@@ -90,7 +81,7 @@ def test_it_claims_each_due_slot_with_its_own_key_and_advances_the_rule():
 
 @pytest.mark.django_db
 def test_a_second_tick_at_the_same_instant_claims_nothing():
-    rule = make_rule("every-2s", interval_seconds=2)
+    rule = due_rule("every-2s", interval_seconds=2)
     now = T0 + timedelta(seconds=5)
     first = scheduler_tick(now=now)
     assert first.claimed > 0
@@ -102,7 +93,7 @@ def test_a_second_tick_at_the_same_instant_claims_nothing():
 
 @pytest.mark.django_db
 def test_a_tick_that_reads_a_stale_rule_dedupes_instead_of_running_twice():
-    rule = make_rule("every-2s", interval_seconds=2)
+    rule = due_rule("every-2s", interval_seconds=2)
     now = T0 + timedelta(seconds=5)
     first = scheduler_tick(now=now)
     # A second beat that read the rule before the first advanced it sees the same slots again.
@@ -116,7 +107,7 @@ def test_a_tick_that_reads_a_stale_rule_dedupes_instead_of_running_twice():
 
 @pytest.mark.django_db
 def test_it_snapshots_the_rule_into_the_run_payload():
-    rule = make_rule(params={"channel": "email"}, dedupe_key_template="{rule}:{slot}:{channel}", max_attempts=5)
+    rule = due_rule(params={"channel": "email"}, dedupe_key_template="{rule}:{slot}:{channel}", max_attempts=5)
     scheduler_tick(now=T0 + timedelta(seconds=1))
     run = TaskRun.objects.get(rule=rule)
     assert run.biz_key.endswith(":email")
@@ -128,7 +119,7 @@ def test_it_snapshots_the_rule_into_the_run_payload():
 
 @pytest.mark.django_db
 def test_it_ignores_a_disabled_rule():
-    rule = make_rule()
+    rule = due_rule()
     TriggerRule.objects.filter(pk=rule.pk).update(enabled=False)
     assert scheduler_tick(now=T0 + timedelta(hours=1)).rules == 0
     assert outcomes(rule) == {}
@@ -139,7 +130,7 @@ def test_it_ignores_a_disabled_rule():
 
 @pytest.mark.django_db
 def test_without_catch_up_late_slots_become_missed_decisions_and_the_on_time_slot_runs():
-    rule = make_rule(catchup=TriggerRule.CatchUp.NONE)
+    rule = due_rule(catchup=TriggerRule.CatchUp.NONE)
     now = T0 + 10 * MINUTE + timedelta(seconds=3)
     slots = due_slots(rule, now)
     late, on_time = [s for s in slots if now - s > ON_TIME_GRACE], [s for s in slots if now - s <= ON_TIME_GRACE]
@@ -157,7 +148,7 @@ def test_without_catch_up_late_slots_become_missed_decisions_and_the_on_time_slo
 @pytest.mark.django_db
 def test_catch_up_latest_runs_the_newest_late_slot_and_accounts_for_the_rest():
     max_delay = timedelta(minutes=5)
-    rule = make_rule(catchup=TriggerRule.CatchUp.LATEST, catchup_max_delay_seconds=int(max_delay.total_seconds()))
+    rule = due_rule(catchup=TriggerRule.CatchUp.LATEST, catchup_max_delay_seconds=int(max_delay.total_seconds()))
     now = T0 + 10 * MINUTE + timedelta(seconds=30)  # even the newest slot is late
     slots = due_slots(rule, now)
     assert all(now - s > ON_TIME_GRACE for s in slots)
@@ -177,7 +168,7 @@ def test_catch_up_latest_runs_the_newest_late_slot_and_accounts_for_the_rest():
 @pytest.mark.parametrize("interval", [60, 7, 3600])
 @pytest.mark.parametrize("gap", [timedelta(seconds=5), timedelta(minutes=4), timedelta(hours=5, seconds=17)])
 def test_every_slot_ends_in_exactly_one_run_or_decision(catchup, interval, gap):
-    rule = make_rule(catchup=catchup, interval_seconds=interval, due=T0)
+    rule = due_rule(catchup=catchup, interval_seconds=interval, due=T0)
     now = T0 + gap
     slots = due_slots(rule, now)
 
@@ -198,7 +189,7 @@ def test_every_slot_ends_in_exactly_one_run_or_decision(catchup, interval, gap):
 @pytest.mark.django_db
 @pytest.mark.parametrize("catchup", ["none", "latest"])
 def test_a_bounded_tick_leaves_the_rest_for_the_next_tick(catchup):
-    rule = make_rule(catchup=catchup, catchup_max_delay_seconds=300)
+    rule = due_rule(catchup=catchup, catchup_max_delay_seconds=300)
     now = T0 + 10 * MINUTE + timedelta(seconds=30)
     slots = due_slots(rule, now)
     bound = 4
@@ -223,7 +214,7 @@ def test_a_bounded_tick_leaves_the_rest_for_the_next_tick(catchup):
 def test_a_bounded_tick_keeps_the_catch_up_all_cap_for_the_whole_outage(bound):
     # The cap counts the whole outage, not each tick's batch: the 3 newest slots run, however the
     # bound cuts the outage into batches.
-    rule = make_rule(catchup="all", catchup_max_count=3, catchup_max_delay_seconds=3600)
+    rule = due_rule(catchup="all", catchup_max_count=3, catchup_max_delay_seconds=3600)
     now = T0 + 9 * MINUTE + timedelta(seconds=30)
     slots = due_slots(rule, now)
     assert len(slots) == 10
@@ -238,7 +229,7 @@ def test_a_bounded_tick_keeps_the_catch_up_all_cap_for_the_whole_outage(bound):
 
 @pytest.mark.django_db(transaction=True)
 def test_concurrent_ticks_never_duplicate_a_run_and_account_for_every_slot():
-    rules = [make_rule(f"rule-{i}", interval_seconds=60 + 13 * i, catchup=["none", "latest"][i % 2]) for i in range(6)]
+    rules = [due_rule(f"rule-{i}", interval_seconds=60 + 13 * i, catchup=["none", "latest"][i % 2]) for i in range(6)]
     now = T0 + 17 * MINUTE + timedelta(seconds=4)
     owed = {rule.pk: due_slots(rule, now) for rule in rules}
     tickers = 4
@@ -277,8 +268,8 @@ def test_concurrent_ticks_never_duplicate_a_run_and_account_for_every_slot():
 @pytest.mark.parametrize("template", ["{rule}:{nope}", "{rule.nope}", "{slot[99]}"])
 def test_a_key_template_that_fails_to_render_becomes_an_invalid_rule_decision(template):
     # Created without full_clean(), as a shell, fixture or migration could.
-    broken = make_rule("broken", dedupe_key_template=template)
-    healthy = make_rule("healthy")
+    broken = due_rule("broken", dedupe_key_template=template, clean=False)
+    healthy = due_rule("healthy")
     now = T0 + timedelta(seconds=1)
 
     result = scheduler_tick(now=now)
@@ -296,7 +287,7 @@ def test_a_key_template_that_fails_to_render_becomes_an_invalid_rule_decision(te
 
 @pytest.mark.django_db
 def test_a_one_time_rule_fires_once_and_then_has_no_next_fire():
-    rule = make_rule("once", kind=TriggerRule.Kind.ONCE, interval_seconds=None, run_at=T0)
+    rule = due_rule("once", kind=TriggerRule.Kind.ONCE, run_at=T0)
 
     assert scheduler_tick(now=T0 + timedelta(seconds=1)).claimed == 1
     rule.refresh_from_db()
@@ -310,9 +301,7 @@ def test_saving_a_one_time_rule_in_the_future_schedules_it_at_run_at():
     from django.utils import timezone
 
     run_at = (timezone.now() + timedelta(days=2)).replace(microsecond=0)
-    rule = TriggerRule.objects.create(
-        name="later", reason="test", kind="once", run_at=run_at, timezone="Europe/Berlin", skill="harness.noop"
-    )
+    rule = make_rule("later", kind="once", run_at=run_at, timezone="Europe/Berlin")
     assert rule.next_fire_at == run_at
 
 
@@ -326,13 +315,11 @@ def test_saving_a_one_time_rule_in_the_future_schedules_it_at_run_at():
     ],
 )
 def test_a_shanghai_cron_slot_is_stored_in_utc_and_keyed_on_local_time(hour, slot_utc, business_date):
-    rule = TriggerRule.objects.create(
-        name=f"shanghai-{hour}",
-        reason="test",
+    rule = make_rule(
+        f"shanghai-{hour}",
         kind="cron",
         cron=f"0 {hour} * * *",
         timezone="Asia/Shanghai",
-        skill="harness.noop",
         dedupe_key_template="{rule}:{business_date}:{slot}",
     )
     # save() computed next_fire_at from the real clock, in the rule's zone, stored in UTC.
@@ -372,7 +359,7 @@ def test_the_default_slot_grace_rides_out_a_database_restart_or_a_beat_failover(
     ).stdout.strip()
     assert default == "60"
     settings.HARNESS = {**settings.HARNESS, "SLOT_GRACE_SECONDS": 60}
-    rule = make_rule("grace", kind="interval", interval_seconds=15, catchup="none")
+    rule = due_rule("grace", kind="interval", interval_seconds=15, catchup="none")
     TriggerRule.objects.filter(pk=rule.pk).update(next_fire_at=T0)
     scheduler_tick(now=T0 + timedelta(seconds=45))  # down from T0 to T0+45s: slots T0, +15, +30, +45
     assert TaskRun.objects.filter(rule=rule).count() == 4

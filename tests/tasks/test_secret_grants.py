@@ -1,5 +1,5 @@
 # ruff: noqa: F811  (pytest fixtures imported from tests.support.desk are redefined as arguments)
-"""Secrets are granted by the deployment, never named by an operator (issue 10, finding 1).
+"""Secrets are granted by the deployment, never named by an operator.
 
 An agent may only name a variable the deployment declared a secret (HARNESS_SECRET_* or
 HARNESS_SECRETS) and may only send it to a base URL the deployment allows (HARNESS_AGENT_URL_ALLOW).

@@ -1,4 +1,4 @@
-"""Every place a secret could surface, searched for every form of it (issue 10, finding 9, "Must show").
+"""Every place a secret could surface, searched for every form of it.
 
 A careless provider echoes the agent's key back, raw and in every common escaping (JSON \\u and \\/,
 a JSON string inside JSON, repr, URL-encoded, HTML entities, base64 alone and inside a Basic value,
@@ -33,6 +33,7 @@ from tasks.rules import keys
 from tests.support.desk import client_for, make_user
 from tests.support.fake_model import FakeModelServer, Reply, completion
 from tests.support.receiver import start_receiver
+from tests.support.rules import make_rule
 from tests.support.runs import run_policy
 from tests.support.secret_forms import forms, found
 
@@ -146,10 +147,7 @@ def test_no_form_of_the_key_surfaces_anywhere(server, receiver, monkeypatch, cap
         name="writer", provider="openai", base_url=server.base_url, model="gpt-test", api_key_env=KEY_ENV,
         store_prompts=True, connect_timeout_seconds=2.0, read_timeout_seconds=5.0,
     )  # fmt: skip
-    rule = TriggerRule.objects.create(
-        name="summaries", reason="test", kind="interval", interval_seconds=60, timezone="UTC", skill="llm_json",
-        agent=agent, output_schema=SCHEMA,
-    )  # fmt: skip
+    rule = make_rule("summaries", skill="llm_json", agent=agent, output_schema=SCHEMA)
     summary = json.dumps({"summary": f"echo {ECHO_IN_JSON}"})
 
     # 1. A success whose stored result, checkpoint and action record carry the echo.

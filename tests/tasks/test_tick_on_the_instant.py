@@ -1,4 +1,4 @@
-"""A tick starts the slots due before the next beat wake-up on their exact instant (issue 12).
+"""A tick starts the slots due before the next beat wake-up on their exact instant.
 
 The clock and the sleep are fakes: the test asserts what the tick does (when it ticks again, which
 slots it claims, with which trigger time), never how long anything took.
@@ -11,6 +11,7 @@ import pytest
 from runs.models import TaskRun
 from tasks.models import TriggerRule
 from tasks.triggers.scheduler import scheduler_tick_until_next_wakeup
+from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.django_db
 
@@ -31,17 +32,7 @@ class FakeTime:
 
 
 def every_second(name: str, *, due: datetime) -> TriggerRule:
-    rule = TriggerRule.objects.create(
-        name=name,
-        reason="test",
-        kind=TriggerRule.Kind.INTERVAL,
-        interval_seconds=1,
-        timezone="UTC",
-        skill="harness.noop",
-        dedupe_key_template="{rule}:{slot}",
-    )
-    TriggerRule.objects.filter(pk=rule.pk).update(next_fire_at=due, last_slot_at=None)
-    return rule
+    return make_rule(name, interval_seconds=1, due=due)
 
 
 def test_it_sleeps_to_the_next_slot_and_claims_it_on_its_instant():

@@ -16,6 +16,7 @@ from runs.models import TaskRun
 from tasks.models import EventDelivery, EventMetric, EventRefusal, RefusalCount, TriggerRule, TriggerSource
 from tasks.rules import events, signatures
 from tasks.triggers.events import webhook_intake
+from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.django_db
 
@@ -35,14 +36,7 @@ EVENT = {
 @pytest.fixture
 def source(monkeypatch):
     monkeypatch.setenv(SECRET_ENV, SECRET)
-    rule = TriggerRule.objects.create(
-        name="invoice-paid",
-        reason="test",
-        kind="event",
-        timezone="Europe/Berlin",
-        dedupe_key_template="{rule}:{object_id}:{action}:{version}",
-        skill="harness.noop",
-    )
+    rule = make_rule("invoice-paid", kind="event", timezone="Europe/Berlin")
     return TriggerSource.objects.create(
         name="billing",
         kind="webhook",

@@ -1,4 +1,4 @@
-"""No unauthenticated 500 from the webhook (issue 10, finding 6): each bad input is a 4xx with a reason.
+"""No unauthenticated 500 from the webhook: each bad input is a 4xx with a reason.
 
 A huge Content-Length (once over a real socket), a NUL byte in the delivery id or the source name
 (PostgreSQL refuses NUL in text), NaN, Infinity, 1e999, NUL, lone surrogates and very deep JSON in a
@@ -13,9 +13,10 @@ from urllib.parse import urlsplit
 import pytest
 
 from runs.models import TaskRun
-from tasks.models import EventRefusal, TriggerRule, TriggerSource
+from tasks.models import EventRefusal, TriggerSource
 from tasks.rules import signatures
 from tasks.triggers.events import event_intake
+from tests.support.rules import make_rule
 
 pytestmark = [pytest.mark.django_db, pytest.mark.backend]
 
@@ -27,14 +28,7 @@ EVENT = {"object_id": "inv-1", "action": "paid", "version": 1}
 @pytest.fixture
 def source(monkeypatch):
     monkeypatch.setenv(SECRET_ENV, SECRET)
-    rule = TriggerRule.objects.create(
-        name="bad-input",
-        reason="test",
-        kind="event",
-        timezone="UTC",
-        dedupe_key_template="{rule}:{object_id}:{action}:{version}",
-        skill="harness.noop",
-    )
+    rule = make_rule("bad-input", kind="event")
     return TriggerSource.objects.create(
         name="billing",
         kind="webhook",

@@ -1,4 +1,4 @@
-"""Signature schemes, rotation and granted, strong secrets for webhook sources (issue 10, findings 1 and 13).
+"""Signature schemes, rotation and granted, strong secrets for webhook sources.
 
 Standard Webhooks requests are signed by the `standardwebhooks` library itself (a client nobody here
 wrote); harness v2 requests by the documented recipe, by hand.

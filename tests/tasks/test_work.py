@@ -16,6 +16,7 @@ from tasks.rules import events, signatures
 from tasks.triggers.operator import rule_backfill, rule_backfill_plan, rule_run_now
 from tasks.triggers.scheduler import scheduler_tick
 from tasks.triggers.sensors import sensor_scan
+from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.django_db
 
@@ -30,41 +31,29 @@ def identity():
 
 
 def scheduled_rule(identity, name="accounts", **over) -> TriggerRule:
+    """Every minute in Berlin for account 42, run as `identity`, saved a minute before T0."""
     fields = {
-        "reason": "test",
-        "kind": TriggerRule.Kind.INTERVAL,
-        "interval_seconds": 60,
         "timezone": "Europe/Berlin",
-        "skill": "harness.noop",
-        "dedupe_key_template": "{rule}:{slot}",
         "params": {"account": "42", "threshold": 5},
         "snapshot_fields": ["threshold"],
         "object_key_template": "account-{account}",
         "identity": identity,
         **over,
     }
-    rule = TriggerRule(name=name, **fields)
-    rule.full_clean()
-    rule.save(now=T0 - timedelta(minutes=1))
-    return rule
+    return make_rule(name, now=T0 - timedelta(minutes=1), **fields)
 
 
 def event_rule(identity, name="invoices") -> TriggerRule:
-    rule = TriggerRule(
-        name=name,
-        reason="test",
+    return make_rule(
+        name,
+        now=T0,
         kind=TriggerRule.Kind.EVENT,
         timezone="Europe/Berlin",
-        skill="harness.noop",
-        dedupe_key_template="{rule}:{object_id}:{action}:{version}",
         params={"threshold": 5},
         snapshot_fields=["threshold"],
         object_key_template="invoice-{object_id}",
         identity=identity,
     )
-    rule.full_clean()
-    rule.save(now=T0)
-    return rule
 
 
 def assert_carries_the_rule(run: TaskRun, *, object_key: str) -> None:
@@ -83,7 +72,7 @@ def test_a_tick_run_carries_the_rule_identity_object_key_and_snapshot(identity):
 
 
 def test_a_heartbeat_run_carries_the_rule_identity_object_key_and_snapshot(identity):
-    rule = scheduled_rule(identity, name="pinger", kind=TriggerRule.Kind.HEARTBEAT, heartbeat_every_seconds=60)
+    rule = scheduled_rule(identity, name="pinger", kind=TriggerRule.Kind.HEARTBEAT)
     TriggerRule.objects.filter(pk=rule.pk).update(next_fire_at=T0)
     scheduler_tick(now=T0)
     run = TaskRun.objects.get(rule=rule)
@@ -102,7 +91,7 @@ def test_an_operator_run_carries_the_rule_identity_object_key_and_snapshot(ident
 
 
 def test_a_backfill_run_carries_the_rule_identity_object_key_and_snapshot(identity):
-    rule = scheduled_rule(identity, kind=TriggerRule.Kind.CRON, cron="0 9 * * *", interval_seconds=None)
+    rule = scheduled_rule(identity, kind=TriggerRule.Kind.CRON, cron="0 9 * * *")
     plan = rule_backfill_plan(rule=rule, start=date(2026, 11, 28), end=date(2026, 11, 29), now=T0)
     assert rule_backfill(plan=plan, actor="alice", now=T0)["created"] == 2
     runs = list(TaskRun.objects.filter(rule=rule))

@@ -1,4 +1,4 @@
-"""The Operators, On-call and Viewers groups (audit/roles.py), once every app's permissions exist."""
+"""The Operators, On-call and Viewers groups (harness_site/audit/roles.py), once every app's permissions exist."""
 
 from django.db import migrations
 

@@ -1,4 +1,4 @@
-"""Every date and time the admin prints says its zone and, for a time, the second (issue 14).
+"""Every date and time the admin prints says its zone and, for a time, the second.
 `T` is the active zone's abbreviation: UTC unless the operator chose another display zone."""
 
 DATETIME_FORMAT = "Y-m-d H:i:s T"
