@@ -481,7 +481,7 @@ class RunRollup(models.Model):
         return f"{self.bucket:%Y-%m-%dT%H:%M}Z"
 
 
-# --- Records at the model boundary (issue 5): checkpointed steps, external calls, proposed actions. ---
+# --- Records at the model boundary: checkpointed steps, external calls, proposed actions. ---
 class RunStep(models.Model):
     """A completed (or deliberately skipped) step of a run's skill.
 
@@ -618,7 +618,7 @@ class ActionProposal(models.Model):
         return f"{self.action} ({self.risk}) for run {self.run_id}: {self.status}"
 
 
-# --- Flow control (issue 11): the slots runs hold in pools, the runs waiting for one, per-key state. ---
+# --- Flow control: the slots runs hold in pools, the runs waiting for one, per-key state. ---
 
 
 class PoolSlot(models.Model):

@@ -36,7 +36,11 @@ EXECUTE_QUEUE = "celery"
 
 
 def redispatch_after() -> timedelta:
-    """How long a message must have been nowhere before it is sent again (HARNESS_REDISPATCH_SECONDS)."""
+    """How long a message must have been nowhere before it is sent again (HARNESS_REDISPATCH_SECONDS).
+
+    Short because the queue probe confirms the message is gone; the alert outbox's
+    ALERT_REDISPATCH_AFTER is longer because nothing confirms it (docs/architecture.md, "Lost messages").
+    """
     return timedelta(seconds=settings.HARNESS["REDISPATCH_SECONDS"])
 
 

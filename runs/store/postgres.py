@@ -29,7 +29,8 @@ _BLOCK = re.compile(r"^-- (fragment )?([a-z_]+) --$", re.MULTILINE)
 def parse_queries(text: str) -> dict[str, str]:
     """The named statements of a queries file, with their fragments included. Comment lines go."""
     parts = _BLOCK.split(text)
-    fragments, statements = {}, {}
+    fragments: dict[str, str] = {}
+    statements: dict[str, str] = {}
     for i in range(1, len(parts), 3):
         fragment, name, body = parts[i], parts[i + 1], parts[i + 2]
         body = "\n".join(line for line in body.splitlines() if not line.lstrip().startswith("--")).strip()
@@ -75,7 +76,7 @@ def _prepared_cursor_classes():
 
     class PreparedCursor(ServerBindingCursor):
         def execute(self, query, params=None, *, prepare=None, binary=None):
-            return super().execute(query, params, prepare=True, binary=binary)
+            return super().execute(query, params, prepare=True, binary=binary)  # type: ignore[misc]  # psycopg's
 
     class PreparedDebugWrapper(CursorDebugWrapper):
         """Logs a statement with its values, as Django does for client-side cursors (the database's
@@ -95,9 +96,19 @@ def _execute(name: str, params: dict):
     return cur
 
 
-def _one(name: str, params: dict) -> tuple | None:
+def _one(name: str, params: dict) -> tuple:
+    """The one row a statement always returns (its SELECT has no FROM that could be empty)."""
     with _execute(name, params) as cur:
-        return cur.fetchone()
+        row = cur.fetchone()
+    if row is None:
+        raise RuntimeError(f"{name} returned no row")
+    return row
+
+
+def _run(names: tuple[str, ...], values: tuple) -> TaskRun:
+    run = _instance(TaskRun, names, values)
+    assert isinstance(run, TaskRun)
+    return run
 
 
 def _instance(model: type[Model], names: tuple[str, ...], values: tuple) -> Model:
@@ -106,7 +117,7 @@ def _instance(model: type[Model], names: tuple[str, ...], values: tuple) -> Mode
     db = _db()
     converters = _row_plan(model, names)
     row = [convert(values[i], db) if convert and values[i] is not None else values[i] for i, convert in converters]
-    return model.from_db(db.alias, None, row)
+    return model.from_db(db.alias, None, row)  # type: ignore[arg-type]  # None: every field, in order
 
 
 @cache
@@ -114,13 +125,16 @@ def _row_plan(model: type[Model], names: tuple[str, ...]) -> list:
     """For each concrete field in order: its column's index in the row, and its converter."""
     index = {name: i for i, name in enumerate(names)}
     return [
-        (index[f.column], (lambda v, db, f=f: f.from_db_value(v, None, db)) if hasattr(f, "from_db_value") else None)
+        (
+            index[str(f.column)],
+            (lambda v, db, f=f: f.from_db_value(v, None, db)) if hasattr(f, "from_db_value") else None,
+        )
         for f in model._meta.concrete_fields
     ]
 
 
 def _names(cur) -> tuple[str, ...]:
-    return tuple(d.name for d in cur.description)
+    return tuple(str(d.name) for d in cur.description)
 
 
 @cache
@@ -176,7 +190,7 @@ class PostgresStore(OrmStore):
     def dedupe_hit(self, biz_key: str) -> TaskRun | None:
         with _execute("dedupe_hit", {"biz_key": biz_key}) as cur:
             row = cur.fetchone()
-            return _instance(TaskRun, _names(cur), row) if row is not None else None
+            return _run(_names(cur), row) if row is not None else None
 
     def dedupe_hits_add(self, taken: dict[str, int]) -> None:
         _execute("dedupe_hits_add", {"keys": list(taken), "counts": list(taken.values())}).close()
@@ -196,7 +210,7 @@ class PostgresStore(OrmStore):
     def run_read(self, run_id: int) -> TaskRun | None:
         with _execute("run_read", {"run_id": run_id}) as cur:
             row = cur.fetchone()
-            return _instance(TaskRun, _names(cur), row) if row is not None else None
+            return _run(_names(cur), row) if row is not None else None
 
     def run_take(self, run_id: int, *, worker: str, now: datetime) -> Taken:
         """Read the run and claim it in the same statement when nothing stands in its way."""
@@ -205,7 +219,7 @@ class PostgresStore(OrmStore):
             row = cur.fetchone()
             if row is None:
                 return Taken(None)
-            run = _instance(TaskRun, _names(cur)[2:], row[2:])
+            run = _run(_names(cur)[2:], row[2:])
         attempt_id, plain = row[0], row[1]
         if attempt_id is None:
             return Taken(run, plain=plain)
@@ -276,9 +290,11 @@ class PostgresStore(OrmStore):
     # --- reports ---
 
     def biz_key_unique_valid(self) -> bool:
-        row = _one("biz_key_unique_valid", {})
+        with _execute("biz_key_unique_valid", {}) as cur:
+            row = cur.fetchone()
         return bool(row and row[0])
 
     def table_estimate(self, table: str) -> int | None:
-        row = _one("table_estimate", {"table": table})
+        with _execute("table_estimate", {"table": table}) as cur:
+            row = cur.fetchone()
         return max(int(row[0]), 0) if row else None
