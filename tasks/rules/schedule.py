@@ -151,14 +151,15 @@ def validate_cron(expr: str) -> None:
         it = CronSim(expr, datetime(2000, 1, 1))  # noqa: DTZ001 - naive wall clock on purpose
         next(it)
     except CronSimError as exc:
-        raise ScheduleError("cron", *_explain(parts, str(exc))) from exc
+        name, params = _explain(parts, str(exc))
+        raise ScheduleError("cron", name, **params) from exc
     except ValueError:  # cronsim's int() of an absurdly long number
         raise ScheduleError("cron", CRON_NOT_A_VALUE, expr=_quoted(expr)) from None
     except StopIteration:
         raise ScheduleError("cron", CRON_NEVER_FIRES, expr=_quoted(expr)) from None
 
 
-def _explain(parts: list[str], lib_msg: str) -> tuple:
+def _explain(parts: list[str], lib_msg: str) -> tuple[str, dict]:
     """ScheduleError's code and parameters for cronsim's complaint."""
     # cronsim says "Bad <field>"; quote the value and the allowed range too.
     field = next((f for f in CRON_FIELDS if lib_msg.lower() == f"bad {f}"), None)

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from harness_site.audit.models import AuditEntry
 from runs.models import TaskRun
-from tasks.admin.rules import schedule_preview
+from tasks.admin.rule_preview import schedule_preview
 from tasks.models import TriggerRule
 from tasks.triggers.operator import MAX_BACKFILL_RUNS, rule_fire
 from tests.support.desk import (  # noqa: F401 - fixtures
@@ -359,12 +359,12 @@ def test_a_confirmation_for_another_rule_creates_no_runs(operator_client):
 
 
 def test_an_expired_confirmation_creates_no_runs(operator_client, monkeypatch):
-    from tasks.admin import rules
+    from tasks.admin import backfill_confirm
 
     rule = make_rule(cron="0 9 * * *", timezone="UTC")
     url = _url("backfill", rule)
     token = _token(operator_client.post(url, BACKFILL_3))
-    monkeypatch.setattr(rules, "BACKFILL_CONFIRM_MAX_AGE", -1)
+    monkeypatch.setattr(backfill_confirm, "BACKFILL_CONFIRM_MAX_AGE", -1)
     page = operator_client.post(url, {"token": token, "confirm": "yes"})
     assert page.status_code == 200
     assert "expired" in _text(page)
@@ -430,10 +430,10 @@ def test_the_executed_backfill_keeps_the_window_it_showed_even_when_more_slots_p
     rule = make_rule(cron="0 * * * *", timezone="UTC", dedupe_key_template="{rule}:{slot}")
     url = _url("backfill", rule)
     day = {**BACKFILL_3, "start": "2026-01-05", "end": "2026-01-05"}
-    with mock.patch("tasks.admin.rules.now", return_value=datetime(2026, 1, 5, 10, 30, tzinfo=UTC)):
+    with mock.patch("tasks.admin.rule_backfill.now", return_value=datetime(2026, 1, 5, 10, 30, tzinfo=UTC)):
         confirm = operator_client.post(url, day)
     assert "Yes, create 11 run(s)" in _text(confirm)  # 00:00 to 10:00
-    with mock.patch("tasks.admin.rules.now", return_value=datetime(2026, 1, 5, 12, 30, tzinfo=UTC)):
+    with mock.patch("tasks.admin.rule_backfill.now", return_value=datetime(2026, 1, 5, 12, 30, tzinfo=UTC)):
         done = operator_client.post(url, {"token": _token(confirm), "confirm": "yes"})
     assert done.status_code == 302
     assert TaskRun.objects.count() == 11
