@@ -18,7 +18,7 @@ from django.utils.text import capfirst
 from django.utils.translation import get_language, gettext_lazy
 from django.utils.translation import gettext as _
 
-from tasks.rules import evaluation, lint, preview, schedule
+from tasks.rules import backpressure, evaluation, guards, lint, preview, schedule
 from tasks.rules import explain as explained
 from tasks.rules.reasons import Reason
 
@@ -71,6 +71,31 @@ CATALOGUE = {
     evaluation.SLOT_NO_OPENING: gettext_lazy("no run: no business-hours opening (%(hours)s)"),
     evaluation.SLOT_START_WINDOW: gettext_lazy("no run: start window passed"),
     evaluation.SLOT_PAUSED: gettext_lazy("paused: will not run while the rule is paused"),
+    # --- guard settings the rule form refuses ---
+    evaluation.BAD_WEEKDAYS: gettext_lazy(
+        '"%(part)s" is not a weekday or range; write e.g. "mon-fri" or "mon,wed,fri"'
+    ),
+    evaluation.DATES_NOT_A_LIST: gettext_lazy('must be a JSON list of dates, e.g. ["2026-12-25"]'),
+    evaluation.BAD_DATE: gettext_lazy('%(item)s is not a date; write YYYY-MM-DD, e.g. "2026-12-25"'),
+    guards.KEY_TEMPLATE: gettext_lazy("%(error)s"),
+    guards.HOURS_BOTH: gettext_lazy("Give both business-hours start and end, or neither."),
+    guards.HOURS_ORDER: gettext_lazy("Business hours must end after they start on the same day (e.g. 09:00-17:00)."),
+    guards.FLAGS_NOT_A_LIST: gettext_lazy('A JSON list of flag names, e.g. ["pipeline.raw_data.ready"].'),
+    guards.FLAG_NAME_TOO_LONG: gettext_lazy("Flag names are at most %(max)s characters."),
+    guards.DEADLINE_NEEDED: gettext_lazy(
+        "The wait policy needs a local deadline (e.g. 12:00) after which the slot expires."
+    ),
+    guards.SNAPSHOT_NOT_A_LIST: gettext_lazy('A JSON list of param names, e.g. ["threshold"].'),
+    guards.SNAPSHOT_UNKNOWN_PARAM: gettext_lazy("%(name)s is not a param of this rule; params: %(params)s."),
+    guards.CATCHUP_COUNT_ZERO: gettext_lazy("A max count of 0 would catch up nothing; use catch-up none instead."),
+    guards.IDENTITY_DISABLED: gettext_lazy("Identity %(identity)s is disabled."),
+    guards.IDENTITY_FORBIDS_SKILL: gettext_lazy("Identity %(identity)s may not run %(skill)s (allowed: %(allowed)s)."),
+    # --- backpressure watermarks that cannot work ---
+    backpressure.LOW_WITHOUT_HIGH: gettext_lazy("A low watermark needs a high watermark above it."),
+    backpressure.HIGH_BELOW_ONE: gettext_lazy("The high watermark must be at least 1 (leave it blank to never shed)."),
+    backpressure.LOW_ABOVE_HIGH: gettext_lazy(
+        "The low watermark (%(low)s) must not be above the high watermark (%(high)s)."
+    ),
     # --- the schedule preview ---
     preview.EVERY_N_SECONDS: gettext_lazy("Every %(n)s seconds (aligned to UTC, so DST never moves it)"),
     preview.ONCE_AT: gettext_lazy("Once at %(local)s = %(utc)s"),
@@ -270,9 +295,12 @@ def schedule_error(exc: schedule.ScheduleError) -> str:
 
 
 def error_text(exc: Exception) -> str:
-    """An exception for a message: a schedule refusal as "field: words", anything else as it says."""
+    """An exception for a message: a schedule refusal as "field: words", a guard's in words,
+    anything else as it says."""
     if isinstance(exc, schedule.ScheduleError):
         return f"{exc.field}: {say(exc.reason)}"
+    if isinstance(exc, evaluation.GuardError):
+        return say(exc.reason)
     return str(exc)
 
 

@@ -475,7 +475,7 @@ class TriggerRule(models.Model):
         if not (self.reason or "").strip():
             errors.setdefault("reason", []).append(_("Say why this rule is configured so."))
         for field, messages in guard_errors(self).items():
-            errors.setdefault(field, []).extend(messages)
+            errors.setdefault(field, []).extend(sentences.say(m) for m in messages)
         if errors:
             raise ValidationError(errors)
 

@@ -63,8 +63,17 @@ OVERLAP_RECHECK = timedelta(seconds=1)
 MAX_DEFER_DAYS = 31
 
 
+BAD_WEEKDAYS = code("guards.bad_weekdays")  # part
+DATES_NOT_A_LIST = code("guards.dates_not_a_list")
+BAD_DATE = code("guards.bad_date")  # item
+
+
 class GuardError(ValueError):
-    """A guard setting that cannot be understood; str() says what and how to write it."""
+    """A guard setting that cannot be understood; its Reason says what and how to write it."""
+
+    def __init__(self, name: str, /, **params):
+        self.reason = Reason.of(name, **params)
+        super().__init__(str(self.reason))
 
 
 @dataclass(frozen=True)
@@ -260,7 +269,7 @@ def parse_weekdays(text: str) -> frozenset[int] | None:
     for part in (p.strip() for p in text.split(",")):
         ends = [e.strip()[:3] for e in part.split("-")]
         if len(ends) > 2 or not all(e in WEEKDAY_NAMES for e in ends):
-            raise GuardError(f'"{part}" is not a weekday or range; write e.g. "mon-fri" or "mon,wed,fri"')
+            raise GuardError(BAD_WEEKDAYS, part=part)
         lo, hi = WEEKDAY_NAMES.index(ends[0]), WEEKDAY_NAMES.index(ends[-1])
         days.update(range(lo, hi + 1) if lo <= hi else [*range(lo, 7), *range(0, hi + 1)])
     return frozenset(days)
@@ -269,13 +278,13 @@ def parse_weekdays(text: str) -> frozenset[int] | None:
 def parse_dates(values: object) -> frozenset[date]:
     """A JSON list of "YYYY-MM-DD" strings → dates; anything else is a GuardError naming the item."""
     if not isinstance(values, list):
-        raise GuardError('must be a JSON list of dates, e.g. ["2026-12-25"]')
+        raise GuardError(DATES_NOT_A_LIST)
     out = set()
     for item in values:
         try:
             out.add(date.fromisoformat(item))
         except (TypeError, ValueError):
-            raise GuardError(f'{item!r} is not a date; write YYYY-MM-DD, e.g. "2026-12-25"') from None
+            raise GuardError(BAD_DATE, item=repr(item)) from None
     return frozenset(out)
 
 

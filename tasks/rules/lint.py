@@ -211,7 +211,7 @@ def _backpressure(rule: LintInput) -> LintItem:
     for scope, high, low in rule.watermarks:
         errors = backpressure.watermark_errors(high=high, low=low)
         if errors:
-            return _item(name, FAIL, WATERMARKS_INVALID, scope=scope, errors=" ".join(errors.values()))
+            return _item(name, FAIL, WATERMARKS_INVALID, scope=scope, errors=list(errors.values()))
     if rule.recoverability == backpressure.COALESCE and not (rule.object_key_template or "").strip():
         return _item(name, FAIL, COALESCE_WITHOUT_OBJECT)
     if rule.coalesce_window_seconds and rule.recoverability != backpressure.COALESCE:

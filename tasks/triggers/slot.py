@@ -20,6 +20,7 @@ from runs.outcome import run_fail
 from tasks.models import ReadinessFlag, TriggerRule
 from tasks.rules import catchup, evaluation, keys, schedule
 from tasks.rules.guards import rule_guards
+from tasks.sentences import error_text
 from tasks.skills.errors import ClassifiedError
 from tasks.skills.sdk import ErrorKind
 from tasks.triggers.work import rule_flag_scope, slot_values, work_for_slot
@@ -80,7 +81,7 @@ def slot_handle(
         # A rule saved around full_clean (shell, fixture): say so for this slot, never drop it or stop the tick.
         _release(hold)
         slot_decide(
-            rule, slot, reason=Decision.Reason.INVALID_RULE, details={"error": str(exc)}, now=now, result=result
+            rule, slot, reason=Decision.Reason.INVALID_RULE, details={"error": error_text(exc)}, now=now, result=result
         )
         return evaluation.DECIDE
     verdict = evaluation.evaluate_slot(guards, slot, now=now, facts=facts)
@@ -262,7 +263,7 @@ def slot_claim(
         # Never drop a slot silently: the rule cannot be evaluated, so say so for this slot.
         log.error("rule %s slot %s: cannot render business key: %s", rule.name, slot, exc)
         slot_decide(
-            rule, slot, reason=Decision.Reason.INVALID_RULE, details={"error": str(exc)}, now=now, result=result
+            rule, slot, reason=Decision.Reason.INVALID_RULE, details={"error": error_text(exc)}, now=now, result=result
         )
         return None
     if claim_batched(work, dispatch=dispatch, state=state):

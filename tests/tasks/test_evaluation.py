@@ -238,14 +238,16 @@ def test_it_parses_weekdays(text, days):
 
 @pytest.mark.parametrize("text", ["mon-", "funday", "mon-tue-wed", "1-5"])
 def test_it_rejects_bad_weekdays_naming_the_part(text):
-    with pytest.raises(GuardError, match="mon-fri"):
+    with pytest.raises(GuardError) as caught:
         parse_weekdays(text)
+    assert text in say(caught.value.reason) and "mon-fri" in say(caught.value.reason)
 
 
 @pytest.mark.parametrize("value", ["2026-12-25", ["2026-13-01"], [20261225], ["25.12.2026"]])
 def test_it_rejects_bad_excluded_dates(value):
-    with pytest.raises(GuardError, match=r"YYYY-MM-DD|JSON list"):
+    with pytest.raises(GuardError) as caught:
         parse_dates(value)
+    assert "YYYY-MM-DD" in say(caught.value.reason) or "JSON list" in say(caught.value.reason)
 
 
 def test_describe_slot_says_what_the_static_guards_do():
