@@ -101,6 +101,8 @@ CATALOGUE = {
     preview.ONCE_AT: gettext_lazy("Once at %(local)s = %(utc)s"),
     preview.ONCE_PAST: gettext_lazy("Once at %(local)s = %(utc)s: already past, so it will not run."),
     preview.HEARTBEAT_DEADLINE: gettext_lazy("if no ping arrives before"),
+    preview.ON_HEARTBEAT: gettext_lazy("Heartbeat: alert when no ping arrives in time"),
+    preview.ON_EVENTS: gettext_lazy("On events"),
     preview.CLOCKS_FORWARD_SHIFT: gettext_lazy(
         "%(when)s: clocks go forward (UTC%(old)s → UTC%(new)s); wall times in the gap are shifted to the first "
         "valid time after the gap."

@@ -49,7 +49,12 @@ def schedule_preview(data: dict, *, at: datetime, count: int = PREVIEW_COUNT, ru
         except (ValueError, TypeError, KeyError) as exc:  # a rule saved around full_clean must not 500 the page
             guards_error = _("cannot evaluate the guards: %(error)s") % {"error": exc}
     try:
-        found = preview.schedule_preview(spec, at=at, count=count, guards=guards, paused=saved and not rule.enabled)
+        if spec.kind in (preview.HEARTBEAT, preview.EVENT):
+            # No schedule of their own: a saved heartbeat rule's one fire is its deadline.
+            same = saved and rule.kind == spec.kind and guards is not None
+            found = preview.rule_preview(rule, at=at, count=count) if same else preview.unscheduled(spec.kind)
+        else:
+            found = preview.schedule_preview(spec, at=at, count=count, guards=guards, paused=saved and not rule.enabled)
     except schedule.ScheduleError as exc:
         return {"ok": False, "errors": {exc.field: sentences.schedule_error(exc)}, "fires": []}
     except (OverflowError, ValueError, TypeError) as exc:

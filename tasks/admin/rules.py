@@ -23,7 +23,7 @@ from tasks.admin.rule_forms import RunNowForm, TriggerRuleForm
 from tasks.admin.rule_lint import checklist_html, column_html, lint_input
 from tasks.admin.rule_preview import preview_html, preview_view, rule_preview_data
 from tasks.models import TriggerRule
-from tasks.rules import events, keys, lint, schedule
+from tasks.rules import events, keys, lint, preview, schedule
 from tasks.triggers.operator import RuleActionError, rule_pause, rule_resume, rule_run_now
 from tasks.triggers.work import rule_key_examples
 
@@ -177,10 +177,8 @@ class RuleDeskMixin(RuleBackfillMixin):
             return sentences.cron_description(rule.cron) or rule.cron
         if rule.kind == TriggerRule.Kind.INTERVAL:
             return _("Every %(n)s seconds") % {"n": rule.interval_seconds}
-        if rule.kind == TriggerRule.Kind.EVENT:
-            return _("On events")
-        if rule.kind == TriggerRule.Kind.HEARTBEAT:
-            return _("Heartbeat: alert when no ping arrives in time")
+        if rule.kind in (TriggerRule.Kind.EVENT, TriggerRule.Kind.HEARTBEAT):
+            return sentences.say(preview.unscheduled(rule.kind).description)
         return _("Once")
 
     def _form_page(

@@ -22,7 +22,7 @@ from tasks.rules.reasons import Reason, code
 
 GAP = "gap"
 REPEAT = "repeat"
-HEARTBEAT = "heartbeat"  # TriggerRule.Kind.HEARTBEAT
+HEARTBEAT, EVENT = "heartbeat", "event"  # the TriggerRule kinds without a schedule of their own
 # How far ahead the preview looks for the zone's offset changes, and how many it names.
 DST_LOOKAHEAD_DAYS = 366
 DST_CHANGES_SHOWN = 2
@@ -31,6 +31,8 @@ EVERY_N_SECONDS = code("preview.every_n_seconds")  # n
 ONCE_AT = code("preview.once_at")  # local, utc
 ONCE_PAST = code("preview.once_past")  # local, utc
 HEARTBEAT_DEADLINE = code("preview.heartbeat_deadline")
+ON_HEARTBEAT = code("preview.on_heartbeat")
+ON_EVENTS = code("preview.on_events")
 CLOCKS_FORWARD_SHIFT = code("preview.clocks_forward_shift")  # when, old, new
 CLOCKS_FORWARD_SKIP = code("preview.clocks_forward_skip")  # when, old, new
 CLOCKS_BACK = code("preview.clocks_back")  # when, old, new, repeat
@@ -84,10 +86,15 @@ def rule_preview(rule, *, at: datetime, count: int) -> Preview:
             if fire
             else []
         )
-        return Preview(fires, dst_changes(spec, at), None)
-    if rule.kind == "event":
-        return Preview([], [], None)
+        return Preview(fires, dst_changes(spec, at), Reason.of(ON_HEARTBEAT))
+    if rule.kind == EVENT:
+        return unscheduled(EVENT)
     return schedule_preview(spec, at=at, count=count, guards=guards, paused=paused)
+
+
+def unscheduled(kind: str) -> Preview:
+    """The preview of a heartbeat or event rule before it is saved: what fires it, no fires yet."""
+    return Preview([], [], Reason.of(ON_HEARTBEAT if kind == HEARTBEAT else ON_EVENTS))
 
 
 def _fire_guards(guards: evaluation.Guards | None, slot: datetime, paused: bool) -> Reason | None:

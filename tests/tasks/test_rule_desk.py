@@ -148,6 +148,21 @@ def test_the_rule_page_shows_a_one_time_rules_instant_in_its_zone_and_utc(operat
     assert "Once at Tue 2030-01-01 09:00:00 CST (UTC+0800) = 2030-01-01 01:00:00 UTC" in page
 
 
+def test_the_rule_page_previews_heartbeat_and_event_rules_without_a_schedule_error(operator_client):
+    # The one preview behind the page, the API and the CLI: a heartbeat fires at its deadline, an
+    # event rule when an event arrives; neither is a schedule kind the form could get wrong.
+    deadline = datetime(2030, 1, 1, 1, 0, tzinfo=UTC)
+    beat = make_rule(name="beat", kind="heartbeat", cron="", heartbeat_every_seconds=300)
+    TriggerRule.objects.filter(pk=beat.pk).update(next_fire_at=deadline)
+    events = make_rule(name="events", kind="event", cron="", dedupe_key_template="{object_id}")
+    beat_page = _text(operator_client.get(reverse("admin:tasks_triggerrule_change", args=[beat.pk])))
+    event_page = _text(operator_client.get(reverse("admin:tasks_triggerrule_change", args=[events.pk])))
+    assert "is not one of" not in beat_page and "is not one of" not in event_page
+    assert "Heartbeat: alert when no ping arrives in time" in beat_page
+    assert "if no ping arrives before" in beat_page and "2030-01-01 01:00:00 UTC" in beat_page
+    assert "On events" in event_page
+
+
 def test_it_notes_dst_shifts_in_the_preview():
     at = datetime(2026, 3, 25, tzinfo=UTC)
     data = schedule_preview({"kind": "cron", "cron": "30 2 * * *", "timezone": "Europe/Berlin"}, at=at)
