@@ -3,6 +3,7 @@
 from dataclasses import replace
 
 import pytest
+from django.utils import translation
 
 from tasks import sentences
 from tasks.rules import lint
@@ -103,3 +104,14 @@ def test_it_fails_an_event_key_by_date_unless_the_rule_says_so_and_then_warns():
     assert _dedupe(**dated).status == lint.FAIL
     assert _dedupe(**dated, event_key_by_date=True).status == lint.WARN
     assert _dedupe(kind="event", dedupe_key_template="{object_id}:{action}").status == lint.PASS
+
+
+def test_the_checklist_speaks_both_languages_from_the_same_items():
+    items = lint.rule_lint(replace(GOOD, max_attempts=0, max_retry_window_seconds=0, skill_p99_seconds=None))
+    retries = _status(items, lint.CHECK_RETRIES)
+    with translation.override("en"):
+        assert sentences.lint_message(retries) == "No attempt cap; no cap on elapsed retry time."
+        assert sentences.lint_summary(lint.lint_summary(items)) == "1 fail, 1 warn"
+    with translation.override("zh-hans"):
+        assert "attempt" not in sentences.lint_message(retries)
+        assert "fail" not in sentences.lint_summary(lint.lint_summary(items))

@@ -18,7 +18,7 @@ from django.utils import translation
 import tasks.rules
 from tasks import sentences
 from tasks.models import TriggerRule
-from tasks.rules import explain, lint
+from tasks.rules import explain
 from tasks.rules.reasons import CODES, Reason
 from tests.support.api import api_for
 
@@ -60,30 +60,6 @@ def test_every_sentence_is_in_english_and_in_chinese_with_the_same_parameters(co
 def test_a_code_without_a_sentence_fails_loudly():
     with pytest.raises(KeyError):
         sentences.say(Reason.of("lint.no_such_code"))
-
-
-def test_the_lint_checklist_speaks_both_languages_from_the_same_items():
-    good = lint.LintInput(
-        timezone="Asia/Shanghai",
-        dedupe_key_template="report:{business_date}",
-        params={},
-        max_attempts=0,
-        max_retry_window_seconds=0,
-        max_delay_seconds=300,
-        jitter_min=0.5,
-        jitter_max=1.5,
-        catchup_max_delay_seconds=300,
-        lease_ttl_seconds=300,
-        skill_p99_seconds=None,
-        alert_fields=frozenset({"run_id", "biz_key"}),
-    )
-    retries = next(i for i in lint.rule_lint(good) if i.check == lint.CHECK_RETRIES)
-    with translation.override("en"):
-        assert sentences.lint_message(retries) == "No attempt cap; no cap on elapsed retry time."
-        assert sentences.lint_summary(lint.lint_summary(lint.rule_lint(good))) == "1 fail, 1 warn"
-    with translation.override("zh-hans"):
-        assert "attempt" not in sentences.lint_message(retries)
-        assert "fail" not in sentences.lint_summary(lint.lint_summary(lint.rule_lint(good)))
 
 
 # --- explain looks back NEAREST_LOOKBACK everywhere ------------------------------------------
