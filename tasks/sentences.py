@@ -115,6 +115,9 @@ CATALOGUE = {
     ),
     preview.NO_DST_CHANGE: gettext_lazy("%(zone)s has no DST change in the next year."),
     # --- explain: why did or didn't it run ---
+    explained.NOT_A_DATETIME: gettext_lazy(
+        "%(text)s is not a date-time; write e.g. 2026-12-01T08:00 (read in %(zone)s) or 2026-12-01T08:00:00+01:00"
+    ),
     explained.RAN: gettext_lazy("ran: run %(run)s (%(state)s), source %(source)s, biz_key %(biz_key)s"),
     explained.AWAITING_APPROVAL: gettext_lazy(
         "waiting for operator approval: run %(run)s (catch-up above the approval threshold)"

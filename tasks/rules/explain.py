@@ -20,6 +20,7 @@ from tasks.rules.reasons import code
 NEAREST_LOOKBACK = timedelta(days=7)
 _LOOKBACK_STEPS = (timedelta(hours=1), timedelta(days=1), NEAREST_LOOKBACK)
 
+NOT_A_DATETIME = code("explain.not_a_datetime")  # text, zone: the slot asked about cannot be read
 # A slot that has a run.
 RAN = code("explain.ran")  # run, state, source, biz_key
 AWAITING_APPROVAL = code("explain.awaiting_approval")  # run

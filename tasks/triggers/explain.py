@@ -26,7 +26,11 @@ from tasks.rules.reasons import Reason
 
 
 class SlotParseError(ValueError):
-    pass
+    """The slot asked about is not a date-time; str() says so in the active language."""
+
+    def __init__(self, reason: Reason):
+        self.reason = reason
+        super().__init__(sentences.say(reason))
 
 
 @dataclass(frozen=True)
@@ -51,10 +55,7 @@ def parse_slot(text: str, *, rule: TriggerRule) -> datetime:
     except (ValueError, OverflowError):  # e.g. 2026-02-30, or year 1 moved past datetime's range
         value = None
     if value is None:
-        raise SlotParseError(
-            f"{text!r} is not a date-time; write e.g. 2026-12-01T08:00 (read in {rule.timezone}) "
-            "or 2026-12-01T08:00:00+01:00"
-        )
+        raise SlotParseError(Reason.of(words.NOT_A_DATETIME, text=repr(text), zone=rule.timezone))
     return value
 
 

@@ -102,3 +102,16 @@ def test_explain_names_the_same_nearest_slots_in_the_admin_the_api_and_the_cli(c
     assert cli["summary"] == api["summary"] and "nearest before" in cli["summary"]
     link = "?slot=" + MONDAY_0900.isoformat().replace("+", "%2B")
     assert page.status_code == 200 and link in html
+
+
+@pytest.mark.django_db
+def test_a_slot_that_is_not_a_date_time_is_refused_in_the_browsers_language(client):
+    rule = TriggerRule.objects.create(
+        name="daily", reason="t", cron="0 9 * * *", timezone="Europe/Berlin", skill="harness.noop"
+    )
+    client.force_login(get_user_model().objects.create_superuser("op", "op@example.com", "pw-op-123456"))
+    url = reverse("admin:tasks_triggerrule_explain", args=[rule.pk])
+    chinese = client.get(url, {"slot": "tomorrow-ish"}, headers={"accept_language": "zh-hans"}).content.decode()
+    english = client.get(url, {"slot": "tomorrow-ish"}, headers={"accept_language": "en"}).content.decode()
+    assert "不是日期时间" in chinese and "not a date-time" not in chinese
+    assert "not a date-time" in english
