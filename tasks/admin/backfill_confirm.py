@@ -10,6 +10,7 @@ from django.utils.translation import gettext as _
 from tasks.models import TriggerRule
 from tasks.triggers.operator import BackfillPlan
 
+# The salt keeps the name of the module this came from, so a confirmation page open across a deploy still holds.
 BACKFILL_CONFIRM_SALT = "tasks.admin.rules.backfill-confirm"
 BACKFILL_CONFIRM_MAX_AGE = 30 * 60  # seconds
 
