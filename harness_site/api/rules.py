@@ -23,9 +23,11 @@ from harness_site.api.serializers import (
     RuleUpdateSerializer,
     RunNowSerializer,
 )
+from tasks import sentences
 from tasks.models import TriggerRule
+from tasks.rules.preview import rule_preview
 from tasks.services import RuleImportError, rule_export_one, rule_import
-from tasks.triggers.explain import SlotParseError, parse_slot, rule_preview, slot_explain, trigger_explain
+from tasks.triggers.explain import SlotParseError, parse_slot, slot_explain, trigger_explain
 from tasks.triggers.operator import RuleActionError, rule_pause, rule_resume, rule_run_now
 
 VIEW = ("tasks.view_triggerrule",)
@@ -337,12 +339,12 @@ class RulePreviewView(_RuleActionView):
         if rule.kind == TriggerRule.Kind.EVENT:
             return Response([])
         try:
-            rows = rule_preview(rule=rule, now=timezone.now(), count=int(text))
+            fires = rule_preview(rule, at=timezone.now(), count=int(text)).fires
         except ValueError as exc:  # a rule saved without its checks (shell, old data): say so, never a 500
             raise ApiProblem(409, "invalid-rule", f"cannot preview the rule: {exc}") from None
         return Response(
             [
-                {"utc": r["utc"], "local": r["local"], "note": r.get("note") or "", "guards": str(r["guards"])}
-                for r in rows
+                {"utc": f.utc, "local": f.local, "note": sentences.say(f.note), "guards": sentences.say(f.guards)}
+                for f in fires
             ]
         )

@@ -1,5 +1,5 @@
-"""Admin for issue 3's guards: the rule page's guard fieldsets, next fires with guards, the "why did or
-didn't it run at that slot?" view; readiness flags, service identities and API tokens."""
+"""Admin for the rules' guards: the rule page's guard fieldsets, the "why did or didn't it run at
+that slot?" view; readiness flags, service identities and API tokens."""
 
 from django import forms
 from django.contrib import admin, messages
@@ -7,15 +7,14 @@ from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
-from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from harness_site.desk import JSON_FORMFIELDS, desk_object
-from tasks.admin.explain_text import explain_sentence
+from tasks.admin.explain_html import explain_sentence
 from tasks.flags import FlagError, flag_clear, flag_set
 from tasks.models import ApiToken, ReadinessFlag, ServiceIdentity, TriggerRule
-from tasks.triggers.explain import SlotParseError, parse_slot, rule_preview, slot_explain, trigger_explain
+from tasks.triggers.explain import SlotParseError, parse_slot, slot_explanation, trigger_explanation
 
 GUARD_FIELDSETS = (
     (
@@ -59,7 +58,7 @@ class GuardAdminMixin:
     """Mixed into TriggerRuleAdmin (first, so its fieldsets and URLs are added to the desk's)."""
 
     def get_readonly_fields(self, request, obj=None):
-        return (*super().get_readonly_fields(request, obj), "guard_preview", "last_ping_at")
+        return (*super().get_readonly_fields(request, obj), "last_ping_at")
 
     def get_fieldsets(self, request, obj=None):
         fieldsets = [(name, dict(opts)) for name, opts in super().get_fieldsets(request, obj)]
@@ -97,45 +96,18 @@ class GuardAdminMixin:
         mine = [path("<path:object_id>/explain/", wrap(self.explain_view), name="tasks_triggerrule_explain")]
         return mine + super().get_urls()
 
-    @admin.display(description=_("Next fires"))
-    def guard_preview(self, rule: TriggerRule) -> str:
-        if rule.pk is None:
-            return gettext("Save the rule to see its next fires with windows and calendar applied.")
-        try:
-            rows = rule_preview(rule=rule, now=timezone.now(), count=10)
-        except Exception as exc:  # a rule saved without full_clean (shell, import bypass) must not 500 the page
-            return gettext("Cannot preview: %(error)s") % {"error": exc}
-        body = format_html_join(
-            "",
-            "<tr><td>{}</td><td>{}</td><td>{}</td><td>{}</td></tr>",
-            (
-                (f"{r['local']:%a %Y-%m-%d %H:%M %Z}", f"{r['utc']:%Y-%m-%d %H:%M} UTC", r["note"] or "", r["guards"])
-                for r in rows
-            ),
-        )
-        url = reverse("admin:tasks_triggerrule_explain", args=[rule.pk])
-        return format_html(
-            '<table id="guard-preview"><thead><tr><th>{}</th><th>UTC</th><th>DST</th><th>{}</th></tr></thead>'
-            '<tbody>{}</tbody></table><p><a href="{}">{}</a></p>',
-            gettext("local"),
-            gettext("guards"),
-            body,
-            url,
-            gettext("Why did or didn't it run at a slot? Explain →"),
-        )
-
     def explain_view(self, request, object_id):
         rule = desk_object(self, request, object_id)
         if not self.has_view_permission(request, rule):
             raise PermissionDenied
         text = request.GET.get("slot", "").strip()
         biz_key = request.GET.get("biz_key", "").strip()[:255]
-        result, error, slot = None, "", None
+        found, error, slot = None, "", None
         if "\x00" in biz_key or "\x00" in text:
             # PostgreSQL refuses a NUL in a query parameter: say so instead of a 500.
             error = gettext("A business key or slot cannot contain a NUL character.")
         elif biz_key:
-            result = trigger_explain(rule=rule, biz_key=biz_key, now=timezone.now())
+            found = trigger_explanation(rule=rule, biz_key=biz_key, now=timezone.now())
         elif rule.kind == TriggerRule.Kind.EVENT:
             # An event rule has no schedule, so no slot to explain: say where its runs are instead.
             error = gettext(
@@ -145,7 +117,7 @@ class GuardAdminMixin:
         elif text:
             try:
                 slot = parse_slot(text, rule=rule)
-                result = slot_explain(rule=rule, slot=slot, now=timezone.now())
+                found = slot_explanation(rule=rule, slot=slot, now=timezone.now())
             except SlotParseError as exc:
                 error = str(exc)
         context = {
@@ -155,8 +127,8 @@ class GuardAdminMixin:
             "object": rule,
             "slot_text": text,
             "biz_key": biz_key,
-            "result": result,
-            "sentence": explain_sentence(request, rule, result, slot) if result else "",
+            "result": found.result if found else None,
+            "sentence": explain_sentence(request, rule, found, slot) if found else "",
             "error": error,
             "recent": rule.decisions.order_by("-created_at", "-id")[:20],
             "change_url": reverse("admin:tasks_triggerrule_change", args=[rule.pk]),

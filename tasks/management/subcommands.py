@@ -8,9 +8,11 @@ from django.core.management.base import CommandError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
+from tasks import sentences
 from tasks.flags import FlagError, flag_clear, flag_json, flag_list, flag_set
 from tasks.models import TriggerRule
-from tasks.triggers.explain import SlotParseError, parse_slot, rule_preview, slot_explain, trigger_explain
+from tasks.rules.preview import rule_preview
+from tasks.triggers.explain import SlotParseError, parse_slot, slot_explain, trigger_explain
 from tasks.triggers.heartbeat import rule_ping
 from tasks.views import token_create
 
@@ -115,10 +117,10 @@ class GuardCommandsMixin:
         obj = _rule(rule)
         if count < 1 or count > 1000:
             raise CommandError("--next must be between 1 and 1000")
-        for row in rule_preview(rule=obj, now=timezone.now(), count=count):
-            note = f"  [{row['note']}]" if row["note"] else ""
+        for fire in rule_preview(obj, at=timezone.now(), count=count).fires:
+            note = f"  [{sentences.say(fire.note)}]" if fire.note else ""
             self.stdout.write(
-                f"{row['local']:%a %Y-%m-%d %H:%M %Z}  {row['utc']:%Y-%m-%dT%H:%MZ}  {row['guards']}{note}"
+                f"{fire.local:%a %Y-%m-%d %H:%M %Z}  {fire.utc:%Y-%m-%dT%H:%MZ}  {sentences.say(fire.guards)}{note}"
             )
 
     def _ping(self, *, rule, **opts):

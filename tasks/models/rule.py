@@ -10,6 +10,7 @@ from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
 from simple_history.models import HistoricalRecords
 
+from tasks import sentences
 from tasks.models.agent import rule_agent_errors
 from tasks.rules import events, keys, schedule
 from tasks.rules.guards import guard_errors
@@ -443,7 +444,7 @@ class TriggerRule(models.Model):
             try:  # an event rule has no schedule, but its zone still gives {business_date}
                 schedule.validate_timezone(self.timezone)
             except schedule.ScheduleError as exc:
-                errors.setdefault("timezone", []).append(exc.message)
+                errors.setdefault("timezone", []).append(sentences.schedule_error(exc))
         elif not errors:
             try:
                 schedule.validate_spec(self.schedule_spec())
@@ -453,7 +454,7 @@ class TriggerRule(models.Model):
                     if exc.field in {"cron", "timezone", "interval_seconds", "run_at", "dst_gap", "dst_repeat"}
                     else "kind"
                 )
-                errors.setdefault(field, []).append(exc.message)
+                errors.setdefault(field, []).append(sentences.schedule_error(exc))
         try:
             params = self.params if isinstance(self.params, dict) else {}
             if self.kind == self.Kind.EVENT:
@@ -480,7 +481,7 @@ class TriggerRule(models.Model):
         if not (self.reason or "").strip():
             errors.setdefault("reason", []).append(_("Say why this rule is configured so."))
         for field, messages in guard_errors(self).items():
-            errors.setdefault(field, []).extend(messages)
+            errors.setdefault(field, []).extend(sentences.say(m) for m in messages)
         if errors:
             raise ValidationError(errors)
 

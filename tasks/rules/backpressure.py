@@ -8,11 +8,17 @@ keeps it in the database, so every intake of every process agrees.
 
 from dataclasses import dataclass
 
+from tasks.rules.reasons import Reason, code
+
 RECOMPUTABLE = "recomputable"  # a later trigger recomputes it: may be shed
 ONE_TIME_INPUT = "one_time_input"  # carries input that exists only once: never dropped
 COALESCE = "coalesce"  # only the newest trigger per object matters: replaces its pending run
 
 ADMIT, SHED = "admit", "shed"
+
+LOW_WITHOUT_HIGH = code("backpressure.low_without_high")
+HIGH_BELOW_ONE = code("backpressure.high_below_one")
+LOW_ABOVE_HIGH = code("backpressure.low_above_high")  # low, high
 
 
 @dataclass(frozen=True)
@@ -43,15 +49,15 @@ def intake_verdict(recoverability: str, *, shedding: bool) -> str:
     return SHED if shedding and recoverability == RECOMPUTABLE else ADMIT
 
 
-def watermark_errors(*, high: int | None, low: int | None) -> dict[str, str]:
-    """Field name -> message for a pair of watermarks that cannot work; {} when they can."""
-    errors: dict[str, str] = {}
+def watermark_errors(*, high: int | None, low: int | None) -> dict[str, Reason]:
+    """Field name -> what is wrong with a pair of watermarks that cannot work; {} when they can."""
+    errors: dict[str, Reason] = {}
     if high is None:
         if low is not None:
-            errors["high_watermark"] = "A low watermark needs a high watermark above it."
+            errors["high_watermark"] = Reason.of(LOW_WITHOUT_HIGH)
         return errors
     if high < 1:
-        errors["high_watermark"] = "The high watermark must be at least 1 (leave it blank to never shed)."
+        errors["high_watermark"] = Reason.of(HIGH_BELOW_ONE)
     if low is not None and low > high:
-        errors["low_watermark"] = f"The low watermark ({low}) must not be above the high watermark ({high})."
+        errors["low_watermark"] = Reason.of(LOW_ABOVE_HIGH, low=low, high=high)
     return errors

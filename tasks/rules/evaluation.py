@@ -16,6 +16,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
+from tasks.rules.reasons import Reason, code
+
 RUN = "run"
 HOLD = "hold"
 DECIDE = "decide"
@@ -29,6 +31,30 @@ NOT_READY_EXPIRED = "not_ready_expired"
 OVERLAP = "overlap"
 
 WEEKDAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
+# A decision's details["why"], stored with it (so these words are data, kept as they are).
+WHY_EXCLUDED_DATE = "excluded date"
+WHY_WEEKDAY = "weekday not allowed"
+WHY_OUTSIDE_HOURS = "outside business hours"
+WHY_NO_OPENING = "no business-hours opening"
+WHY_START_WINDOW = "start window passed"
+# What the static guards do to a slot ahead (describe_slot), for previews.
+SLOT_RUNS = code("guards.runs")
+SLOT_RUNS_IF_READY = code("guards.runs_if_ready")  # flags
+SLOT_DEFERRED = code("guards.deferred")  # local
+SLOT_EXCLUDED_DATE = code("guards.excluded_date")  # date
+SLOT_WEEKDAY = code("guards.weekday")  # weekday
+SLOT_OUTSIDE_HOURS = code("guards.outside_hours")  # hours
+SLOT_NO_OPENING = code("guards.no_opening")  # hours
+SLOT_START_WINDOW = code("guards.start_window")
+SLOT_PAUSED = code("guards.paused")
+_SLOT_NO_RUN = {
+    WHY_EXCLUDED_DATE: SLOT_EXCLUDED_DATE,
+    WHY_WEEKDAY: SLOT_WEEKDAY,
+    WHY_OUTSIDE_HOURS: SLOT_OUTSIDE_HOURS,
+    WHY_NO_OPENING: SLOT_NO_OPENING,
+    WHY_START_WINDOW: SLOT_START_WINDOW,
+}
+
 # Without a local deadline a waiting slot gives up after this long, so no hold lives forever.
 DEFAULT_READY_WAIT = timedelta(days=1)
 # A buffered slot (overlap "buffer") is re-checked on every tick after this long.
@@ -37,8 +63,17 @@ OVERLAP_RECHECK = timedelta(seconds=1)
 MAX_DEFER_DAYS = 31
 
 
+BAD_WEEKDAYS = code("guards.bad_weekdays")  # part
+DATES_NOT_A_LIST = code("guards.dates_not_a_list")
+BAD_DATE = code("guards.bad_date")  # item
+
+
 class GuardError(ValueError):
-    """A guard setting that cannot be understood; str() says what and how to write it."""
+    """A guard setting that cannot be understood; its Reason says what and how to write it."""
+
+    def __init__(self, name: str, /, **params):
+        self.reason = Reason.of(name, **params)
+        super().__init__(str(self.reason))
 
 
 @dataclass(frozen=True)
@@ -86,21 +121,19 @@ def evaluate_slot(g: Guards, slot: datetime, *, now: datetime, facts: Facts) -> 
     day = local.date()
 
     if day in g.excluded_dates:
-        return Verdict(DECIDE, CALENDAR, details={"why": "excluded date", "date": day.isoformat()})
+        return Verdict(DECIDE, CALENDAR, details={"why": WHY_EXCLUDED_DATE, "date": day.isoformat()})
     if g.weekdays is not None and local.weekday() not in g.weekdays:
-        return Verdict(
-            DECIDE, CALENDAR, details={"why": "weekday not allowed", "weekday": WEEKDAY_NAMES[local.weekday()]}
-        )
+        return Verdict(DECIDE, CALENDAR, details={"why": WHY_WEEKDAY, "weekday": WEEKDAY_NAMES[local.weekday()]})
 
     start = max(slot, now)
     details: dict = {}
     if not in_hours(g, local):
         if g.outside_hours == "skip":
-            return Verdict(DECIDE, OUTSIDE_WINDOW, details={"why": "outside business hours", **_hours(g)})
+            return Verdict(DECIDE, OUTSIDE_WINDOW, details={"why": WHY_OUTSIDE_HOURS, **_hours(g)})
         if g.outside_hours == "defer":
             opening = next_opening(g, local)
             if opening is None:
-                return Verdict(DECIDE, OUTSIDE_WINDOW, details={"why": "no business-hours opening", **_hours(g)})
+                return Verdict(DECIDE, OUTSIDE_WINDOW, details={"why": WHY_NO_OPENING, **_hours(g)})
             start = max(opening, now)
             details["deferred_to"] = opening.isoformat()
 
@@ -109,7 +142,7 @@ def evaluate_slot(g: Guards, slot: datetime, *, now: datetime, facts: Facts) -> 
             DECIDE,
             OUTSIDE_WINDOW,
             details={
-                "why": "start window passed",
+                "why": WHY_START_WINDOW,
                 "latest_start": (slot + g.start_window).isoformat(),
                 "earliest_start": start.isoformat(),
             },
@@ -213,18 +246,18 @@ def _gap_end(zone: ZoneInfo, before: datetime, after: datetime) -> datetime:
     return datetime.fromtimestamp(hi, UTC)
 
 
-def describe_slot(g: Guards, slot: datetime) -> str:
+def describe_slot(g: Guards, slot: datetime) -> Reason:
     """What the static guards (calendar, hours, window) do to a future slot, for previews."""
     verdict = evaluate_slot(g, slot, now=slot, facts=Facts())
     if verdict.action == DECIDE:
-        return f"no run: {verdict.reason} ({verdict.details.get('why', '')})"
+        params = {k: v for k, v in verdict.details.items() if k != "why"}
+        return Reason(_SLOT_NO_RUN[verdict.details["why"]], params)
     if verdict.run_after and verdict.run_after > slot:
         local = verdict.run_after.astimezone(ZoneInfo(g.timezone))
-        return f"deferred to {local:%Y-%m-%d %H:%M %Z}"
-    notes = []
+        return Reason.of(SLOT_DEFERRED, local=f"{local:%Y-%m-%d %H:%M %Z}")
     if g.depends_on:
-        notes.append("if " + ", ".join(g.depends_on) + " ready")
-    return "runs" + (f" ({'; '.join(notes)})" if notes else "")
+        return Reason.of(SLOT_RUNS_IF_READY, flags=", ".join(g.depends_on))
+    return Reason.of(SLOT_RUNS)
 
 
 def parse_weekdays(text: str) -> frozenset[int] | None:
@@ -236,7 +269,7 @@ def parse_weekdays(text: str) -> frozenset[int] | None:
     for part in (p.strip() for p in text.split(",")):
         ends = [e.strip()[:3] for e in part.split("-")]
         if len(ends) > 2 or not all(e in WEEKDAY_NAMES for e in ends):
-            raise GuardError(f'"{part}" is not a weekday or range; write e.g. "mon-fri" or "mon,wed,fri"')
+            raise GuardError(BAD_WEEKDAYS, part=part)
         lo, hi = WEEKDAY_NAMES.index(ends[0]), WEEKDAY_NAMES.index(ends[-1])
         days.update(range(lo, hi + 1) if lo <= hi else [*range(lo, 7), *range(0, hi + 1)])
     return frozenset(days)
@@ -245,13 +278,13 @@ def parse_weekdays(text: str) -> frozenset[int] | None:
 def parse_dates(values: object) -> frozenset[date]:
     """A JSON list of "YYYY-MM-DD" strings → dates; anything else is a GuardError naming the item."""
     if not isinstance(values, list):
-        raise GuardError('must be a JSON list of dates, e.g. ["2026-12-25"]')
+        raise GuardError(DATES_NOT_A_LIST)
     out = set()
     for item in values:
         try:
             out.add(date.fromisoformat(item))
         except (TypeError, ValueError):
-            raise GuardError(f'{item!r} is not a date; write YYYY-MM-DD, e.g. "2026-12-25"') from None
+            raise GuardError(BAD_DATE, item=repr(item)) from None
     return frozenset(out)
 
 

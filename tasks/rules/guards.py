@@ -1,13 +1,27 @@
-"""A rule's guard settings as evaluation data, and the messages the rule form shows when they are wrong."""
+"""A rule's guard settings as evaluation data, and what the rule form says when they are wrong (as
+Reasons, worded by tasks/sentences.py)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
 from tasks.rules import evaluation, events, keys
+from tasks.rules.reasons import Reason, code
 from tasks.skills.sdk import registry
 
 FLAG_NAME_MAX = 200
+
+KEY_TEMPLATE = code("guards.key_template")  # error (the key template's complaint)
+HOURS_BOTH = code("guards.hours_both")
+HOURS_ORDER = code("guards.hours_order")
+FLAGS_NOT_A_LIST = code("guards.flags_not_a_list")
+FLAG_NAME_TOO_LONG = code("guards.flag_name_too_long")  # max
+DEADLINE_NEEDED = code("guards.deadline_needed")
+SNAPSHOT_NOT_A_LIST = code("guards.snapshot_not_a_list")
+SNAPSHOT_UNKNOWN_PARAM = code("guards.snapshot_unknown_param")  # name, params
+CATCHUP_COUNT_ZERO = code("guards.catchup_count_zero")
+IDENTITY_DISABLED = code("guards.identity_disabled")  # identity
+IDENTITY_FORBIDS_SKILL = code("guards.identity_forbids_skill")  # identity, skill, allowed
 
 
 def rule_guards(rule) -> evaluation.Guards:
@@ -28,42 +42,39 @@ def rule_guards(rule) -> evaluation.Guards:
     )
 
 
-def guard_errors(rule) -> dict[str, list[str]]:
-    """Field -> messages for every guard setting that is unusable; empty when all is well."""
-    errors: dict[str, list[str]] = {}
+def guard_errors(rule) -> dict[str, list[Reason]]:
+    """Field -> what is wrong, for every guard setting that is unusable; empty when all is well."""
+    errors: dict[str, list[Reason]] = {}
 
-    def add(field: str, message: str) -> None:
-        errors.setdefault(field, []).append(message)
+    def add(field: str, name: str, /, **params) -> None:
+        errors.setdefault(field, []).append(Reason.of(name, **params))
 
     params = rule.params if isinstance(rule.params, dict) else {}
     try:
         evaluation.parse_weekdays(rule.weekdays)
     except evaluation.GuardError as exc:
-        add("weekdays", str(exc))
+        errors.setdefault("weekdays", []).append(exc.reason)
     try:
         evaluation.parse_dates(rule.excluded_dates if rule.excluded_dates is not None else [])
     except evaluation.GuardError as exc:
-        add("excluded_dates", str(exc))
+        errors.setdefault("excluded_dates", []).append(exc.reason)
     if (rule.hours_start is None) != (rule.hours_end is None):
-        add(
-            "hours_end" if rule.hours_end is None else "hours_start",
-            "Give both business-hours start and end, or neither.",
-        )
+        add("hours_end" if rule.hours_end is None else "hours_start", HOURS_BOTH)
     elif rule.hours_start is not None and rule.hours_start >= rule.hours_end:
-        add("hours_end", "Business hours must end after they start on the same day (e.g. 09:00-17:00).")
+        add("hours_end", HOURS_ORDER)
 
     depends = rule.depends_on
     if not isinstance(depends, list) or not all(isinstance(n, str) and n.strip() for n in depends):
-        add("depends_on", 'A JSON list of flag names, e.g. ["pipeline.raw_data.ready"].')
+        add("depends_on", FLAGS_NOT_A_LIST)
     elif any(len(n) > FLAG_NAME_MAX for n in depends):
-        add("depends_on", f"Flag names are at most {FLAG_NAME_MAX} characters.")
+        add("depends_on", FLAG_NAME_TOO_LONG, max=FLAG_NAME_MAX)
     elif depends:
         try:
             keys.validate_template(rule.depends_scope or "", params=params)
         except keys.KeyTemplateError as exc:
-            add("depends_scope", str(exc))
+            add("depends_scope", KEY_TEMPLATE, error=str(exc))
         if rule.not_ready_policy == "wait" and rule.ready_deadline is None:
-            add("ready_deadline", "The wait policy needs a local deadline (e.g. 12:00) after which the slot expires.")
+            add("ready_deadline", DEADLINE_NEEDED)
 
     if rule.object_key_template:
         # An event rule's runs are keyed by the event: its object key may use the event's fields too.
@@ -71,28 +82,35 @@ def guard_errors(rule) -> dict[str, list[str]]:
         try:
             keys.validate_template(rule.object_key_template, params={**params, **extra})
         except keys.KeyTemplateError as exc:
-            add("object_key_template", str(exc))
+            add("object_key_template", KEY_TEMPLATE, error=str(exc))
 
     snap = rule.snapshot_fields
     if not isinstance(snap, list) or not all(isinstance(n, str) for n in snap):
-        add("snapshot_fields", 'A JSON list of param names, e.g. ["threshold"].')
+        add("snapshot_fields", SNAPSHOT_NOT_A_LIST)
     else:
         unknown = [n for n in snap if n not in params]
         if unknown:
             add(
                 "snapshot_fields",
-                f"{unknown[0]!r} is not a param of this rule; params: {', '.join(sorted(params)) or 'none'}.",
+                SNAPSHOT_UNKNOWN_PARAM,
+                name=repr(unknown[0]),
+                params=", ".join(sorted(params)) or "-",
             )
 
     if rule.catchup == "all" and rule.catchup_max_count == 0:
-        add("catchup_max_count", "A max count of 0 would catch up nothing; use catch-up none instead.")
+        add("catchup_max_count", CATCHUP_COUNT_ZERO)
 
     identity = rule.identity if rule.identity_id else None
     if identity is not None and rule.skill in registry and not identity.may_run(rule.skill):
-        why = (
-            "is disabled"
-            if not identity.enabled
-            else f"may not run {rule.skill!r} (allowed: " + (", ".join(identity.allowed_skills) or "none") + ")"
-        )
-        add("identity", f"Identity {identity.name!r} {why}.")
+        if not identity.enabled:
+            add("identity", IDENTITY_DISABLED, identity=repr(identity.name))
+        else:
+            allowed = ", ".join(identity.allowed_skills) or "-"
+            add(
+                "identity",
+                IDENTITY_FORBIDS_SKILL,
+                identity=repr(identity.name),
+                skill=repr(rule.skill),
+                allowed=allowed,
+            )
     return errors

@@ -1,14 +1,57 @@
 """A rule's lint checklist: what an operator should fix before trusting it. Pure: plain values in.
 
-Each check is pass / warn / fail with a sentence saying why, so the admin can show the list on the
-rule page and a one-word summary as a list column.
+Each check is pass / warn / fail with a Reason saying why (tasks/sentences.py words it), so the
+admin can show the list on the rule page and a one-word summary as a list column.
 """
 
 from dataclasses import dataclass
 
 from tasks.rules import backpressure, keys, schedule
+from tasks.rules.reasons import Reason, code
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
+# The checks, in the checklist's order.
+CHECK_TIMEZONE = code("lint.check.timezone")
+CHECK_DEPENDENCIES = code("lint.check.dependencies")
+CHECK_DEDUPE_KEY = code("lint.check.dedupe_key")
+CHECK_RETRIES = code("lint.check.retries")
+CHECK_CATCHUP = code("lint.check.catchup")
+CHECK_LEASE = code("lint.check.lease")
+CHECK_ALERT = code("lint.check.alert")
+CHECK_BACKPRESSURE = code("lint.check.backpressure")
+# What each check found.
+TIMEZONE_SET = code("lint.timezone_set")  # zone
+TIMEZONE_INVALID = code("lint.timezone_invalid")  # error (a schedule Reason)
+NO_DEPENDENCIES = code("lint.no_dependencies")
+FLAGS_NEVER_SET = code("lint.flags_never_set")  # flags
+FLAGS_SET = code("lint.flags_set")  # flags
+KEY_INVALID = code("lint.key_invalid")  # error (the key template's complaint)
+EVENT_KEY_HAS_DATE = code("lint.event_key_has_date")
+EVENT_KEY_BY_DATE = code("lint.event_key_by_date")
+KEY_VARIES = code("lint.key_varies")  # which
+KEY_CONSTANT = code("lint.key_constant")
+RETRIES_UNCAPPED = code("lint.retries_uncapped")  # problems (a list of the four below)
+NO_ATTEMPT_CAP = code("lint.no_attempt_cap")
+NO_RETRY_WINDOW = code("lint.no_retry_window")
+NO_DELAY_CAP = code("lint.no_delay_cap")
+NO_JITTER = code("lint.no_jitter")
+RETRIES_CAPPED = code("lint.retries_capped")  # n, window, lo, hi
+CATCHUP_SET = code("lint.catchup_set")  # n
+CATCHUP_MISSING = code("lint.catchup_missing")
+P99_UNKNOWN = code("lint.p99_unknown")
+LEASE_ABOVE_P99 = code("lint.lease_above_p99")  # ttl, p99
+LEASE_BELOW_P99 = code("lint.lease_below_p99")  # ttl, p99
+ALERT_LACKS = code("lint.alert_lacks")  # fields
+ALERT_CARRIES = code("lint.alert_carries")  # fields
+WATERMARKS_INVALID = code("lint.watermarks_invalid")  # scope, errors
+COALESCE_WITHOUT_OBJECT = code("lint.coalesce_without_object")
+COALESCE_WINDOW_UNUSED = code("lint.coalesce_window_unused")  # n
+COALESCES = code("lint.coalesces")
+COALESCES_WAITING = code("lint.coalesces_waiting")  # n
+RECOMPUTABLE_NO_WATERMARK = code("lint.recomputable_no_watermark")
+SHED_ABOVE = code("lint.shed_above")  # where (a list of WATERMARK_AT)
+WATERMARK_AT = code("lint.watermark_at")  # scope, high
+ONE_TIME_INPUT = code("lint.one_time_input")
 # Placeholders that make a key differ per day or per slot; any other (a param) names a business object.
 DATE_PLACEHOLDERS = frozenset({"slot", "business_date"})
 # An alert must carry these for on-call to find the run (see deadletters.alerts.ALERT_FIELDS).
@@ -45,9 +88,19 @@ class LintInput:
 
 @dataclass(frozen=True)
 class LintItem:
-    check: str
+    check: str  # a CHECK_* code
     status: str
-    message: str
+    reason: Reason
+
+
+@dataclass(frozen=True)
+class LintSummary:
+    fails: int
+    warns: int
+
+    @property
+    def status(self) -> str:
+        return FAIL if self.fails else WARN if self.warns else PASS
 
 
 def rule_lint(rule: LintInput) -> list[LintItem]:
@@ -64,139 +117,112 @@ def rule_lint(rule: LintInput) -> list[LintItem]:
     ]
 
 
-def lint_summary(items: list[LintItem]) -> str:
-    """ "ok", or e.g. "2 fail, 1 warn"."""
-    fails = sum(i.status == FAIL for i in items)
-    warns = sum(i.status == WARN for i in items)
-    if not fails and not warns:
-        return "ok"
-    return ", ".join(p for p in (f"{fails} fail" if fails else "", f"{warns} warn" if warns else "") if p)
+def lint_summary(items: list[LintItem]) -> LintSummary:
+    """How many checks fail and warn (the list column says "ok" when neither)."""
+    return LintSummary(sum(i.status == FAIL for i in items), sum(i.status == WARN for i in items))
+
+
+def _item(check: str, status: str, name: str, /, **params) -> LintItem:
+    return LintItem(check, status, Reason.of(name, **params))
 
 
 def _timezone(rule: LintInput) -> LintItem:
-    name = "timezone explicit"
     try:
         schedule.validate_timezone(rule.timezone)
     except schedule.ScheduleError as exc:
-        return LintItem(name, FAIL, f"{exc.message}; the host zone must never decide.")
-    return LintItem(name, PASS, f"Schedule is read in {rule.timezone}.")
+        return _item(CHECK_TIMEZONE, FAIL, TIMEZONE_INVALID, error=exc.reason)
+    return _item(CHECK_TIMEZONE, PASS, TIMEZONE_SET, zone=rule.timezone)
 
 
 def _dependencies(rule: LintInput) -> LintItem:
-    name = "dependencies have a source"
     if not rule.depends_on:
-        return LintItem(name, PASS, "No readiness dependencies.")
+        return _item(CHECK_DEPENDENCIES, PASS, NO_DEPENDENCIES)
     orphans = [f for f in rule.depends_on if f not in rule.flags_seen]
     if orphans:
         # A flag that nothing sets holds every slot until its deadline: say which one.
-        return LintItem(
-            name,
-            WARN,
-            f"No flag {', '.join(orphans)} is set for any scope: check that a pipeline, API token or "
-            "operator sets it, or every slot will wait until its deadline.",
-        )
-    return LintItem(name, PASS, f"Flags {', '.join(rule.depends_on)} are set by their producers.")
+        return _item(CHECK_DEPENDENCIES, WARN, FLAGS_NEVER_SET, flags=", ".join(orphans))
+    return _item(CHECK_DEPENDENCIES, PASS, FLAGS_SET, flags=", ".join(rule.depends_on))
 
 
 def _dedupe_key(rule: LintInput) -> LintItem:
-    name = "dedupe key per business unit"
     try:
         used = set(keys.placeholders(rule.dedupe_key_template or ""))
         keys.check_separated(rule.dedupe_key_template or "")
     except keys.KeyTemplateError as exc:
-        return LintItem(name, FAIL, str(exc))
+        return _item(CHECK_DEDUPE_KEY, FAIL, KEY_INVALID, error=str(exc))
     objects = used - set(keys.BUILTIN_PLACEHOLDERS)
     if rule.kind == "event" and used & keys.TIME_PLACEHOLDERS:
         if not rule.event_key_by_date:
-            return LintItem(
-                name,
-                FAIL,
-                "{business_date} is the day an event arrived: the same event re-sent after midnight becomes "
-                'a second run. Remove it, or tick "event key by date".',
-            )
-        return LintItem(name, WARN, '"Event key by date" is on: the same event sent again on another day is a new run.')
+            return _item(CHECK_DEDUPE_KEY, FAIL, EVENT_KEY_HAS_DATE)
+        return _item(CHECK_DEDUPE_KEY, WARN, EVENT_KEY_BY_DATE)
     if used & DATE_PLACEHOLDERS or objects:
         which = ", ".join("{" + n + "}" for n in sorted(used & (DATE_PLACEHOLDERS | objects)))
-        return LintItem(name, PASS, f"Key varies by {which}; it is kept under this rule's own namespace.")
-    return LintItem(
-        name, FAIL, "Key has no date or object placeholder: every slot would share one run. Add {business_date}."
-    )
+        return _item(CHECK_DEDUPE_KEY, PASS, KEY_VARIES, which=which)
+    return _item(CHECK_DEDUPE_KEY, FAIL, KEY_CONSTANT)
 
 
 def _retries(rule: LintInput) -> LintItem:
-    name = "retries capped with jitter"
     problems = []
     if not rule.max_attempts or rule.max_attempts < 1:
-        problems.append("no attempt cap")
+        problems.append(Reason.of(NO_ATTEMPT_CAP))
     if not rule.max_retry_window_seconds:
-        problems.append("no cap on elapsed retry time")
+        problems.append(Reason.of(NO_RETRY_WINDOW))
     if not rule.max_delay_seconds:
-        problems.append("no cap on one delay")
+        problems.append(Reason.of(NO_DELAY_CAP))
     if rule.jitter_max is None or rule.jitter_min is None or rule.jitter_max <= rule.jitter_min:
-        problems.append("no jitter (jitter max must exceed jitter min), so failed runs retry in lockstep")
+        problems.append(Reason.of(NO_JITTER))
     if problems:
-        text = "; ".join(problems)
-        return LintItem(name, FAIL, text[0].upper() + text[1:] + ".")
-    return LintItem(
-        name,
+        return _item(CHECK_RETRIES, FAIL, RETRIES_UNCAPPED, problems=problems)
+    return _item(
+        CHECK_RETRIES,
         PASS,
-        f"At most {rule.max_attempts} attempts within {rule.max_retry_window_seconds}s, "
-        f"jitter x{rule.jitter_min:g}-{rule.jitter_max:g}.",
+        RETRIES_CAPPED,
+        n=rule.max_attempts,
+        window=rule.max_retry_window_seconds,
+        lo=f"{rule.jitter_min:g}",
+        hi=f"{rule.jitter_max:g}",
     )
 
 
 def _catchup(rule: LintInput) -> LintItem:
-    name = "catch-up window set"
     if rule.catchup_max_delay_seconds and rule.catchup_max_delay_seconds > 0:
-        return LintItem(name, PASS, f"Slots later than {rule.catchup_max_delay_seconds}s are recorded as missed.")
-    return LintItem(name, FAIL, "No catch-up window: set catch-up max delay above 0.")
+        return _item(CHECK_CATCHUP, PASS, CATCHUP_SET, n=rule.catchup_max_delay_seconds)
+    return _item(CHECK_CATCHUP, FAIL, CATCHUP_MISSING)
 
 
 def _lease(rule: LintInput) -> LintItem:
-    name = "lease TTL above p99 duration"
     if rule.skill_p99_seconds is None:
-        return LintItem(name, WARN, "No succeeded run of this skill yet: p99 duration unknown.")
+        return _item(CHECK_LEASE, WARN, P99_UNKNOWN)
+    values = {"ttl": rule.lease_ttl_seconds, "p99": f"{rule.skill_p99_seconds:.1f}"}
     if rule.lease_ttl_seconds > rule.skill_p99_seconds:
-        return LintItem(name, PASS, f"Lease {rule.lease_ttl_seconds}s > p99 {rule.skill_p99_seconds:.1f}s.")
-    return LintItem(
-        name,
-        FAIL,
-        f"Lease {rule.lease_ttl_seconds}s <= p99 {rule.skill_p99_seconds:.1f}s: slow runs lose their lease "
-        "and run twice.",
-    )
+        return _item(CHECK_LEASE, PASS, LEASE_ABOVE_P99, **values)
+    return _item(CHECK_LEASE, FAIL, LEASE_BELOW_P99, **values)
 
 
 def _alert_route(rule: LintInput) -> LintItem:
-    name = "alert carries run id and biz_key"
     missing = sorted(REQUIRED_ALERT_FIELDS - rule.alert_fields)
     if missing:
-        return LintItem(name, FAIL, f"Final-failure alert lacks {', '.join(missing)}.")
-    return LintItem(name, PASS, "Final-failure alerts carry " + ", ".join(sorted(rule.alert_fields)) + ".")
+        return _item(CHECK_ALERT, FAIL, ALERT_LACKS, fields=", ".join(missing))
+    return _item(CHECK_ALERT, PASS, ALERT_CARRIES, fields=", ".join(sorted(rule.alert_fields)))
 
 
 def _backpressure(rule: LintInput) -> LintItem:
-    name = "backpressure class fits"
+    name = CHECK_BACKPRESSURE
     for scope, high, low in rule.watermarks:
         errors = backpressure.watermark_errors(high=high, low=low)
         if errors:
-            return LintItem(name, FAIL, f"Watermarks of {scope}: " + " ".join(errors.values()))
+            return _item(name, FAIL, WATERMARKS_INVALID, scope=scope, errors=list(errors.values()))
     if rule.recoverability == backpressure.COALESCE and not (rule.object_key_template or "").strip():
-        return LintItem(
-            name, FAIL, "Coalesce without an object key template: there is no object whose pending run to replace."
-        )
+        return _item(name, FAIL, COALESCE_WITHOUT_OBJECT)
     if rule.coalesce_window_seconds and rule.recoverability != backpressure.COALESCE:
-        return LintItem(
-            name,
-            WARN,
-            f"A coalesce window of {rule.coalesce_window_seconds}s does nothing unless the class is coalesce.",
-        )
+        return _item(name, WARN, COALESCE_WINDOW_UNUSED, n=rule.coalesce_window_seconds)
     if rule.recoverability == backpressure.COALESCE:
-        window = f", waiting {rule.coalesce_window_seconds}s for newer ones" if rule.coalesce_window_seconds else ""
-        return LintItem(name, PASS, f"Newer triggers of an object replace its pending run{window}.")
+        if rule.coalesce_window_seconds:
+            return _item(name, PASS, COALESCES_WAITING, n=rule.coalesce_window_seconds)
+        return _item(name, PASS, COALESCES)
     if rule.recoverability == backpressure.RECOMPUTABLE:
         set_marks = [(s, h) for s, h, _low in rule.watermarks if h is not None]
         if not set_marks:
-            return LintItem(name, PASS, "Recomputable, but no watermark is set: never shed.")
-        where = ", ".join(f"{s} at {h}" for s, h in set_marks)
-        return LintItem(name, PASS, f"Shed above the high watermark of pending runs ({where}).")
-    return LintItem(name, PASS, "One-time input: never shed.")
+            return _item(name, PASS, RECOMPUTABLE_NO_WATERMARK)
+        return _item(name, PASS, SHED_ABOVE, where=[Reason.of(WATERMARK_AT, scope=s, high=h) for s, h in set_marks])
+    return _item(name, PASS, ONE_TIME_INPUT)

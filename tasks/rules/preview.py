@@ -1,6 +1,10 @@
-"""A wall-clock time typed for a rule (a one-time rule's run-at) → the instant it means.
+"""A rule's schedule ahead: its next fires, what DST and the guards do to each, and what a
+wall-clock time typed for a rule (a one-time rule's run-at) means.
 
-Pure: no Django, no clock. The time is read on the wall clock of the rule's IANA zone, with the
+The one preview behind the rule page, the API and `harness preview`. Pure: no Django, no clock;
+every remark is a Reason, worded by tasks/sentences.py.
+
+A wall time The time is read on the wall clock of the rule's IANA zone, with the
 rule's DST policies applied exactly as cron slots apply them (tasks/rules/schedule.py,
 docs/schedule.md): a time inside a spring-forward gap moves to the first instant after the gap
 under "shift" and means no instant at all under "skip"; a time in a repeated (fall-back) hour is
@@ -10,12 +14,142 @@ its first occurrence, or its second under "last". A one-time rule runs once, so 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
-from tasks.rules import schedule
+from tasks.rules import evaluation, schedule
+from tasks.rules.guards import rule_guards
+from tasks.rules.reasons import Reason, code
 
 GAP = "gap"
 REPEAT = "repeat"
+HEARTBEAT, EVENT = "heartbeat", "event"  # the TriggerRule kinds without a schedule of their own
+# How far ahead the preview looks for the zone's offset changes, and how many it names.
+DST_LOOKAHEAD_DAYS = 366
+DST_CHANGES_SHOWN = 2
+
+EVERY_N_SECONDS = code("preview.every_n_seconds")  # n
+ONCE_AT = code("preview.once_at")  # local, utc
+ONCE_PAST = code("preview.once_past")  # local, utc
+HEARTBEAT_DEADLINE = code("preview.heartbeat_deadline")
+ON_HEARTBEAT = code("preview.on_heartbeat")
+ON_EVENTS = code("preview.on_events")
+CLOCKS_FORWARD_SHIFT = code("preview.clocks_forward_shift")  # when, old, new
+CLOCKS_FORWARD_SKIP = code("preview.clocks_forward_skip")  # when, old, new
+CLOCKS_BACK = code("preview.clocks_back")  # when, old, new, repeat
+NO_DST_CHANGE = code("preview.no_dst_change")  # zone
+
+
+@dataclass(frozen=True)
+class Fire:
+    utc: datetime
+    local: datetime
+    note: Reason | None = None  # what DST did to it
+    guards: Reason | None = None  # what the pause, windows and calendar do to it (None: not asked)
+
+
+@dataclass(frozen=True)
+class Preview:
+    fires: list[Fire]
+    dst_changes: list[Reason]
+    # Words for the schedule: a Reason for interval and one-time rules; None for cron, which the
+    # edge words with cron-descriptor (a library with its own translations).
+    description: Reason | None
+
+
+def schedule_preview(
+    spec: schedule.ScheduleSpec,
+    *,
+    at: datetime,
+    count: int,
+    guards: evaluation.Guards | None = None,
+    paused: bool = False,
+) -> Preview:
+    """The next `count` fires after `at`. With `guards`, each fire says what they do to it (or, for
+    a `paused` rule, that it will not run). ScheduleError names the field of an unusable spec."""
+    fires = [
+        Fire(row["utc"], row["local"], row["note"], _fire_guards(guards, row["utc"], paused))
+        for row in schedule.preview(spec, at, count)
+    ]
+    return Preview(fires, dst_changes(spec, at), _description(spec, at))
+
+
+def rule_preview(rule, *, at: datetime, count: int) -> Preview:
+    """A saved rule's preview, guards applied. A heartbeat rule fires once, at its deadline, if no
+    ping comes first; an event rule has no fires."""
+    spec = rule.schedule_spec()
+    guards, paused = rule_guards(rule), not rule.enabled
+    if rule.kind == HEARTBEAT:
+        fire = rule.next_fire_at
+        zone = schedule.validate_timezone(rule.timezone)
+        fires = (
+            [Fire(fire, fire.astimezone(zone), Reason.of(HEARTBEAT_DEADLINE), _fire_guards(guards, fire, paused))]
+            if fire
+            else []
+        )
+        return Preview(fires, dst_changes(spec, at), Reason.of(ON_HEARTBEAT))
+    if rule.kind == EVENT:
+        return unscheduled(EVENT)
+    return schedule_preview(spec, at=at, count=count, guards=guards, paused=paused)
+
+
+def unscheduled(kind: str) -> Preview:
+    """The preview of a heartbeat or event rule before it is saved: what fires it, no fires yet."""
+    return Preview([], [], Reason.of(ON_HEARTBEAT if kind == HEARTBEAT else ON_EVENTS))
+
+
+def _fire_guards(guards: evaluation.Guards | None, slot: datetime, paused: bool) -> Reason | None:
+    if guards is None:
+        return None
+    if paused:
+        return Reason.of(evaluation.SLOT_PAUSED)
+    return evaluation.describe_slot(guards, slot)
+
+
+def _description(spec: schedule.ScheduleSpec, at: datetime) -> Reason | None:
+    if spec.kind == "interval":
+        return Reason.of(EVERY_N_SECONDS, n=spec.interval_seconds)
+    if spec.kind == "once":
+        run_at = spec.run_at.astimezone(UTC)  # validated: aware and in range
+        local = run_at.astimezone(schedule.validate_timezone(spec.timezone))
+        return Reason.of(ONCE_PAST if run_at <= at else ONCE_AT, local=local, utc=run_at)
+    return None
+
+
+def dst_changes(spec: schedule.ScheduleSpec, at: datetime) -> list[Reason]:
+    """The zone's next offset changes within a year, and what the rule's DST policies do then."""
+    zone = schedule.validate_timezone(spec.timezone)
+    notes: list[Reason] = []
+    day = at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
+    offset = day.astimezone(zone).utcoffset()
+    for _day in range(DST_LOOKAHEAD_DAYS):
+        nxt = day + timedelta(days=1)
+        if nxt.astimezone(zone).utcoffset() != offset:
+            # Bisect to the hour of the change.
+            lo, hi = day, nxt
+            while hi - lo > timedelta(hours=1):
+                mid = lo + (hi - lo) / 2
+                if mid.astimezone(zone).utcoffset() == offset:
+                    lo = mid
+                else:
+                    hi = mid
+            new = nxt.astimezone(zone).utcoffset()
+            values = {"when": hi.astimezone(zone).strftime("%Y-%m-%d"), "old": _fmt(offset), "new": _fmt(new)}
+            if new > offset:
+                forward = CLOCKS_FORWARD_SKIP if spec.dst_gap == "skip" else CLOCKS_FORWARD_SHIFT
+                notes.append(Reason.of(forward, **values))
+            else:
+                notes.append(Reason.of(CLOCKS_BACK, **values, repeat=spec.dst_repeat))
+            offset = new
+            if len(notes) == DST_CHANGES_SHOWN:
+                break
+        day = nxt
+    return notes or [Reason.of(NO_DST_CHANGE, zone=spec.timezone)]
+
+
+def _fmt(offset: timedelta) -> str:
+    minutes = int(offset.total_seconds() // 60)
+    sign = "+" if minutes >= 0 else "-"
+    return f"{sign}{abs(minutes) // 60:02d}:{abs(minutes) % 60:02d}"
 
 
 @dataclass(frozen=True)
@@ -26,7 +160,7 @@ class WallInstant:
     timezone: str
     utc: datetime | None
     dst: str = ""  # "", GAP or REPEAT
-    note: str = ""
+    note: Reason | None = None
 
     @property
     def local(self) -> datetime | None:
@@ -54,13 +188,13 @@ def wall_instant(wall: datetime, *, timezone: str, dst_gap: str = "shift", dst_r
     except (OverflowError, ValueError):
         raise ScheduleRangeError() from None
     if not candidates:  # in a gap, under "skip"
-        return WallInstant(wall, timezone, None, GAP, f"DST gap: {wall:%H:%M} does not exist, skipped")
+        return WallInstant(wall, timezone, None, GAP, Reason.of(schedule.DST_GAP_SKIPPED, wall=f"{wall:%H:%M}"))
     utc, tag = candidates[0]
     if tag == "gap":
-        note = f"DST gap: {wall:%H:%M} does not exist, shifted to {utc.astimezone(zone):%H:%M}"
+        note = Reason.of(schedule.DST_GAP_SHIFTED, wall=f"{wall:%H:%M}", local=f"{utc.astimezone(zone):%H:%M}")
         return WallInstant(wall, timezone, utc, GAP, note)
     if tag:
-        return WallInstant(wall, timezone, utc, REPEAT, f"DST repeat: {tag} of two {wall:%H:%M}")
+        return WallInstant(wall, timezone, utc, REPEAT, schedule.repeat_note(tag, wall))
     return WallInstant(wall, timezone, utc)
 
 
@@ -68,4 +202,4 @@ class ScheduleRangeError(schedule.ScheduleError):
     """The wall time is a valid datetime, but its instant is before year 1 or after 9999 UTC."""
 
     def __init__(self):
-        super().__init__("run_at", "is out of range: give an instant between year 1 and 9999-12-31 UTC")
+        super().__init__("run_at", schedule.RUN_AT_OUT_OF_RANGE)

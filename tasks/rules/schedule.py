@@ -18,6 +18,8 @@ from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from cronsim import CronSim, CronSimError
 
+from tasks.rules.reasons import Reason, code
+
 KINDS = ("cron", "interval", "once")
 DST_GAP_POLICIES = ("shift", "skip")
 DST_REPEAT_POLICIES = ("first", "last", "both")
@@ -50,20 +52,46 @@ CRON_MACROS = {
 # Present in some zoneinfo directories but not IANA zones: they mean "whatever
 # the host says", which is exactly what a rule must never depend on.
 NON_IANA_KEYS = frozenset({"localtime", "Factory", "posixrules"})
-TZ_EXAMPLE = 'an IANA zone name such as "Europe/Berlin"'
 # Longest interval accepted: slot arithmetic past year 9999 overflows datetime.
 MAX_INTERVAL_SECONDS = 10 * 366 * 24 * 3600
 
-Slot = tuple[datetime, str]  # (UTC instant, note explaining any DST handling)
+# What is wrong with a schedule (tasks/sentences.py words each one).
+TIMEZONE_REQUIRED = code("schedule.timezone_required")
+TIMEZONE_UNKNOWN = code("schedule.timezone_unknown")  # name
+TIMEZONE_UNKNOWN_HINT = code("schedule.timezone_unknown_hint")  # name, hint
+TIMEZONE_UNLOADABLE = code("schedule.timezone_unloadable")  # name, error
+CRON_REQUIRED = code("schedule.cron_required")
+CRON_MACRO = code("schedule.cron_macro")  # macro
+CRON_MACRO_ALTERNATIVE = code("schedule.cron_macro_alternative")  # macro, cron
+CRON_FIELD_COUNT = code("schedule.cron_field_count")  # expr, n
+CRON_FIELD_COUNT_SECONDS = code("schedule.cron_field_count_seconds")  # expr, n
+CRON_NOT_A_VALUE = code("schedule.cron_not_a_value")  # expr
+CRON_NEVER_FIRES = code("schedule.cron_never_fires")  # expr
+CRON_INVALID = code("schedule.cron_invalid")  # expr, error (cronsim's own words)
+CRON_DAY_NEVER = code("schedule.cron_day_never")  # value, month
+CRON_BAD_FIELD = code("schedule.cron_bad_field")  # field, value, allowed, error
+NOT_ONE_OF = code("schedule.not_one_of")  # value, allowed
+INTERVAL_TOO_SMALL = code("schedule.interval_too_small")  # value
+INTERVAL_TOO_LARGE = code("schedule.interval_too_large")  # max, value
+RUN_AT_NAIVE = code("schedule.run_at_naive")
+RUN_AT_OUT_OF_RANGE = code("schedule.run_at_out_of_range")
+# What DST did to a slot (the preview's note).
+DST_GAP_SHIFTED = code("schedule.dst_gap_shifted")  # wall, local
+DST_GAPS_SHIFTED = code("schedule.dst_gaps_shifted")  # walls, local
+DST_GAP_SKIPPED = code("schedule.dst_gap_skipped")  # wall
+DST_REPEAT_FIRST = code("schedule.dst_repeat_first")  # wall
+DST_REPEAT_SECOND = code("schedule.dst_repeat_second")  # wall
+
+Slot = tuple[datetime, Reason | None]  # (UTC instant, what DST did to it; None: nothing)
 
 
 class ScheduleError(ValueError):
-    """An invalid schedule, naming the offending field; str() is "field: message"."""
+    """An invalid schedule, naming the offending field and, as a Reason, what is wrong with it."""
 
-    def __init__(self, field: str, message: str):
-        super().__init__(f"{field}: {message}")
+    def __init__(self, field: str, name: str, /, **params):
         self.field = field
-        self.message = message
+        self.reason = Reason.of(name, **params)
+        super().__init__(f"{field}: {self.reason}")
 
 
 @dataclass(frozen=True)
@@ -87,16 +115,17 @@ def _iana_names() -> frozenset[str]:
 def validate_timezone(name: str) -> ZoneInfo:
     """Return the ZoneInfo for an IANA name; never falls back to the host zone."""
     if not isinstance(name, str) or not name.strip():
-        raise ScheduleError("timezone", f"is required: give {TZ_EXAMPLE}")
+        raise ScheduleError("timezone", TIMEZONE_REQUIRED)
     bad = name in NON_IANA_KEYS or name.startswith(("posix/", "right/"))
     if bad or name not in _iana_names():
         hint = next((n for n in _iana_names() if n.lower() == name.lower()), None)
-        extra = f'; did you mean "{hint}"?' if hint and not bad else ""
-        raise ScheduleError("timezone", f"{_quoted(name)} is not a known zone: use {TZ_EXAMPLE}{extra}")
+        if hint and not bad:
+            raise ScheduleError("timezone", TIMEZONE_UNKNOWN_HINT, name=_quoted(name), hint=hint)
+        raise ScheduleError("timezone", TIMEZONE_UNKNOWN, name=_quoted(name))
     try:
         return ZoneInfo(name)
     except (ZoneInfoNotFoundError, ValueError) as exc:
-        raise ScheduleError("timezone", f"{_quoted(name)} cannot be loaded ({exc})") from exc
+        raise ScheduleError("timezone", TIMEZONE_UNLOADABLE, name=_quoted(name), error=str(exc)) from exc
 
 
 def _quoted(text: str) -> str:
@@ -108,36 +137,34 @@ def _quoted(text: str) -> str:
 def validate_cron(expr: str) -> None:
     """Check a 5-field cron; the ScheduleError("cron", ...) names the bad field."""
     if not isinstance(expr, str) or not expr.strip():
-        raise ScheduleError("cron", 'is required, e.g. "0 9 * * *"')
+        raise ScheduleError("cron", CRON_REQUIRED)
     parts = expr.split()
     if parts[0].startswith("@"):
         macro = CRON_MACROS.get(parts[0].lower())
-        alt = f'; write "{macro}" instead' if macro else ""
-        raise ScheduleError("cron", f"{_quoted(parts[0])} is not supported{alt}")
+        if macro:
+            raise ScheduleError("cron", CRON_MACRO_ALTERNATIVE, macro=_quoted(parts[0]), cron=macro)
+        raise ScheduleError("cron", CRON_MACRO, macro=_quoted(parts[0]))
     if len(parts) != len(CRON_FIELDS):
-        msg = (
-            f"{_quoted(expr)} has {len(parts)} fields; only 5-field cron is accepted "
-            "(minute hour day-of-month month day-of-week)"
-        )
-        if len(parts) in (6, 7):
-            msg += "; for sub-minute schedules use an interval rule"
-        raise ScheduleError("cron", msg)
+        which = CRON_FIELD_COUNT_SECONDS if len(parts) in (6, 7) else CRON_FIELD_COUNT
+        raise ScheduleError("cron", which, expr=_quoted(expr), n=len(parts))
     try:
         it = CronSim(expr, datetime(2000, 1, 1))  # noqa: DTZ001 - naive wall clock on purpose
         next(it)
     except CronSimError as exc:
-        raise ScheduleError("cron", _explain(parts, str(exc))) from exc
+        name, params = _explain(parts, str(exc))
+        raise ScheduleError("cron", name, **params) from exc
     except ValueError:  # cronsim's int() of an absurdly long number
-        raise ScheduleError("cron", f"{_quoted(expr)} is invalid (a field is not a cron value)") from None
+        raise ScheduleError("cron", CRON_NOT_A_VALUE, expr=_quoted(expr)) from None
     except StopIteration:
-        raise ScheduleError("cron", f"{_quoted(expr)} never fires") from None
+        raise ScheduleError("cron", CRON_NEVER_FIRES, expr=_quoted(expr)) from None
 
 
-def _explain(parts: list[str], lib_msg: str) -> str:
+def _explain(parts: list[str], lib_msg: str) -> tuple[str, dict]:
+    """ScheduleError's code and parameters for cronsim's complaint."""
     # cronsim says "Bad <field>"; quote the value and the allowed range too.
     field = next((f for f in CRON_FIELDS if lib_msg.lower() == f"bad {f}"), None)
     if field is None:
-        return f"{_quoted(' '.join(parts))} is invalid ({lib_msg})"
+        return CRON_INVALID, {"expr": _quoted(" ".join(parts)), "error": lib_msg}
     value = parts[CRON_FIELDS.index(field)]
     if field == "day-of-month":
         # cronsim also rejects days that exist in no selected month (30 Feb).
@@ -146,36 +173,35 @@ def _explain(parts: list[str], lib_msg: str) -> str:
         except CronSimError:
             pass
         else:
-            return f"day-of-month {_quoted(value)} never occurs in month {_quoted(parts[3])}"
-    return f"bad {field} field {_quoted(value)} (allowed: {CRON_RANGES[field]}) [{lib_msg}]"
+            return CRON_DAY_NEVER, {"value": _quoted(value), "month": _quoted(parts[3])}
+    return CRON_BAD_FIELD, {"field": field, "value": _quoted(value), "allowed": CRON_RANGES[field], "error": lib_msg}
 
 
 def validate_spec(spec: ScheduleSpec) -> None:
     """Check a whole spec; ScheduleError carries the name of the first bad field."""
     if spec.kind not in KINDS:
-        raise ScheduleError("kind", f"{_quoted(spec.kind)} is not one of {', '.join(KINDS)}")
+        raise ScheduleError("kind", NOT_ONE_OF, value=_quoted(spec.kind), allowed=", ".join(KINDS))
     validate_timezone(spec.timezone)
     if spec.dst_gap not in DST_GAP_POLICIES:
-        allowed = ", ".join(DST_GAP_POLICIES)
-        raise ScheduleError("dst_gap", f"{_quoted(spec.dst_gap)} is not one of {allowed}")
+        raise ScheduleError("dst_gap", NOT_ONE_OF, value=_quoted(spec.dst_gap), allowed=", ".join(DST_GAP_POLICIES))
     if spec.dst_repeat not in DST_REPEAT_POLICIES:
         allowed = ", ".join(DST_REPEAT_POLICIES)
-        raise ScheduleError("dst_repeat", f"{_quoted(spec.dst_repeat)} is not one of {allowed}")
+        raise ScheduleError("dst_repeat", NOT_ONE_OF, value=_quoted(spec.dst_repeat), allowed=allowed)
     if spec.kind == "cron":
         validate_cron(spec.cron)
     elif spec.kind == "interval":
         n = spec.interval_seconds
         if not isinstance(n, int) or isinstance(n, bool) or n < 1:
-            raise ScheduleError("interval_seconds", f"must be a whole number >= 1, not {n!r}")
+            raise ScheduleError("interval_seconds", INTERVAL_TOO_SMALL, value=repr(n))
         if n > MAX_INTERVAL_SECONDS:
-            raise ScheduleError("interval_seconds", f"must be at most {MAX_INTERVAL_SECONDS} (ten years), not {n}")
+            raise ScheduleError("interval_seconds", INTERVAL_TOO_LARGE, max=MAX_INTERVAL_SECONDS, value=n)
     elif not isinstance(spec.run_at, datetime) or _is_naive(spec.run_at):
-        raise ScheduleError("run_at", "must be an aware datetime (with a timezone)")
+        raise ScheduleError("run_at", RUN_AT_NAIVE)
     else:
         try:
             spec.run_at.astimezone(UTC)
         except OverflowError:
-            raise ScheduleError("run_at", "is out of range: give an instant before 9999-12-31 UTC") from None
+            raise ScheduleError("run_at", RUN_AT_OUT_OF_RANGE) from None
 
 
 def next_slot(spec: ScheduleSpec, after: datetime) -> datetime | None:
@@ -217,7 +243,7 @@ def business_date(spec: ScheduleSpec, slot: datetime) -> date:
 
 
 def preview(spec: ScheduleSpec, after: datetime, count: int) -> list[dict]:
-    """The next `count` slots as {"utc", "local", "note"}; note explains DST."""
+    """The next `count` slots as {"utc", "local", "note"}; note is a Reason saying what DST did (or None)."""
     _require_aware(after=after)
     zone = validate_timezone(spec.timezone)
     items = islice(_slots(spec, after, _far(after)), max(count, 0))
@@ -259,13 +285,13 @@ def _generate(spec: ScheduleSpec, after: datetime, stop: datetime) -> Iterator[S
     if spec.kind == "once":
         run_at = spec.run_at.astimezone(UTC)  # type: ignore[union-attr]
         if after < run_at <= stop:
-            yield run_at, ""
+            yield run_at, None
     elif spec.kind == "interval":
         step = timedelta(seconds=spec.interval_seconds)  # type: ignore[arg-type]
         # Epoch-aligned in UTC, so the zone and DST cannot move an interval slot.
         slot = EPOCH + step * ((after - EPOCH) // step + 1)
         while slot <= stop:
-            yield slot, ""
+            yield slot, None
             slot += step
     else:
         yield from _cron_slots(spec, after, stop)
@@ -336,14 +362,22 @@ def _map_wall(
     return first, [(first, "")]
 
 
-def _note(reasons: list[tuple[str, datetime]], local: datetime) -> str:
-    """Explain a slot for operators; several gap wall times may share one instant."""
+def _note(reasons: list[tuple[str, datetime]], local: datetime) -> Reason | None:
+    """What DST did to a slot; several gap wall times may share one instant."""
     gaps = [f"{wall:%H:%M}" for tag, wall in reasons if tag == "gap"]
+    if len(gaps) == 1:
+        return Reason.of(DST_GAP_SHIFTED, wall=gaps[0], local=f"{local:%H:%M}")
     if gaps:
-        verb = "does" if len(gaps) == 1 else "do"
-        return f"DST gap: {', '.join(gaps)} {verb} not exist, shifted to {local:%H:%M}"
+        return Reason.of(DST_GAPS_SHIFTED, walls=", ".join(gaps), local=f"{local:%H:%M}")
     tag, wall = reasons[0]
-    return f"DST repeat: {tag} of two {wall:%H:%M}" if tag else ""
+    return repeat_note(tag, wall)
+
+
+def repeat_note(tag: str, wall: datetime) -> Reason | None:
+    """Which pass of a repeated (fall-back) wall time a slot is; None outside a repeat."""
+    if not tag:
+        return None
+    return Reason.of(DST_REPEAT_FIRST if tag == "first" else DST_REPEAT_SECOND, wall=f"{wall:%H:%M}")
 
 
 def _gap_end(zone: ZoneInfo, lo: datetime, hi: datetime) -> datetime:

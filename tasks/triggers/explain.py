@@ -1,7 +1,14 @@
-"""Selectors that answer operators: "why did or didn't it run at that slot?" and "when will it fire?"."""
+"""Selectors that answer operators: "why did or didn't it run at that slot?" and for a trigger.
+
+The answer is data ({"outcome", "reason", "details", ...}) and a summary: Reasons (tasks/rules/
+explain.py) worded by the one catalogue (tasks/sentences.py). The API and the CLI get the dict
+with the summary in the active language; the admin words the same Reasons with links
+(`slot_explanation` / `trigger_explanation`). The schedule preview is tasks/rules/preview.py.
+"""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
@@ -9,16 +16,32 @@ from django.utils.dateparse import parse_datetime
 
 from runs.models import Decision, SlotHold, TaskRun
 from runs.selectors import run_coalesced_into, run_wait_explain
+from tasks import sentences
 from tasks.models import TriggerRule
 from tasks.rules import evaluation, keys, schedule
+from tasks.rules import explain as words
+from tasks.rules.explain import DecisionRef, RunRef, SlotRef
 from tasks.rules.guards import rule_guards
-
-# How far around the asked instant explain looks for the nearest real slots.
-NEAR = timedelta(days=2)
+from tasks.rules.reasons import Reason
 
 
 class SlotParseError(ValueError):
-    pass
+    """The slot asked about is not a date-time; str() says so in the active language."""
+
+    def __init__(self, reason: Reason):
+        self.reason = reason
+        super().__init__(sentences.say(reason))
+
+
+@dataclass(frozen=True)
+class Explanation:
+    """An answer: its record-level data (`result`, JSON-ready) and its summary as Reasons."""
+
+    result: dict
+    said: list[Reason]
+
+    def as_dict(self) -> dict:
+        return {**self.result, "summary": sentences.say_all(self.said)}
 
 
 def parse_slot(text: str, *, rule: TriggerRule) -> datetime:
@@ -32,10 +55,7 @@ def parse_slot(text: str, *, rule: TriggerRule) -> datetime:
     except (ValueError, OverflowError):  # e.g. 2026-02-30, or year 1 moved past datetime's range
         value = None
     if value is None:
-        raise SlotParseError(
-            f"{text!r} is not a date-time; write e.g. 2026-12-01T08:00 (read in {rule.timezone}) "
-            "or 2026-12-01T08:00:00+01:00"
-        )
+        raise SlotParseError(Reason.of(words.NOT_A_DATETIME, text=repr(text), zone=rule.timezone))
     return value
 
 
@@ -46,110 +66,109 @@ def slot_explain(*, rule: TriggerRule, slot: datetime, now: datetime) -> dict:
     slot after it was switched off has reason "paused": expected not to run (ahead), or not run and
     recorded as a "paused" decision only on resume (past).
     """
-    spec = rule.schedule_spec()
-    local = schedule.slot_label(spec, slot)
-    base = {"rule": rule.name, "slot_utc": slot.isoformat(), "slot_local": local}
-    run = TaskRun.objects.filter(rule=rule, slot=slot, is_trial=False).order_by("id").first()
-    if run is not None and run.state == TaskRun.State.COALESCED:
-        return {**base, **trigger_explain(rule=rule, biz_key=run.biz_key, now=now)}
-    if run is not None:
-        summary = f"ran: run {run.id} ({run.get_state_display()}), source {run.source}, biz_key {run.biz_key}"
-        if run.state == TaskRun.State.AWAITING_APPROVAL:
-            summary = f"waiting for operator approval: run {run.id} (catch-up above the approval threshold)"
-        elif run.state in (TaskRun.State.CANCELLED, TaskRun.State.FAILED) and run.last_error:
-            summary += f"; {run.last_error}"
-        elif run.state == TaskRun.State.PENDING and run.run_after > now:
-            summary += f"; starts at {run.run_after.isoformat()} (deferred or paced)"
-        waiting = run_wait_explain(run, now=now)  # not started: which pool it waits for, and why
-        if waiting is not None:
-            summary = f"run {run.id} not started yet, {waiting['summary']}"
-        return {
-            **base,
-            "outcome": "run",
-            "reason": run.state,
-            "summary": summary,
-            "details": {
-                "run_id": run.id,
-                "biz_key": run.biz_key,
-                "source": run.source,
-                "triggered_by": run.triggered_by,
-                "identity": run.identity,
-                "rule_version": run.rule_version,
-                "run_after": run.run_after.isoformat(),
-                **({"waiting_for": waiting["details"]} if waiting else {}),
-            },
-        }
-    decision = Decision.objects.filter(rule=rule, slot=slot).first()
-    if decision is not None:
-        why = decision.details.get("why") if isinstance(decision.details, dict) else None
-        if decision.reason == Decision.Reason.SHED:
-            why = _shed_why(decision.details)
-        summary = f"did not run: {decision.get_reason_display()}" + (f" ({why})" if why else "")
-        return {
-            **base,
-            "outcome": "decision",
-            "reason": decision.reason,
-            "summary": summary,
-            "details": decision.details,
-            "decided_at": decision.created_at.isoformat(),
-        }
-    hold = SlotHold.objects.filter(rule=rule, slot=slot).first()
-    if hold is not None:
-        summary = f"not yet: {hold.get_reason_display()}; next check {hold.recheck_at.isoformat()}"
-        if hold.deadline:
-            summary += f", expires {hold.deadline.isoformat()}"
-        return {**base, "outcome": "waiting", "reason": hold.reason, "summary": summary, "details": hold.details}
-    if rule.kind != TriggerRule.Kind.HEARTBEAT and not _is_slot(rule, slot):
-        before, after = _nearest(rule, slot)
-        summary = (
-            "not a slot of this rule"
-            + (f"; nearest before {before.isoformat()}" if before else "")
-            + (f"; nearest after {after.isoformat()}" if after else "")
-        )
-        return {**base, "outcome": "not_a_slot", "reason": "", "summary": summary, "details": {}}
-    paused = _paused_text(rule)
-    if slot > now or (rule.next_fire_at is not None and slot >= rule.next_fire_at):
-        if paused:
-            # Switched off: nothing is scheduled, whatever the guards would say; on resume the
-            # schedule is read again from then, so this slot runs only if it is still ahead.
-            return {
-                **base,
-                "outcome": "not_due",
-                "reason": "paused",
-                "summary": f"not due yet; expected: {paused}",
-                "details": _paused_details(rule),
-            }
-        verdict = evaluation.describe_slot(rule_guards(rule), slot)
-        return {
-            **base,
-            "outcome": "not_due",
-            "reason": "",
-            "summary": f"not due yet; expected: {verdict}",
-            "details": {"next_fire_at": rule.next_fire_at.isoformat() if rule.next_fire_at else None},
-        }
-    if paused and rule.paused_at is not None and slot >= rule.paused_at:
-        return {
-            **base,
-            "outcome": "no_record",
-            "reason": "paused",
-            "summary": "did not run: the rule is paused since "
-            f"{rule.paused_at.isoformat()} ({rule.pause_reason or 'no reason recorded'}); "
-            'resuming records this slot as a "paused" decision, it is not caught up',
-            "details": _paused_details(rule),
-        }
-    return {
-        **base,
-        "outcome": "no_record",
-        "reason": "",
-        "summary": "no record: the slot is before the rule's schedule was last set (created, edited or "
-        "resumed), or its decision is older than the retention period",
-        "details": {"rule_updated_at": rule.updated_at.isoformat() if rule.updated_at else None},
-    }
+    return slot_explanation(rule=rule, slot=slot, now=now).as_dict()
 
 
 def trigger_explain(*, rule: TriggerRule, biz_key: str, now: datetime) -> dict:
     """What happened to one trigger, by its biz_key (events have no slot): {"outcome", "reason",
     "summary", "details", ...}. outcome is one of run | coalesced | shed | no_record."""
+    return trigger_explanation(rule=rule, biz_key=biz_key, now=now).as_dict()
+
+
+def slot_explanation(*, rule: TriggerRule, slot: datetime, now: datetime) -> Explanation:
+    spec = rule.schedule_spec()
+    base = {"rule": rule.name, "slot_utc": slot.isoformat(), "slot_local": schedule.slot_label(spec, slot)}
+    run = TaskRun.objects.filter(rule=rule, slot=slot, is_trial=False).order_by("id").first()
+    if run is not None and run.state == TaskRun.State.COALESCED:
+        found = trigger_explanation(rule=rule, biz_key=run.biz_key, now=now)
+        return Explanation({**base, **found.result}, found.said)
+    if run is not None:
+        return _slot_ran(base, run, now)
+    decision = Decision.objects.filter(rule=rule, slot=slot).first()
+    if decision is not None:
+        result = {
+            **base,
+            "outcome": "decision",
+            "reason": decision.reason,
+            "details": decision.details,
+            "decided_at": decision.created_at.isoformat(),
+        }
+        return Explanation(result, [_did_not_run(decision)])
+    hold = SlotHold.objects.filter(rule=rule, slot=slot).first()
+    if hold is not None:
+        label = hold.get_reason_display()
+        said = (
+            Reason.of(words.WAITING_UNTIL, hold=label, recheck=hold.recheck_at, deadline=hold.deadline)
+            if hold.deadline
+            else Reason.of(words.WAITING, hold=label, recheck=hold.recheck_at)
+        )
+        return Explanation({**base, "outcome": "waiting", "reason": hold.reason, "details": hold.details}, [said])
+    if rule.kind != TriggerRule.Kind.HEARTBEAT and not _is_slot(spec, slot):
+        before, after = _nearest(spec, slot)
+        details = {
+            "nearest_before": before.isoformat() if before else None,
+            "nearest_after": after.isoformat() if after else None,
+        }
+        said = [Reason.of(words.NOT_A_SLOT)]
+        said += [Reason.of(words.NEAREST_BEFORE, slot=SlotRef(before))] if before else []
+        said += [Reason.of(words.NEAREST_AFTER, slot=SlotRef(after))] if after else []
+        return Explanation({**base, "outcome": "not_a_slot", "reason": "", "details": details}, said)
+    if slot > now or (rule.next_fire_at is not None and slot >= rule.next_fire_at):
+        if not rule.enabled:
+            # Switched off: nothing is scheduled, whatever the guards would say; on resume the
+            # schedule is read again from then, so this slot runs only if it is still ahead.
+            said = (
+                Reason.of(words.NOT_DUE_PAUSED_WHY, why=rule.pause_reason)
+                if rule.pause_reason
+                else Reason.of(words.NOT_DUE_PAUSED)
+            )
+            result = {**base, "outcome": "not_due", "reason": "paused", "details": _paused_details(rule)}
+            return Explanation(result, [said])
+        verdict = evaluation.describe_slot(rule_guards(rule), slot)
+        details = {"next_fire_at": rule.next_fire_at.isoformat() if rule.next_fire_at else None}
+        result = {**base, "outcome": "not_due", "reason": "", "details": details}
+        return Explanation(result, [Reason.of(words.NOT_DUE, expected=verdict)])
+    if not rule.enabled and rule.paused_at is not None and slot >= rule.paused_at:
+        said = (
+            Reason.of(words.PAUSED_SINCE_WHY, since=rule.paused_at, why=rule.pause_reason)
+            if rule.pause_reason
+            else Reason.of(words.PAUSED_SINCE, since=rule.paused_at)
+        )
+        result = {**base, "outcome": "no_record", "reason": "paused", "details": _paused_details(rule)}
+        return Explanation(result, [said])
+    details = {"rule_updated_at": rule.updated_at.isoformat() if rule.updated_at else None}
+    return Explanation(
+        {**base, "outcome": "no_record", "reason": "", "details": details}, [Reason.of(words.NO_RECORD_SLOT)]
+    )
+
+
+def _slot_ran(base: dict, run: TaskRun, now: datetime) -> Explanation:
+    said = [
+        Reason.of(words.RAN, run=RunRef(run.id), state=run.get_state_display(), source=run.source, biz_key=run.biz_key)
+    ]
+    if run.state == TaskRun.State.AWAITING_APPROVAL:
+        said = [Reason.of(words.AWAITING_APPROVAL, run=RunRef(run.id))]
+    elif run.state in (TaskRun.State.CANCELLED, TaskRun.State.FAILED) and run.last_error:
+        said.append(Reason.of(words.LAST_ERROR, error=run.last_error))
+    elif run.state == TaskRun.State.PENDING and run.run_after > now:
+        said.append(Reason.of(words.STARTS_AT, at=run.run_after))
+    waiting = run_wait_explain(run, now=now)  # not started: which pool it waits for, and why
+    if waiting is not None:
+        said = [Reason.of(words.NOT_STARTED, run=RunRef(run.id), waiting=waiting["summary"])]
+    details = {
+        "run_id": run.id,
+        "biz_key": run.biz_key,
+        "source": run.source,
+        "triggered_by": run.triggered_by,
+        "identity": run.identity,
+        "rule_version": run.rule_version,
+        "run_after": run.run_after.isoformat(),
+        **({"waiting_for": waiting["details"]} if waiting else {}),
+    }
+    return Explanation({**base, "outcome": "run", "reason": run.state, "details": details}, said)
+
+
+def trigger_explanation(*, rule: TriggerRule, biz_key: str, now: datetime) -> Explanation:
     # The stored key, or the rendered part an operator reads in a payload (any of the rule's namespaces).
     stored = (
         [biz_key]
@@ -167,63 +186,68 @@ def trigger_explain(*, rule: TriggerRule, biz_key: str, now: datetime) -> dict:
             "run_id": run.id,
             "carried_by_run_id": survivor.id if survivor else None,
         }
-        where = f"run {survivor.id} ({survivor.biz_key}, {survivor.get_state_display()})" if survivor else "a newer run"
-        summary = (
-            f"coalesced: run {run.id} was replaced before it started by a newer trigger of object "
-            f"{run.object_key}; {where} carries the work with the newest payload"
+        said = (
+            Reason.of(
+                words.COALESCED,
+                run=RunRef(run.id),
+                object=run.object_key,
+                survivor=RunRef(survivor.id),
+                survivor_key=survivor.biz_key,
+                state=survivor.get_state_display(),
+            )
+            if survivor
+            else Reason.of(words.COALESCED_AWAY, run=RunRef(run.id), object=run.object_key)
         )
-        return {
-            **base,
-            "outcome": "coalesced",
-            "reason": Decision.Reason.COALESCED,
-            "summary": summary,
-            "details": details,
-        }
+        result = {**base, "outcome": "coalesced", "reason": Decision.Reason.COALESCED, "details": details}
+        return Explanation(result, [said])
     if run is not None:
-        summary = f"ran: run {run.id} ({run.get_state_display()}), source {run.source}, triggered by {run.triggered_by}"
+        said = [
+            Reason.of(
+                words.TRIGGER_RAN,
+                run=RunRef(run.id),
+                state=run.get_state_display(),
+                source=run.source,
+                triggered_by=run.triggered_by,
+            )
+        ]
         if run.dedupe_hits:
-            summary += f"; {run.dedupe_hits} later trigger(s) were dedupe hits on it"
+            said.append(Reason.of(words.DEDUPE_HITS, n=run.dedupe_hits))
         details = {"run_id": run.id, "source": run.source, "run_after": run.run_after.isoformat()}
-        return {**base, "outcome": "run", "reason": run.state, "summary": summary, "details": details}
+        return Explanation({**base, "outcome": "run", "reason": run.state, "details": details}, said)
     if decision is not None:
-        why = _shed_why(decision.details) if decision.reason == Decision.Reason.SHED else ""
-        summary = f"did not run: {decision.get_reason_display()}" + (f" ({why})" if why else "")
+        said = [_did_not_run(decision)]
         if decision.hits > 1:
-            summary += f"; {decision.hits} trigger(s) with this key were answered so"
-        return {
+            said.append(Reason.of(words.ANSWERED_SO, n=decision.hits))
+        result = {
             **base,
             "outcome": decision.reason,
             "reason": decision.reason,
-            "summary": summary,
             "details": decision.details,
             "decided_at": decision.created_at.isoformat(),
         }
-    return {
-        **base,
-        "outcome": "no_record",
-        "reason": "",
-        "summary": "no record: no trigger with this business key reached this rule, or its record is older than "
-        "the retention period (a refused event is in the event refusals)",
-        "details": {},
-    }
-
-
-def _shed_why(details: dict) -> str:
-    if not isinstance(details, dict):
-        return ""
-    return (
-        f"{details.get('pending')} pending runs in {details.get('pool')} at or above the high watermark "
-        f"{details.get('high_watermark')}, shedding until {details.get('low_watermark')}; "
-        f"the rule is {details.get('recoverability')}"
+        return Explanation(result, said)
+    return Explanation(
+        {**base, "outcome": "no_record", "reason": "", "details": {}}, [Reason.of(words.NO_RECORD_TRIGGER)]
     )
 
 
-def _paused_text(rule: TriggerRule) -> str:
-    """What a switched-off rule does at a slot ahead: "" for an enabled rule."""
-    if rule.enabled:
-        return ""
-    why = f": {rule.pause_reason}" if rule.pause_reason else ""
-    return f"paused (will not run while the rule is paused{why}; resuming reads the schedule again from then)"
+def _did_not_run(decision: Decision) -> Reason:
+    ref = DecisionRef(decision.pk, decision.get_reason_display())
+    details = decision.details if isinstance(decision.details, dict) else {}
+    if decision.reason == Decision.Reason.SHED:
+        shed = Reason.of(
+            words.SHED,
+            pending=details.get("pending"),
+            pool=details.get("pool"),
+            high=details.get("high_watermark"),
+            low=details.get("low_watermark"),
+            recoverability=details.get("recoverability"),
+        )
+        return Reason.of(words.DID_NOT_RUN_WHY, decision=ref, why=shed)
+    why = details.get("why")
+    if why:
+        return Reason.of(words.DID_NOT_RUN_WHY, decision=ref, why=why)
+    return Reason.of(words.DID_NOT_RUN, decision=ref)
 
 
 def _paused_details(rule: TriggerRule) -> dict:
@@ -234,35 +258,12 @@ def _paused_details(rule: TriggerRule) -> dict:
     }
 
 
-def rule_preview(*, rule: TriggerRule, now: datetime, count: int = 10) -> list[dict]:
-    """The next `count` fires with DST notes and what the windows and calendar do to each (for a
-    paused rule: that it will not run while paused)."""
-    paused = _paused_text(rule)
-    guards = rule_guards(rule)
-    zone = ZoneInfo(rule.timezone)
-    if rule.kind == TriggerRule.Kind.HEARTBEAT:
-        fire = rule.next_fire_at
-        return (
-            [
-                {
-                    "utc": fire,
-                    "local": fire.astimezone(zone),
-                    "note": "if no ping arrives before",
-                    "guards": paused or evaluation.describe_slot(guards, fire),
-                }
-            ]
-            if fire
-            else []
-        )
-    rows = schedule.preview(rule.schedule_spec(), now, count)
-    return [{**row, "guards": paused or evaluation.describe_slot(guards, row["utc"])} for row in rows]
+def _is_slot(spec: schedule.ScheduleSpec, slot: datetime) -> bool:
+    return slot in schedule.slots_between(spec, slot - timedelta(microseconds=1), slot)
 
 
-def _is_slot(rule: TriggerRule, slot: datetime) -> bool:
-    return slot in schedule.slots_between(rule.schedule_spec(), slot - timedelta(microseconds=1), slot)
-
-
-def _nearest(rule: TriggerRule, slot: datetime) -> tuple[datetime | None, datetime | None]:
-    spec = rule.schedule_spec()
-    earlier = schedule.slots_between(spec, slot - NEAR, slot)
-    return (earlier[-1] if earlier else None), schedule.next_slot(spec, slot)
+def _nearest(spec: schedule.ScheduleSpec, slot: datetime) -> tuple[datetime | None, datetime | None]:
+    try:
+        return words.nearest_slots(spec, slot)
+    except OverflowError:  # an instant within a week of year 1
+        return None, schedule.next_slot(spec, slot)

@@ -27,6 +27,7 @@ from harness_site.audit.models import AuditEntry
 from harness_site.audit.services import audit_record
 from runs.claims import ClaimResult, Work, run_claim
 from runs.models import TaskRun
+from tasks import sentences
 from tasks.models import TriggerRule
 from tasks.rules import json_limits, keys, schedule
 from tasks.rules.preview import wall_instant
@@ -94,10 +95,11 @@ def once_due_at(
         try:
             wall = wall_instant(run_at, timezone=timezone, dst_gap=dst_gap, dst_repeat=dst_repeat)
         except schedule.ScheduleError as exc:
-            raise OnceError("timezone" if exc.field == "timezone" else "run_at", exc.message) from None
+            field = "timezone" if exc.field == "timezone" else "run_at"
+            raise OnceError(field, sentences.schedule_error(exc)) from None
         if wall.utc is None:
             raise OnceError("run_at", f"{run_at:%Y-%m-%d %H:%M} does not exist in {timezone} (a DST gap).")
-        found = OnceAt(wall.utc, wall.note)
+        found = OnceAt(wall.utc, sentences.say(wall.note))
     if found.utc > now + MAX_AHEAD:
         raise OnceError("delay_seconds" if delay_seconds is not None else "run_at", "At most 366 days ahead.")
     return found
@@ -169,7 +171,9 @@ def schedule_once(
             else _skill_work(skill, key=idempotency_key, actor=name, run_after=due.utc, params=params)
         )
     except schedule.ScheduleError as exc:
-        raise OnceError("rule", f"The rule's timezone is invalid ({exc}); fix the rule first.") from None
+        raise OnceError(
+            "rule", f"The rule's timezone is invalid ({sentences.error_text(exc)}); fix the rule first."
+        ) from None
     except (KeyError, ValueError) as exc:  # the rule's object-key template cannot be rendered
         raise OnceError("rule", f"Cannot render the rule's object key: {exc}") from None
     work.payload["once"] = {"key": idempotency_key, "due_at": due.utc.isoformat(), "requested_at": now.isoformat()}

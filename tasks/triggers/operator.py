@@ -13,6 +13,7 @@ from harness_site.audit.models import AuditEntry
 from harness_site.audit.services import audit_record
 from runs.claims import ClaimResult, run_claim
 from runs.models import TaskRun
+from tasks import sentences
 from tasks.models import TriggerRule
 from tasks.rules import schedule
 from tasks.triggers.slot import record_paused_slots
@@ -61,7 +62,9 @@ def rule_run_now(
                 },
             )
     except schedule.ScheduleError as exc:
-        raise RuleActionError(f"The rule's schedule is invalid ({exc}); fix the rule first.") from exc
+        raise RuleActionError(
+            f"The rule's schedule is invalid ({sentences.error_text(exc)}); fix the rule first."
+        ) from exc
     except (KeyError, ValueError) as exc:
         raise RuleActionError(f"Cannot render the business key: {exc}", field="biz_key") from exc
     return claim
@@ -170,7 +173,9 @@ def rule_backfill_plan(
         zone = ZoneInfo(schedule.validate_timezone(rule.timezone).key)
         schedule.validate_spec(spec)
     except schedule.ScheduleError as exc:
-        raise RuleActionError(f"The rule's schedule is invalid ({exc}); fix the rule first.") from exc
+        raise RuleActionError(
+            f"The rule's schedule is invalid ({sentences.error_text(exc)}); fix the rule first."
+        ) from exc
     first = datetime.combine(start, time.min, tzinfo=zone)
     after_last = datetime.combine(end + timedelta(days=1), time.min, tzinfo=zone)
     if first > now:

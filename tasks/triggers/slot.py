@@ -21,6 +21,7 @@ from runs.outcome import run_fail
 from tasks.models import ReadinessFlag, TriggerRule
 from tasks.rules import catchup, evaluation, keys, schedule
 from tasks.rules.guards import rule_guards
+from tasks.sentences import error_text
 from tasks.skills.errors import ClassifiedError
 from tasks.skills.sdk import ErrorKind
 from tasks.triggers.work import rule_flag_scope, slot_values, work_for_slot
@@ -287,7 +288,7 @@ def slot_claim(
 
 
 def _invalid_rule(rule, slot, exc: Exception, *, now, result, batch: ClaimBatch | None) -> None:
-    details = {"error": str(exc)}
+    details = {"error": error_text(exc)}
     slot_decide(rule, slot, reason=Decision.Reason.INVALID_RULE, details=details, now=now, result=result, batch=batch)
 
 

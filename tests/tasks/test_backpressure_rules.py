@@ -5,6 +5,7 @@ import pytest
 
 from tasks.rules import backpressure
 from tasks.rules.backpressure import ADMIT, SHED, Watermarks
+from tasks.sentences import say
 
 
 @pytest.mark.parametrize(
@@ -65,4 +66,4 @@ def test_it_names_the_field_of_a_silly_pair_of_watermarks(high, low, errors):
     found = backpressure.watermark_errors(high=high, low=low)
     assert set(found) == set(errors)
     for field, text in errors.items():
-        assert text in found[field]
+        assert text in say(found[field])

@@ -9,6 +9,7 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.urls import reverse
+from django.utils import translation
 
 from runs.models import TaskRun
 from tasks.flags import flag_set
@@ -128,14 +129,15 @@ def test_the_admin_explain_view_answers_for_a_slot(client):
 
 def test_preview_shows_dst_and_windows():
     rule = make_rule("ny", kind="cron", cron="30 2 * * *", timezone="America/New_York", weekdays="mon-fri")
-    from tasks.triggers.explain import rule_preview
+    from tasks.rules.preview import rule_preview
+    from tasks.sentences import say
 
-    rows = rule_preview(rule=rule, now=datetime(2026, 3, 6, 0, 0, tzinfo=UTC), count=4)
+    rows = rule_preview(rule, at=datetime(2026, 3, 6, 0, 0, tzinfo=UTC), count=4).fires
     # Fri 6th, Sat 7th (weekend), Sun 8th (DST gap: 02:30 shifted to 03:00, and weekend), Mon 9th.
-    assert [r["local"].day for r in rows] == [6, 7, 8, 9]
-    assert rows[0]["guards"] == "runs"
-    assert rows[1]["guards"].startswith("no run: calendar")
-    assert "DST gap" in rows[2]["note"]
+    assert [r.local.day for r in rows] == [6, 7, 8, 9]
+    assert say(rows[0].guards) == "runs"
+    assert say(rows[1].guards).startswith("no run: calendar")
+    assert "DST gap" in say(rows[2].note)
     out = StringIO()
     call_command("harness", "preview", "ny", "--next", "10", stdout=out)
     assert len(out.getvalue().strip().splitlines()) == 10
@@ -220,12 +222,14 @@ def test_the_admin_explain_view_and_preview_say_paused(client):
         assert 'id="explain-reason"><code>paused<' in body
         assert "expected: runs" not in body and "explain-sentence" in body
     assert "解释 paused 的一个时间槽" in body and 'lang="zh-hans"' in body  # the page's own labels in Chinese
-    from tasks.triggers.explain import rule_preview
+    from tasks.rules.preview import rule_preview
+    from tasks.sentences import say
 
-    rows = rule_preview(rule=rule, now=datetime(2099, 1, 1, 23, 58, tzinfo=UTC), count=3)
+    rows = rule_preview(rule, at=datetime(2099, 1, 1, 23, 58, tzinfo=UTC), count=3).fires
     # Paused comes first: a calendar-excluded slot does not run either, but the pause is why.
-    assert len(rows) == 3 and all(r["guards"].startswith("paused (will not run") for r in rows), rows
+    translation.activate("en")  # the page above left Chinese active in this thread
+    assert len(rows) == 3 and all(say(r.guards).startswith("paused: will not run") for r in rows), rows
     out = StringIO()
     call_command("harness", "preview", "paused", "--next", "2", stdout=out)
     lines = out.getvalue().strip().splitlines()
-    assert len(lines) == 2 and all("paused (will not run" in line and "  runs" not in line for line in lines)
+    assert len(lines) == 2 and all("paused: will not run" in line and "  runs" not in line for line in lines)

@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from harness_site.audit.models import AuditEntry
 from runs.models import TaskRun
-from tasks.admin.rules import schedule_preview
+from tasks.admin.rule_preview import schedule_preview
 from tasks.models import TriggerRule
 from tasks.triggers.operator import MAX_BACKFILL_RUNS, rule_fire
 from tests.support.desk import (  # noqa: F401 - fixtures
@@ -146,6 +146,21 @@ def test_the_rule_page_shows_a_one_time_rules_instant_in_its_zone_and_utc(operat
     rule = daily_report(kind="once", cron="", run_at=datetime(2030, 1, 1, 1, 0, tzinfo=UTC), timezone="Asia/Shanghai")
     page = _text(operator_client.get(reverse("admin:tasks_triggerrule_change", args=[rule.pk])))
     assert "Once at Tue 2030-01-01 09:00:00 CST (UTC+0800) = 2030-01-01 01:00:00 UTC" in page
+
+
+def test_the_rule_page_previews_heartbeat_and_event_rules_without_a_schedule_error(operator_client):
+    # The one preview behind the page, the API and the CLI: a heartbeat fires at its deadline, an
+    # event rule when an event arrives; neither is a schedule kind the form could get wrong.
+    deadline = datetime(2030, 1, 1, 1, 0, tzinfo=UTC)
+    beat = make_rule(name="beat", kind="heartbeat", cron="", heartbeat_every_seconds=300)
+    TriggerRule.objects.filter(pk=beat.pk).update(next_fire_at=deadline)
+    events = make_rule(name="events", kind="event", cron="", dedupe_key_template="{object_id}")
+    beat_page = _text(operator_client.get(reverse("admin:tasks_triggerrule_change", args=[beat.pk])))
+    event_page = _text(operator_client.get(reverse("admin:tasks_triggerrule_change", args=[events.pk])))
+    assert "is not one of" not in beat_page and "is not one of" not in event_page
+    assert "Heartbeat: alert when no ping arrives in time" in beat_page
+    assert "if no ping arrives before" in beat_page and "2030-01-01 01:00:00 UTC" in beat_page
+    assert "On events" in event_page
 
 
 def test_it_notes_dst_shifts_in_the_preview():
@@ -359,12 +374,12 @@ def test_a_confirmation_for_another_rule_creates_no_runs(operator_client):
 
 
 def test_an_expired_confirmation_creates_no_runs(operator_client, monkeypatch):
-    from tasks.admin import rules
+    from tasks.admin import backfill_confirm
 
     rule = daily_report(cron="0 9 * * *", timezone="UTC")
     url = _url("backfill", rule)
     token = _token(operator_client.post(url, BACKFILL_3))
-    monkeypatch.setattr(rules, "BACKFILL_CONFIRM_MAX_AGE", -1)
+    monkeypatch.setattr(backfill_confirm, "BACKFILL_CONFIRM_MAX_AGE", -1)
     page = operator_client.post(url, {"token": token, "confirm": "yes"})
     assert page.status_code == 200
     assert "expired" in _text(page)
@@ -430,10 +445,10 @@ def test_the_executed_backfill_keeps_the_window_it_showed_even_when_more_slots_p
     rule = daily_report(cron="0 * * * *", timezone="UTC", dedupe_key_template="{rule}:{slot}")
     url = _url("backfill", rule)
     day = {**BACKFILL_3, "start": "2026-01-05", "end": "2026-01-05"}
-    with mock.patch("tasks.admin.rules.now", return_value=datetime(2026, 1, 5, 10, 30, tzinfo=UTC)):
+    with mock.patch("tasks.admin.rule_backfill.now", return_value=datetime(2026, 1, 5, 10, 30, tzinfo=UTC)):
         confirm = operator_client.post(url, day)
     assert "Yes, create 11 run(s)" in _text(confirm)  # 00:00 to 10:00
-    with mock.patch("tasks.admin.rules.now", return_value=datetime(2026, 1, 5, 12, 30, tzinfo=UTC)):
+    with mock.patch("tasks.admin.rule_backfill.now", return_value=datetime(2026, 1, 5, 12, 30, tzinfo=UTC)):
         done = operator_client.post(url, {"token": _token(confirm), "confirm": "yes"})
     assert done.status_code == 302
     assert TaskRun.objects.count() == 11

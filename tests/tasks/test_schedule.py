@@ -13,6 +13,7 @@ from zoneinfo import ZoneInfo
 import pytest
 from cronsim import CronSim
 
+from tasks import sentences
 from tasks.rules import schedule
 from tasks.rules.schedule import (
     DST_GAP_POLICIES,
@@ -591,7 +592,7 @@ def test_label_and_business_date_use_the_rule_zone(spec, slot, label, day):
 )
 def test_preview_explains_dst_handling(spec, after, notes):
     rows = preview(spec, after, 2)
-    assert [r["note"] for r in rows] == notes
+    assert [sentences.say(r["note"]) for r in rows] == notes
     assert [r["utc"] for r in rows] == slots_between(spec, after, after + timedelta(days=3), limit=2)
     for row in rows:
         assert row["utc"].tzinfo is UTC
@@ -642,11 +643,12 @@ def test_validate_cron_says_what_is_wrong(expr, fragments, absent):
     with pytest.raises(ScheduleError) as caught:
         validate_cron(expr)
     assert caught.value.field == "cron"
-    assert str(caught.value) == f"cron: {caught.value.message}"
+    message = sentences.schedule_error(caught.value)
+    assert sentences.error_text(caught.value) == f"cron: {message}"
     for fragment in fragments:
-        assert fragment in caught.value.message
+        assert fragment in message
     if absent:
-        assert absent not in caught.value.message
+        assert absent not in message
 
 
 @pytest.mark.parametrize(
@@ -694,7 +696,7 @@ def test_validate_timezone_rejects(name, fragments):
         validate_timezone(name)
     assert caught.value.field == "timezone"
     for fragment in fragments:
-        assert fragment in caught.value.message
+        assert fragment in sentences.schedule_error(caught.value)
 
 
 @pytest.mark.parametrize(
@@ -747,10 +749,15 @@ def test_the_policy_tuples_are_the_documented_ones():
     assert ScheduleSpec(kind="cron", timezone=BERLIN).dst_repeat == "first"
 
 
-def test_schedule_error_is_a_value_error_with_field_and_message():
-    error = ScheduleError("cron", "bad minute")
+def test_schedule_error_is_a_value_error_with_field_and_reason():
+    error = ScheduleError("cron", schedule.CRON_NEVER_FIRES, expr='"0 0 30 2 *"')
     assert isinstance(error, ValueError)
-    assert (error.field, error.message, str(error)) == ("cron", "bad minute", "cron: bad minute")
+    assert (error.field, error.reason.code, error.reason.params) == (
+        "cron",
+        "schedule.cron_never_fires",
+        {"expr": '"0 0 30 2 *"'},
+    )
+    assert sentences.error_text(error) == 'cron: "0 0 30 2 *" never fires'
 
 
 # --- the edges: huge inputs and the end of the calendar --------------------------------------------

@@ -1,0 +1,91 @@
+"""The pure parts of "why did or didn't it run?": where the nearest real slots are, and what an
+explanation says, as Reasons (tasks/sentences.py words them for the admin, the API and the CLI).
+
+tasks/triggers/explain.py reads the records (runs, decisions, holds) and picks the Reasons; the
+references below let a page turn a run, a decision or a slot into a link, and plain text into
+its id or time.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from tasks.rules import schedule
+from tasks.rules.reasons import code
+
+# How far back explain looks for the slot before an instant that is not one. A week, so a weekly
+# schedule (cron on Mondays) still names its previous slot; the search widens step by step, so a
+# dense schedule (every second) never lists a week of slots to find the last one.
+NEAREST_LOOKBACK = timedelta(days=7)
+_LOOKBACK_STEPS = (timedelta(hours=1), timedelta(days=1), NEAREST_LOOKBACK)
+
+NOT_A_DATETIME = code("explain.not_a_datetime")  # text, zone: the slot asked about cannot be read
+# A slot that has a run.
+RAN = code("explain.ran")  # run, state, source, biz_key
+AWAITING_APPROVAL = code("explain.awaiting_approval")  # run
+LAST_ERROR = code("explain.last_error")  # error
+STARTS_AT = code("explain.starts_at")  # at
+NOT_STARTED = code("explain.not_started")  # run, waiting (the run store's words for the pool it waits for)
+# A slot or trigger with a decision.
+DID_NOT_RUN = code("explain.did_not_run")  # decision
+DID_NOT_RUN_WHY = code("explain.did_not_run_why")  # decision, why
+SHED = code("explain.shed")  # pending, pool, high, low, recoverability
+ANSWERED_SO = code("explain.answered_so")  # n
+# A slot held back, or not (yet) a slot at all.
+WAITING = code("explain.waiting")  # hold, recheck
+WAITING_UNTIL = code("explain.waiting_until")  # hold, recheck, deadline
+NOT_A_SLOT = code("explain.not_a_slot")
+NEAREST_BEFORE = code("explain.nearest_before")  # slot
+NEAREST_AFTER = code("explain.nearest_after")  # slot
+NOT_DUE = code("explain.not_due")  # expected (a guards Reason)
+NOT_DUE_PAUSED = code("explain.not_due_paused")
+NOT_DUE_PAUSED_WHY = code("explain.not_due_paused_why")  # why
+PAUSED_SINCE = code("explain.paused_since")  # since
+PAUSED_SINCE_WHY = code("explain.paused_since_why")  # since, why
+NO_RECORD_SLOT = code("explain.no_record_slot")
+# A trigger, by its business key.
+COALESCED = code("explain.coalesced")  # run, object, survivor, survivor_key, state
+COALESCED_AWAY = code("explain.coalesced_away")  # run, object
+TRIGGER_RAN = code("explain.trigger_ran")  # run, state, source, triggered_by
+DEDUPE_HITS = code("explain.dedupe_hits")  # n
+NO_RECORD_TRIGGER = code("explain.no_record_trigger")
+
+
+@dataclass(frozen=True)
+class RunRef:
+    """A run, named in an explanation: its id in text, a link on a page."""
+
+    id: int
+
+    def __str__(self) -> str:
+        return str(self.id)
+
+
+@dataclass(frozen=True)
+class DecisionRef:
+    """A recorded decision, by its label (the reason's display name): a link on a page."""
+
+    id: int
+    label: str
+
+    def __str__(self) -> str:
+        return str(self.label)
+
+
+@dataclass(frozen=True)
+class SlotRef:
+    """Another slot of the same rule: its time in text, a link to explain it on a page."""
+
+    at: datetime
+
+
+def nearest_slots(spec: schedule.ScheduleSpec, instant: datetime) -> tuple[datetime | None, datetime | None]:
+    """The rule's last slot before `instant` (within NEAREST_LOOKBACK) and its next slot after it."""
+    before = None
+    for back in _LOOKBACK_STEPS:
+        earlier = schedule.slots_between(spec, instant - back, instant)
+        if earlier:
+            before = earlier[-1]
+            break
+    return before, schedule.next_slot(spec, instant)

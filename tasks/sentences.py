@@ -1,0 +1,330 @@
+"""The one catalogue of sentences for what the pure layer says (tasks.rules returns Reasons: a
+code and its parameters). Each code has one English source string here, marked for gettext, and
+its zh-Hans translation in harness_site/locale; the admin, the API and the CLI all word a reason
+through `say`, so a sentence is written once and translated once.
+
+It sits beside tasks.rules, not in it: tasks.rules is kept free of Django (import-linter), and
+gettext is Django's. It imports nothing but tasks.rules and Django's translation, so every layer
+that shows text (models' validation, triggers, admin, API, CLI) may use it.
+"""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+from cron_descriptor import ExpressionDescriptor, FormatException, Options
+from django.utils.formats import date_format
+from django.utils.text import capfirst
+from django.utils.translation import get_language, gettext_lazy
+from django.utils.translation import gettext as _
+
+from tasks.rules import backpressure, evaluation, guards, lint, preview, schedule
+from tasks.rules import explain as explained
+from tasks.rules.reasons import Reason
+
+# A reason's parameters that are lists are joined so.
+LIST_SEPARATOR = "; "
+
+CATALOGUE = {
+    # --- schedule refusals (a ScheduleError names its field; these say what is wrong with it) ---
+    schedule.TIMEZONE_REQUIRED: gettext_lazy('is required: give an IANA zone name such as "Europe/Berlin"'),
+    schedule.TIMEZONE_UNKNOWN: gettext_lazy(
+        '%(name)s is not a known zone: use an IANA zone name such as "Europe/Berlin"'
+    ),
+    schedule.TIMEZONE_UNKNOWN_HINT: gettext_lazy(
+        '%(name)s is not a known zone: use an IANA zone name such as "Europe/Berlin"; did you mean "%(hint)s"?'
+    ),
+    schedule.TIMEZONE_UNLOADABLE: gettext_lazy("%(name)s cannot be loaded (%(error)s)"),
+    schedule.CRON_REQUIRED: gettext_lazy('is required, e.g. "0 9 * * *"'),
+    schedule.CRON_MACRO: gettext_lazy("%(macro)s is not supported"),
+    schedule.CRON_MACRO_ALTERNATIVE: gettext_lazy('%(macro)s is not supported; write "%(cron)s" instead'),
+    schedule.CRON_FIELD_COUNT: gettext_lazy(
+        "%(expr)s has %(n)s fields; only 5-field cron is accepted (minute hour day-of-month month day-of-week)"
+    ),
+    schedule.CRON_FIELD_COUNT_SECONDS: gettext_lazy(
+        "%(expr)s has %(n)s fields; only 5-field cron is accepted (minute hour day-of-month month day-of-week); "
+        "for sub-minute schedules use an interval rule"
+    ),
+    schedule.CRON_NOT_A_VALUE: gettext_lazy("%(expr)s is invalid (a field is not a cron value)"),
+    schedule.CRON_NEVER_FIRES: gettext_lazy("%(expr)s never fires"),
+    schedule.CRON_INVALID: gettext_lazy("%(expr)s is invalid (%(error)s)"),
+    schedule.CRON_DAY_NEVER: gettext_lazy("day-of-month %(value)s never occurs in month %(month)s"),
+    schedule.CRON_BAD_FIELD: gettext_lazy("bad %(field)s field %(value)s (allowed: %(allowed)s) [%(error)s]"),
+    schedule.NOT_ONE_OF: gettext_lazy("%(value)s is not one of %(allowed)s"),
+    schedule.INTERVAL_TOO_SMALL: gettext_lazy("must be a whole number >= 1, not %(value)s"),
+    schedule.INTERVAL_TOO_LARGE: gettext_lazy("must be at most %(max)s (ten years), not %(value)s"),
+    schedule.RUN_AT_NAIVE: gettext_lazy("must be an aware datetime (with a timezone)"),
+    schedule.RUN_AT_OUT_OF_RANGE: gettext_lazy("is out of range: give an instant between year 1 and 9999-12-31 UTC"),
+    # --- what DST did to a slot ---
+    schedule.DST_GAP_SHIFTED: gettext_lazy("DST gap: %(wall)s does not exist, shifted to %(local)s"),
+    schedule.DST_GAPS_SHIFTED: gettext_lazy("DST gap: %(walls)s do not exist, shifted to %(local)s"),
+    schedule.DST_GAP_SKIPPED: gettext_lazy("DST gap: %(wall)s does not exist, skipped"),
+    schedule.DST_REPEAT_FIRST: gettext_lazy("DST repeat: first of two %(wall)s"),
+    schedule.DST_REPEAT_SECOND: gettext_lazy("DST repeat: second of two %(wall)s"),
+    # --- what the static guards do to a slot ahead ---
+    evaluation.SLOT_RUNS: gettext_lazy("runs"),
+    evaluation.SLOT_RUNS_IF_READY: gettext_lazy("runs (if %(flags)s ready)"),
+    evaluation.SLOT_DEFERRED: gettext_lazy("deferred to %(local)s"),
+    evaluation.SLOT_EXCLUDED_DATE: gettext_lazy("no run: calendar (excluded date %(date)s)"),
+    evaluation.SLOT_WEEKDAY: gettext_lazy("no run: calendar (weekday %(weekday)s not allowed)"),
+    evaluation.SLOT_OUTSIDE_HOURS: gettext_lazy("no run: outside business hours %(hours)s"),
+    evaluation.SLOT_NO_OPENING: gettext_lazy("no run: no business-hours opening (%(hours)s)"),
+    evaluation.SLOT_START_WINDOW: gettext_lazy("no run: start window passed"),
+    evaluation.SLOT_PAUSED: gettext_lazy("paused: will not run while the rule is paused"),
+    # --- guard settings the rule form refuses ---
+    evaluation.BAD_WEEKDAYS: gettext_lazy(
+        '"%(part)s" is not a weekday or range; write e.g. "mon-fri" or "mon,wed,fri"'
+    ),
+    evaluation.DATES_NOT_A_LIST: gettext_lazy('must be a JSON list of dates, e.g. ["2026-12-25"]'),
+    evaluation.BAD_DATE: gettext_lazy('%(item)s is not a date; write YYYY-MM-DD, e.g. "2026-12-25"'),
+    guards.KEY_TEMPLATE: gettext_lazy("%(error)s"),
+    guards.HOURS_BOTH: gettext_lazy("Give both business-hours start and end, or neither."),
+    guards.HOURS_ORDER: gettext_lazy("Business hours must end after they start on the same day (e.g. 09:00-17:00)."),
+    guards.FLAGS_NOT_A_LIST: gettext_lazy('A JSON list of flag names, e.g. ["pipeline.raw_data.ready"].'),
+    guards.FLAG_NAME_TOO_LONG: gettext_lazy("Flag names are at most %(max)s characters."),
+    guards.DEADLINE_NEEDED: gettext_lazy(
+        "The wait policy needs a local deadline (e.g. 12:00) after which the slot expires."
+    ),
+    guards.SNAPSHOT_NOT_A_LIST: gettext_lazy('A JSON list of param names, e.g. ["threshold"].'),
+    guards.SNAPSHOT_UNKNOWN_PARAM: gettext_lazy("%(name)s is not a param of this rule; params: %(params)s."),
+    guards.CATCHUP_COUNT_ZERO: gettext_lazy("A max count of 0 would catch up nothing; use catch-up none instead."),
+    guards.IDENTITY_DISABLED: gettext_lazy("Identity %(identity)s is disabled."),
+    guards.IDENTITY_FORBIDS_SKILL: gettext_lazy("Identity %(identity)s may not run %(skill)s (allowed: %(allowed)s)."),
+    # --- backpressure watermarks that cannot work ---
+    backpressure.LOW_WITHOUT_HIGH: gettext_lazy("A low watermark needs a high watermark above it."),
+    backpressure.HIGH_BELOW_ONE: gettext_lazy("The high watermark must be at least 1 (leave it blank to never shed)."),
+    backpressure.LOW_ABOVE_HIGH: gettext_lazy(
+        "The low watermark (%(low)s) must not be above the high watermark (%(high)s)."
+    ),
+    # --- the schedule preview ---
+    preview.EVERY_N_SECONDS: gettext_lazy("Every %(n)s seconds (aligned to UTC, so DST never moves it)"),
+    preview.ONCE_AT: gettext_lazy("Once at %(local)s = %(utc)s"),
+    preview.ONCE_PAST: gettext_lazy("Once at %(local)s = %(utc)s: already past, so it will not run."),
+    preview.HEARTBEAT_DEADLINE: gettext_lazy("if no ping arrives before"),
+    preview.ON_HEARTBEAT: gettext_lazy("Heartbeat: alert when no ping arrives in time"),
+    preview.ON_EVENTS: gettext_lazy("On events"),
+    preview.CLOCKS_FORWARD_SHIFT: gettext_lazy(
+        "%(when)s: clocks go forward (UTC%(old)s → UTC%(new)s); wall times in the gap are shifted to the first "
+        "valid time after the gap."
+    ),
+    preview.CLOCKS_FORWARD_SKIP: gettext_lazy(
+        "%(when)s: clocks go forward (UTC%(old)s → UTC%(new)s); wall times in the gap are skipped."
+    ),
+    preview.CLOCKS_BACK: gettext_lazy(
+        "%(when)s: clocks go back (UTC%(old)s → UTC%(new)s); a repeated wall time runs: %(repeat)s occurrence(s)."
+    ),
+    preview.NO_DST_CHANGE: gettext_lazy("%(zone)s has no DST change in the next year."),
+    # --- explain: why did or didn't it run ---
+    explained.NOT_A_DATETIME: gettext_lazy(
+        "%(text)s is not a date-time; write e.g. 2026-12-01T08:00 (read in %(zone)s) or 2026-12-01T08:00:00+01:00"
+    ),
+    explained.RAN: gettext_lazy("ran: run %(run)s (%(state)s), source %(source)s, biz_key %(biz_key)s"),
+    explained.AWAITING_APPROVAL: gettext_lazy(
+        "waiting for operator approval: run %(run)s (catch-up above the approval threshold)"
+    ),
+    explained.LAST_ERROR: gettext_lazy("%(error)s"),
+    explained.STARTS_AT: gettext_lazy("starts at %(at)s (deferred or paced)"),
+    explained.NOT_STARTED: gettext_lazy("run %(run)s not started yet, %(waiting)s"),
+    explained.DID_NOT_RUN: gettext_lazy("did not run: %(decision)s"),
+    explained.DID_NOT_RUN_WHY: gettext_lazy("did not run: %(decision)s (%(why)s)"),
+    explained.SHED: gettext_lazy(
+        "%(pending)s pending runs in %(pool)s at or above the high watermark %(high)s, shedding until %(low)s; "
+        "the rule is %(recoverability)s"
+    ),
+    explained.ANSWERED_SO: gettext_lazy("%(n)s trigger(s) with this key were answered so"),
+    explained.WAITING: gettext_lazy("not yet: %(hold)s; next check %(recheck)s"),
+    explained.WAITING_UNTIL: gettext_lazy("not yet: %(hold)s; next check %(recheck)s, expires %(deadline)s"),
+    explained.NOT_A_SLOT: gettext_lazy("not a slot of this rule"),
+    explained.NEAREST_BEFORE: gettext_lazy("nearest before %(slot)s"),
+    explained.NEAREST_AFTER: gettext_lazy("nearest after %(slot)s"),
+    explained.NOT_DUE: gettext_lazy("not due yet; expected: %(expected)s"),
+    explained.NOT_DUE_PAUSED: gettext_lazy(
+        "not due yet; expected: paused (will not run while the rule is paused; resuming reads the schedule "
+        "again from then)"
+    ),
+    explained.NOT_DUE_PAUSED_WHY: gettext_lazy(
+        "not due yet; expected: paused (will not run while the rule is paused: %(why)s; resuming reads the "
+        "schedule again from then)"
+    ),
+    explained.PAUSED_SINCE: gettext_lazy(
+        "did not run: the rule is paused since %(since)s (no reason recorded); resuming records this slot as a "
+        '"paused" decision, it is not caught up'
+    ),
+    explained.PAUSED_SINCE_WHY: gettext_lazy(
+        'did not run: the rule is paused since %(since)s (%(why)s); resuming records this slot as a "paused" '
+        "decision, it is not caught up"
+    ),
+    explained.NO_RECORD_SLOT: gettext_lazy(
+        "no record: the slot is before the rule's schedule was last set (created, edited or resumed), or its "
+        "decision is older than the retention period"
+    ),
+    explained.COALESCED: gettext_lazy(
+        "coalesced: run %(run)s was replaced before it started by a newer trigger of object %(object)s; run "
+        "%(survivor)s (%(survivor_key)s, %(state)s) carries the work with the newest payload"
+    ),
+    explained.COALESCED_AWAY: gettext_lazy(
+        "coalesced: run %(run)s was replaced before it started by a newer trigger of object %(object)s; a newer "
+        "run carries the work with the newest payload"
+    ),
+    explained.TRIGGER_RAN: gettext_lazy(
+        "ran: run %(run)s (%(state)s), source %(source)s, triggered by %(triggered_by)s"
+    ),
+    explained.DEDUPE_HITS: gettext_lazy("%(n)s later trigger(s) were dedupe hits on it"),
+    explained.NO_RECORD_TRIGGER: gettext_lazy(
+        "no record: no trigger with this business key reached this rule, or its record is older than the "
+        "retention period (a refused event is in the event refusals)"
+    ),
+    # --- the lint checklist: each check's name, then what it found ---
+    lint.CHECK_TIMEZONE: gettext_lazy("timezone explicit"),
+    lint.CHECK_DEPENDENCIES: gettext_lazy("dependencies have a source"),
+    lint.CHECK_DEDUPE_KEY: gettext_lazy("dedupe key per business unit"),
+    lint.CHECK_RETRIES: gettext_lazy("retries capped with jitter"),
+    lint.CHECK_CATCHUP: gettext_lazy("catch-up window set"),
+    lint.CHECK_LEASE: gettext_lazy("lease TTL above p99 duration"),
+    lint.CHECK_ALERT: gettext_lazy("alert carries run id and biz_key"),
+    lint.CHECK_BACKPRESSURE: gettext_lazy("backpressure class fits"),
+    lint.TIMEZONE_SET: gettext_lazy("Schedule is read in %(zone)s."),
+    lint.TIMEZONE_INVALID: gettext_lazy("%(error)s; the host zone must never decide."),
+    lint.NO_DEPENDENCIES: gettext_lazy("No readiness dependencies."),
+    lint.FLAGS_NEVER_SET: gettext_lazy(
+        "No flag %(flags)s is set for any scope: check that a pipeline, API token or operator sets it, "
+        "or every slot will wait until its deadline."
+    ),
+    lint.FLAGS_SET: gettext_lazy("Flags %(flags)s are set by their producers."),
+    lint.KEY_INVALID: gettext_lazy("%(error)s"),
+    lint.EVENT_KEY_HAS_DATE: gettext_lazy(
+        "{business_date} is the day an event arrived: the same event re-sent after midnight becomes a second "
+        'run. Remove it, or tick "event key by date".'
+    ),
+    lint.EVENT_KEY_BY_DATE: gettext_lazy(
+        '"Event key by date" is on: the same event sent again on another day is a new run.'
+    ),
+    lint.KEY_VARIES: gettext_lazy("Key varies by %(which)s; it is kept under this rule's own namespace."),
+    lint.KEY_CONSTANT: gettext_lazy(
+        "Key has no date or object placeholder: every slot would share one run. Add {business_date}."
+    ),
+    lint.RETRIES_UNCAPPED: gettext_lazy("%(problems)s."),
+    lint.NO_ATTEMPT_CAP: gettext_lazy("no attempt cap"),
+    lint.NO_RETRY_WINDOW: gettext_lazy("no cap on elapsed retry time"),
+    lint.NO_DELAY_CAP: gettext_lazy("no cap on one delay"),
+    lint.NO_JITTER: gettext_lazy("no jitter (jitter max must exceed jitter min), so failed runs retry in lockstep"),
+    lint.RETRIES_CAPPED: gettext_lazy("At most %(n)s attempts within %(window)ss, jitter x%(lo)s-%(hi)s."),
+    lint.CATCHUP_SET: gettext_lazy("Slots later than %(n)ss are recorded as missed."),
+    lint.CATCHUP_MISSING: gettext_lazy("No catch-up window: set catch-up max delay above 0."),
+    lint.P99_UNKNOWN: gettext_lazy("No succeeded run of this skill yet: p99 duration unknown."),
+    lint.LEASE_ABOVE_P99: gettext_lazy("Lease %(ttl)ss > p99 %(p99)ss."),
+    lint.LEASE_BELOW_P99: gettext_lazy("Lease %(ttl)ss <= p99 %(p99)ss: slow runs lose their lease and run twice."),
+    lint.ALERT_LACKS: gettext_lazy("Final-failure alert lacks %(fields)s."),
+    lint.ALERT_CARRIES: gettext_lazy("Final-failure alerts carry %(fields)s."),
+    lint.WATERMARKS_INVALID: gettext_lazy("Watermarks of %(scope)s: %(errors)s"),
+    lint.COALESCE_WITHOUT_OBJECT: gettext_lazy(
+        "Coalesce without an object key template: there is no object whose pending run to replace."
+    ),
+    lint.COALESCE_WINDOW_UNUSED: gettext_lazy("A coalesce window of %(n)ss does nothing unless the class is coalesce."),
+    lint.COALESCES: gettext_lazy("Newer triggers of an object replace its pending run."),
+    lint.COALESCES_WAITING: gettext_lazy(
+        "Newer triggers of an object replace its pending run, waiting %(n)ss for newer ones."
+    ),
+    lint.RECOMPUTABLE_NO_WATERMARK: gettext_lazy("Recomputable, but no watermark is set: never shed."),
+    lint.SHED_ABOVE: gettext_lazy("Shed above the high watermark of pending runs (%(where)s)."),
+    lint.WATERMARK_AT: gettext_lazy("%(scope)s at %(high)s"),
+    lint.ONE_TIME_INPUT: gettext_lazy("One-time input: never shed."),
+}
+
+
+def say(reason: Reason | None, *, value=None) -> str:
+    """The sentence for a reason in the active language; "" for None.
+
+    `value(v)` may word a parameter itself (the admin turns runs and times into links, and
+    escapes the rest); it returns None to leave a parameter to the plain words below.
+    """
+    if reason is None:
+        return ""
+    template = str(CATALOGUE[reason.code])
+    if not reason.params:
+        return template
+    return template % {name: _value(v, value) for name, v in reason.params.items()}
+
+
+def say_all(reasons: list[Reason], *, value=None) -> str:
+    """Several reasons about one thing, as one sentence."""
+    return LIST_SEPARATOR.join(say(r, value=value) for r in reasons)
+
+
+def _value(v, value=None):
+    shown = value(v) if value is not None else None
+    if shown is not None:
+        return shown
+    if isinstance(v, Reason):
+        return say(v, value=value)
+    if isinstance(v, list | tuple):
+        return LIST_SEPARATOR.join(str(_value(item, value)) for item in v)
+    if isinstance(v, explained.SlotRef):
+        return utc_text(v.at)
+    if isinstance(v, datetime):
+        return utc_text(v) if v.tzinfo is UTC else local_text(v)
+    return v
+
+
+def local_text(local: datetime) -> str:
+    """A wall time with its weekday in the user's language: Wed / 周三 2026-12-02 09:00:00 CST (UTC+0800)."""
+    return f"{date_format(local, 'D')} {local:%Y-%m-%d %H:%M:%S %Z (UTC%z)}"
+
+
+def utc_text(instant: datetime) -> str:
+    return instant.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
+
+
+def cron_description(expr: str) -> str:
+    """Human words for a cron expression, or "" if cron-descriptor cannot read it."""
+    options = Options()
+    options.use_24hour_time_format = True
+    # cron-descriptor speaks Chinese too.
+    options.locale_code = "zh_CN" if (get_language() or "").startswith("zh") else "en_US"
+    try:
+        return ExpressionDescriptor(expr, options).get_description()
+    except (FormatException, ValueError, IndexError, KeyError):
+        return ""
+
+
+def schedule_description(spec: schedule.ScheduleSpec, found: preview.Preview) -> str:
+    """What the schedule is, in words: cron-descriptor's for cron, the catalogue's otherwise."""
+    if spec.kind == "cron":
+        return cron_description(spec.cron)
+    return say(found.description)
+
+
+def schedule_error(exc: schedule.ScheduleError) -> str:
+    """A schedule refusal's words (the field is named where it is shown)."""
+    return say(exc.reason)
+
+
+def error_text(exc: Exception) -> str:
+    """An exception for a message: a schedule refusal as "field: words", a guard's in words,
+    anything else as it says."""
+    if isinstance(exc, schedule.ScheduleError):
+        return f"{exc.field}: {say(exc.reason)}"
+    if isinstance(exc, evaluation.GuardError):
+        return say(exc.reason)
+    return str(exc)
+
+
+def lint_check(item: lint.LintItem) -> str:
+    return str(CATALOGUE[item.check])
+
+
+def lint_message(item: lint.LintItem) -> str:
+    # A sentence may begin with a listed problem ("no attempt cap; ..."): capitalised as a sentence.
+    return capfirst(say(item.reason))
+
+
+def lint_summary(summary: lint.LintSummary) -> str:
+    """ "ok", or e.g. "2 fail, 1 warn"."""
+    if not summary.fails and not summary.warns:
+        return _("ok")
+    parts = []
+    if summary.fails:
+        parts.append(_("%(n)s fail") % {"n": summary.fails})
+    if summary.warns:
+        parts.append(_("%(n)s warn") % {"n": summary.warns})
+    return ", ".join(parts)
