@@ -108,7 +108,7 @@ def _fire_guards(guards: evaluation.Guards | None, slot: datetime, paused: bool)
 def _description(spec: schedule.ScheduleSpec, at: datetime) -> Reason | None:
     if spec.kind == "interval":
         return Reason.of(EVERY_N_SECONDS, n=spec.interval_seconds)
-    if spec.kind == "once":
+    if spec.kind == "once" and spec.run_at is not None:
         run_at = spec.run_at.astimezone(UTC)  # validated: aware and in range
         local = run_at.astimezone(schedule.validate_timezone(spec.timezone))
         return Reason.of(ONCE_PAST if run_at <= at else ONCE_AT, local=local, utc=run_at)
@@ -120,7 +120,7 @@ def dst_changes(spec: schedule.ScheduleSpec, at: datetime) -> list[Reason]:
     zone = schedule.validate_timezone(spec.timezone)
     notes: list[Reason] = []
     day = at.astimezone(UTC).replace(minute=0, second=0, microsecond=0)
-    offset = day.astimezone(zone).utcoffset()
+    offset = day.astimezone(zone).utcoffset() or timedelta(0)
     for _day in range(DST_LOOKAHEAD_DAYS):
         nxt = day + timedelta(days=1)
         if nxt.astimezone(zone).utcoffset() != offset:
@@ -132,7 +132,7 @@ def dst_changes(spec: schedule.ScheduleSpec, at: datetime) -> list[Reason]:
                     lo = mid
                 else:
                     hi = mid
-            new = nxt.astimezone(zone).utcoffset()
+            new = nxt.astimezone(zone).utcoffset() or timedelta(0)
             values = {"when": hi.astimezone(zone).strftime("%Y-%m-%d"), "old": _fmt(offset), "new": _fmt(new)}
             if new > offset:
                 forward = CLOCKS_FORWARD_SKIP if spec.dst_gap == "skip" else CLOCKS_FORWARD_SHIFT

@@ -152,9 +152,9 @@ def test_the_rule_page_previews_heartbeat_and_event_rules_without_a_schedule_err
     # The one preview behind the page, the API and the CLI: a heartbeat fires at its deadline, an
     # event rule when an event arrives; neither is a schedule kind the form could get wrong.
     deadline = datetime(2030, 1, 1, 1, 0, tzinfo=UTC)
-    beat = make_rule(name="beat", kind="heartbeat", cron="", heartbeat_every_seconds=300)
+    beat = daily_report(name="beat", kind="heartbeat", cron="", heartbeat_every_seconds=300)
     TriggerRule.objects.filter(pk=beat.pk).update(next_fire_at=deadline)
-    events = make_rule(name="events", kind="event", cron="", dedupe_key_template="{object_id}")
+    events = daily_report(name="events", kind="event", cron="", dedupe_key_template="{object_id}")
     beat_page = _text(operator_client.get(reverse("admin:tasks_triggerrule_change", args=[beat.pk])))
     event_page = _text(operator_client.get(reverse("admin:tasks_triggerrule_change", args=[events.pk])))
     assert "is not one of" not in beat_page and "is not one of" not in event_page
