@@ -144,6 +144,16 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     )
     # A file, not :memory:, so that worker processes started by the tests share it.
     DATABASES["default"]["TEST"] = {"NAME": env.str("HARNESS_TEST_SQLITE", default=str(VAR_DIR / "test.sqlite3"))}
+elif env.int("HARNESS_DB_POOL_MAX", default=0) > 0:
+    # A bounded pool per process (psycopg_pool, through Django): a thread takes a connection for
+    # each short write and gives it back, so runs that wait on a model hold none (runs.store's
+    # connection_release). A thread finding the pool empty waits up to HARNESS_DB_POOL_TIMEOUT s.
+    DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps connections; Django keeps none
+    DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
+        "min_size": env.int("HARNESS_DB_POOL_MIN", default=1),
+        "max_size": env.int("HARNESS_DB_POOL_MAX"),
+        "timeout": env.float("HARNESS_DB_POOL_TIMEOUT", default=30.0),
+    }
 else:
     DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
@@ -429,6 +439,9 @@ _KNOWN_HARNESS_VARS = {
     "HARNESS_METRICS_TOKEN",
     "HARNESS_METRICS_BIND",
     "HARNESS_PREPARED_STATEMENTS",
+    "HARNESS_DB_POOL_MAX",
+    "HARNESS_DB_POOL_MIN",
+    "HARNESS_DB_POOL_TIMEOUT",
     # Not under HARNESS_, so never refused here; listed so that this set names every setting of ours.
     "LOG_FORMAT",
 }

@@ -28,7 +28,7 @@ from runs.leases import (
     run_take,
 )
 from runs.models import Attempt, TaskRun
-from runs.store import NotPlain
+from runs.store import NotPlain, store
 from tasks.skills.errors import classify
 from tasks.skills.identities import identity_require
 from tasks.skills.sdk import RunParked, SkillContext, SkillError, registry
@@ -89,6 +89,9 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
         renewer = LeaseRenewer(run_id=run.id, fence=run.fence, ttl=ttl, clock=clock, expires_at=run.lease_expires_at)
         renewer.start()
         began = time.monotonic()
+        # With a connection pool, the skill's wait (a model call) holds no connection: each of its
+        # writes borrows one, and the outcome takes one again.
+        store().connection_release()
         try:
             result, error = _call_skill(run, attempt, worker, clock, lost=renewer.lost)
         finally:

@@ -17,6 +17,7 @@ from typing import Any
 from harness_site import tracing
 from runs.leases import connection_refresh
 from runs.models import ActionProposal, RunStep
+from runs.store import store
 from tasks.skills.actions import APPROVAL_RISKS, action_get, effective_risk
 from tasks.skills.sdk import AwaitApproval, ErrorKind, SkillContext, SkillError, digest
 
@@ -52,6 +53,7 @@ def run_step(ctx: SkillContext, name: str, fn: Callable[[], Any], *, write: bool
             output = fn()
             _checkpoint(ctx, name, output)
         return output
+    store().connection_release()  # a read step may wait (a model call): hold no pooled connection meanwhile
     output = fn()
     with ctx.fenced():
         _checkpoint(ctx, name, output)
