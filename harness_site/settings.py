@@ -150,8 +150,18 @@ else:
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Every way a user gets a password (the admin's forms, changepassword, createsuperuser, `harness
+# admin-login`) runs these; 12 characters refuses the short classics (harness1, 12345678) outright.
+MIN_PASSWORD_LENGTH = 12
 AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": MIN_PASSWORD_LENGTH},
+    },
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+    {"NAME": "harness_site.passwords.GuessableValidator"},
 ]
 
 # Login throttling with django-axes: after HARNESS_LOGIN_FAILURE_LIMIT failed logins for one username
