@@ -17,7 +17,7 @@ from django.utils.translation import gettext_lazy as _
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from tasks.secrets import agent_url_error, secret_name_error
+from tasks.secrets import agent_url_error, plain_url_error, secret_name_error
 
 # Matched whole (fullmatch): `$` would also accept a trailing newline.
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
@@ -33,6 +33,13 @@ def not_granted_message() -> str:
     return _(
         "Not granted: this deployment hands out only variables named %(prefix)s… or listed in HARNESS_SECRETS."
     ) % {"prefix": settings.HARNESS_SECRET_PREFIX}
+
+
+def url_not_plain_message() -> str:
+    return _(
+        "Not a plain URL: no ; path parameters, backslashes, percent-encoded separators or dots, . or .. "
+        "segments, or characters outside ASCII. Give the endpoint root as the provider documents it."
+    )
 
 
 def url_not_allowed_message() -> str:
@@ -134,6 +141,8 @@ class Agent(models.Model):
                 errors.setdefault("base_url", []).append(
                     _("No query string or user:password in the URL: keys go in the environment variable.")
                 )
+            elif plain_url_error(self.base_url) is not None:
+                errors.setdefault("base_url", []).append(url_not_plain_message())
             elif agent_url_error(self.base_url) is not None:
                 errors.setdefault("base_url", []).append(url_not_allowed_message())
         if self.api_key_env and not ENV_NAME.fullmatch(self.api_key_env):
