@@ -4,6 +4,7 @@ Every value is checked as it is read; a bad one is a line naming the variable, t
 example, and `env.finish()` at the end stops the process with all of them, no traceback."""
 
 import os
+import re
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -55,6 +56,29 @@ elif not DEBUG and (_weak := secret_key_weakness(SECRET_KEY)):
     # The key itself is never repeated: it may be a real one, merely short.
     env.refuse("SECRET_KEY", f"refused with DEBUG off: {_weak}", _RANDOM_KEY)
 ALLOWED_HOSTS = env.items("ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
+
+# HTTPS (README, "Production"): each off by default, since `./harness up` serves plain http on
+# loopback; production sets all of them, and `manage.py check --deploy` is then clean (CI runs it).
+# Behind a TLS proxy, SECURE_PROXY_SSL_HEADER names the header it sets to "https" (X-Forwarded-Proto):
+# only a proxy that always sets or strips it may be trusted so, or a client could claim https itself.
+_proxy_header = env.text("SECURE_PROXY_SSL_HEADER", default="")
+if _proxy_header and re.fullmatch(r"[A-Za-z0-9-]+", _proxy_header):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _proxy_header.upper().replace("-", "_"), "https")
+elif _proxy_header or "SECURE_PROXY_SSL_HEADER" in os.environ:
+    env.refuse(
+        "SECURE_PROXY_SSL_HEADER",
+        "not a header name (letters, digits and -; the value it must carry is https)",
+        "X-Forwarded-Proto",
+        value=_proxy_header,
+    )
+SECURE_SSL_REDIRECT = env.boolean("SECURE_SSL_REDIRECT", default=False)
+# A load balancer's health probe and a Prometheus scrape often speak plain http inside the network.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+SECURE_HSTS_SECONDS = env.whole("SECURE_HSTS_SECONDS", default=0, low=0, high=2 * 365 * 86400)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.boolean("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.boolean("SECURE_HSTS_PRELOAD", default=False)
+SESSION_COOKIE_SECURE = env.boolean("SESSION_COOKIE_SECURE", default=False)
+CSRF_COOKIE_SECURE = env.boolean("CSRF_COOKIE_SECURE", default=False)
 CSRF_TRUSTED_ORIGINS = env.items("CSRF_TRUSTED_ORIGINS", default=[])
 for _origin in CSRF_TRUSTED_ORIGINS:
     if not _origin.startswith(("http://", "https://")) or not urlsplit(_origin).netloc:
