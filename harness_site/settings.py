@@ -13,7 +13,7 @@ import environ
 
 from harness_site.environment import Environment
 from harness_site.logs import logging_config
-from tasks.secrets import plain_url_error
+from tasks.secrets import GRANTS_EXAMPLE, grant_name_error, grants_parse, plain_url_error
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -452,6 +452,19 @@ if HARNESS_NEVER_SECRETS & set(HARNESS_SECRETS):
     _listed = ", ".join(sorted(HARNESS_NEVER_SECRETS & set(HARNESS_SECRETS)))
     env.refuse("HARNESS_SECRETS", f"lists {_listed}: the site's own keys are never handed out", "OPENAI_API_KEY")
 
+# What each granted secret is for (tasks/secrets.py, docs/secrets.md): NAME=model@URL (a model key,
+# sent only under that URL root; repeat the entry for several roots), NAME=webhook (a webhook source's
+# signing secret) or NAME=alert (an alert channel's). A secret serves only its declared purpose, and
+# one undeclared serves none: an operator cannot point an agent at the webhook signing secret.
+HARNESS_SECRET_GRANTS, _grant_problems = grants_parse(
+    env.items("HARNESS_GRANTS"),
+    name_error=lambda name: grant_name_error(
+        name, prefix=HARNESS_SECRET_PREFIX, listed=HARNESS_SECRETS, never=HARNESS_NEVER_SECRETS
+    ),
+)
+for _problem in _grant_problems:
+    env.refuse("HARNESS_GRANTS", _problem, GRANTS_EXAMPLE)
+
 # Where an agent may send its key: base URLs under these roots (scheme, host, optional port, optional
 # path prefix; docs/secrets.md). Empty, the default: no HTTP agent may be saved or called, only the
 # built-in echo provider the demo uses.
@@ -491,6 +504,7 @@ _KNOWN_HARNESS_VARS = {
     "HARNESS_WORKER_SHUTDOWN_SECONDS",
     "HARNESS_SECRET_PREFIX",
     "HARNESS_SECRETS",
+    "HARNESS_GRANTS",
     "HARNESS_AGENT_URL_ALLOW",
     "HARNESS_LOGIN_FAILURE_LIMIT",
     "HARNESS_LOGIN_COOLOFF_MINUTES",

@@ -69,6 +69,9 @@ CASES = [
     ("EMAIL_BACKEND", "", None),  # Django's to refuse when mail is sent: any dotted path may be a backend
     ("HARNESS_SECRET_PREFIX", "SECRET_", "may not cover the site's own keys"),
     ("HARNESS_SECRETS", "SECRET_KEY", "the site's own keys are never handed out"),
+    ("HARNESS_GRANTS", "HARNESS_SECRET_OPENAI=signing", "is not NAME=model@URL"),
+    ("HARNESS_GRANTS", "HARNESS_SECRET_OPENAI=model", "names the URL root"),
+    ("HARNESS_GRANTS", "SECRET_KEY=webhook", "not granted, ever"),
     ("HARNESS_AGENT_URL_ALLOW", "ftp://files.example.com", "not a URL"),
     ("HARNESS_AGENT_URL_ALLOW", "https://api.example.com/v1/..;/x", "not a plain URL"),
     ("HARNESS_LOGIN_FAILURE_LIMIT", "abc", "not a whole number"),
