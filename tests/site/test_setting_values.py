@@ -132,3 +132,23 @@ def test_the_values_in_env_example_start():
     done = start(**values)
 
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+@pytest.mark.parametrize(
+    "command", [["-m", "celery", "-A", "harness_site", "worker"], ["-m", "celery", "-A", "harness_site", "beat"]]
+)
+def test_workers_and_beat_stop_the_same_way(command):
+    done = subprocess.run(
+        [sys.executable, *command],
+        cwd=ROOT,
+        env=child_env(HARNESS_TICK_SECONDS="0"),
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+    assert done.returncode == 78, done.stderr[-2000:]
+    assert done.stderr.splitlines() == [
+        "configuration error: HARNESS_TICK_SECONDS='0': below 1 (a busy loop); give a whole number from 1 to 3600;"
+        " e.g. HARNESS_TICK_SECONDS=1"
+    ]
