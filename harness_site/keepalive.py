@@ -6,7 +6,9 @@ honcho (`./harness up`) stops every process as soon as one exits, and restarts n
 when its watchdog finds it stuck (harness_site/worker_watch.py, exit 70), or dies (kill -9, the OOM
 killer); under this wrapper it is started again after a short pause (1 s, doubling up to 30 s while it
 keeps dying within a minute). SIGTERM or SIGINT is passed on to the command, and the wrapper exits with
-it. In production, systemd's `Restart=always` (or any supervisor's equivalent) does the same job.
+it. A command refused for a bad setting (exit 78, EX_CONFIG) is not started again: no restart mends
+its configuration. In production, systemd's `Restart=always` with `RestartPreventExitStatus=78` (or any
+supervisor's equivalent) does the same job.
 
 The command runs in a process group of its own, so that pool processes it leaves behind when it dies
 are ended before the next start.
@@ -19,6 +21,8 @@ import signal
 import subprocess
 import sys
 import time
+
+from harness_site.environment import EX_CONFIG
 
 FIRST_PAUSE, MAX_PAUSE, HEALTHY_AFTER = 1.0, 30.0, 60.0
 PR_SET_PDEATHSIG = 1  # linux/prctl.h
@@ -47,6 +51,8 @@ def main(argv: list[str]) -> int:
         _end_group(child.pid)  # pool processes left behind by a dead worker
         if stopping:
             return code if code >= 0 else 128 - code
+        if code == EX_CONFIG:
+            return code
         ran = time.monotonic() - started
         quick = 0 if ran > HEALTHY_AFTER else quick + 1
         pause = min(FIRST_PAUSE * 2 ** max(quick - 1, 0), MAX_PAUSE)

@@ -1,33 +1,25 @@
-"""Settings, all from the environment (django-environ). A mistyped value fails at start-up."""
+"""Settings, all from the environment (harness_site/environment.py, django-environ for the URL formats).
+
+Every value is checked as it is read; a bad one is a line naming the variable, the problem and a good
+example, and `env.finish()` at the end stops the process with all of them, no traceback."""
 
 import os
+import re
 from datetime import timedelta
 from pathlib import Path
 from urllib.parse import urlsplit
 
 import environ
 
+from harness_site.environment import Environment
 from harness_site.logs import logging_config
+from tasks.secrets import GRANTS_EXAMPLE, grant_name_error, grants_parse, plain_url_error
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
 
-env = environ.Env()
 environ.Env.read_env(BASE_DIR / ".env", overwrite=False)
-
-_TRUE, _FALSE = {"true", "1", "yes", "on"}, {"false", "0", "no", "off"}
-
-
-def env_bool(name: str, *, default: bool) -> bool:
-    """A boolean setting, strictly: django-environ's bool() reads any unknown word (DEBUG=maybe) as false."""
-    raw = os.environ.get(name)
-    if raw is None:
-        return default
-    if raw.lower() in _TRUE:
-        return True
-    if raw.lower() in _FALSE:
-        return False
-    raise environ.ImproperlyConfigured(f"{name}={raw!r}: use true or false (or 1/0, yes/no, on/off)")
+env = Environment(os.environ)
 
 
 # Keys that are public (.env.example, tutorials, Django's startproject marker) sign nothing.
@@ -54,17 +46,45 @@ def secret_key_weakness(key: str) -> str | None:
     return None
 
 
-DEBUG = env_bool("DEBUG", default=False)
-SECRET_KEY = env.str("SECRET_KEY", default="" if not DEBUG else "dev-only-insecure-key")
+DEBUG = env.boolean("DEBUG", default=False)
+SECRET_KEY = env.text("SECRET_KEY", default="" if not DEBUG else "dev-only-insecure-key")
+_RANDOM_KEY = "$(python -c 'import secrets; print(secrets.token_urlsafe(48))')"
 if not SECRET_KEY:
-    raise environ.ImproperlyConfigured("SECRET_KEY is required when DEBUG is off (see .env.example)")
-if not DEBUG and (_weak := secret_key_weakness(SECRET_KEY)):
-    raise environ.ImproperlyConfigured(
-        f"SECRET_KEY is refused with DEBUG off: {_weak}. Set a random value, e.g. the output of "
-        "python -c 'import secrets; print(secrets.token_urlsafe(48))'"
+    env.refuse("SECRET_KEY", "required when DEBUG is off", _RANDOM_KEY)
+    SECRET_KEY = "unset-" + "x" * 40
+elif not DEBUG and (_weak := secret_key_weakness(SECRET_KEY)):
+    # The key itself is never repeated: it may be a real one, merely short.
+    env.refuse("SECRET_KEY", f"refused with DEBUG off: {_weak}", _RANDOM_KEY)
+ALLOWED_HOSTS = env.items("ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
+
+# HTTPS (README, "Production"): each off by default, since `./harness up` serves plain http on
+# loopback; production sets all of them, and `manage.py check --deploy` is then clean (CI runs it).
+# Behind a TLS proxy, SECURE_PROXY_SSL_HEADER names the header it sets to "https" (X-Forwarded-Proto):
+# only a proxy that always sets or strips it may be trusted so, or a client could claim https itself.
+_proxy_header = env.text("SECURE_PROXY_SSL_HEADER", default="")
+if _proxy_header and re.fullmatch(r"[A-Za-z0-9-]+", _proxy_header):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_" + _proxy_header.upper().replace("-", "_"), "https")
+elif _proxy_header or "SECURE_PROXY_SSL_HEADER" in os.environ:
+    env.refuse(
+        "SECURE_PROXY_SSL_HEADER",
+        "not a header name (letters, digits and -; the value it must carry is https)",
+        "X-Forwarded-Proto",
+        value=_proxy_header,
     )
-ALLOWED_HOSTS = env.list("ALLOWED_HOSTS", default=["localhost", "127.0.0.1"])
-CSRF_TRUSTED_ORIGINS = env.list("CSRF_TRUSTED_ORIGINS", default=[])
+SECURE_SSL_REDIRECT = env.boolean("SECURE_SSL_REDIRECT", default=False)
+# A load balancer's health probe and a Prometheus scrape often speak plain http inside the network.
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^metrics$"]
+SECURE_HSTS_SECONDS = env.whole("SECURE_HSTS_SECONDS", default=0, low=0, high=2 * 365 * 86400)
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env.boolean("SECURE_HSTS_INCLUDE_SUBDOMAINS", default=False)
+SECURE_HSTS_PRELOAD = env.boolean("SECURE_HSTS_PRELOAD", default=False)
+SESSION_COOKIE_SECURE = env.boolean("SESSION_COOKIE_SECURE", default=False)
+CSRF_COOKIE_SECURE = env.boolean("CSRF_COOKIE_SECURE", default=False)
+CSRF_TRUSTED_ORIGINS = env.items("CSRF_TRUSTED_ORIGINS", default=[])
+for _origin in CSRF_TRUSTED_ORIGINS:
+    if not _origin.startswith(("http://", "https://")) or not urlsplit(_origin).netloc:
+        env.refuse(
+            "CSRF_TRUSTED_ORIGINS", f"{_origin!r} is not an origin (scheme and host)", "https://harness.example.com"
+        )
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -132,8 +152,13 @@ TEMPLATES = [
 
 # The embedded default is a SQLite file in WAL mode; IMMEDIATE transactions take the write
 # lock up front so two workers never deadlock upgrading a read lock (SQLite has no row locks).
-DATABASE_URL = env.str("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'harness.sqlite3'}")
-DATABASES = {"default": env.db_url_config(DATABASE_URL)}
+DATABASES = {"default": env.database("DATABASE_URL", default=f"sqlite:///{VAR_DIR / 'harness.sqlite3'}")}
+# Read whatever the database, so that a bad value is refused before the day it would count.
+CONN_MAX_AGE = env.whole("CONN_MAX_AGE", default=60, low=0, high=86400)
+# PostgreSQL: a bounded connection pool per process when HARNESS_DB_POOL_MAX > 0 (0: off).
+DB_POOL_MAX = env.whole("HARNESS_DB_POOL_MAX", default=0, low=0, high=1000)
+DB_POOL_MIN = env.whole("HARNESS_DB_POOL_MIN", default=1, low=0, high=1000)
+DB_POOL_TIMEOUT = env.number("HARNESS_DB_POOL_TIMEOUT", default=30.0, low=0, high=3600, low_open=True)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     DATABASES["default"].setdefault("OPTIONS", {}).update(
         {
@@ -143,25 +168,35 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
         }
     )
     # A file, not :memory:, so that worker processes started by the tests share it.
-    DATABASES["default"]["TEST"] = {"NAME": env.str("HARNESS_TEST_SQLITE", default=str(VAR_DIR / "test.sqlite3"))}
-elif env.int("HARNESS_DB_POOL_MAX", default=0) > 0:
+    DATABASES["default"]["TEST"] = {"NAME": env.text("HARNESS_TEST_SQLITE", default=str(VAR_DIR / "test.sqlite3"))}
+elif DB_POOL_MAX > 0:
     # A bounded pool per process (psycopg_pool, through Django): a thread takes a connection for
     # each short write and gives it back, so runs that wait on a model hold none (runs.store's
     # connection_release). A thread finding the pool empty waits up to HARNESS_DB_POOL_TIMEOUT s.
     DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps connections; Django keeps none
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
-        "min_size": env.int("HARNESS_DB_POOL_MIN", default=1),
-        "max_size": env.int("HARNESS_DB_POOL_MAX"),
-        "timeout": env.float("HARNESS_DB_POOL_TIMEOUT", default=30.0),
+        "min_size": min(DB_POOL_MIN, DB_POOL_MAX),
+        "max_size": DB_POOL_MAX,
+        "timeout": DB_POOL_TIMEOUT,
     }
 else:
-    DATABASES["default"].setdefault("CONN_MAX_AGE", env.int("CONN_MAX_AGE", default=60))
+    DATABASES["default"].setdefault("CONN_MAX_AGE", CONN_MAX_AGE)
     DATABASES["default"]["CONN_HEALTH_CHECKS"] = True
 
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Every way a user gets a password (the admin's forms, changepassword, createsuperuser, `harness
+# admin-login`) runs these; 12 characters refuses the short classics (harness1, 12345678) outright.
+MIN_PASSWORD_LENGTH = 12
 AUTH_PASSWORD_VALIDATORS = [
-    {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
+    {"NAME": "django.contrib.auth.password_validation.UserAttributeSimilarityValidator"},
+    {
+        "NAME": "django.contrib.auth.password_validation.MinimumLengthValidator",
+        "OPTIONS": {"min_length": MIN_PASSWORD_LENGTH},
+    },
+    {"NAME": "django.contrib.auth.password_validation.CommonPasswordValidator"},
+    {"NAME": "django.contrib.auth.password_validation.NumericPasswordValidator"},
+    {"NAME": "harness_site.passwords.GuessableValidator"},
 ]
 
 # Login throttling with django-axes: after HARNESS_LOGIN_FAILURE_LIMIT failed logins for one username
@@ -172,8 +207,10 @@ AUTHENTICATION_BACKENDS = [
     "axes.backends.AxesStandaloneBackend",
     "django.contrib.auth.backends.ModelBackend",
 ]
-AXES_FAILURE_LIMIT = env.int("HARNESS_LOGIN_FAILURE_LIMIT", default=5)
-AXES_COOLOFF_TIME = timedelta(minutes=env.int("HARNESS_LOGIN_COOLOFF_MINUTES", default=15))
+AXES_FAILURE_LIMIT = env.whole("HARNESS_LOGIN_FAILURE_LIMIT", default=5, low=1, high=1000)
+AXES_COOLOFF_TIME = timedelta(
+    minutes=env.whole("HARNESS_LOGIN_COOLOFF_MINUTES", default=15, low=1, high=525600, why_low="no lockout at all")
+)
 AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
 AXES_RESET_ON_SUCCESS = True
 # The admin's login page with the reason, status 429 (harness_site/lockout.py).
@@ -182,16 +219,10 @@ AXES_LOCKOUT_CALLABLE = "harness_site.lockout.lockout_response"
 AXES_DISABLE_ACCESS_LOG = True
 # Not its banner in every worker, beat and manage.py start-up; lockouts are still logged.
 AXES_VERBOSE = False
-if AXES_FAILURE_LIMIT < 1 or AXES_COOLOFF_TIME <= timedelta(0):
-    raise environ.ImproperlyConfigured(
-        "HARNESS_LOGIN_FAILURE_LIMIT and HARNESS_LOGIN_COOLOFF_MINUTES must be 1 or more"
-    )
 
 # The default when the browser asks for none of LANGUAGES (many of our operators read Chinese first).
-LANGUAGE_CODE = env.str("LANGUAGE_CODE", default="en-us")
+LANGUAGE_CODE = env.one_of("LANGUAGE_CODE", default="en-us", choices=["en-us", "zh-hans", "en"])
 LANGUAGES = [("en", "English"), ("zh-hans", "简体中文")]
-if LANGUAGE_CODE.lower() not in {"en", "en-us", "zh-hans"}:
-    raise environ.ImproperlyConfigured(f"LANGUAGE_CODE={LANGUAGE_CODE!r}: use en-us or zh-hans")
 LOCALE_PATHS = [BASE_DIR / "harness_site" / "locale"]
 # Stored instants are UTC; a rule's own IANA zone is a field on the rule, the host zone never matters.
 TIME_ZONE = "UTC"
@@ -236,20 +267,45 @@ SPECTACULAR_SETTINGS = {
 }
 
 # "Name:email" or a bare address.
-ADMINS = [tuple(a.split(":", 1)) if ":" in a else ("", a) for a in env.list("ADMINS", default=[])]
-SERVER_EMAIL = env.str("SERVER_EMAIL", default="harness@localhost")
-EMAIL_BACKEND = env.str("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
-if env.str("EMAIL_URL", default=""):
-    globals().update(env.email_url("EMAIL_URL"))
+ADMINS = [tuple(a.split(":", 1)) if ":" in a else ("", a) for a in env.items("ADMINS", default=[])]
+for _name, _address in ADMINS:
+    if "@" not in _address:
+        env.refuse("ADMINS", f"{_address!r} is not an email address", "On-call:oncall@example.com")
+SERVER_EMAIL = env.text("SERVER_EMAIL", default="harness@localhost")
+if "@" not in SERVER_EMAIL:
+    env.refuse("SERVER_EMAIL", "not an email address", "harness@example.com", value=SERVER_EMAIL)
+EMAIL_BACKEND = env.text("EMAIL_BACKEND", default="django.core.mail.backends.console.EmailBackend")
+if _email_url := env.url(
+    "EMAIL_URL",
+    default="",
+    schemes=environ.Env.EMAIL_SCHEMES,
+    example="smtp://user:password@smtp.example.com:587/?tls=True",
+    needs_host=False,
+):
+    globals().update(environ.Env.email_url_config(_email_url))
 
 # --- Celery -----------------------------------------------------------------------------
 # The embedded broker is Celery's file-system transport (made event-loop capable, with claims and
 # redelivery: harness_site/broker.py): nothing to install, one machine only.
-BROKER_DIR = Path(env.str("HARNESS_BROKER_DIR", default=str(VAR_DIR / "broker")))
-CELERY_BROKER_URL = env.str("CELERY_BROKER_URL", default="filesystem://")
+BROKER_DIR = Path(env.text("HARNESS_BROKER_DIR", default=str(VAR_DIR / "broker")))
+CELERY_BROKER_URL = env.url(
+    "CELERY_BROKER_URL",
+    default="filesystem://",
+    schemes=["filesystem", "redis", "rediss", "amqp", "amqps", "pyamqp"],
+    example="redis://redis.internal:6379/0",
+    needs_host=False,
+)
 if CELERY_BROKER_URL.startswith("filesystem://"):
-    for sub in ("queue", "processed", "control", "claims"):
-        (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
+    try:
+        for sub in ("queue", "processed", "control", "claims"):
+            (BROKER_DIR / sub).mkdir(parents=True, exist_ok=True)
+    except OSError as _exc:
+        env.refuse(
+            "HARNESS_BROKER_DIR",
+            f"cannot create its folders ({_exc.strerror})",
+            "/srv/harness/broker",
+            value=str(BROKER_DIR),
+        )
     CELERY_BROKER_TRANSPORT = "harness_site.broker:Transport"
     CELERY_BROKER_TRANSPORT_OPTIONS = {
         # kombu polls once a second by default: that alone added ~1 s of lateness to every run.
@@ -294,78 +350,100 @@ CELERY_TASK_ROUTES = {
 }
 # Celery's Django fixup closes the database connection around every task unless this is set;
 # reusing it halves the cost of a short run (measured: 16.5 ms -> 6.4 ms start-to-finish p50).
-CELERY_DB_REUSE_MAX = env.int("CELERY_DB_REUSE_MAX", default=1000)
+CELERY_DB_REUSE_MAX = env.whole("CELERY_DB_REUSE_MAX", default=1000, low=1, high=1_000_000)
 CELERY_BEAT_SCHEDULER = "runs.beat_scheduler:Scheduler"  # DatabaseScheduler, the tick on the second
 # How often beat re-reads the periodic-task table (edits in the admin take effect within this).
-CELERY_BEAT_MAX_LOOP_INTERVAL = env.int("HARNESS_BEAT_MAX_LOOP_INTERVAL", default=5)
+CELERY_BEAT_MAX_LOOP_INTERVAL = env.whole("HARNESS_BEAT_MAX_LOOP_INTERVAL", default=5, low=1, high=3600)
 DJANGO_CELERY_BEAT_TZ_AWARE = True
 
-REDIS_URL = env.str("REDIS_URL", default="")
+REDIS_URL = env.url(
+    "REDIS_URL",
+    default="",
+    schemes=["redis", "rediss", "unix"],
+    example="redis://redis.internal:6379/1",
+    needs_host=False,
+)
 
 # --- Harness ----------------------------------------------------------------------------
 HARNESS = {
     # Seconds between scheduler ticks; the data migration installs the beat entry with it.
-    "TICK_SECONDS": env.int("HARNESS_TICK_SECONDS", default=1),
-    "SWEEP_SECONDS": env.int("HARNESS_SWEEP_SECONDS", default=1),
+    "TICK_SECONDS": env.whole("HARNESS_TICK_SECONDS", default=1, low=1, high=3600, why_low="a busy loop"),
+    "SWEEP_SECONDS": env.whole("HARNESS_SWEEP_SECONDS", default=1, low=1, high=3600, why_low="a busy loop"),
     # A message is sent again only after it has been nowhere (neither queued nor held by a worker)
     # this long since it was sent: the commit-to-publish delay and a consumer's reporting delay.
-    "REDISPATCH_SECONDS": env.int("HARNESS_REDISPATCH_SECONDS", default=10),
+    "REDISPATCH_SECONDS": env.whole("HARNESS_REDISPATCH_SECONDS", default=10, low=1, high=86400),
     # Seconds between file-sensor scans (beat entry "harness: file sensors").
-    "SENSOR_SECONDS": env.int("HARNESS_SENSOR_SECONDS", default=30),
+    "SENSOR_SECONDS": env.whole("HARNESS_SENSOR_SECONDS", default=30, low=1, high=86400, why_low="a busy loop"),
     # PostgreSQL: the hot path's statements are prepared once per connection (runs/store/postgres.py). Turn off
     # behind a pooler that cannot keep prepared statements (PgBouncer in transaction mode before 1.21).
-    "PREPARED_STATEMENTS": env_bool("HARNESS_PREPARED_STATEMENTS", default=True),
+    "PREPARED_STATEMENTS": env.boolean("HARNESS_PREPARED_STATEMENTS", default=True),
     # Upper bound on slots one rule may materialise per tick (bounded catch-up work).
-    "MAX_SLOTS_PER_TICK": env.int("HARNESS_MAX_SLOTS_PER_TICK", default=1000),
+    "MAX_SLOTS_PER_TICK": env.whole("HARNESS_MAX_SLOTS_PER_TICK", default=1000, low=1, high=1_000_000),
     # A slot claimed within this long of its instant is on time; a later one follows its rule's
     # catch-up policy (under "none": a missed decision). Long enough that a database restart or a
     # beat failover loses no slot; /healthz turns not-ok as soon as a slot is overdue beyond it.
-    "SLOT_GRACE_SECONDS": env.int("HARNESS_SLOT_GRACE_SECONDS", default=60),
+    "SLOT_GRACE_SECONDS": env.whole("HARNESS_SLOT_GRACE_SECONDS", default=60, low=1, high=86400),
     # Decisions ("why didn't it run") older than this are deleted by the sweeper (bounded retention).
-    "DECISION_RETENTION_DAYS": env.int("HARNESS_DECISION_RETENTION_DAYS", default=90),
+    "DECISION_RETENTION_DAYS": env.whole("HARNESS_DECISION_RETENTION_DAYS", default=90, low=1, high=36500),
     # Base of links in alerts; by default the address `./harness up` serves (HARNESS_PORT), not a fixed 8000.
-    "ADMIN_BASE_URL": env.str(
-        "HARNESS_ADMIN_BASE_URL", default=f"http://127.0.0.1:{os.environ.get('HARNESS_PORT') or '8000'}"
+    "ADMIN_BASE_URL": env.url(
+        "HARNESS_ADMIN_BASE_URL",
+        default=f"http://127.0.0.1:{env.whole('HARNESS_PORT', default=8000, low=1, high=65535)}",
+        schemes=["http", "https"],
+        example="https://harness.example.com",
     ),
     # Seconds between alert checks (beat entry "harness: alerts"): stalled scheduler, storm
     # summaries, delivery retries.
-    "ALERT_CHECK_SECONDS": env.int("HARNESS_ALERT_CHECK_SECONDS", default=30),
+    "ALERT_CHECK_SECONDS": env.whole(
+        "HARNESS_ALERT_CHECK_SECONDS", default=30, low=1, high=86400, why_low="a busy loop"
+    ),
     # Seconds before a failed alert delivery is tried again; the delay doubles each time (up to 10
     # minutes, 5 tries in all: deadletters/alert_rules.py).
-    "ALERT_RETRY_SECONDS": env.float("HARNESS_ALERT_RETRY_SECONDS", default=10.0),
+    "ALERT_RETRY_SECONDS": env.number("HARNESS_ALERT_RETRY_SECONDS", default=10.0, low=0, high=3600, low_open=True),
     # Backpressure (runs/backpressure.py): a process counts pending runs at most this often per scope,
     # adding the runs it admitted since; watermark edits take effect within it.
-    "BACKPRESSURE_CACHE_SECONDS": env.float("HARNESS_BACKPRESSURE_CACHE_SECONDS", default=1.0),
+    "BACKPRESSURE_CACHE_SECONDS": env.number("HARNESS_BACKPRESSURE_CACHE_SECONDS", default=1.0, low=0, high=3600),
     # Prometheus /metrics on the web app answers only a request bearing this token (unset: /metrics is
     # off there). `manage.py metrics_serve` serves the same metrics without a token on METRICS_BIND, an
     # address of its own (docs/observability.md).
-    "METRICS_TOKEN": env.str("HARNESS_METRICS_TOKEN", default=""),
-    "METRICS_BIND": env.str("HARNESS_METRICS_BIND", default="127.0.0.1:9464"),
+    "METRICS_TOKEN": env.text("HARNESS_METRICS_TOKEN", default=""),
+    "METRICS_BIND": env.text("HARNESS_METRICS_BIND", default="127.0.0.1:9464"),
     # Worker liveness (harness_site/worker_watch.py, runs/workers.py): each worker process reports
     # itself this often; one that has work waiting and takes none for WORKER_STALL_SECONDS is "not
     # consuming" in /healthz and exits, so that its runner (Procfile, systemd) starts it again.
-    "WORKER_HEARTBEAT_SECONDS": env.float("HARNESS_WORKER_HEARTBEAT_SECONDS", default=2.0),
-    "WORKER_STALL_SECONDS": env.float("HARNESS_WORKER_STALL_SECONDS", default=60.0),
+    "WORKER_HEARTBEAT_SECONDS": env.number(
+        "HARNESS_WORKER_HEARTBEAT_SECONDS", default=2.0, low=0, high=3600, low_open=True
+    ),
+    "WORKER_STALL_SECONDS": env.number("HARNESS_WORKER_STALL_SECONDS", default=60.0, low=0, high=86400, low_open=True),
     # A warm shutdown (SIGTERM) waits this long for running tasks, then ends them: their leases expire
     # and they are retried. Without it a worker whose pool is stuck never exits.
-    "WORKER_SHUTDOWN_SECONDS": env.float("HARNESS_WORKER_SHUTDOWN_SECONDS", default=60.0),
+    "WORKER_SHUTDOWN_SECONDS": env.number(
+        "HARNESS_WORKER_SHUTDOWN_SECONDS", default=60.0, low=0, high=86400, low_open=True
+    ),
 }
 MIN_METRICS_TOKEN_LENGTH = 16
 if HARNESS["METRICS_TOKEN"] and len(HARNESS["METRICS_TOKEN"]) < MIN_METRICS_TOKEN_LENGTH:
-    raise environ.ImproperlyConfigured(
-        f"HARNESS_METRICS_TOKEN is shorter than {MIN_METRICS_TOKEN_LENGTH} characters; use a random value, e.g. "
-        "python -c 'import secrets; print(secrets.token_urlsafe(32))'"
+    env.refuse(
+        "HARNESS_METRICS_TOKEN",
+        f"shorter than {MIN_METRICS_TOKEN_LENGTH} characters; use a random value",
+        "$(python -c 'import secrets; print(secrets.token_urlsafe(32))')",
     )
 _bind_host, _, _bind_port = HARNESS["METRICS_BIND"].rpartition(":")
 if not _bind_host or not _bind_port.isascii() or not _bind_port.isdigit() or not 0 < int(_bind_port) < 65536:
-    raise environ.ImproperlyConfigured(
-        f"HARNESS_METRICS_BIND={HARNESS['METRICS_BIND']!r}: give host:port, e.g. 127.0.0.1:9464 or 0.0.0.0:9464"
+    env.refuse("HARNESS_METRICS_BIND", "not host:port", "127.0.0.1:9464", value=HARNESS["METRICS_BIND"])
+if HARNESS["WORKER_STALL_SECONDS"] <= HARNESS["WORKER_HEARTBEAT_SECONDS"]:
+    env.refuse(
+        "HARNESS_WORKER_STALL_SECONDS",
+        f"not longer than HARNESS_WORKER_HEARTBEAT_SECONDS ({HARNESS['WORKER_HEARTBEAT_SECONDS']:g}): every worker "
+        "would look stalled",
+        "60",
+        value=f"{HARNESS['WORKER_STALL_SECONDS']:g}",
     )
 
 # Secrets are granted by the deployment, never named by an operator (docs/secrets.md): an agent's key
 # or a webhook source's secret must be an environment variable under this prefix or in this list.
-HARNESS_SECRET_PREFIX = env.str("HARNESS_SECRET_PREFIX", default="HARNESS_SECRET_")
-HARNESS_SECRETS = env.list("HARNESS_SECRETS", default=[])
+HARNESS_SECRET_PREFIX = env.text("HARNESS_SECRET_PREFIX", default="HARNESS_SECRET_")
+HARNESS_SECRETS = env.items("HARNESS_SECRETS", default=[])
 # Never grantable, whatever the prefix or the list says: they would hand out the site's own keys.
 # tasks/secrets.py refuses them too, so a prefix cannot reach them either.
 HARNESS_NEVER_SECRETS = frozenset(
@@ -377,34 +455,41 @@ if (
     or HARNESS_SECRET_PREFIX in {"HARNESS_"}
     or any(name.startswith(HARNESS_SECRET_PREFIX) for name in HARNESS_NEVER_SECRETS)
 ):
-    raise environ.ImproperlyConfigured(
-        f"HARNESS_SECRET_PREFIX={HARNESS_SECRET_PREFIX!r}: give a prefix of its own ending in _, e.g. HARNESS_SECRET_"
-        " (it may not cover the site's own keys)"
+    env.refuse(
+        "HARNESS_SECRET_PREFIX",
+        "not a prefix of its own ending in _ (it may not cover the site's own keys)",
+        "HARNESS_SECRET_",
+        value=HARNESS_SECRET_PREFIX,
     )
+    HARNESS_SECRET_PREFIX = "HARNESS_SECRET_"
 if HARNESS_NEVER_SECRETS & set(HARNESS_SECRETS):
     _listed = ", ".join(sorted(HARNESS_NEVER_SECRETS & set(HARNESS_SECRETS)))
-    raise environ.ImproperlyConfigured(f"HARNESS_SECRETS lists {_listed}: the site's own keys are never handed out")
+    env.refuse("HARNESS_SECRETS", f"lists {_listed}: the site's own keys are never handed out", "OPENAI_API_KEY")
+
+# What each granted secret is for (tasks/secrets.py, docs/secrets.md): NAME=model@URL (a model key,
+# sent only under that URL root; repeat the entry for several roots), NAME=webhook (a webhook source's
+# signing secret) or NAME=alert (an alert channel's). A secret serves only its declared purpose, and
+# one undeclared serves none: an operator cannot point an agent at the webhook signing secret.
+HARNESS_SECRET_GRANTS, _grant_problems = grants_parse(
+    env.items("HARNESS_GRANTS"),
+    name_error=lambda name: grant_name_error(
+        name, prefix=HARNESS_SECRET_PREFIX, listed=HARNESS_SECRETS, never=HARNESS_NEVER_SECRETS
+    ),
+)
+for _problem in _grant_problems:
+    env.refuse("HARNESS_GRANTS", _problem, GRANTS_EXAMPLE)
 
 # Where an agent may send its key: base URLs under these roots (scheme, host, optional port, optional
 # path prefix; docs/secrets.md). Empty, the default: no HTTP agent may be saved or called, only the
 # built-in echo provider the demo uses.
-HARNESS_AGENT_URL_ALLOW = env.list("HARNESS_AGENT_URL_ALLOW", default=[])
+HARNESS_AGENT_URL_ALLOW = env.items("HARNESS_AGENT_URL_ALLOW", default=[])
 for _entry in HARNESS_AGENT_URL_ALLOW:
-    _parts = urlsplit(_entry)
-    try:
-        _parts.port  # noqa: B018  (raises on a port that is not a number)
-    except ValueError:
-        _parts = _parts._replace(netloc="")
-    if (
-        _parts.scheme not in {"http", "https"}
-        or not _parts.hostname
-        or _parts.username is not None
-        or _parts.query
-        or _parts.fragment
-    ):
-        raise environ.ImproperlyConfigured(
-            f"HARNESS_AGENT_URL_ALLOW entry {_entry!r}: give a URL root such as https://api.openai.com/v1 "
-            "(http or https, a host, no user, query or fragment)"
+    # An entry is held to the rules of the URLs compared with it (tasks/secrets.py).
+    if _why := plain_url_error(_entry):
+        env.refuse(
+            "HARNESS_AGENT_URL_ALLOW",
+            f"entry {_entry!r} is {_why}",
+            "https://api.openai.com/v1,http://127.0.0.1:11434/v1",
         )
 
 # A mistyped HARNESS_* variable would otherwise be ignored silently.
@@ -433,6 +518,7 @@ _KNOWN_HARNESS_VARS = {
     "HARNESS_WORKER_SHUTDOWN_SECONDS",
     "HARNESS_SECRET_PREFIX",
     "HARNESS_SECRETS",
+    "HARNESS_GRANTS",
     "HARNESS_AGENT_URL_ALLOW",
     "HARNESS_LOGIN_FAILURE_LIMIT",
     "HARNESS_LOGIN_COOLOFF_MINUTES",
@@ -450,12 +536,16 @@ _unknown = sorted(
     for k in os.environ
     if k.startswith("HARNESS_") and k not in _KNOWN_HARNESS_VARS and not k.startswith(HARNESS_SECRET_PREFIX)
 )
-if _unknown:
-    raise environ.ImproperlyConfigured(f"unknown setting(s) {', '.join(_unknown)}; see .env.example")
+for _name in _unknown:
+    env.unknown(_name, known=_KNOWN_HARNESS_VARS)
 
 # LOG_FORMAT=text (readable lines, the trace and run in brackets) or json (one object per line with
 # trace_id, run_id, biz_key, rule, attempt): harness_site/logs.py. Celery's workers and beat use it too.
-LOG_FORMAT = env.str("LOG_FORMAT", default="text").strip().lower()
-if LOG_FORMAT not in {"text", "json"}:
-    raise environ.ImproperlyConfigured(f"LOG_FORMAT={LOG_FORMAT!r}: use text or json")
-LOGGING = logging_config(log_format=LOG_FORMAT, level=env.str("LOG_LEVEL", default="INFO"))
+LOG_FORMAT = env.one_of("LOG_FORMAT", default="text", choices=["text", "json"])
+LOG_LEVEL = env.one_of(
+    "LOG_LEVEL", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], normalize=str.upper
+)
+LOGGING = logging_config(log_format=LOG_FORMAT, level=LOG_LEVEL)
+
+# Every value has been read: stop here, one line per bad one, before anything runs on them.
+env.finish()

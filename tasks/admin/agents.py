@@ -13,7 +13,7 @@ from harness_site.desk import JSON_FORMFIELDS
 from runs.calls import agent_spend
 from tasks.agents.budgets import budget_window
 from tasks.models.agent import ENV_NAME, ENV_NAME_MESSAGE, Agent
-from tasks.secrets import secret_name_error, secret_value
+from tasks.secrets import MODEL, secret_name_error, secret_use_refusal, secret_value
 
 
 class HttpsURLField(forms.URLField):
@@ -96,7 +96,9 @@ class AgentAdmin(admin.ModelAdmin):
             return "-"
         if secret_name_error(agent.api_key_env or "") is not None:
             return gettext("not granted")
-        return gettext("set") if secret_value(agent.api_key_env) else gettext("not set")
+        if secret_use_refusal(agent.api_key_env, MODEL) is not None:
+            return gettext("not declared a model key")
+        return gettext("set") if secret_value(agent.api_key_env, MODEL) else gettext("not set")
 
     @admin.display(description=_("calls this hour / budget"))
     def calls_this_hour(self, agent: Agent) -> str:

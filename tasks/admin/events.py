@@ -120,6 +120,7 @@ SECRET_STATES = {
     "ok": _("%(variable)s set"),
     "unset": _("%(variable)s NOT SET"),
     "not_granted": _("%(variable)s NOT GRANTED (not a secret this deployment hands out)"),
+    "not_declared": _("%(variable)s NOT DECLARED for webhook signing (HARNESS_GRANTS)"),
     "weak": _("%(variable)s TOO WEAK (see docs/events.md for the minimum)"),
 }
 

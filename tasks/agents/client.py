@@ -29,7 +29,7 @@ import httpx
 
 from harness_site.tracing import outgoing_headers
 from tasks.agents.redaction import redact
-from tasks.secrets import NAME, agent_url_error, secret_name_error, secret_value
+from tasks.secrets import MODEL, NAME, agent_url_error, secret_use_refusal, secret_value
 from tasks.skills.sdk import ErrorKind, SkillError
 
 MAX_RAW_OUTPUT = 20_000
@@ -100,13 +100,14 @@ def input_sha256(model: str, messages: list[dict[str, str]]) -> str:
 
 def api_key(agent) -> str:
     """The key from the granted environment variable the agent names. Raises invalid_param if the
-    variable is not granted (tasks/secrets.py) or unset; the message names the variable, never a value."""
+    variable is not granted, not declared a model key for the agent's base URL (tasks/secrets.py) or
+    unset; the message names the variable, never a value."""
     name = agent.api_key_env or ""
-    refused = secret_name_error(name)
+    refused = secret_use_refusal(name, MODEL, url=agent.base_url)
     if refused is not None:
         shown = name if NAME.fullmatch(name) else "(not a variable name)"  # never echo what may be a pasted key
-        raise ModelCallError(ErrorKind.INVALID_PARAM, f"agent {agent.name!r}: key variable {shown}: {refused}")
-    value = secret_value(name)
+        raise ModelCallError(ErrorKind.INVALID_PARAM, f"agent {agent.name!r}: key variable {shown}: {refused.text}")
+    value = secret_value(name, MODEL, url=agent.base_url)
     if not value:
         raise ModelCallError(
             ErrorKind.INVALID_PARAM,

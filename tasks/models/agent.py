@@ -17,7 +17,14 @@ from django.utils.translation import gettext_lazy as _
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
-from tasks.secrets import agent_url_error, secret_name_error
+from tasks.secrets import (
+    MODEL,
+    agent_url_error,
+    plain_url_error,
+    secret_name_error,
+    secret_use_message,
+    secret_use_refusal,
+)
 
 # Matched whole (fullmatch): `$` would also accept a trailing newline.
 ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,63}")
@@ -33,6 +40,13 @@ def not_granted_message() -> str:
     return _(
         "Not granted: this deployment hands out only variables named %(prefix)s… or listed in HARNESS_SECRETS."
     ) % {"prefix": settings.HARNESS_SECRET_PREFIX}
+
+
+def url_not_plain_message() -> str:
+    return _(
+        "Not a plain URL: no ; path parameters, backslashes, percent-encoded separators or dots, . or .. "
+        "segments, or characters outside ASCII. Give the endpoint root as the provider documents it."
+    )
 
 
 def url_not_allowed_message() -> str:
@@ -134,6 +148,8 @@ class Agent(models.Model):
                 errors.setdefault("base_url", []).append(
                     _("No query string or user:password in the URL: keys go in the environment variable.")
                 )
+            elif plain_url_error(self.base_url) is not None:
+                errors.setdefault("base_url", []).append(url_not_plain_message())
             elif agent_url_error(self.base_url) is not None:
                 errors.setdefault("base_url", []).append(url_not_allowed_message())
         if self.api_key_env and not ENV_NAME.fullmatch(self.api_key_env):
@@ -141,6 +157,12 @@ class Agent(models.Model):
             errors.setdefault("api_key_env", []).append(ENV_NAME_MESSAGE)
         elif self.api_key_env and secret_name_error(self.api_key_env) is not None:
             errors.setdefault("api_key_env", []).append(not_granted_message())
+        elif self.api_key_env and self.provider == self.Provider.OPENAI:
+            # The key must be declared a model key, for this base URL when that URL is itself allowed
+            # (a refused URL has its own message above).
+            url = self.base_url if self.base_url and agent_url_error(self.base_url) is None else None
+            if (refused := secret_use_refusal(self.api_key_env, MODEL, url=url)) is not None:
+                errors.setdefault("api_key_env", []).append(secret_use_message(refused))
         if not isinstance(self.allowed_tools, list) or not all(isinstance(t, str) for t in self.allowed_tools):
             errors.setdefault("allowed_tools", []).append(_('A JSON list of tool names, e.g. ["search"].'))
         if errors:

@@ -140,13 +140,17 @@ class TriggerSource(models.Model):
         return [name for name in (self.secret_env, self.secret_env_next) if name]
 
     def secret_states(self) -> list[tuple[str, str]]:
-        """(variable, state) per named secret: "ok", "not_granted", "unset" or "weak". Never the value."""
+        """(variable, state) per named secret: "ok", "not_granted", "not_declared" (granted, but not
+        declared a webhook signing secret), "unset" or "weak". Never the value."""
         states = []
         for name in self.secret_names():
             if secrets.secret_name_error(name) is not None:
                 states.append((name, "not_granted"))
                 continue
-            value = secrets.secret_value(name)
+            if secrets.secret_use_refusal(name, secrets.WEBHOOK) is not None:
+                states.append((name, "not_declared"))
+                continue
+            value = secrets.secret_value(name, secrets.WEBHOOK)
             if value is None:
                 states.append((name, "unset"))
             elif signatures.secret_strength_error(self.signature_scheme, value) is not None:
@@ -172,6 +176,8 @@ class TriggerSource(models.Model):
                     errors.setdefault(field, []).append(
                         _("%(name)s: %(problem)s.") % {"name": name[:100], "problem": problem}
                     )
+                elif name and (refused := secrets.secret_use_refusal(name, secrets.WEBHOOK)) is not None:
+                    errors.setdefault(field, []).append(secrets.secret_use_message(refused))
             if self.secret_env_next and self.secret_env_next == self.secret_env:
                 errors.setdefault("secret_env_next", []).append(
                     _("The next secret must be another variable than the current one.")

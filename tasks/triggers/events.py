@@ -21,7 +21,7 @@ from runs.selectors import run_coalesced_into
 from tasks.models import EventDelivery, EventMetric, EventRefusal, RefusalCount, TriggerSource
 from tasks.rules import events, signatures
 from tasks.rules.events import Refused
-from tasks.secrets import secret_value
+from tasks.secrets import WEBHOOK, secret_value
 from tasks.triggers.work import work_for_event
 
 log = logging.getLogger("harness.events")
@@ -142,7 +142,7 @@ def _secret_keys(source: TriggerSource) -> list[bytes]:
     granted, set and strong: anything else is our configuration, so 503 (the sender retries later)."""
     keys = []
     for name in source.secret_names():
-        value = secret_value(name)  # None unless granted by the deployment and set
+        value = secret_value(name, WEBHOOK)  # None unless granted, declared for webhook signing, and set
         # The details go to an unauthenticated sender: no variable name, nothing about the value.
         # The source's admin page says which variable and why.
         if value is None:

@@ -50,3 +50,18 @@ def test_sigterm_reaches_the_running_command(tmp_path):
     runner.communicate(timeout=20)
     assert runner.returncode == 128 + signal.SIGTERM  # the command's own end, passed on
     assert starts.read_text().count("start") == 1  # not started again after a requested stop
+
+
+def test_it_does_not_start_again_a_command_refused_for_its_configuration():
+    """A bad setting (exit 78, EX_CONFIG: harness_site/environment.py) is not mended by starting again:
+    the runner passes the status on instead of retrying every 30 s for ever."""
+    runner = subprocess.run(
+        [sys.executable, "-m", "harness_site.keepalive", sys.executable, "-c", "import sys; sys.exit(78)"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=20,
+    )
+
+    assert runner.returncode == 78
+    assert "starting it again" not in runner.stderr

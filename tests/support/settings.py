@@ -50,6 +50,43 @@ os.environ.setdefault("HARNESS_SLOT_GRACE_SECONDS", "10")
 # The fake model server listens on loopback (any port); x.example is the validation tests' provider.
 os.environ.setdefault("HARNESS_AGENT_URL_ALLOW", "http://127.0.0.1,https://x.example/v1")
 
+# What each test secret is for (HARNESS_GRANTS, tasks/secrets.py): a secret serves only its declared
+# purpose, so a test naming a new secret declares it here. Model keys go to the fake model server on
+# loopback or to x.example, the validation tests' provider.
+TEST_MODEL_KEYS = [
+    "HARNESS_SECRET_OPENAI",
+    "HARNESS_SECRET_K",
+    "HARNESS_SECRET_TEST_MODEL",
+    "HARNESS_SECRET_TEST_URL_MODEL",
+    "HARNESS_SECRET_SURFACE_MODEL",
+    "HARNESS_SECRET_H9_MODEL_KEY",
+    "HARNESS_SECRET_H9_TEST_MODEL",
+    "HARNESS_SECRET_H9_E2E_MODEL",
+    "HARNESS_SECRET_H11_E2E_MODEL_KEY",
+    "HARNESS_SECRET_TEST_TRACE_MODEL",
+    "HARNESS_SECRET_TEST_TRACE_E2E_MODEL",
+]
+TEST_WEBHOOK_SECRETS = [
+    "HARNESS_SECRET_TEST_BILLING",
+    "HARNESS_SECRET_TEST_HOOK_OLD",
+    "HARNESS_SECRET_TEST_HOOK_NEW",
+    "HARNESS_SECRET_TEST_FLOOD",
+    "HARNESS_SECRET_WORK_TEST",
+    "HARNESS_SECRET_TEST_BAD_INPUT",
+    "HARNESS_SECRET_TEST_TRACE_HOOK",
+    "HARNESS_SECRET_TEST_TRACE_E2E_HOOK",
+    "HARNESS_SECRET_HOOK_ADMIN",
+    "HARNESS_SECRET_OLD",
+    "HARNESS_SECRET_NEW",
+]
+os.environ.setdefault(
+    "HARNESS_GRANTS",
+    ",".join(
+        [f"{name}=model@{root}" for name in TEST_MODEL_KEYS for root in ("http://127.0.0.1", "https://x.example/v1")]
+        + [f"{name}=webhook" for name in TEST_WEBHOOK_SECRETS]
+    ),
+)
+
 from harness_site.settings import *  # noqa: E402, F403
 
 # Django's advice for test runs: a fast hasher. The default (PBKDF2, 1,000,000 rounds) spends about

@@ -19,7 +19,7 @@ from django.urls import reverse
 
 from tasks.agents.client import ModelCallError, build_messages, chat
 from tasks.models import Agent
-from tasks.secrets import agent_url_error
+from tasks.secrets import Grant, agent_url_error
 from tasks.services import RuleImportError, rule_import
 from tests.support.desk import operator, operator_client  # noqa: F401
 from tests.support.fake_model import FakeModelServer, completion
@@ -64,6 +64,10 @@ def test_it_refuses_an_agent_naming_a_variable_that_was_not_granted(name):
 @pytest.mark.django_db
 def test_it_accepts_a_granted_variable_and_one_listed_in_harness_secrets(settings):
     settings.HARNESS_SECRETS = ["OPENAI_API_KEY"]
+    settings.HARNESS_SECRET_GRANTS = {
+        **settings.HARNESS_SECRET_GRANTS,
+        "OPENAI_API_KEY": Grant("model", ("http://127.0.0.1",)),
+    }
     for name in (GRANTED, "OPENAI_API_KEY"):
         Agent(name="a", provider="openai", model="m", base_url="http://127.0.0.1:9/v1", api_key_env=name).full_clean()
 
@@ -219,7 +223,7 @@ def test_the_sites_own_keys_are_never_granted_whatever_the_prefix(settings):
 
     assert "not granted, ever" in secret_name_error("SECRET_KEY")
     assert "not granted, ever" in secret_name_error("DATABASE_URL")
-    assert secret_value("SECRET_KEY") is None
+    assert secret_value("SECRET_KEY", "model") is None
     assert secret_name_error("SECRET_OPENAI") is None
 
 

@@ -6,7 +6,8 @@ import sys
 from pathlib import Path
 
 from django.conf import settings
-from django.contrib.auth import get_user_model
+from django.contrib.auth import get_user_model, password_validation
+from django.core.exceptions import ValidationError
 from django.core.management.base import BaseCommand, CommandError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
@@ -89,6 +90,11 @@ class Command(GuardCommandsMixin, BaseCommand):
         users = get_user_model().objects
         if not users.filter(username="admin").exists():
             password = secrets.token_urlsafe(12)
+            try:
+                # create_superuser() takes any password; the site's rules apply to this one too.
+                password_validation.validate_password(password, users.model(username="admin", email="admin@localhost"))
+            except ValidationError as exc:
+                raise CommandError(f"generated password refused: {' '.join(exc.messages)}") from None
             users.create_superuser("admin", "admin@localhost", password)
             secret.parent.mkdir(parents=True, exist_ok=True)
             secret.write_text(password + "\n")
