@@ -1,7 +1,5 @@
 """HTTP edges of the runs app: /healthz and /metrics for outside monitors, the dashboard and the flow page."""
 
-import hashlib
-import hmac
 import logging
 import time
 from datetime import timedelta
@@ -19,8 +17,11 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 from prometheus_client.exposition import choose_encoder
+from rest_framework import exceptions
 
 from deadletters.alert_health import urgent_undeliverable
+from harness_site.api.problems import ApiProblem, problem_json
+from harness_site.api.tokens import bearer_credential, secret_matches
 from harness_site.broker import queue_probe
 from harness_site.desk import now
 from runs import selectors
@@ -202,37 +203,31 @@ def metrics_view(request):
 
     Off (404) unless HARNESS_METRICS_TOKEN is set; then only `Authorization: Bearer <token>` is
     answered (401 otherwise). `manage.py metrics_serve` serves them on an address of their own instead.
+    Refusals are problem details, like every API's (harness_site/api/problems.py).
     """
     token = settings.HARNESS["METRICS_TOKEN"]
     if not token:
-        return JsonResponse(
-            {
-                "error": "metrics_disabled",
-                "detail": "set HARNESS_METRICS_TOKEN, or run manage.py metrics_serve on an address of its own",
-            },
-            status=404,
-        )
+        detail = "set HARNESS_METRICS_TOKEN, or run manage.py metrics_serve on an address of its own"
+        return _problem(request, ApiProblem(404, "metrics-disabled", detail))
     if request.method not in ("GET", "HEAD"):
-        response = JsonResponse({"error": "method_not_allowed", "detail": "GET /metrics"}, status=405)
-        response["Allow"] = "GET, HEAD"
-        return response
-    given = request.headers.get("Authorization", "")
-    scheme, _sep, credential = given.partition(" ")
-    # Compare digests, so neither the length nor a prefix of the token leaks through timing.
-    if scheme.lower() != "bearer" or not hmac.compare_digest(_digest(credential.strip()), _digest(token)):
-        response = JsonResponse(
-            {"error": "unauthorized", "detail": "send Authorization: Bearer <HARNESS_METRICS_TOKEN>"}, status=401
+        return _problem(request, ApiProblem(405, "method-not-allowed", "GET /metrics"), Allow="GET, HEAD")
+    try:
+        given = bearer_credential(request)
+    except exceptions.AuthenticationFailed:
+        given = None
+    if given is None or not secret_matches(given, token):
+        detail = "send Authorization: Bearer <HARNESS_METRICS_TOKEN>"
+        return _problem(
+            request, ApiProblem(401, "authentication-failed", detail), **{"WWW-Authenticate": 'Bearer realm="metrics"'}
         )
-        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
-        return response
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
     try:
         body = encoder(metrics_registry())
     except DatabaseError as exc:
         log.warning("metrics: database unreachable: %s", _one_line(exc))
-        return JsonResponse({"error": "database_unreachable", "detail": _one_line(exc)}, status=503)
+        return _problem(request, ApiProblem(503, "database-unreachable", _one_line(exc)))
     return HttpResponse(body, content_type=content_type)
 
 
-def _digest(value: str) -> bytes:
-    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).digest()
+def _problem(request, problem: ApiProblem, **headers):
+    return problem_json(problem, instance=request.path, headers=headers)

@@ -8,7 +8,7 @@ request as a whole); `errors` lists every one. Nothing a client sends gives a 50
 """
 
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from rest_framework import exceptions, parsers, serializers
 from rest_framework.response import Response
 
@@ -70,6 +70,8 @@ TITLES = {
     415: "Unsupported media type",
     428: "Precondition required",
     429: "Too many requests",
+    500: "Internal error",
+    503: "Service unavailable",
 }
 CODES = {
     exceptions.NotAuthenticated: "authentication-required",
@@ -84,7 +86,7 @@ CODES = {
 }
 
 
-def problem_response(exc: ApiProblem, *, instance: str = "", headers: dict | None = None) -> Response:
+def problem_body(exc: ApiProblem, *, instance: str = "") -> dict:
     body = {
         "type": TYPE_PREFIX + exc.code,
         "title": exc.title or TITLES.get(exc.status_code, "Error"),
@@ -96,7 +98,20 @@ def problem_response(exc: ApiProblem, *, instance: str = "", headers: dict | Non
     }
     if instance:
         body["instance"] = instance
-    return Response(body, status=exc.status_code, content_type=PROBLEM_TYPE, headers=headers)
+    return body
+
+
+def problem_response(exc: ApiProblem, *, instance: str = "", headers: dict | None = None) -> Response:
+    return Response(
+        problem_body(exc, instance=instance), status=exc.status_code, content_type=PROBLEM_TYPE, headers=headers
+    )
+
+
+def problem_json(exc: ApiProblem, *, instance: str = "", headers: dict | None = None) -> JsonResponse:
+    """The same document outside DRF: for errors raised before a view runs, and plain Django views."""
+    return JsonResponse(
+        problem_body(exc, instance=instance), status=exc.status_code, content_type=PROBLEM_TYPE, headers=headers
+    )
 
 
 def problem_handler(exc, context):

@@ -1,7 +1,6 @@
 """/api/v1/: the REST API, its OpenAPI 3 schema and its docs (Swagger UI, Redoc), served from our static files."""
 
-from django.http import JsonResponse
-from django.urls import path, re_path
+from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from harness_site.api import deadletters, rules, runs
@@ -25,20 +24,6 @@ class PublicRedocView(SpectacularRedocView):
     permission_classes = []
 
 
-def not_found(request, *args, **kwargs):
-    """Any other path under /api/v1/: a problem document, not the site's HTML 404."""
-    body = {
-        "type": "urn:agent-harness:problem:not-found",
-        "title": "Not found",
-        "status": 404,
-        "detail": "no such endpoint; see /api/v1/schema/",
-        "field": "",
-        "errors": [],
-        "instance": request.path,
-    }
-    return JsonResponse(body, status=404, content_type="application/problem+json")
-
-
 urlpatterns = [
     path("schema/", PublicSchemaView.as_view(), name="schema"),
     path("docs/", PublicSwaggerView.as_view(url_name="api:schema"), name="docs"),
@@ -60,5 +45,4 @@ urlpatterns = [
     path("deadletters/<str:ticket_id>/replay", deadletters.DeadLetterReplayView.as_view(), name="deadletter-replay"),
     path("deadletters/<str:ticket_id>/close", deadletters.DeadLetterCloseView.as_view(), name="deadletter-close"),
     path("deadletters/<str:ticket_id>/assign", deadletters.DeadLetterAssignView.as_view(), name="deadletter-assign"),
-    re_path(r"^.*$", not_found),
 ]

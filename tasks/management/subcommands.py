@@ -8,11 +8,11 @@ from django.core.management.base import CommandError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
+from harness_site.api.tokens import token_create
 from tasks.flags import FlagError, flag_clear, flag_json, flag_list, flag_set
 from tasks.models import TriggerRule
 from tasks.triggers.explain import SlotParseError, parse_slot, rule_preview, slot_explain, trigger_explain
 from tasks.triggers.heartbeat import rule_ping
-from tasks.views import token_create
 
 
 def add_guard_parsers(sub) -> None:

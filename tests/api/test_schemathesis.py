@@ -14,7 +14,7 @@ import pytest
 from django.utils import timezone
 
 from deadletters.models import DeadLetter
-from tasks.views import token_create
+from harness_site.api.tokens import token_create
 from tests.support.desk import make_failed_run, make_rule, make_user
 
 pytestmark = [pytest.mark.backend]

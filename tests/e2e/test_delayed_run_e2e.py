@@ -9,9 +9,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from harness_site.api.tokens import token_create
 from runs.models import TaskRun
 from tasks.models import DiagnosticRecord
-from tasks.views import token_create
 from tests.e2e.helpers import RUN_TIMEOUT, wait_finished, wait_ticking
 from tests.support.desk import make_user
 
