@@ -1,27 +1,12 @@
-"""/api/v1/: the REST API, its OpenAPI 3 schema and its docs (Swagger UI, Redoc), served from our static files."""
+"""/api/v1/: the REST API, its OpenAPI 3 schema and its docs (Swagger UI, Redoc: harness_site/api/docs.py).
+Any other path under /api/ is a 404 problem document (harness_site/api/surface.py)."""
 
 from django.urls import path
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 from harness_site.api import deadletters, rules, runs
+from harness_site.api.docs import PublicRedocView, PublicSchemaView, PublicSwaggerView
 
 app_name = "api"
-
-
-class PublicSchemaView(SpectacularAPIView):
-    # The schema and docs describe the API; reading them needs no account (the data does).
-    authentication_classes = []
-    permission_classes = []
-
-
-class PublicSwaggerView(SpectacularSwaggerView):
-    authentication_classes = []
-    permission_classes = []
-
-
-class PublicRedocView(SpectacularRedocView):
-    authentication_classes = []
-    permission_classes = []
 
 
 urlpatterns = [
