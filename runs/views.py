@@ -8,7 +8,6 @@ from urllib.parse import urlencode
 from celery import current_app
 from django.conf import settings
 from django.contrib import admin
-from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError
 from django.http import HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
@@ -23,7 +22,7 @@ from deadletters.alert_health import urgent_undeliverable
 from harness_site.api.problems import ApiProblem, problem_json
 from harness_site.api.tokens import bearer_credential, secret_matches
 from harness_site.broker import queue_probe
-from harness_site.desk import now
+from harness_site.desk import now, require_perm
 from runs import selectors
 from runs.dashboard import dashboard_build
 from runs.metrics import metrics_registry
@@ -109,8 +108,24 @@ STATE_COLOURS = {
 }
 
 
+# What the dashboard shows, each with the permission that shows it elsewhere on the desk: run counts,
+# latency, queues and workers (runs), scheduler ticks, dead letters, undeliverable alerts, flow
+# control (pools) and the next fires (rule names). A page needs what its data needs.
+DASHBOARD_PERMS = (
+    "runs.view_taskrun",
+    "runs.view_schedulertick",
+    "deadletters.view_deadletter",
+    "deadletters.view_alert",
+    "tasks.view_pool",
+    "tasks.view_triggerrule",
+)
+FLOW_PERMS = ("tasks.view_pool",)
+
+
 def dashboard_view(request):
     """The dashboard page under /admin/dashboard/: server-rendered CSS bars, no JavaScript, no CDN."""
+    for perm in DASHBOARD_PERMS:
+        require_perm(request, perm)
     started = time.perf_counter()
     d = dashboard_build(now=now())
     peak = max((h["total"] for h in d.hours), default=0) or 1
@@ -182,8 +197,8 @@ FLOW_TOP_KEYS = 5
 def flow_view(request):
     """The flow page under /admin/flow/: each pool's limit, in use, waiting (top keys), shed and
     coalesced in the last hour, and its oldest waiting run (runs/selectors.pool_pressure)."""
-    if not request.user.has_perm("tasks.view_pool"):
-        raise PermissionDenied
+    for perm in FLOW_PERMS:
+        require_perm(request, perm)
     at = now()
     rows = selectors.pool_pressure(now=at, top=FLOW_TOP_KEYS)
     context = {
