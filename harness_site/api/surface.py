@@ -7,12 +7,13 @@ error). This middleware sits first, so that:
 
 1. a body larger than the API takes is refused by its Content-Length, before anything reads it;
 2. any other refusal that is not already a problem document becomes one of the same status, its
-   Allow, WWW-Authenticate and Retry-After headers kept.
+   Allow, WWW-Authenticate and Retry-After headers kept (a 5xx too, except under DEBUG, where the
+   traceback page is worth more; the error is logged by Django either way).
 """
 
 from django.conf import settings
 
-from harness_site.api.problems import MAX_BODY, PROBLEM_TYPE, ApiProblem, problem_json
+from harness_site.api.problems import PROBLEM_TYPE, ApiProblem, body_limit, body_too_large, problem_json
 
 API_PREFIXES = ("/api/", "/metrics")
 # What a refusal says when the code that refused said nothing we can pass on.
@@ -31,16 +32,6 @@ def is_api_path(path: str) -> bool:
     return path.startswith(API_PREFIXES)
 
 
-def body_limit() -> int:
-    """The largest body any API endpoint takes: ours, or Django's DATA_UPLOAD_MAX_MEMORY_SIZE if smaller."""
-    django_limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
-    return MAX_BODY if django_limit is None else min(MAX_BODY, django_limit)
-
-
-def body_too_large() -> ApiProblem:
-    return ApiProblem(413, "body-too-large", f"the body is larger than {body_limit()} bytes")
-
-
 class ApiProblemMiddleware:
     def __init__(self, get_response):
         self.get_response = get_response
@@ -54,6 +45,8 @@ class ApiProblemMiddleware:
         response = self.get_response(request)
         if response.status_code < 400 or response.get("Content-Type", "").startswith(PROBLEM_TYPE):
             return response
+        if response.status_code >= 500 and settings.DEBUG:
+            return response  # a developer's traceback page; production answers the problem below
         return self._as_problem(request, response)
 
     @staticmethod

@@ -129,3 +129,22 @@ def test_metrics_refusals_are_problems(client, settings):
 def test_metrics_off_is_404_problem(client, settings):
     settings.HARNESS = {**settings.HARNESS, "METRICS_TOKEN": ""}
     assert_problem(client.get("/metrics"), 404)
+
+
+@pytest.mark.parametrize("length", ["\uff11\uff12", "12abc", "-1", " 12"])
+def test_a_content_length_that_is_not_a_number_is_400_problem(client, auth, length):
+    response = client.post("/api/v1/rules", b"{}", content_type="application/json", CONTENT_LENGTH=length, **auth)
+    assert_problem(response, 400, code="bad-content-length")
+
+
+def test_a_server_error_on_an_api_path_is_a_problem_that_tells_nothing(client, auth, monkeypatch):
+    from harness_site.api import runs
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("secret internals")
+
+    monkeypatch.setattr(runs, "run_get", broken)
+    client.raise_request_exception = False
+    response = client.get("/api/v1/runs/1", **auth)
+    body = assert_problem(response, 500, code="internal-error")
+    assert b"secret internals" not in response.content and "logged" in body["detail"]
