@@ -1,6 +1,6 @@
 """Which requests are API requests, and the one place their refusals become problem details.
 
-Every API surface (the REST API, the flags and ping API, /metrics) answers every 4xx and 5xx as
+Every API surface (the REST API, the flags and ping API, /metrics, the webhooks) answers every 4xx and 5xx as
 RFC 9457 problem details, whatever raised it: a view, DRF (harness_site.api.problems.problem_handler),
 or Django itself before any view runs (an unknown path, a CSRF failure, a body too large, a server
 error). This middleware sits first, so that:
@@ -15,7 +15,9 @@ from django.conf import settings
 
 from harness_site.api.problems import PROBLEM_TYPE, ApiProblem, body_limit, body_too_large, problem_json
 
-API_PREFIXES = ("/api/", "/metrics")
+API_PREFIXES = ("/api/", "/metrics", "/hooks/")
+# Webhook sources set their own body limit (up to 10 MiB); the webhook view refuses by it, unread.
+BODY_CHECKED_PREFIXES = ("/api/", "/metrics")
 # What a refusal says when the code that refused said nothing we can pass on.
 DETAILS = {
     400: ("bad-request", "the request could not be read"),
@@ -39,7 +41,7 @@ class ApiProblemMiddleware:
     def __call__(self, request):
         if not is_api_path(request.path_info):
             return self.get_response(request)
-        refusal = self._content_length_refusal(request)
+        refusal = self._content_length_refusal(request) if request.path_info.startswith(BODY_CHECKED_PREFIXES) else None
         if refusal is not None:
             return problem_json(refusal, instance=request.path)
         response = self.get_response(request)

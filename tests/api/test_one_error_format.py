@@ -148,3 +148,15 @@ def test_a_server_error_on_an_api_path_is_a_problem_that_tells_nothing(client, a
     response = client.get("/api/v1/runs/1", **auth)
     body = assert_problem(response, 500, code="internal-error")
     assert b"secret internals" not in response.content and "logged" in body["detail"]
+
+
+def test_a_webhook_refusal_is_a_problem_too(client):
+    response = client.post("/hooks/no-such-source/", b"{}", content_type="application/json")
+    assert_problem(response, 404, code="unknown-source")
+    response = client.get("/hooks/no-such-source/")
+    assert_problem(response, 405, code="method-not-allowed")
+    assert response["Allow"] == "POST"
+
+
+def test_an_unknown_webhook_path_is_a_problem(client):
+    assert_problem(client.post("/hooks/a/b/c", b"{}", content_type="application/json"), 404, code="not-found")

@@ -94,7 +94,7 @@ def test_schemathesis_finds_no_5xx_and_no_response_outside_the_schema(live_serve
 
 # --- Hypothesis, in-process: what the schema cannot describe ------------------------------------
 
-# Every API route, with {} where a path parameter goes; the flags and ping API and /metrics too.
+# Every API route, with {} where a path parameter goes; the flags and ping API, /metrics and webhooks too.
 ROUTES = [
     "/api/v1/rules",
     "/api/v1/rules/{}",
@@ -119,6 +119,8 @@ ROUTES = [
     "/api/rules/{}/ping",
     "/api/{}",
     "/metrics",
+    "/hooks/{}/",
+    "/hooks/{}",
 ]
 # Digits that str.isdigit() takes and ASCII does not: full-width, Arabic-Indic, superscript, mathematical.
 UNICODE_DIGITS = [
