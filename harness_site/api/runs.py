@@ -144,8 +144,9 @@ class RunListView(DeskView):
         q = query_text(request, "q")
         if q:
             match = Q(biz_key__icontains=q)
-            if ascii_number(q) is not None:
-                match |= Q(id=ascii_number(q))
+            as_id = ascii_number(q)
+            if as_id is not None:
+                match |= Q(id=as_id)
             runs = runs.filter(match)
         pager = Cursor()
         page = pager.paginate_queryset(runs, request, view=self)

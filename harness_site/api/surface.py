@@ -1,9 +1,9 @@
 """Which requests are API requests, and the one place their refusals become problem details.
 
-Every API surface (the REST API, the flags and ping API, /metrics, the webhooks) answers every 4xx and 5xx as
-RFC 9457 problem details, whatever raised it: a view, DRF (harness_site.api.problems.problem_handler),
-or Django itself before any view runs (an unknown path, a CSRF failure, a body too large, a server
-error). This middleware sits first, so that:
+Every API surface (the REST API, the flags and ping API, /metrics, the webhooks) answers every 4xx
+and 5xx as RFC 9457 problem details, whatever raised it: a view, DRF
+(harness_site.api.problems.problem_handler), or Django itself before any view runs (an unknown path,
+a CSRF failure, a body too large, a server error). This middleware sits first, so that:
 
 1. a body larger than the API takes is refused by its Content-Length, before anything reads it;
 2. any other refusal that is not already a problem document becomes one of the same status, its
@@ -41,7 +41,8 @@ class ApiProblemMiddleware:
     def __call__(self, request):
         if not is_api_path(request.path_info):
             return self.get_response(request)
-        refusal = self._content_length_refusal(request) if request.path_info.startswith(BODY_CHECKED_PREFIXES) else None
+        checked = request.path_info.startswith(BODY_CHECKED_PREFIXES)
+        refusal = self._content_length_refusal(request) if checked else None
         if refusal is not None:
             return problem_json(refusal, instance=request.path)
         response = self.get_response(request)
