@@ -111,6 +111,8 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
+    # First: every API refusal as problem details, even Django's own; oversized bodies refused unread.
+    "harness_site.api.surface.ApiProblemMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     # The admin speaks the browser's language (Accept-Language) among LANGUAGES; after sessions, before common.

@@ -5,7 +5,7 @@ from django.utils.translation import gettext_lazy as _
 from harness_site.display import display_zone_view
 from runs.views import dashboard_view, flow_view, healthz, metrics_view
 from tasks.triggers.webhook import webhook
-from tasks.views import flags_clear_view, flags_list_view, flags_set_view, ping_view
+from tasks.views import FlagClearView, FlagListView, FlagSetView, RulePingView
 
 admin.site.site_header = "Agent Harness"
 admin.site.site_title = "Agent Harness"
@@ -24,11 +24,11 @@ urlpatterns = [
     path("admin/", admin.site.urls),
     # The REST API (harness_site/api, docs/api.md): rules, runs, delayed runs, dead letters; schema and docs.
     path("api/v1/", include("harness_site.api.urls")),
-    # Readiness flags and heartbeat pings (tasks/views.py): token or session, JSON refusals.
-    path("api/flags", flags_list_view, name="api-flags"),
-    path("api/flags/set", flags_set_view, name="api-flags-set"),
-    path("api/flags/clear", flags_clear_view, name="api-flags-clear"),
-    path("api/rules/<str:rule>/ping", ping_view, name="api-rule-ping"),
+    # Readiness flags and heartbeat pings (tasks/views.py): the REST API's tokens and problem details.
+    path("api/flags", FlagListView.as_view(), name="api-flags"),
+    path("api/flags/set", FlagSetView.as_view(), name="api-flags-set"),
+    path("api/flags/clear", FlagClearView.as_view(), name="api-flags-clear"),
+    path("api/rules/<str:rule>/ping", RulePingView.as_view(), name="api-rule-ping"),
     # Any source name reaches the view, so an unknown one gets a JSON refusal, not an HTML 404;
     # without the slash too, since a POST cannot follow an APPEND_SLASH redirect.
     path("hooks/<str:source>/", webhook, name="event-webhook"),

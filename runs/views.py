@@ -1,7 +1,5 @@
 """HTTP edges of the runs app: /healthz and /metrics for outside monitors, the dashboard and the flow page."""
 
-import hashlib
-import hmac
 import logging
 import time
 from datetime import timedelta
@@ -10,7 +8,6 @@ from urllib.parse import urlencode
 from celery import current_app
 from django.conf import settings
 from django.contrib import admin
-from django.core.exceptions import PermissionDenied
 from django.db import DatabaseError
 from django.http import HttpResponse, JsonResponse
 from django.template.response import TemplateResponse
@@ -19,10 +16,13 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.views.decorators.csrf import csrf_exempt
 from prometheus_client.exposition import choose_encoder
+from rest_framework import exceptions
 
 from deadletters.alert_health import urgent_undeliverable
+from harness_site.api.problems import ApiProblem, problem_json
+from harness_site.api.tokens import bearer_credential, secret_matches
 from harness_site.broker import queue_probe
-from harness_site.desk import now
+from harness_site.desk import now, require_perm
 from runs import selectors
 from runs.dashboard import dashboard_build
 from runs.metrics import metrics_registry
@@ -108,8 +108,24 @@ STATE_COLOURS = {
 }
 
 
+# What the dashboard shows, each with the permission that shows it elsewhere on the desk: run counts,
+# latency, queues and workers (runs), scheduler ticks, dead letters, undeliverable alerts, flow
+# control (pools) and the next fires (rule names). A page needs what its data needs.
+DASHBOARD_PERMS = (
+    "runs.view_taskrun",
+    "runs.view_schedulertick",
+    "deadletters.view_deadletter",
+    "deadletters.view_alert",
+    "tasks.view_pool",
+    "tasks.view_triggerrule",
+)
+FLOW_PERMS = ("tasks.view_pool",)
+
+
 def dashboard_view(request):
     """The dashboard page under /admin/dashboard/: server-rendered CSS bars, no JavaScript, no CDN."""
+    for perm in DASHBOARD_PERMS:
+        require_perm(request, perm)
     started = time.perf_counter()
     d = dashboard_build(now=now())
     peak = max((h["total"] for h in d.hours), default=0) or 1
@@ -181,8 +197,8 @@ FLOW_TOP_KEYS = 5
 def flow_view(request):
     """The flow page under /admin/flow/: each pool's limit, in use, waiting (top keys), shed and
     coalesced in the last hour, and its oldest waiting run (runs/selectors.pool_pressure)."""
-    if not request.user.has_perm("tasks.view_pool"):
-        raise PermissionDenied
+    for perm in FLOW_PERMS:
+        require_perm(request, perm)
     at = now()
     rows = selectors.pool_pressure(now=at, top=FLOW_TOP_KEYS)
     context = {
@@ -202,37 +218,31 @@ def metrics_view(request):
 
     Off (404) unless HARNESS_METRICS_TOKEN is set; then only `Authorization: Bearer <token>` is
     answered (401 otherwise). `manage.py metrics_serve` serves them on an address of their own instead.
+    Refusals are problem details, like every API's (harness_site/api/problems.py).
     """
     token = settings.HARNESS["METRICS_TOKEN"]
     if not token:
-        return JsonResponse(
-            {
-                "error": "metrics_disabled",
-                "detail": "set HARNESS_METRICS_TOKEN, or run manage.py metrics_serve on an address of its own",
-            },
-            status=404,
-        )
+        detail = "set HARNESS_METRICS_TOKEN, or run manage.py metrics_serve on an address of its own"
+        return _problem(request, ApiProblem(404, "metrics-disabled", detail))
     if request.method not in ("GET", "HEAD"):
-        response = JsonResponse({"error": "method_not_allowed", "detail": "GET /metrics"}, status=405)
-        response["Allow"] = "GET, HEAD"
-        return response
-    given = request.headers.get("Authorization", "")
-    scheme, _sep, credential = given.partition(" ")
-    # Compare digests, so neither the length nor a prefix of the token leaks through timing.
-    if scheme.lower() != "bearer" or not hmac.compare_digest(_digest(credential.strip()), _digest(token)):
-        response = JsonResponse(
-            {"error": "unauthorized", "detail": "send Authorization: Bearer <HARNESS_METRICS_TOKEN>"}, status=401
+        return _problem(request, ApiProblem(405, "method-not-allowed", "GET /metrics"), Allow="GET, HEAD")
+    try:
+        given = bearer_credential(request)
+    except exceptions.AuthenticationFailed:
+        given = None
+    if given is None or not secret_matches(given, token):
+        detail = "send Authorization: Bearer <HARNESS_METRICS_TOKEN>"
+        return _problem(
+            request, ApiProblem(401, "authentication-failed", detail), **{"WWW-Authenticate": 'Bearer realm="metrics"'}
         )
-        response["WWW-Authenticate"] = 'Bearer realm="metrics"'
-        return response
     encoder, content_type = choose_encoder(request.headers.get("Accept", ""))
     try:
         body = encoder(metrics_registry())
     except DatabaseError as exc:
         log.warning("metrics: database unreachable: %s", _one_line(exc))
-        return JsonResponse({"error": "database_unreachable", "detail": _one_line(exc)}, status=503)
+        return _problem(request, ApiProblem(503, "database-unreachable", _one_line(exc)))
     return HttpResponse(body, content_type=content_type)
 
 
-def _digest(value: str) -> bytes:
-    return hashlib.sha256(value.encode("utf-8", "surrogatepass")).digest()
+def _problem(request, problem: ApiProblem, **headers):
+    return problem_json(problem, instance=request.path, headers=headers)

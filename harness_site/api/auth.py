@@ -1,33 +1,22 @@
 """Who is asking, and may they: the existing hashed ApiToken (Bearer) or a session with CSRF, and
 the admin's own permissions (harness_site/audit/roles.py groups), narrowed by a token's scopes."""
 
-from django.utils import timezone
 from drf_spectacular.extensions import OpenApiAuthenticationExtension
 from rest_framework import authentication, exceptions, permissions
 
+from harness_site.api.tokens import bearer_credential, token_find
 from tasks.models import ApiToken
-from tasks.views import token_hash
 
 
 class BearerTokenAuthentication(authentication.BaseAuthentication):
-    """`Authorization: Bearer <token>`: an ApiToken acting with its user's permissions, within its scopes."""
-
-    keyword = "bearer"
+    """`Authorization: Bearer <token>` (harness_site.api.tokens): an ApiToken acting with its user's
+    permissions, within its scopes. No header: the next authenticator (a session) is asked."""
 
     def authenticate(self, request):
-        header = request.headers.get("Authorization", "")
-        if not header:
+        token = bearer_credential(request)
+        if token is None:
             return None
-        scheme, _, token = header.partition(" ")
-        if scheme.lower() != self.keyword or not token.strip():
-            raise exceptions.AuthenticationFailed("Authorization must be 'Bearer <token>'.")
-        token = token.strip()
-        if "\x00" in token or len(token) > 200:
-            raise exceptions.AuthenticationFailed("unknown or revoked token")
-        found = ApiToken.objects.select_related("user").filter(token_hash=token_hash(token)).first()
-        if found is None or not found.user.is_active:
-            raise exceptions.AuthenticationFailed("unknown or revoked token")
-        ApiToken.objects.filter(pk=found.pk).update(last_used_at=timezone.now())
+        found = token_find(token)
         return found.user, found
 
     def authenticate_header(self, request):

@@ -9,6 +9,7 @@ from rest_framework.views import APIView
 from harness_site.api.problems import PROBLEM_TYPE, ApiProblem, ProblemSerializer, invalid
 
 MAX_QUERY_VALUE = 255  # a biz_key is at most 255 characters; nothing we store is longer
+MAX_ID_DIGITS = 18  # a bigint has 19 digits; 18 always fit
 
 
 class DeskView(APIView):
@@ -43,6 +44,16 @@ RULE_NAME = OpenApiParameter(
     description="the rule's name",
     examples=[OpenApiExample("a rule", value="daily-report")],
 )
+
+
+def ascii_number(text) -> int | None:
+    """A whole number written in ASCII digits only, at most 18 of them; None for anything else.
+    str.isdigit() and int() also take full-width, Arabic-Indic or superscript digits, signs and
+    spaces: an id or a count spelled so must not name a real object or be used."""
+    text = str(text)
+    if not (text.isascii() and text.isdigit() and len(text) <= MAX_ID_DIGITS):
+        return None
+    return int(text)
 
 
 def query_text(request, name: str) -> str:

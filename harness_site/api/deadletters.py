@@ -7,7 +7,16 @@ from rest_framework.response import Response
 
 from deadletters.models import DeadLetter
 from deadletters.services import DeadLetterError, deadletter_assign, deadletter_close
-from harness_site.api.base import COMMON, TICKET_ID, DeskView, problems, query_choice, query_text, validated
+from harness_site.api.base import (
+    COMMON,
+    TICKET_ID,
+    DeskView,
+    ascii_number,
+    problems,
+    query_choice,
+    query_text,
+    validated,
+)
 from harness_site.api.problems import ApiProblem, invalid
 from harness_site.api.runs import Cursor, paginated
 from harness_site.api.serializers import (
@@ -24,14 +33,10 @@ VIEW = ("deadletters.view_deadletter",)
 
 
 def ticket_get(ticket_id) -> DeadLetter:
-    text = str(ticket_id)
-    found = (
-        DeadLetter.objects.select_related("owner").filter(id=text).first()
-        if text.isdigit() and len(text) < 19
-        else None
-    )
+    number = ascii_number(ticket_id)
+    found = DeadLetter.objects.select_related("owner").filter(id=number).first() if number is not None else None
     if found is None:
-        raise ApiProblem(404, "unknown-ticket", f"no dead-letter ticket with id {text[:30]}", field="id")
+        raise ApiProblem(404, "unknown-ticket", f"no dead-letter ticket with id {str(ticket_id)[:30]!r}", field="id")
     return found
 
 

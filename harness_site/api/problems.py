@@ -7,8 +7,9 @@
 request as a whole); `errors` lists every one. Nothing a client sends gives a 500.
 """
 
+from django.conf import settings
 from django.core.exceptions import PermissionDenied as DjangoPermissionDenied
-from django.http import Http404
+from django.http import Http404, JsonResponse
 from rest_framework import exceptions, parsers, serializers
 from rest_framework.response import Response
 
@@ -43,6 +44,16 @@ class ApiProblem(exceptions.APIException):
         self.extra = extra
 
 
+def body_limit() -> int:
+    """The largest body any API endpoint takes: ours, or Django's DATA_UPLOAD_MAX_MEMORY_SIZE if smaller."""
+    django_limit = settings.DATA_UPLOAD_MAX_MEMORY_SIZE
+    return MAX_BODY if django_limit is None else min(MAX_BODY, django_limit)
+
+
+def body_too_large() -> ApiProblem:
+    return ApiProblem(413, "body-too-large", f"the body is larger than {body_limit()} bytes")
+
+
 def invalid(field: str, detail: str, *, code: str = "invalid-field") -> ApiProblem:
     return ApiProblem(400, code, detail, field=field)
 
@@ -70,6 +81,8 @@ TITLES = {
     415: "Unsupported media type",
     428: "Precondition required",
     429: "Too many requests",
+    500: "Internal error",
+    503: "Service unavailable",
 }
 CODES = {
     exceptions.NotAuthenticated: "authentication-required",
@@ -84,7 +97,7 @@ CODES = {
 }
 
 
-def problem_response(exc: ApiProblem, *, instance: str = "", headers: dict | None = None) -> Response:
+def problem_body(exc: ApiProblem, *, instance: str = "") -> dict:
     body = {
         "type": TYPE_PREFIX + exc.code,
         "title": exc.title or TITLES.get(exc.status_code, "Error"),
@@ -96,7 +109,20 @@ def problem_response(exc: ApiProblem, *, instance: str = "", headers: dict | Non
     }
     if instance:
         body["instance"] = instance
-    return Response(body, status=exc.status_code, content_type=PROBLEM_TYPE, headers=headers)
+    return body
+
+
+def problem_response(exc: ApiProblem, *, instance: str = "", headers: dict | None = None) -> Response:
+    return Response(
+        problem_body(exc, instance=instance), status=exc.status_code, content_type=PROBLEM_TYPE, headers=headers
+    )
+
+
+def problem_json(exc: ApiProblem, *, instance: str = "", headers: dict | None = None) -> JsonResponse:
+    """The same document outside DRF: for errors raised before a view runs, and plain Django views."""
+    return JsonResponse(
+        problem_body(exc, instance=instance), status=exc.status_code, content_type=PROBLEM_TYPE, headers=headers
+    )
 
 
 def problem_handler(exc, context):
@@ -155,10 +181,12 @@ class StrictJSONParser(parsers.JSONParser):
     NaN or Infinity, no NUL, bounded nesting and number size; the fault is named."""
 
     def parse(self, stream, media_type=None, parser_context=None):
-        # Read at most one byte past the limit: a client cannot make the server hold a huge body.
-        raw = stream.read(MAX_BODY + 1) if stream is not None else b""
-        if len(raw) > MAX_BODY:
-            raise ApiProblem(413, "body-too-large", f"the body is larger than {MAX_BODY} bytes")
+        # Read at most one byte past the limit: a client cannot make the server hold a huge body,
+        # even where harness_site.api.surface has not refused it by its Content-Length already.
+        limit = body_limit()
+        raw = stream.read(limit + 1) if stream is not None else b""
+        if len(raw) > limit:
+            raise body_too_large()
         try:
             return strict_loads(raw)
         except ValueError as exc:

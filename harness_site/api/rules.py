@@ -13,7 +13,16 @@ from drf_spectacular.utils import OpenApiParameter, OpenApiResponse, extend_sche
 from rest_framework import serializers
 from rest_framework.response import Response
 
-from harness_site.api.base import COMMON, RULE_NAME, DeskView, body_object, problems, query_text, validated
+from harness_site.api.base import (
+    COMMON,
+    RULE_NAME,
+    DeskView,
+    ascii_number,
+    body_object,
+    problems,
+    query_text,
+    validated,
+)
 from harness_site.api.problems import ApiProblem, invalid
 from harness_site.api.serializers import (
     ClaimSerializer,
@@ -333,13 +342,13 @@ class RulePreviewView(_RuleActionView):
     )
     def get(self, request, name: str):
         rule = rule_get(name)
-        text = query_text(request, "count") or "10"
-        if not text.isdigit() or not 1 <= int(text) <= MAX_PREVIEW:
-            raise invalid("count", f"a whole number from 1 to {MAX_PREVIEW}")
+        count = ascii_number(query_text(request, "count") or "10")
+        if count is None or not 1 <= count <= MAX_PREVIEW:
+            raise invalid("count", f"a whole number from 1 to {MAX_PREVIEW}, in ASCII digits")
         if rule.kind == TriggerRule.Kind.EVENT:
             return Response([])
         try:
-            fires = rule_preview(rule, at=timezone.now(), count=int(text)).fires
+            fires = rule_preview(rule, at=timezone.now(), count=count).fires
         except ValueError as exc:  # a rule saved without its checks (shell, old data): say so, never a 500
             raise ApiProblem(409, "invalid-rule", f"cannot preview the rule: {exc}") from None
         return Response(

@@ -13,6 +13,8 @@ from harness_site.api.base import (
     COMMON,
     RUN_ID,
     DeskView,
+    ascii_number,
+    body_object,
     problems,
     query_bool,
     query_choice,
@@ -20,6 +22,7 @@ from harness_site.api.base import (
     query_text,
     validated,
 )
+from harness_site.api.idempotency import idempotency_check, request_fingerprint
 from harness_site.api.problems import ApiProblem, invalid
 from harness_site.api.serializers import (
     ClaimSerializer,
@@ -53,7 +56,7 @@ class Cursor(pagination.CursorPagination):
 
     def get_page_size(self, request):
         text = request.query_params.get(self.page_size_query_param, "")
-        if text and (not text.isdigit() or not 1 <= int(text) <= self.max_page_size):
+        if text and not 1 <= (ascii_number(text) or 0) <= self.max_page_size:
             raise invalid("limit", f"a whole number from 1 to {self.max_page_size}")
         return super().get_page_size(request)
 
@@ -70,9 +73,10 @@ def paginated(name: str, item) -> serializers.Serializer:
 
 
 def run_get(run_id) -> TaskRun:
-    found = TaskRun.objects.filter(id=run_id).first() if str(run_id).isdigit() and len(str(run_id)) < 19 else None
+    number = ascii_number(run_id)
+    found = TaskRun.objects.filter(id=number).first() if number is not None else None
     if found is None:
-        raise ApiProblem(404, "unknown-run", f"no run with id {str(run_id)[:30]}", field="id")
+        raise ApiProblem(404, "unknown-run", f"no run with id {str(run_id)[:30]!r}", field="id")
     return found
 
 
@@ -140,8 +144,9 @@ class RunListView(DeskView):
         q = query_text(request, "q")
         if q:
             match = Q(biz_key__icontains=q)
-            if q.isdigit() and len(q) < 19:
-                match |= Q(id=int(q))
+            as_id = ascii_number(q)
+            if as_id is not None:
+                match |= Q(id=as_id)
             runs = runs.filter(match)
         pager = Cursor()
         page = pager.paginate_queryset(runs, request, view=self)
@@ -150,13 +155,15 @@ class RunListView(DeskView):
     @extend_schema(
         operation_id="runs_schedule_once",
         request=ScheduleOnceSerializer,
-        responses={201: ClaimSerializer, 200: ClaimSerializer, **problems(*COMMON, 404)},
+        responses={201: ClaimSerializer, 200: ClaimSerializer, **problems(*COMMON, 404, 409)},
         description="A delayed one-time run, kept in the database as a pending run due at run_at (or after "
-        "delay_seconds). The idempotency key becomes its biz_key: a repeat returns the same run "
-        "(200, created false). Cancel it with POST /runs/{id}/cancel or in the admin.",
+        "delay_seconds). The idempotency key becomes its biz_key: a repeat of the same request returns the "
+        "same run (200, created false); the same key with another body is refused (409, "
+        "idempotency-key-reused). Cancel it with POST /runs/{id}/cancel or in the admin.",
     )
     def post(self, request):
         data = validated(ScheduleOnceSerializer, request)
+        fingerprint = request_fingerprint(body_object(request))
         rule = None
         if data.get("rule"):
             rule = TriggerRule.objects.filter(name=data["rule"]).first() if "\x00" not in data["rule"] else None
@@ -184,9 +191,12 @@ class RunListView(DeskView):
                 timezone=data.get("timezone") or None,
                 delay_seconds=data.get("delay_seconds"),
                 reason=data.get("reason", ""),
+                fingerprint=fingerprint,
             )
         except OnceError as exc:
             raise invalid(exc.field, str(exc)) from None
+        if not claim.created:
+            idempotency_check(key=data["idempotency_key"], fingerprint=fingerprint, payload=claim.run.payload)
         body = ClaimSerializer({"created": claim.created, "run": claim.run}).data
         return Response(
             body, status=201 if claim.created else 200, headers={"Location": f"/api/v1/runs/{claim.run.id}"}

@@ -9,6 +9,47 @@ from runs.models import Attempt, Decision, TaskRun
 from tasks.models import TriggerRule
 from tasks.services import EXPORT_FIELDS, IMPORT_TYPES, NULLABLE_IMPORT_FIELDS, REQUIRED_IMPORT_FIELDS
 
+# --- strict JSON types ------------------------------------------------------------------------
+# DRF coerces: a CharField takes 5 as "5", a FloatField takes true as 1.0 and "60" as 60.0, a
+# BooleanField takes "yes" and 1. The API takes each value as the JSON type it documents.
+
+
+class StrictCharField(serializers.CharField):
+    default_error_messages = {"invalid": "must be a JSON string."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, str):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictFloatField(serializers.FloatField):
+    default_error_messages = {"invalid": "must be a JSON number (not a string or a boolean)."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int | float):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictIntegerField(serializers.IntegerField):
+    default_error_messages = {"invalid": "must be a whole JSON number (not a string or a boolean)."}
+
+    def to_internal_value(self, data):
+        if isinstance(data, bool) or not isinstance(data, int):
+            self.fail("invalid")
+        return super().to_internal_value(data)
+
+
+class StrictBooleanField(serializers.BooleanField):
+    default_error_messages = {"invalid": "must be true or false."}
+
+    def to_internal_value(self, data):
+        if not isinstance(data, bool):
+            self.fail("invalid")
+        return data
+
+
 # --- rules ---------------------------------------------------------------------------------
 
 
@@ -22,7 +63,7 @@ def _input_field(name: str, *, creating: bool) -> serializers.Field:
         "help_text": str(model_field.help_text or model_field.verbose_name),
     }
     if name == "agent":
-        return serializers.CharField(allow_blank=True, **{**opts, "allow_null": True})
+        return StrictCharField(allow_blank=True, **{**opts, "allow_null": True})
     if name == "output_schema":
         return serializers.JSONField(**{**opts, "allow_null": True})
     if getattr(model_field, "choices", None):
@@ -30,17 +71,17 @@ def _input_field(name: str, *, creating: bool) -> serializers.Field:
     if name == "run_at":
         return serializers.DateTimeField(**opts)
     if kind is str:
-        return serializers.CharField(allow_blank=True, trim_whitespace=False, **opts)
+        return StrictCharField(allow_blank=True, trim_whitespace=False, **opts)
     if kind is bool:
-        return serializers.BooleanField(**opts)
+        return StrictBooleanField(**opts)
     if kind is dict:
         return serializers.DictField(**opts)
     if kind is list:
-        return serializers.ListField(child=serializers.CharField(), **opts)
+        return serializers.ListField(child=StrictCharField(), **opts)
     if kind is int:
-        return serializers.IntegerField(**opts)
+        return StrictIntegerField(**opts)
     if isinstance(kind, tuple):  # a number: int or float
-        return serializers.FloatField(**opts)
+        return StrictFloatField(**opts)
     return serializers.JSONField(**opts)
 
 
@@ -78,21 +119,21 @@ class RuleSerializer(serializers.ModelSerializer):
 
 
 class ReasonSerializer(serializers.Serializer):
-    reason = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False)
+    reason = StrictCharField(required=False, allow_blank=True, default="", trim_whitespace=False)
 
 
 class RequiredReasonSerializer(serializers.Serializer):
-    reason = serializers.CharField(help_text="Why; kept on the rule and in the audit log.", trim_whitespace=False)
+    reason = StrictCharField(help_text="Why; kept on the rule and in the audit log.", trim_whitespace=False)
 
 
 class RunNowSerializer(serializers.Serializer):
-    slot = serializers.CharField(
+    slot = StrictCharField(
         required=False,
         allow_blank=True,
         help_text="ISO 8601; without an offset it is read in the rule's timezone. Empty: this minute.",
     )
-    biz_key = serializers.CharField(required=False, allow_blank=True, help_text="Instead of a slot: this business key.")
-    reason = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False)
+    biz_key = StrictCharField(required=False, allow_blank=True, help_text="Instead of a slot: this business key.")
+    reason = StrictCharField(required=False, allow_blank=True, default="", trim_whitespace=False)
 
 
 # --- runs ----------------------------------------------------------------------------------
@@ -178,19 +219,19 @@ class ClaimSerializer(serializers.Serializer):
 class ScheduleOnceSerializer(serializers.Serializer):
     """A delayed one-time run: a rule or a skill, when, and the idempotency key that becomes its biz_key."""
 
-    idempotency_key = serializers.CharField(
+    idempotency_key = StrictCharField(
         max_length=200, help_text="Names this unit of work; a repeat returns the same run (the biz_key)."
     )
-    rule = serializers.CharField(required=False, help_text="A rule's name (its skill, identity and policy).")
-    skill = serializers.CharField(required=False, help_text="A registered skill, run with no rule.")
+    rule = StrictCharField(required=False, help_text="A rule's name (its skill, identity and policy).")
+    skill = StrictCharField(required=False, help_text="A registered skill, run with no rule.")
     params = serializers.DictField(required=False, help_text="Laid over the rule's params.")
-    run_at = serializers.CharField(
+    run_at = StrictCharField(
         required=False,
         help_text="ISO 8601 instant with an offset, or a local time with `timezone`.",
     )
-    timezone = serializers.CharField(required=False, help_text="IANA zone for a run_at without offset.")
-    delay_seconds = serializers.FloatField(required=False, help_text="Instead of run_at: seconds from now.")
-    reason = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False)
+    timezone = StrictCharField(required=False, help_text="IANA zone for a run_at without offset.")
+    delay_seconds = StrictFloatField(required=False, help_text="Instead of run_at: seconds from now.")
+    reason = StrictCharField(required=False, allow_blank=True, default="", trim_whitespace=False)
 
 
 # --- dead letters --------------------------------------------------------------------------
@@ -225,12 +266,12 @@ class DeadLetterSerializer(serializers.ModelSerializer):
 
 
 class CloseSerializer(serializers.Serializer):
-    note = serializers.CharField(help_text="Why it needs no replay.", trim_whitespace=False)
+    note = StrictCharField(help_text="Why it needs no replay.", trim_whitespace=False)
 
 
 class AssignSerializer(serializers.Serializer):
-    owner = serializers.CharField(allow_null=True, help_text="A staff username; null: unassign.")
-    reason = serializers.CharField(required=False, allow_blank=True, default="", trim_whitespace=False)
+    owner = StrictCharField(allow_null=True, help_text="A staff username; null: unassign.")
+    reason = StrictCharField(required=False, allow_blank=True, default="", trim_whitespace=False)
 
 
 class ReplaySerializer(serializers.Serializer):

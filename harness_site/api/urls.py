@@ -1,42 +1,12 @@
-"""/api/v1/: the REST API, its OpenAPI 3 schema and its docs (Swagger UI, Redoc), served from our static files."""
+"""/api/v1/: the REST API, its OpenAPI 3 schema and its docs (Swagger UI, Redoc: harness_site/api/docs.py).
+Any other path under /api/ is a 404 problem document (harness_site/api/surface.py)."""
 
-from django.http import JsonResponse
-from django.urls import path, re_path
-from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
+from django.urls import path
 
 from harness_site.api import deadletters, rules, runs
+from harness_site.api.docs import PublicRedocView, PublicSchemaView, PublicSwaggerView
 
 app_name = "api"
-
-
-class PublicSchemaView(SpectacularAPIView):
-    # The schema and docs describe the API; reading them needs no account (the data does).
-    authentication_classes = []
-    permission_classes = []
-
-
-class PublicSwaggerView(SpectacularSwaggerView):
-    authentication_classes = []
-    permission_classes = []
-
-
-class PublicRedocView(SpectacularRedocView):
-    authentication_classes = []
-    permission_classes = []
-
-
-def not_found(request, *args, **kwargs):
-    """Any other path under /api/v1/: a problem document, not the site's HTML 404."""
-    body = {
-        "type": "urn:agent-harness:problem:not-found",
-        "title": "Not found",
-        "status": 404,
-        "detail": "no such endpoint; see /api/v1/schema/",
-        "field": "",
-        "errors": [],
-        "instance": request.path,
-    }
-    return JsonResponse(body, status=404, content_type="application/problem+json")
 
 
 urlpatterns = [
@@ -60,5 +30,4 @@ urlpatterns = [
     path("deadletters/<str:ticket_id>/replay", deadletters.DeadLetterReplayView.as_view(), name="deadletter-replay"),
     path("deadletters/<str:ticket_id>/close", deadletters.DeadLetterCloseView.as_view(), name="deadletter-close"),
     path("deadletters/<str:ticket_id>/assign", deadletters.DeadLetterAssignView.as_view(), name="deadletter-assign"),
-    re_path(r"^.*$", not_found),
 ]

@@ -9,12 +9,12 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
 from tasks import sentences
+from harness_site.api.tokens import token_create
 from tasks.flags import FlagError, flag_clear, flag_json, flag_list, flag_set
 from tasks.models import TriggerRule
 from tasks.rules.preview import rule_preview
 from tasks.triggers.explain import SlotParseError, parse_slot, slot_explain, trigger_explain
 from tasks.triggers.heartbeat import rule_ping
-from tasks.views import token_create
 
 
 def add_guard_parsers(sub) -> None:

@@ -117,15 +117,19 @@ def schedule_once(
     timezone: str | None = None,
     delay_seconds: float | None = None,
     reason: str = "",
+    fingerprint: str = "",
 ) -> ClaimResult:
     """Claim a one-time run of `rule` (or of a bare `skill`) due at `run_at` / after `delay_seconds`.
 
     The run is inserted now, pending with run_after at the due instant; the sweeper dispatches it
     then. A repeat of the idempotency key (for the same rule or skill) is a dedupe hit: the run made
-    first is returned with created False, whatever else the repeat asks (the first request wins). A
+    first is returned with created False, whatever else the repeat asks (the first request wins;
+    the REST API refuses a repeat whose fingerprint differs). A
     run at or before `now` is dispatched at once. With a rule the run carries the rule's identity,
     retry policy and snapshot, and `params` are laid over the rule's. Raises OnceError with the field
-    at fault; writes an audit row for a new run in the claim's transaction.
+    at fault; writes an audit row for a new run in the claim's transaction. `fingerprint` (the
+    caller's hash of its request, harness_site.api.idempotency) is kept with the run, in the same
+    INSERT, so a repeat can be told from another request under the same key.
     """
     if (rule is None) == (not skill):
         raise OnceError("skill", "Give a rule or a skill (exactly one).")
@@ -176,7 +180,12 @@ def schedule_once(
         ) from None
     except (KeyError, ValueError) as exc:  # the rule's object-key template cannot be rendered
         raise OnceError("rule", f"Cannot render the rule's object key: {exc}") from None
-    work.payload["once"] = {"key": idempotency_key, "due_at": due.utc.isoformat(), "requested_at": now.isoformat()}
+    work.payload["once"] = {
+        "key": idempotency_key,
+        "due_at": due.utc.isoformat(),
+        "requested_at": now.isoformat(),
+        "fingerprint": fingerprint,
+    }
     with transaction.atomic():
         claim = run_claim(work, now=now)
         if claim.created:

@@ -11,9 +11,9 @@ import httpx
 import pytest
 from django.utils import timezone
 
+from harness_site.api.tokens import token_create
 from runs.models import TaskRun
 from tasks.models import TriggerRule
-from tasks.views import token_create
 from tests.support.desk import make_user
 
 pytestmark = [pytest.mark.backend]

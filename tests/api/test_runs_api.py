@@ -123,7 +123,7 @@ def test_a_delayed_run_is_a_pending_run_due_later_and_a_repeat_returns_it(admin_
     assert run.biz_key == "skill/harness.noop/once-key/cb%3A7" and run.payload["params"] == {"note": "call back"}
     assert run.dispatched_at is None  # no broker countdown: the sweeper sends it when due
     assert first["Location"] == f"/api/v1/runs/{run.id}"
-    again = admin_api.post("/api/v1/runs", {**body, "delay_seconds": 5})
+    again = admin_api.post("/api/v1/runs", body)
     assert again.status_code == 200 and again.json() == {"created": False, "run": again.json()["run"]}
     assert again.json()["run"]["id"] == run.id and TaskRun.objects.count() == 1
     assert TaskRun.objects.get().dedupe_hits == 1

@@ -9,9 +9,9 @@ import pytest
 from django.test import Client
 from django.utils import timezone
 
+from harness_site.api.tokens import token_create
 from runs.models import TaskRun
 from tasks.models import DiagnosticRecord
-from tasks.views import token_create
 from tests.e2e.helpers import RUN_TIMEOUT, wait_finished, wait_ticking
 from tests.support.desk import make_user
 
@@ -44,9 +44,12 @@ def test_a_delayed_run_survives_a_worker_restart_and_starts_on_time(harness):
     ready = timezone.now()
     print(f"\n[e2e delayed run] w2 ticking {time.monotonic() - restarted:.2f}s after the restart")
 
-    repeat = api.post("/api/v1/runs", {**body, "delay_seconds": 60}, content_type="application/json")
+    # The same request again answers the first run; the same key with another delay is refused.
+    repeat = api.post("/api/v1/runs", body, content_type="application/json")
     assert repeat.status_code == 200 and repeat.json()["created"] is False
     assert repeat.json()["run"]["id"] == run.id
+    other = api.post("/api/v1/runs", {**body, "delay_seconds": 60}, content_type="application/json")
+    assert other.status_code == 409 and other.json()["key"] == "remind:e2e"
 
     done = wait_finished(run, timeout=RUN_TIMEOUT)
     lateness = (done.start_at - done.run_after).total_seconds()
@@ -62,4 +65,5 @@ def test_a_delayed_run_survives_a_worker_restart_and_starts_on_time(harness):
     assert after_ready < LATE_BOUND
     assert done.executed_by.startswith("w2@") and done.attempts == 1
     assert DiagnosticRecord.objects.filter(run_id=run.id).count() == 1
-    assert TaskRun.objects.filter(biz_key=run.biz_key).count() == 1 and done.dedupe_hits == 1
+    # Both later requests met the key (the refused one too): counted as dedupe hits, no second run.
+    assert TaskRun.objects.filter(biz_key=run.biz_key).count() == 1 and done.dedupe_hits == 2

@@ -163,7 +163,7 @@ def test_an_empty_deployment_scrapes_cleanly():
 def test_metrics_are_off_without_a_token_and_refuse_a_wrong_one(client, settings):
     settings.HARNESS = {**settings.HARNESS, "METRICS_TOKEN": ""}
     off = client.get("/metrics")
-    assert off.status_code == 404 and off.json()["error"] == "metrics_disabled"
+    assert off.status_code == 404 and off.json()["type"].endswith(":metrics-disabled")
 
     settings.HARNESS = {**settings.HARNESS, "METRICS_TOKEN": TOKEN}
     assert client.get("/metrics").status_code == 401

@@ -5,7 +5,7 @@ import json
 from django.test import Client
 from django.utils import timezone
 
-from tasks.views import token_create
+from harness_site.api.tokens import token_create
 
 PROBLEM = "application/problem+json"
 

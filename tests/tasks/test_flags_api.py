@@ -1,4 +1,4 @@
-"""The readiness-flag and ping HTTP API: token or session auth, JSON in and out, 4xx with a reason."""
+"""The readiness-flag and ping HTTP API: token or session auth, JSON in, problem details with a reason out."""
 
 import json
 from datetime import UTC, datetime
@@ -9,8 +9,8 @@ from django.contrib.auth.models import Permission
 from django.test import Client
 from django.utils import timezone
 
+from harness_site.api.tokens import token_create
 from tasks.models import ApiToken, ReadinessFlag
-from tasks.views import token_create
 from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.django_db
@@ -55,7 +55,7 @@ def test_a_token_sets_lists_and_clears_a_flag(client):
 @pytest.mark.parametrize(
     ("headers", "status", "reason"),
     [
-        ({}, 401, "authentication required"),
+        ({}, 401, "Authentication required"),
         ({"HTTP_AUTHORIZATION": "Bearer nope"}, 401, "unknown or revoked token"),
         ({"HTTP_AUTHORIZATION": "Basic abc"}, 401, "Bearer <token>"),
     ],
@@ -63,14 +63,14 @@ def test_a_token_sets_lists_and_clears_a_flag(client):
 def test_it_refuses_without_valid_credentials(client, headers, status, reason):
     response = post(client, "/api/flags/set", FLAG, **headers)
     assert response.status_code == status
-    assert reason in response.json()["error"]
+    assert reason in response.json()["detail"]
     assert not ReadinessFlag.objects.exists()
 
 
 def test_it_refuses_without_the_permission(client):
     response = post(client, "/api/flags/set", FLAG, **bearer(user_with("view_readinessflag")))
     assert response.status_code == 403
-    assert "tasks.add_readinessflag" in response.json()["error"]
+    assert "tasks.add_readinessflag" in response.json()["detail"]
 
 
 @pytest.mark.parametrize(
@@ -88,13 +88,13 @@ def test_it_refuses_without_the_permission(client):
 def test_it_refuses_bad_bodies_with_a_reason(client, body, reason):
     response = post(client, "/api/flags/set", body, **bearer(user_with("add_readinessflag")))
     assert response.status_code == 400
-    assert reason in response.json()["error"]
+    assert reason in response.json()["detail"]
     assert not ReadinessFlag.objects.exists()
 
 
 def test_it_refuses_an_oversized_body_and_a_wrong_method(client):
     auth = bearer(user_with("add_readinessflag"))
-    big = post(client, "/api/flags/set", {**FLAG, "note": "x" * 20000}, **auth)
+    big = post(client, "/api/flags/set", {**FLAG, "note": "x" * 300_000}, **auth)
     assert big.status_code == 413
     assert client.get("/api/flags/set", **auth).status_code == 405
 
@@ -104,7 +104,7 @@ def test_a_session_needs_the_csrf_token():
     strict = Client(enforce_csrf_checks=True)
     strict.force_login(user)
     refused = post(strict, "/api/flags/set", FLAG)
-    assert refused.status_code == 403 and "CSRF" in refused.json()["error"]
+    assert refused.status_code == 403 and "CSRF" in refused.json()["detail"]
     strict.get("/admin/login/")  # sets the csrftoken cookie
     token = strict.cookies["csrftoken"].value
     accepted = post(strict, "/api/flags/set", FLAG, HTTP_X_CSRFTOKEN=token)
@@ -121,7 +121,7 @@ def test_a_heartbeat_ping_through_the_api(client):
     assert fires > datetime.now(UTC)
     assert post(client, "/api/rules/nope/ping", {}, **auth).status_code == 404
     wrong = post(client, "/api/rules/cron/ping", {}, **auth)
-    assert wrong.status_code == 400 and "not a heartbeat rule" in wrong.json()["error"]
+    assert wrong.status_code == 400 and "not a heartbeat rule" in wrong.json()["detail"]
 
 
 # "$" matches before a trailing newline, and a scope was any text: a flag could forge log lines.
@@ -174,6 +174,6 @@ def test_it_refuses_a_note_with_a_nul(client):
     response = post(client, "/api/flags/set", {**FLAG, "note": "load done\x00"}, **auth)
 
     # Strict JSON refuses it before any field is read, naming where it is.
-    assert response.status_code == 400 and response.json()["reason"] == "malformed_json"
-    assert "$.note: contains a NUL character" in response.json()["error"]
+    assert response.status_code == 400 and response.json()["type"].endswith(":malformed-json")
+    assert "$.note: contains a NUL character" in response.json()["detail"]
     assert not ReadinessFlag.objects.exists()

@@ -16,6 +16,7 @@ from django.db import connection
 from django.db.models import Sum
 from django.utils import timezone
 
+from harness_site.api.problems import TYPE_PREFIX as PROBLEM
 from tasks.models import EventMetric, EventRefusal, RefusalCount, TriggerRule, TriggerSource
 from tasks.rules import signatures
 from tasks.triggers.events import REFUSAL_SAMPLE, webhook_intake
@@ -120,7 +121,7 @@ def test_authenticated_refusals_stay_one_row_each(client, source):
         )
         headers = {"X-Harness-Timestamp": ts, "X-Harness-Delivery": f"ok-{i}", "X-Harness-Signature": signature}
         response = client.post("/hooks/billing/", data=EVENT, content_type="application/json", headers=headers)
-        assert response.json()["error"] == "rule_paused"
+        assert response.json()["type"] == PROBLEM + "rule-paused"
     assert EventRefusal.objects.filter(authenticated=True, reason="rule_paused").count() == REFUSAL_SAMPLE + 5
     assert not RefusalCount.objects.exists()
 
@@ -180,12 +181,12 @@ def test_a_replayed_refused_request_is_counted_not_stored_again(client, source):
     before = rows()
 
     answers = {
-        client.post("/hooks/billing/", data=EVENT, content_type="application/json", headers=headers).json()["error"]
+        client.post("/hooks/billing/", data=EVENT, content_type="application/json", headers=headers).json()["type"]
         for _ in range(200)
     }
 
     grown = {label: n - before[label] for label, n in rows().items() if n != before[label]}
-    assert answers == {"rule_paused"}
+    assert answers == {PROBLEM + "rule-paused"}
     assert EventRefusal.objects.filter(authenticated=True, delivery_id="cap-1").count() == 1
     assert RefusalCount.objects.filter(reason="rule_paused").aggregate(n=Sum("count"))["n"] == 199  # the repeats
     assert sum(grown.values()) <= 3, grown  # the row, one counter, one metric

@@ -12,6 +12,7 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
+from harness_site.api.problems import TYPE_PREFIX as PROBLEM
 from runs.models import TaskRun
 from tasks.models import EventDelivery, EventMetric, EventRefusal, RefusalCount, TriggerRule, TriggerSource
 from tasks.rules import events, signatures
@@ -224,7 +225,7 @@ def test_it_refuses_with_its_own_reason_runs_nothing_and_counts_it(client, sourc
 
     assert response.status_code == status, response.content
     body = response.json()
-    assert body["error"] == code and body["detail"]
+    assert body["type"] == PROBLEM + code.replace("_", "-") and body["detail"] and body["status"] == status
     # The replay case makes one run first, with the original delivery; the refused one adds none.
     assert TaskRun.objects.count() == (1 if code == "replayed_delivery" else 0)
     refusal = EventRefusal.objects.get()
@@ -253,7 +254,7 @@ def test_it_refuses_an_oversized_body_that_lies_about_its_length(source):
 def test_it_answers_other_methods_with_json_405(client, source):
     response = client.get("/hooks/billing/")
     assert response.status_code == 405
-    assert response.json()["error"] == "method_not_allowed"
+    assert response.json()["type"] == PROBLEM + "method-not-allowed"
     assert response["Allow"] == "POST"
 
 

@@ -12,6 +12,7 @@ from urllib.parse import urlsplit
 
 import pytest
 
+from harness_site.api.problems import TYPE_PREFIX as PROBLEM
 from runs.models import TaskRun
 from tasks.models import EventRefusal, TriggerSource
 from tasks.rules import signatures
@@ -89,7 +90,7 @@ def test_a_signed_body_we_cannot_store_is_400_malformed_json(client, source, raw
     source.save()
     response = post(client, raw)
     assert response.status_code == 400, response.content
-    assert response.json()["error"] == "malformed_json" and response.json()["detail"]
+    assert response.json()["type"] == PROBLEM + "malformed-json" and response.json()["detail"]
     assert not TaskRun.objects.exists()
     assert EventRefusal.objects.get().authenticated  # signed and fresh: an auditable row
 
@@ -98,7 +99,7 @@ def test_a_signed_body_we_cannot_store_is_400_malformed_json(client, source, raw
 def test_a_bad_delivery_id_is_400_and_stored_escaped(client, source, delivery):
     raw = json.dumps(EVENT).encode()
     response = post(client, raw, headers=signed_headers(raw, delivery))
-    assert (response.status_code, response.json()["error"]) == (400, "bad_delivery_id")
+    assert (response.status_code, response.json()["type"]) == (400, PROBLEM + "bad-delivery-id")
     assert EventRefusal.objects.get().delivery_id == ""  # never the unchecked value
 
 
@@ -106,7 +107,7 @@ def test_a_bad_delivery_id_is_400_and_stored_escaped(client, source, delivery):
 def test_a_source_name_that_cannot_exist_is_404(client, source, path):
     raw = json.dumps(EVENT).encode()
     response = post(client, raw, path=path)
-    assert (response.status_code, response.json()["error"]) == (404, "unknown_source")
+    assert (response.status_code, response.json()["type"]) == (404, PROBLEM + "unknown-source")
     assert "\x00" not in EventRefusal.objects.get().source_name
 
 
@@ -126,7 +127,7 @@ def test_a_python_caller_with_a_nul_is_refused_too(source):
 @pytest.mark.parametrize("length", [str(10**30), str(2**63), "99999999"])
 def test_a_huge_content_length_is_413_through_the_test_client(client, source, length):
     response = post(client, json.dumps(EVENT).encode(), CONTENT_LENGTH=length)
-    assert (response.status_code, response.json()["error"]) == (413, "body_too_large")
+    assert (response.status_code, response.json()["type"]) == (413, PROBLEM + "body-too-large")
     assert EventRefusal.objects.get().body_bytes is None  # the claim is in the detail only
 
 
@@ -134,7 +135,7 @@ def test_a_huge_content_length_is_413_through_the_test_client(client, source, le
 def test_a_negative_or_unreadable_content_length_is_no_500(client, source, length):
     response = post(client, json.dumps(EVENT).encode(), CONTENT_LENGTH=length)
     assert 400 <= response.status_code < 500, response.content
-    assert response.json()["error"]
+    assert response.json()["type"].startswith(PROBLEM)
 
 
 def test_a_huge_content_length_over_a_real_socket_is_413(live_server, source):
@@ -154,4 +155,4 @@ def test_a_huge_content_length_over_a_real_socket_is_413(live_server, source):
             answer += chunk
     status_line, _, rest = answer.partition(b"\r\n")
     assert b" 413 " in status_line, answer[:300]
-    assert json.loads(rest.partition(b"\r\n\r\n")[2])["error"] == "body_too_large"
+    assert json.loads(rest.partition(b"\r\n\r\n")[2])["type"] == PROBLEM + "body-too-large"

@@ -16,6 +16,7 @@ from django.core.exceptions import ValidationError
 from django.urls import reverse
 from standardwebhooks import Webhook
 
+from harness_site.api.problems import TYPE_PREFIX as PROBLEM
 from runs.models import TaskRun
 from tasks.models import EventRefusal, TriggerRule, TriggerSource
 
@@ -99,9 +100,9 @@ def test_it_refuses_a_third_secret_an_expired_signature_and_a_changed_id(client,
     # The webhook-id is signed: the same signature under another id does not verify.
     moved = standard_post(client, OLD, msg_id="msg_a", send_id="msg_b")
 
-    assert (wrong.status_code, wrong.json()["error"]) == (401, "bad_signature")
-    assert (expired.status_code, expired.json()["error"]) == (401, "timestamp_too_old")
-    assert (moved.status_code, moved.json()["error"]) == (401, "bad_signature")
+    assert (wrong.status_code, wrong.json()["type"]) == (401, PROBLEM + "bad-signature")
+    assert (expired.status_code, expired.json()["type"]) == (401, PROBLEM + "timestamp-too-old")
+    assert (moved.status_code, moved.json()["type"]) == (401, PROBLEM + "bad-signature")
     assert not TaskRun.objects.exists()
 
 
@@ -130,7 +131,7 @@ def test_the_harness_scheme_signs_the_delivery_id(client, monkeypatch):
     monkeypatch.setenv(OLD_ENV, HARNESS_SECRET)
     make_source(scheme="harness")
     moved = harness_post(client, HARNESS_SECRET, delivery="dlv-2", signed_delivery="dlv-1")
-    assert (moved.status_code, moved.json()["error"]) == (401, "bad_signature")
+    assert (moved.status_code, moved.json()["type"]) == (401, PROBLEM + "bad-signature")
     assert harness_post(client, HARNESS_SECRET, scheme_v1=True).status_code == 401  # v1 is not v2
     assert harness_post(client, HARNESS_SECRET).status_code == 202
 
@@ -163,7 +164,7 @@ def test_it_never_reads_an_ungranted_variable_even_if_the_row_names_one(client, 
     source = make_source()
     TriggerSource.objects.filter(pk=source.pk).update(secret_env="HOME")
     response = standard_post(client, home)
-    assert (response.status_code, response.json()["error"]) == (503, "secret_unavailable")
+    assert (response.status_code, response.json()["type"]) == (503, PROBLEM + "secret-unavailable")
     assert not TaskRun.objects.exists()
 
 
@@ -181,7 +182,7 @@ def test_a_weak_secret_is_our_fault_503_and_a_warning_in_the_admin(client, admin
     monkeypatch.setenv(OLD_ENV, value)
     source = make_source(scheme=scheme)
     response = harness_post(client, value) if scheme == "harness" else standard_post(client, OLD)
-    assert (response.status_code, response.json()["error"]) == (503, "secret_weak")
+    assert (response.status_code, response.json()["type"]) == (503, PROBLEM + "secret-weak")
     assert value not in response.content.decode() and OLD_ENV not in response.content.decode()
     page = admin_client.get(reverse("admin:tasks_triggersource_change", args=[source.pk])).content.decode()
     assert f"${OLD_ENV} TOO WEAK" in page and value not in page
@@ -191,7 +192,7 @@ def test_an_unset_next_secret_is_503_until_it_is_deployed(client, monkeypatch):
     monkeypatch.setenv(OLD_ENV, OLD)
     make_source(secret_env_next=NEW_ENV)
     response = standard_post(client, OLD)
-    assert (response.status_code, response.json()["error"]) == (503, "secret_unavailable")
+    assert (response.status_code, response.json()["type"]) == (503, PROBLEM + "secret-unavailable")
     monkeypatch.setenv(NEW_ENV, NEW)
     assert standard_post(client, OLD).status_code == 202
 
