@@ -8,8 +8,8 @@ from django.core.management.base import CommandError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 
-from tasks import sentences
 from harness_site.api.tokens import token_create
+from tasks import sentences
 from tasks.flags import FlagError, flag_clear, flag_json, flag_list, flag_set
 from tasks.models import TriggerRule
 from tasks.rules.preview import rule_preview
