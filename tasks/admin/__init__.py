@@ -81,4 +81,4 @@ class DiagnosticRecordAdmin(admin.ModelAdmin):
         return False
 
 
-# Event intake: sources, deliveries, refusals, counters (issue 3, item 7).
+# Event intake: sources, deliveries, refusals, counters.
