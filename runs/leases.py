@@ -309,8 +309,8 @@ class KeyRenewal(_Renewal):
 
 class _Renewals:
     """The process's renewal thread: wakes when the earliest lease is due and renews every due lease
-    in one statement per kind (run leases with their slots; keyed leases), on one connection it
-    gives back after each pass. A forked pool child starts its own (the parent's thread is not there)."""
+    in one statement per kind (run leases with their slots; keyed leases), on a connection it closes
+    after each pass. A forked pool child starts its own (the parent's thread is not there)."""
 
     def __init__(self) -> None:
         self._cond = threading.Condition()
@@ -361,7 +361,8 @@ class _Renewals:
             with self._cond:
                 for r in gone:
                     self._held.pop(id(r), None)
-        store().connection_release()
+        # A pass every ttl/3 at most: no connection is kept between passes (a pool gets it back).
+        store().connection_close()
 
 
 def _renew_runs(batch: list[LeaseRenewer]) -> list[LeaseRenewer | None]:

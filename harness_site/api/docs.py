@@ -7,6 +7,7 @@ fetch from this site alone, since the bundles themselves would reach out: Redoc 
 """
 
 from drf_spectacular.settings import spectacular_settings
+from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
 
 # Both UIs run inline scripts and styles from their templates; Redoc's search runs in a blob: worker.
@@ -41,6 +42,7 @@ class PublicSwaggerView(LocalAssetsOnly, SpectacularSwaggerView):
     authentication_classes = []
     permission_classes = []
 
+    @extend_schema(exclude=True)  # a page, not an operation (the base class says so on its own get)
     def get(self, request, *args, **kwargs):
         response = super().get(request, *args, **kwargs)
         # Swagger UI would show a badge fetched from validator.swagger.io (with our schema's URL).

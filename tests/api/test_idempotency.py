@@ -9,7 +9,7 @@ from django.utils import timezone
 
 from runs.models import TaskRun
 from tests.support.api import assert_problem
-from tests.support.desk import make_rule
+from tests.support.desk import daily_report
 
 pytestmark = [pytest.mark.django_db, pytest.mark.backend]
 
@@ -51,7 +51,7 @@ def test_the_same_key_with_another_request_is_409_naming_the_key(admin_api, chan
 
 
 def test_the_fingerprint_is_kept_with_the_run_that_recorded_the_key(admin_api):
-    rule = make_rule()
+    rule = daily_report()
     admin_api.post("/api/v1/runs", {"rule": rule.name, "delay_seconds": 60, "idempotency_key": "k"})
     fingerprint = TaskRun.objects.get().payload["once"]["fingerprint"]
     assert len(fingerprint) == 64 and int(fingerprint, 16) >= 0

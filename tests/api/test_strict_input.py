@@ -6,7 +6,7 @@ import pytest
 from deadletters.models import DeadLetter
 from runs.models import TaskRun
 from tests.support.api import assert_problem
-from tests.support.desk import make_failed_run, make_rule
+from tests.support.desk import daily_report, make_failed_run
 
 pytestmark = [pytest.mark.django_db, pytest.mark.backend]
 
@@ -46,7 +46,7 @@ def test_a_value_of_the_wrong_json_type_is_400_naming_it(admin_api, change, fiel
     ],
 )
 def test_every_input_serializer_is_strict(admin_api, url, body, field):
-    run = make_failed_run(rule=make_rule())
+    run = make_failed_run(rule=daily_report())
     ticket = DeadLetter.objects.get(run=run)
     assert_problem(admin_api.post(url.format(ticket=ticket.id, run=run.id), body), 400, field=field)
 
@@ -66,7 +66,7 @@ SPELLINGS = {
 
 @pytest.mark.parametrize("spelling", SPELLINGS)
 def test_a_run_or_ticket_id_in_anything_but_ascii_digits_is_404(admin_api, spelling):
-    run = make_failed_run(rule=make_rule())
+    run = make_failed_run(rule=daily_report())
     ticket = DeadLetter.objects.get(run=run)
     for path, found in (("/api/v1/runs/{}", run.id), ("/api/v1/deadletters/{}", ticket.id)):
         assert admin_api.get(path.format(found)).status_code == 200
@@ -75,7 +75,7 @@ def test_a_run_or_ticket_id_in_anything_but_ascii_digits_is_404(admin_api, spell
 
 @pytest.mark.parametrize("count", ["\uff15", "\u0663", "3.0", "-3", "+3"])
 def test_a_preview_count_in_anything_but_ascii_digits_is_400(admin_api, count):
-    make_rule()
+    daily_report()
     assert_problem(admin_api.get("/api/v1/rules/daily-report/preview", count=count), 400, field="count")
 
 
@@ -85,6 +85,6 @@ def test_a_page_size_in_anything_but_ascii_digits_is_400(admin_api, param, value
 
 
 def test_a_run_search_by_id_takes_ascii_digits_only(admin_api):
-    run = make_failed_run(rule=make_rule())
+    run = make_failed_run(rule=daily_report())
     assert [r["id"] for r in admin_api.get("/api/v1/runs", q=str(run.id)).json()["results"]] == [run.id]
     assert admin_api.get("/api/v1/runs", q=chr(0xFF10 + run.id)).json()["results"] == []

@@ -8,14 +8,14 @@ from django.urls import reverse
 
 from deadletters.models import DeadLetter
 from runs.views import DASHBOARD_PERMS
-from tests.support.desk import client_for, make_failed_run, make_rule, make_user
+from tests.support.desk import client_for, daily_report, make_failed_run, make_user
 
 pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
 def objects():
-    rule = make_rule()
+    rule = daily_report()
     run = make_failed_run(rule=rule)
     return {"rule": rule.id, "run": run.id, "ticket": DeadLetter.objects.get(run=run).id}
 
@@ -87,7 +87,7 @@ def test_a_viewer_is_refused_every_page_that_changes_something(objects, name, ke
 
 @pytest.mark.parametrize("perm", DASHBOARD_PERMS)
 def test_the_dashboard_needs_each_permission_of_the_data_it_shows(perm):
-    make_rule()
+    daily_report()
     user = make_user("partial")
     app_label, codename = perm.split(".")
     others = [p for p in DASHBOARD_PERMS if p != perm]
