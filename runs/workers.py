@@ -121,7 +121,8 @@ def worker_status(worker: WorkerHeartbeat, *, now: datetime) -> str:
 
 def worker_health(*, now: datetime) -> dict:
     """Every worker known within WORKER_FORGET_AFTER with its status, for /healthz and the dashboard.
-    `reason` names the first worker that is not ok ("" when all are)."""
+    `reason` names the first worker that is not ok ("" when all are); `code` says the same without
+    its name ("ok", "worker_not_consuming", "worker_not_responding")."""
     rows = []
     workers = list(WorkerHeartbeat.objects.filter(beat_at__gte=now - WORKER_FORGET_AFTER).order_by("name"))
     # A node (celery hostname) started again under a new pid that reports: the old one was restarted.
@@ -149,12 +150,13 @@ def worker_health(*, now: datetime) -> dict:
             }
         )
     bad = [r for r in rows if r["status"] not in ("ok", "restarted") and not r["stopping"]]
-    reason = ""
+    reason, code = "", "ok"
     if bad:
         r = bad[0]
         age = r["last_heartbeat_age_seconds" if r["status"] == "not responding" else "last_progress_age_seconds"]
         reason = f"worker {r['name']} {r['status']} for {age:.0f}s"
-    return {"ok": not bad, "reason": reason, "workers": rows}
+        code = "worker_" + r["status"].replace(" ", "_")
+    return {"ok": not bad, "reason": reason, "code": code, "workers": rows}
 
 
 def worker_held_runs(*, now: datetime) -> set[int]:
