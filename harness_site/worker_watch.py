@@ -189,7 +189,14 @@ class WorkerWatch(threading.Thread):
             stall_seconds=self.stall,
             stopping=self._stopping_since is not None,
         )
-        worker_beat(report, now=now)
+        try:
+            worker_beat(report, now=now)
+        finally:  # a write that failed (a database locked by the stuck pool itself) must not hide the stall
+            self._end_if_stalled(report, now=now, active=len(active), waiting=waiting, stuck=stuck)
+
+    def _end_if_stalled(self, report, *, now, active: int, waiting: int, stuck: int) -> None:
+        from runs.workers import worker_beat
+
         stalled = (now - self.progress_at).total_seconds()
         if stalled > self.stall and self._stopping_since is None:
             log.error(
@@ -198,8 +205,8 @@ class WorkerWatch(threading.Thread):
                 "so that its runner starts it again",
                 self.name_,
                 stalled,
-                len(active) + waiting,
-                len(active),
+                active + waiting,
+                active,
                 stuck,
                 waiting,
             )

@@ -254,3 +254,31 @@ def test_healthz_reports_a_frozen_worker_and_one_that_takes_no_work(harness):
     assert code == 70
     waits = list(TaskRun.objects.filter(biz_key__startswith="waits-"))
     wait_succeeded(waits, timeout=60, what="the runs that waited for the stuck worker to succeed elsewhere")
+
+
+def test_a_pool_process_stuck_mid_run_ends_the_worker_once_its_lease_runs_out(harness):
+    """A pool process stopped inside a run: its task stays "running", its lease renewer stops with it.
+    Every pool process busy used to count as progress for ever; now a task past the stall period
+    without a live lease is stuck, nothing finishes, and the watchdog ends the worker (exit 70) with
+    a log line saying why. A long run whose lease lives is busy, not stuck (test_runs_held_by...)."""
+    worker = harness.worker(
+        "w1",
+        concurrency=1,
+        extra_env={"HARNESS_WORKER_STALL_SECONDS": "6", "HARNESS_WORKER_HEARTBEAT_SECONDS": "0.5"},
+        args=("--queues=celery",),
+    )
+    wait_heartbeat(worker)
+    run = claim("frozen-mid-run", seconds=60)
+    wait_for(lambda: TaskRun.objects.get(id=run.id).state == TaskRun.State.RUNNING, timeout=30, what="the run")
+    time.sleep(1)  # inside the skill's sleep, outside any transaction
+    children = pool_children(worker)
+    for pid in children:
+        os.kill(pid, signal.SIGSTOP)
+    stopped = time.monotonic()
+    code = worker.popen.wait(timeout=60)
+    worker.stopped = True
+    took = time.monotonic() - stopped
+    line = next(line for line in worker.log().splitlines() if "finished and started no task" in line)
+    print(f"\n[e2e stuck mid-run] the watchdog ended the worker ({code}) {took:.1f}s after its pool stopped: {line}")
+    assert code == 70
+    assert "1 running, 1 of them past the stall period without a live lease" in line
