@@ -24,6 +24,7 @@ import time
 import weakref
 from collections.abc import Iterator
 
+from django.conf import settings
 from django.db import connections
 
 log = logging.getLogger("harness.forks")
@@ -131,7 +132,8 @@ def _after_in_parent() -> None:
 
 def _after_in_child() -> None:
     _gate.after_fork_in_child()
-    _fresh_connections_in_child()
+    if settings.configured:  # a process that never set Django up has no connection to drop
+        _fresh_connections_in_child()
 
 
 os.register_at_fork(before=_before, after_in_parent=_after_in_parent, after_in_child=_after_in_child)

@@ -1,6 +1,6 @@
 """No database connection crosses a fork (harness_site/forks.py): a child forked while a background
 thread of its parent is inside a write starts with fresh connections and can write; the parent's
-thread goes on writing after the fork."""
+background thread and its forking thread go on writing after the fork, on both databases."""
 
 import os
 import signal
@@ -63,12 +63,15 @@ def test_a_child_forked_while_a_background_thread_holds_the_write_lock_can_write
     thread = threading.Thread(target=writer, daemon=True)
     thread.start()
     assert holding.wait(10)
-    connection.close()  # the forking thread's own connection is the Celery fix-up's business
+    mine = connection.connection  # this thread's own connection, open across the fork
+    assert mine is not None
     asked = time.monotonic()
     code = _fork_and_write("child")
     assert code == 0, "the child could not write (-1: it waited for a lock nobody holds)"
     assert committed_at and committed_at[0] >= asked, "the fork did not wait for the background write"
     assert wrote_again.wait(10)
     thread.join(10)
+    _write("parent")  # the child dropped its copy of this connection without closing it at the server
+    assert connection.connection is mine
     names = set(SchedulerTick.objects.values_list("name", flat=True))
-    assert names == {"background", "background-again", "child"}
+    assert names == {"background", "background-again", "child", "parent"}
