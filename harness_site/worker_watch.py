@@ -82,27 +82,35 @@ def on_worker_shutdown(**_kwargs) -> None:
 
 
 class QueueWatch(threading.Thread):
-    """Looks into the worker's queues every interval, each look bounded by PROBE_TIMEOUT, off the
-    heartbeat's path: with the broker down a look fails after its timeout and the heartbeat goes on."""
+    """Looks into the worker's queues when the heartbeat asks (a pool process free, nothing received),
+    each look bounded by PROBE_TIMEOUT, off the heartbeat's path: with the broker down a look fails
+    after its timeout and the heartbeat goes on with the last answer."""
 
-    def __init__(self, queues: list[str], interval: float):
+    def __init__(self, queues: list[str]):
         super().__init__(name="harness-queue-watch", daemon=True)
-        self.queues, self.interval = queues, interval
+        self.queues = queues
         self.oldest_age: dict[str, float | None] = {}  # the last answer per queue; absent: unknown
-        self._halt = threading.Event()
+        self._wanted = threading.Event()
+        self._halt = False
 
     def run(self) -> None:
         while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            if self._halt:
+                return
             for queue in self.queues:
                 try:
                     self.oldest_age[queue] = queue_probe(current_app, queue, timeout=PROBE_TIMEOUT).oldest_age
                 except Exception:  # an unreachable broker is /healthz's business
                     self.oldest_age.pop(queue, None)
-            if self._halt.wait(self.interval):
-                return
+
+    def ask(self) -> None:
+        self._wanted.set()
 
     def stop(self) -> None:
-        self._halt.set()
+        self._halt = True
+        self._wanted.set()
 
 
 class WorkerWatch(threading.Thread):
@@ -121,7 +129,7 @@ class WorkerWatch(threading.Thread):
         self.last_active = 0
         self.queues = sorted(q.name for q in consumer.task_consumer.queues) if consumer.task_consumer else []
         self.concurrency = getattr(self.pool, "limit", 0) or 0
-        self.queue_watch = QueueWatch(self.queues, self.interval)
+        self.queue_watch = QueueWatch(self.queues)
         self._halt = threading.Event()
         self._stopping_since: float | None = None
 
@@ -157,6 +165,8 @@ class WorkerWatch(threading.Thread):
         active = list(worker_state.active_requests)
         accepted = worker_state.all_total_count[0]
         waiting = len({id(r) for r in reserved} - {id(r) for r in active})
+        if not waiting and (not self.concurrency or len(active) < self.concurrency):
+            self.queue_watch.ask()  # for the next beat: is old work queued that this worker does not take?
         started = accepted - self.last_accepted
         finished = self.last_active + started - len(active)  # what was running, plus started, less running
         if worker_progressed(
