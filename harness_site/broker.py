@@ -374,9 +374,16 @@ def publish_in_one_round_trip(producer) -> Iterator[None]:
         pushes.pushes.execute()
 
 
-def queue_probe(app, queue: str) -> QueueProbe:
-    """Look at `queue` without taking anything from it. Raises on a broker that cannot be reached."""
+# A look into a queue gives up after this long (seconds): the broker's own retries took 6 s per
+# queue with Redis down, and whoever asks (a heartbeat, a monitor) must not wait for them.
+PROBE_TIMEOUT = 2.0
+
+
+def queue_probe(app, queue: str, *, timeout: float = PROBE_TIMEOUT) -> QueueProbe:
+    """Look at `queue` without taking anything from it. Raises on a broker that cannot be reached
+    within `timeout` seconds (one try, no retries)."""
     with app.connection_for_read() as conn:
+        conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=timeout)
         channel = conn.default_channel
         if isinstance(channel, Channel):
             return _file_probe(channel, queue)

@@ -9,6 +9,7 @@ from celery.signals import (
     setup_logging,
     task_postrun,
     task_prerun,
+    worker_init,
     worker_process_init,
     worker_ready,
     worker_shutdown,
@@ -87,6 +88,9 @@ def _stamp_sent_at(headers=None, **_kwargs) -> None:
 
 
 # Worker heartbeats, the stall watchdog and the bounded warm shutdown (harness_site/worker_watch.py).
+# Importing it registers the fork hooks that keep database connections from crossing into pool
+# processes (harness_site/forks.py).
+worker_init.connect(worker_watch.on_worker_init)
 worker_ready.connect(worker_watch.on_worker_ready)
 worker_shutting_down.connect(worker_watch.on_worker_shutting_down)
 worker_shutdown.connect(worker_watch.on_worker_shutdown)

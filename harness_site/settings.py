@@ -7,6 +7,7 @@ import os
 import re
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 from urllib.parse import urlsplit
 
 import environ
@@ -367,7 +368,7 @@ REDIS_URL = env.url(
 )
 
 # --- Harness ----------------------------------------------------------------------------
-HARNESS = {
+HARNESS: dict[str, Any] = {
     # Seconds between scheduler ticks; the data migration installs the beat entry with it.
     "TICK_SECONDS": env.whole("HARNESS_TICK_SECONDS", default=1, low=1, high=3600, why_low="a busy loop"),
     "SWEEP_SECONDS": env.whole("HARNESS_SWEEP_SECONDS", default=1, low=1, high=3600, why_low="a busy loop"),

@@ -1,13 +1,18 @@
 """Inside each Celery worker's main process: a heartbeat in the database, a stall watchdog and a bound
 on the warm shutdown (connected in harness_site/celery.py).
 
-* Every HARNESS_WORKER_HEARTBEAT_SECONDS a thread records what the worker holds (runs/workers.py):
-  runs received, running, waiting, and when it last took work. A SIGSTOPped, frozen or killed worker
-  stops reporting, and /healthz says "not responding".
-* Work waiting (received, or in its queue for longer than the stall period) while the worker starts
-  nothing: "not consuming" after half of HARNESS_WORKER_STALL_SECONDS; at the full period the
-  watchdog ends the worker (its pool processes first), so that its runner starts a fresh one (the Procfile runner,
-  harness_site/keepalive.py; systemd's Restart=always in production).
+* A worker reports as soon as it starts (before its pool exists), again when it is ready, then every
+  HARNESS_WORKER_HEARTBEAT_SECONDS: what it holds (runs/workers.py), runs received, running, waiting,
+  and when it last made progress. A SIGSTOPped, frozen or killed worker stops reporting, and /healthz
+  says "not responding"; a worker started again on the same node replaces it at its first report.
+* The heartbeat's writes never cross a fork of a pool process (harness_site/forks.py), and never wait
+  for the broker: a second thread looks into the worker's queues, each look bounded by a short timeout,
+  and the heartbeat reads its last answer.
+* Progress is work finished or started (runs/workers.py worker_progressed), not work received: a
+  worker holding messages that finishes and starts nothing is "not consuming" after half of
+  HARNESS_WORKER_STALL_SECONDS; at the full period the watchdog ends the worker (its pool processes
+  first), so that its runner starts a fresh one (the Procfile runner, harness_site/keepalive.py;
+  systemd's Restart=always in production). Runs that keep their leases alive are busy, not stuck.
 * A warm shutdown (SIGTERM) that has not finished after HARNESS_WORKER_SHUTDOWN_SECONDS ends the same
   way: a worker whose pool is stuck would otherwise wait for it for ever. Runs still running then lose
   their leases, and the sweeper retries them.
@@ -28,13 +33,35 @@ from django.conf import settings
 from django.db import connection
 from django.utils import timezone
 
-from harness_site.broker import RUN_HEADER, queue_probe
+from harness_site.broker import PROBE_TIMEOUT, RUN_HEADER, queue_probe
+from harness_site.forks import background_writes
 
 log = logging.getLogger("harness.worker")
 
 EXIT_STALLED = 70  # the exit status of a worker the watchdog ended (EX_SOFTWARE)
 
 _watch: "WorkerWatch | None" = None
+
+
+def on_worker_init(sender=None, **_kwargs) -> None:
+    """Report at once, before the pool starts: a worker started again on the same node replaces the
+    one that died as soon as its runner has started it, not one heartbeat after it is ready."""
+    if sender is None:
+        return
+    from runs.workers import worker_starting
+
+    try:
+        worker_starting(
+            name=f"{sender.hostname}:{os.getpid()}",
+            hostname=sender.hostname,
+            pid=os.getpid(),
+            stall_seconds=settings.HARNESS["WORKER_STALL_SECONDS"],
+            now=timezone.now(),
+        )
+    except Exception as exc:  # the database may still be starting: the heartbeat reports later
+        log.warning("worker start report failed: %s: %s", type(exc).__name__, str(exc)[:200])
+    finally:
+        connection.close()  # the main thread forks the pool next: no connection of its own crosses
 
 
 def on_worker_ready(sender=None, **_kwargs) -> None:
@@ -54,6 +81,38 @@ def on_worker_shutdown(**_kwargs) -> None:
         _watch.stop()
 
 
+class QueueWatch(threading.Thread):
+    """Looks into the worker's queues when the heartbeat asks (a pool process free, nothing received),
+    each look bounded by PROBE_TIMEOUT, off the heartbeat's path: with the broker down a look fails
+    after its timeout and the heartbeat goes on with the last answer."""
+
+    def __init__(self, queues: list[str]):
+        super().__init__(name="harness-queue-watch", daemon=True)
+        self.queues = queues
+        self.oldest_age: dict[str, float | None] = {}  # the last answer per queue; absent: unknown
+        self._wanted = threading.Event()
+        self._halt = False
+
+    def run(self) -> None:
+        while True:
+            self._wanted.wait()
+            self._wanted.clear()
+            if self._halt:
+                return
+            for queue in self.queues:
+                try:
+                    self.oldest_age[queue] = queue_probe(current_app, queue, timeout=PROBE_TIMEOUT).oldest_age
+                except Exception:  # an unreachable broker is /healthz's business
+                    self.oldest_age.pop(queue, None)
+
+    def ask(self) -> None:
+        self._wanted.set()
+
+    def stop(self) -> None:
+        self._halt = True
+        self._wanted.set()
+
+
 class WorkerWatch(threading.Thread):
     def __init__(self, consumer):
         super().__init__(name="harness-worker-watch", daemon=True)
@@ -66,22 +125,26 @@ class WorkerWatch(threading.Thread):
         self.shutdown_grace = settings.HARNESS["WORKER_SHUTDOWN_SECONDS"]
         self.started_at = timezone.now()
         self.progress_at = self.started_at
-        self.last_accepted = -1
+        self.last_accepted = worker_state.all_total_count[0]
+        self.last_active = 0
         self.queues = sorted(q.name for q in consumer.task_consumer.queues) if consumer.task_consumer else []
         self.concurrency = getattr(self.pool, "limit", 0) or 0
+        self.queue_watch = QueueWatch(self.queues)
         self._halt = threading.Event()
         self._stopping_since: float | None = None
 
     # --- the loop ---------------------------------------------------------------------------
 
     def run(self) -> None:
-        while not self._halt.wait(self.interval):
-            try:
-                self.beat()
-            except Exception as exc:  # a database hiccup must not end the heartbeat thread
-                log.warning("worker heartbeat failed: %s: %s", type(exc).__name__, str(exc)[:200])
-                with contextlib.suppress(Exception):
-                    connection.close()
+        self.queue_watch.start()
+        while True:  # the first report at once: the worker is ready now
+            with background_writes():
+                try:
+                    self.beat()
+                except Exception as exc:  # a database hiccup must not end the heartbeat thread
+                    log.warning("worker heartbeat failed: %s: %s", type(exc).__name__, str(exc)[:200])
+                    with contextlib.suppress(Exception):
+                        connection.close()
             if self._stopping_since is not None and time.monotonic() - self._stopping_since > self.shutdown_grace:
                 log.error(
                     "worker %s: shutdown still not finished after %.0fs; ending the pool and exiting",
@@ -89,20 +152,34 @@ class WorkerWatch(threading.Thread):
                     self.shutdown_grace,
                 )
                 self.hard_exit(0)
+            if self._halt.wait(self.interval):
+                return
 
     def beat(self) -> None:
         # Imported here: harness_site/celery.py imports this module before Django's apps are ready,
         # so the models can only be loaded once the worker runs.
-        from runs.workers import WorkerReport, worker_beat
+        from runs.workers import WorkerReport, worker_beat, worker_progressed
 
         now = timezone.now()
         reserved = list(worker_state.reserved_requests)
         active = list(worker_state.active_requests)
         accepted = worker_state.all_total_count[0]
         waiting = len({id(r) for r in reserved} - {id(r) for r in active})
-        if accepted != self.last_accepted or not self._work_waiting(waiting, len(active)):
+        if not waiting and (not self.concurrency or len(active) < self.concurrency):
+            self.queue_watch.ask()  # for the next beat: is old work queued that this worker does not take?
+        started = accepted - self.last_accepted
+        finished = self.last_active + started - len(active)  # what was running, plus started, less running
+        if worker_progressed(
+            started=started,
+            finished=finished,
+            active=len(active),
+            waiting=waiting,
+            concurrency=self.concurrency,
+            queued_too_long=self._queued_too_long(),
+            stuck=(stuck := self._stuck(active, now=now)),
+        ):
             self.progress_at = now
-        self.last_accepted = accepted
+        self.last_accepted, self.last_active = accepted, len(active)
         held = sorted(
             {run for r in {*reserved, *active} if isinstance(run := (r.request_dict or {}).get(RUN_HEADER), int)}
         )
@@ -122,33 +199,48 @@ class WorkerWatch(threading.Thread):
             stall_seconds=self.stall,
             stopping=self._stopping_since is not None,
         )
-        worker_beat(report, now=now)
+        try:
+            worker_beat(report, now=now)
+        finally:  # a write that failed (a database locked by the stuck pool itself) must not hide the stall
+            self._end_if_stalled(report, now=now, active=len(active), waiting=waiting, stuck=stuck)
+
+    def _end_if_stalled(self, report, *, now, active: int, waiting: int, stuck: int) -> None:
+        from runs.workers import worker_beat
+
         stalled = (now - self.progress_at).total_seconds()
         if stalled > self.stall and self._stopping_since is None:
             log.error(
-                "worker %s: work has waited %.0fs and it started none (pool stuck?); exiting so that its "
-                "runner starts it again",
+                "worker %s: finished and started no task for %.0fs while holding %s (%s running, %s of them "
+                "past the stall period without a live lease; %s received, not started): pool stuck; exiting "
+                "so that its runner starts it again",
                 self.name_,
                 stalled,
+                active + waiting,
+                active,
+                stuck,
+                waiting,
             )
             with contextlib.suppress(Exception):  # say it is going: its runner starts a new one
                 worker_beat(dataclasses.replace(report, stopping=True), now=now)
             self.hard_exit(EXIT_STALLED)
 
-    def _work_waiting(self, waiting: int, active: int) -> bool:
-        """Work is waiting for a free pool process of this worker: messages it received and has not
-        started, or a message in one of its queues older than the stall period. Every pool process
-        running is busy, not stuck, however long its runs take (the shutdown grace bounds those)."""
-        if self.concurrency and active >= self.concurrency:
-            return False
-        if waiting:
-            return True
-        for queue in self.queues:
-            with contextlib.suppress(Exception):  # an unreachable broker is /healthz's business
-                age = queue_probe(current_app, queue).oldest_age
-                if age is not None and age > self.stall:
-                    return True
-        return False
+    def _stuck(self, active: list, *, now) -> int:
+        """How many running tasks started longer than the stall period ago and are not runs whose
+        lease is still alive (a run renews its lease while its skill works, however long)."""
+        from runs.workers import runs_with_live_lease
+
+        wall = time.time()
+        old = [r for r in active if r.time_start and wall - r.time_start > self.stall]
+        if not old:
+            return 0
+        runs = [run for r in old if isinstance(run := (r.request_dict or {}).get(RUN_HEADER), int)]
+        live = runs_with_live_lease(runs, now=now) if runs else set()
+        return sum(1 for r in old if (r.request_dict or {}).get(RUN_HEADER) not in live)
+
+    def _queued_too_long(self) -> bool:
+        """A message in one of this worker's queues is older than the stall period (the queue
+        watch's last look; unknown counts as no)."""
+        return any(age is not None and age > self.stall for age in list(self.queue_watch.oldest_age.values()))
 
     # --- ending -------------------------------------------------------------------------------
 
@@ -158,7 +250,8 @@ class WorkerWatch(threading.Thread):
 
     def stop(self) -> None:
         self._halt.set()
-        with contextlib.suppress(Exception):
+        self.queue_watch.stop()
+        with contextlib.suppress(Exception), background_writes():
             from runs.workers import worker_gone
 
             worker_gone(name=self.name_)

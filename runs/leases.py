@@ -19,6 +19,7 @@ from datetime import datetime, timedelta
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import F, Q
 
+from harness_site.forks import background_writes
 from runs.dispatch import run_dispatch_on_commit
 from runs.models import Attempt, Lease, TaskRun
 from runs.store import Taken, store
@@ -345,7 +346,9 @@ class _Renewals:
                     continue
                 now = time.monotonic()
                 due = [r for r in self._held.values() if r.due <= now]
-            self.renew(due)
+            # A skill that forks (os.fork, multiprocessing) must not take this connection with it.
+            with background_writes():
+                self.renew(due)
 
     def renew(self, due: list[_Renewal]) -> None:
         """Renew `due` now: one statement for the run leases, one for the keyed ones."""

@@ -25,7 +25,8 @@ def scheduler_health(*, now: datetime) -> dict:
     """The scheduler's health for /healthz and the stall alert.
 
     Not ok when no tick ran for the stall period, or as soon as a due slot has waited longer than
-    the slot grace (from then on slots are lost to the catch-up policy); `reason` says which.
+    the slot grace (from then on slots are lost to the catch-up policy); `reason` says which, `code`
+    says it without names ("ok", "scheduler_stalled", "slot_overdue").
     """
     tick = SchedulerTick.objects.filter(name="scheduler").first()
     age = (now - tick.last_tick_at).total_seconds() if tick else None
@@ -39,14 +40,17 @@ def scheduler_health(*, now: datetime) -> dict:
     slot = oldest_unclaimed_slot(now=now)
     slot_age = (now - slot["at"]).total_seconds() if slot else None
     grace = slot_grace().total_seconds()
-    reason = ""
+    reason, code = "", "ok"
     if age is None or age > stall_after.total_seconds():
         reason = "no scheduler tick yet" if age is None else f"no scheduler tick for {age:.0f}s"
+        code = "scheduler_stalled"
     elif slot_age is not None and slot_age > grace:
         reason = f"a slot of rule {slot['rule']} is {slot_age:.0f}s overdue (grace {grace:.0f}s)"
+        code = "slot_overdue"
     return {
         "ok": not reason,
         "reason": reason,
+        "code": code,  # the reason as a code that names nothing (/healthz tells anyone only this)
         "last_tick_at": tick.last_tick_at if tick else None,
         "last_tick_age_seconds": age,
         "stall_after_seconds": stall_after.total_seconds(),

@@ -19,6 +19,7 @@ from prometheus_client.exposition import choose_encoder
 from rest_framework import exceptions
 
 from deadletters.alert_health import urgent_undeliverable
+from harness_site.api.auth import BearerTokenAuthentication
 from harness_site.api.problems import ApiProblem, problem_json
 from harness_site.api.tokens import bearer_credential, secret_matches
 from harness_site.broker import queue_probe
@@ -36,20 +37,51 @@ BROKER_TIMEOUT = 2  # seconds: a monitor's probe must answer quickly, reachable 
 
 @csrf_exempt  # read-only; without it a POST gets the CSRF middleware's HTML 403 instead of a JSON 405
 def healthz(request):
-    """Always JSON. 200 while the scheduler is healthy; 503 with a `reason` when the database or
-    the broker is unreachable, no tick ran for the stall period, a slot is overdue beyond its grace, or
-    a worker is not consuming (work waits and it takes none) or not responding (no heartbeat).
-    `workers` lists every worker process, `queues` each queue's depth and oldest message age.
-    `flow` shows saturation (pools at their limit, paused pools, runs waiting for a pool)."""
+    """Always JSON: `ok`, and `reason`, a code that names nothing ("ok", "database_unreachable",
+    "broker_unreachable", "scheduler_stalled", "slot_overdue", "worker_not_consuming",
+    "worker_not_responding"). 200 while the deployment works; 503 when the database or the broker
+    is unreachable, no tick ran for the stall period, a slot is overdue beyond its grace, or a worker
+    is not consuming (it holds work and finishes none) or not responding (no heartbeat, and no
+    process of the same node started since).
+
+    Anyone gets that much (liveness). A staff session or an API token (`Authorization: Bearer`, 401
+    when it is unknown) also gets the details: `detail` (the reason in words, with names),
+    `workers`, `queues` (depth and oldest message age), `flow` (pools at their limit, paused pools,
+    runs waiting for a pool) and the scheduler's figures."""
     if request.method not in ("GET", "HEAD"):
         response = JsonResponse({"ok": False, "reason": "method_not_allowed", "detail": "GET /healthz"}, status=405)
         response["Allow"] = "GET, HEAD"
         return response
     try:
+        details = _may_see_details(request)
+    except exceptions.AuthenticationFailed as exc:
+        response = JsonResponse({"ok": False, "reason": "unauthorized", "detail": str(exc.detail)}, status=401)
+        response["WWW-Authenticate"] = 'Bearer realm="api"'
+        return response
+    except DatabaseError as exc:  # the token or the session could not be looked up: liveness only
+        log.warning("healthz: database unreachable: %s", _one_line(exc))
+        return JsonResponse({"ok": False, "reason": "database_unreachable"}, status=503)
+    status = _health()
+    body = status if details else {"ok": status["ok"], "reason": status["reason"]}
+    return JsonResponse(body, status=200 if status["ok"] else 503)
+
+
+def _may_see_details(request) -> bool:
+    """A staff session, or a known API token. Raises AuthenticationFailed for a token that is not."""
+    if request.headers.get("Authorization"):
+        return BearerTokenAuthentication().authenticate(request) is not None
+    user = request.user
+    return bool(user.is_authenticated and user.is_active and user.is_staff)
+
+
+def _health() -> dict:
+    """Every figure /healthz reports, `reason` the first code that is not ok and `detail` its words."""
+    try:
         status = selectors.scheduler_health(now=timezone.now())
     except DatabaseError as exc:
         log.warning("healthz: database unreachable: %s", _one_line(exc))
-        return JsonResponse({"ok": False, "reason": "database unreachable", "detail": _one_line(exc)}, status=503)
+        return {"ok": False, "reason": "database_unreachable", "detail": _one_line(exc)}
+    status["detail"], status["reason"] = status["reason"], status.pop("code")
     try:
         status["flow"] = selectors.flow_saturation(now=timezone.now())  # pressure, not a fault: ok is unchanged
     except DatabaseError as exc:
@@ -57,16 +89,16 @@ def healthz(request):
     try:
         workers = worker_health(now=timezone.now())
     except DatabaseError as exc:
-        workers = {"ok": True, "reason": "", "workers": [], "error": _one_line(exc)}
+        workers = {"ok": True, "reason": "", "code": "ok", "workers": [], "error": _one_line(exc)}
     status["workers"] = workers["workers"]
     if status["ok"] and not workers["ok"]:  # a worker alive but not taking work, or silent
-        status.update(ok=False, reason=workers["reason"])
+        status.update(ok=False, reason=workers["code"], detail=workers["reason"])
     broker = _broker_error()
     if broker:
-        status.update(ok=False, reason=f"broker unreachable: {broker}")
+        status.update(ok=False, reason="broker_unreachable", detail=f"broker unreachable: {broker}")
     status["broker"] = "unreachable" if broker else "ok"
     status["queues"] = queue_depths() if not broker else {}
-    return JsonResponse(status, status=200 if status["ok"] else 503)
+    return status
 
 
 def queue_depths() -> dict[str, dict]:
@@ -74,7 +106,7 @@ def queue_depths() -> dict[str, dict]:
     out = {}
     for queue in settings.CELERY_TASK_QUEUES:
         try:
-            probe = queue_probe(current_app, queue)
+            probe = queue_probe(current_app, queue, timeout=BROKER_TIMEOUT)
         except Exception as exc:  # any transport's failure: reported, never raised
             out[queue] = {"error": _one_line(exc)}
             continue

@@ -7,7 +7,8 @@ A worker is
     ends it at the full period, so that monitors see the state before the restart);
   * "not responding": no report for WORKER_SILENT_AFTER (stopped, frozen, killed, or its host is gone).
   * "restarted": silent or stuck, but the same node (celery hostname) has started again since, under a
-    new pid, and reports: its runner did its job; shown, but /healthz stays ok.
+    new pid, and reports (from the moment the new process starts: worker_starting): its runner did its
+    job; shown, but /healthz stays ok.
 A report older than WORKER_FORGET_AFTER is deleted: a worker that was killed is restarted under a new
 pid, and its old row would otherwise be listed for ever.
 """
@@ -17,7 +18,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
-from runs.models import WorkerHeartbeat
+from runs.models import TaskRun, WorkerHeartbeat
 
 WORKER_FORGET_AFTER = timedelta(minutes=2)
 
@@ -58,6 +59,52 @@ def worker_beat(report: WorkerReport, *, now: datetime) -> None:
     WorkerHeartbeat.objects.filter(beat_at__lt=now - WORKER_FORGET_AFTER).delete()
 
 
+def worker_starting(*, name: str, hostname: str, pid: int, stall_seconds: float, now: datetime) -> None:
+    """A worker process has started (its pool not yet): its first report, so that it replaces at once
+    a predecessor of the same node that died. Its heartbeats fill in the rest once it is ready."""
+    WorkerHeartbeat.objects.update_or_create(
+        name=name,
+        defaults={
+            "hostname": hostname,
+            "pid": pid,
+            "started_at": now,
+            "beat_at": now,
+            "progress_at": now,
+            "stall_seconds": stall_seconds,
+        },
+    )
+
+
+def worker_progressed(
+    *, started: int, finished: int, active: int, waiting: int, concurrency: int, queued_too_long: bool, stuck: int
+) -> bool:
+    """Did a worker make progress since its last heartbeat? Progress is work finished or started,
+    never work merely received (a message a stuck pool process accepted and sits on is no progress).
+
+    1. `stuck`: tasks running for longer than the stall period that are not runs keeping their
+       lease alive (a tick or a sweep takes seconds): no progress, whatever else finishes.
+    2. A task finished or started: progress.
+    3. A free pool process while work waits (received, or queued beyond the stall period): none.
+    4. Otherwise it is idle, or busy with tasks still young or runs that renew their leases: progress.
+    `concurrency` 0 means unknown: any pool process may be free.
+    """
+    if stuck:
+        return False
+    if started > 0 or finished > 0:
+        return True
+    free = not concurrency or active < concurrency
+    return not (free and (waiting or queued_too_long))
+
+
+def runs_with_live_lease(run_ids: list[int], *, now: datetime) -> set[int]:
+    """Those of `run_ids` that are running under a lease not yet expired (their renewer is alive)."""
+    return set(
+        TaskRun.objects.filter(id__in=run_ids, state=TaskRun.State.RUNNING, lease_expires_at__gt=now).values_list(
+            "id", flat=True
+        )
+    )
+
+
 def worker_gone(*, name: str) -> None:
     """A worker that exits cleanly takes its row with it."""
     WorkerHeartbeat.objects.filter(name=name).delete()
@@ -74,11 +121,15 @@ def worker_status(worker: WorkerHeartbeat, *, now: datetime) -> str:
 
 def worker_health(*, now: datetime) -> dict:
     """Every worker known within WORKER_FORGET_AFTER with its status, for /healthz and the dashboard.
-    `reason` names the first worker that is not ok ("" when all are)."""
+    `reason` names the first worker that is not ok ("" when all are); `code` says the same without
+    its name ("ok", "worker_not_consuming", "worker_not_responding")."""
     rows = []
     workers = list(WorkerHeartbeat.objects.filter(beat_at__gte=now - WORKER_FORGET_AFTER).order_by("name"))
     # A node (celery hostname) started again under a new pid that reports: the old one was restarted.
-    restarted = {w.hostname: w.started_at for w in workers if worker_status(w, now=now) == "ok" and not w.stopping}
+    restarted: dict[str, datetime] = {}
+    for w in workers:
+        if worker_status(w, now=now) == "ok" and not w.stopping:
+            restarted[w.hostname] = max(w.started_at, restarted.get(w.hostname, w.started_at))
     for w in workers:
         status = worker_status(w, now=now)
         if status != "ok" and restarted.get(w.hostname, w.started_at) > w.started_at:
@@ -99,12 +150,13 @@ def worker_health(*, now: datetime) -> dict:
             }
         )
     bad = [r for r in rows if r["status"] not in ("ok", "restarted") and not r["stopping"]]
-    reason = ""
+    reason, code = "", "ok"
     if bad:
         r = bad[0]
         age = r["last_heartbeat_age_seconds" if r["status"] == "not responding" else "last_progress_age_seconds"]
         reason = f"worker {r['name']} {r['status']} for {age:.0f}s"
-    return {"ok": not bad, "reason": reason, "workers": rows}
+        code = "worker_" + r["status"].replace(" ", "_")
+    return {"ok": not bad, "reason": reason, "code": code, "workers": rows}
 
 
 def worker_held_runs(*, now: datetime) -> set[int]:

@@ -9,6 +9,7 @@ import time
 
 import pytest
 from django.conf import settings
+from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
@@ -102,7 +103,10 @@ def freeze_idle_pool(proc: Proc, *, tries: int = 10) -> None:
 
 
 def healthz() -> tuple[int, dict]:
-    response = Client().get("/healthz")
+    """/healthz with its details: a staff session."""
+    client = Client()
+    client.force_login(get_user_model().objects.get_or_create(username="oncall", defaults={"is_staff": True})[0])
+    response = client.get("/healthz")
     return response.status_code, response.json()
 
 
@@ -220,12 +224,12 @@ def test_healthz_reports_a_frozen_worker_and_one_that_takes_no_work(harness):
     pause_quiescent(frozen)
     paused = time.monotonic()
     status, body = wait_for(
-        lambda: (h := healthz()) and "not responding" in h[1]["reason"] and h,
+        lambda: (h := healthz()) and h[1]["reason"] == "worker_not_responding" and h,
         timeout=60,
         what="/healthz to report the frozen worker",
     )
-    print(f"\n[e2e liveness] SIGSTOP: /healthz {status} after {time.monotonic() - paused:.1f}s: {body['reason']}")
-    assert status == 503 and frozen.name in body["reason"]
+    print(f"\n[e2e liveness] SIGSTOP: /healthz {status} after {time.monotonic() - paused:.1f}s: {body['detail']}")
+    assert status == 503 and frozen.name in body["detail"]
 
     # Stuck: its pool frozen while work waits for it. The other worker stays frozen until /healthz
     # has said so, or it could take all the work (CI saw it) and none would wait for the stuck one;
@@ -252,3 +256,31 @@ def test_healthz_reports_a_frozen_worker_and_one_that_takes_no_work(harness):
     assert code == 70
     waits = list(TaskRun.objects.filter(biz_key__startswith="waits-"))
     wait_succeeded(waits, timeout=60, what="the runs that waited for the stuck worker to succeed elsewhere")
+
+
+def test_a_pool_process_stuck_mid_run_ends_the_worker_once_its_lease_runs_out(harness):
+    """A pool process stopped inside a run: its task stays "running", its lease renewer stops with it.
+    Every pool process busy used to count as progress for ever; now a task past the stall period
+    without a live lease is stuck, nothing finishes, and the watchdog ends the worker (exit 70) with
+    a log line saying why. A long run whose lease lives is busy, not stuck (test_runs_held_by...)."""
+    worker = harness.worker(
+        "w1",
+        concurrency=1,
+        extra_env={"HARNESS_WORKER_STALL_SECONDS": "6", "HARNESS_WORKER_HEARTBEAT_SECONDS": "0.5"},
+        args=("--queues=celery",),
+    )
+    wait_heartbeat(worker)
+    run = claim("frozen-mid-run", seconds=60)
+    wait_for(lambda: TaskRun.objects.get(id=run.id).state == TaskRun.State.RUNNING, timeout=30, what="the run")
+    time.sleep(1)  # inside the skill's sleep, outside any transaction
+    children = pool_children(worker)
+    for pid in children:
+        os.kill(pid, signal.SIGSTOP)
+    stopped = time.monotonic()
+    code = worker.popen.wait(timeout=60)
+    worker.stopped = True
+    took = time.monotonic() - stopped
+    line = next(line for line in worker.log().splitlines() if "finished and started no task" in line)
+    print(f"\n[e2e stuck mid-run] the watchdog ended the worker ({code}) {took:.1f}s after its pool stopped: {line}")
+    assert code == 70
+    assert "1 running, 1 of them past the stall period without a live lease" in line

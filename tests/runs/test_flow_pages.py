@@ -166,11 +166,11 @@ def test_explain_says_when_a_run_waits_for_a_rate_token_or_a_provider_pause():
     assert "paused by the model provider" in paused["summary"]
 
 
-def test_healthz_and_the_dashboard_show_saturation_without_failing(client, viewer_client):
+def test_healthz_and_the_dashboard_show_saturation_without_failing(admin_client, viewer_client):
     busy_pool(now=timezone.now())
     SchedulerTick.objects.update_or_create(name="scheduler", defaults={"last_tick_at": timezone.now()})
 
-    health = client.get("/healthz").json()
+    health = admin_client.get("/healthz").json()  # the details: a staff session
     dashboard = viewer_client.get(reverse("harness-dashboard")).content.decode()
 
     assert health["flow"]["saturated_pools"] == ["one"] and health["flow"]["waiting_for_pool"] == 2

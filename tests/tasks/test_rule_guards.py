@@ -197,7 +197,7 @@ def test_decisions_older_than_the_retention_are_swept(settings):
     assert list(Decision.objects.values_list("slot", flat=True)) == [T0 - timedelta(days=1)]
 
 
-def test_healthz_reports_the_oldest_due_unclaimed_slot(client):
+def test_healthz_reports_the_oldest_due_unclaimed_slot(admin_client):
     berlin_rule("late", due=T0)
     health = scheduler_health(now=T0 + timedelta(minutes=3))
     assert health["oldest_unclaimed_slot_age_seconds"] == 180
@@ -206,7 +206,7 @@ def test_healthz_reports_the_oldest_due_unclaimed_slot(client):
     after = scheduler_health(now=T0 + timedelta(minutes=3))
     assert after["oldest_unclaimed_slot_age_seconds"] is None
     assert after["last_tick_age_seconds"] == 0
-    response = client.get("/healthz")
+    response = admin_client.get("/healthz")  # the details: a staff session
     assert "oldest_unclaimed_slot_age_seconds" in response.json()
 
 
