@@ -60,8 +60,9 @@ def case(n: int, pool_max: int, args: argparse.Namespace, log_dir: Path) -> dict
     from django.db import connection
     from django.utils import timezone
 
-    from runs.claims import Work, run_claim
+    from runs.claims import run_claim
     from runs.models import TaskRun
+    from tests.support.runs import api_work
 
     tag = f"agents:{pool_max}:{n}:{time.time_ns()}"
     os.environ["HARNESS_DB_POOL_MAX"] = str(pool_max)
@@ -81,14 +82,7 @@ def case(n: int, pool_max: int, args: argparse.Namespace, log_dir: Path) -> dict
         now = timezone.now()
         started = time.monotonic()
         for i in range(n):
-            work = Work(
-                biz_key=f"{tag}:{i}",
-                skill="harness.sleep",
-                source=TaskRun.Source.API,
-                triggered_by="benchmark",
-                payload={"params": {"seconds": args.seconds}},
-            )
-            run_claim(work, now=now)
+            run_claim(api_work(f"{tag}:{i}", skill="harness.sleep", params={"seconds": args.seconds}), now=now)
         claimed = time.monotonic() - started
         runs = TaskRun.objects.filter(biz_key__startswith=f"{tag}:")
         peak = {"in_flight": 0, "connections": 0, "rss_mb": 0.0}
