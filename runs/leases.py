@@ -349,6 +349,8 @@ class _Renewals:
             # A skill that forks (os.fork, multiprocessing) must not take this connection with it.
             with background_writes():
                 self.renew(due)
+                # A pass every ttl/3 at most: no connection is kept between passes (a pool gets it back).
+                store().connection_close()
 
     def renew(self, due: list[_Renewal]) -> None:
         """Renew `due` now: one statement for the run leases, one for the keyed ones."""
@@ -364,8 +366,6 @@ class _Renewals:
             with self._cond:
                 for r in gone:
                     self._held.pop(id(r), None)
-        # A pass every ttl/3 at most: no connection is kept between passes (a pool gets it back).
-        store().connection_close()
 
 
 def _renew_runs(batch: list[LeaseRenewer]) -> list[LeaseRenewer | None]:
