@@ -2,12 +2,14 @@
 bulk actions and for single-object buttons. Views stay thin: a form, one service call, a message."""
 
 from collections.abc import Callable
+from typing import TypeVar
 
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.admin import helpers
 from django.core.exceptions import PermissionDenied
 from django.db import models
+from django.db.models import QuerySet
 from django.forms.fields import InvalidJSONInput
 from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
@@ -44,6 +46,11 @@ class OptionalReasonForm(forms.Form):
         widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
         help_text=gettext_lazy("Recorded in the audit log."),
     )
+
+
+def form_reason(form: forms.Form | None) -> str:
+    """The reason typed on a confirmation page ("" for a page without a form)."""
+    return form.cleaned_data["reason"] if form is not None else ""
 
 
 class SafeJSONField(forms.JSONField):
@@ -118,18 +125,21 @@ def has_perm_method(perm: str) -> Callable:
     return method
 
 
+M = TypeVar("M", bound=models.Model)
+
+
 def confirm_bulk(
-    modeladmin: admin.ModelAdmin,
+    modeladmin: "admin.ModelAdmin[M]",
     request,
-    queryset,
+    queryset: QuerySet[M],
     *,
     action: str,
     title: str,
     verb: str,
-    do: Callable[[object, forms.Form | None], bool],
+    do: Callable[[M, forms.Form | None], bool],
     form_class: type[forms.Form] | None = OptionalReasonForm,
     form_kwargs: dict | None = None,
-    eligible: Callable[[object], bool] | None = None,
+    eligible: Callable[[M], bool] | None = None,
     button: str | None = None,
 ):
     """An admin action with a confirmation page showing the count; on "yes" call do(obj, form) per

@@ -7,7 +7,7 @@ import os
 import re
 from datetime import timedelta
 from pathlib import Path
-from typing import Any
+from typing import TypedDict
 from urllib.parse import urlsplit
 
 import environ
@@ -367,8 +367,31 @@ REDIS_URL = env.url(
     needs_host=False,
 )
 
+
 # --- Harness ----------------------------------------------------------------------------
-HARNESS: dict[str, Any] = {
+class HarnessSettings(TypedDict):
+    """The value type of each HARNESS entry, so that mypy checks its readers (settings.HARNESS["..."])."""
+
+    TICK_SECONDS: int
+    SWEEP_SECONDS: int
+    REDISPATCH_SECONDS: int
+    SENSOR_SECONDS: int
+    PREPARED_STATEMENTS: bool
+    MAX_SLOTS_PER_TICK: int
+    SLOT_GRACE_SECONDS: int
+    DECISION_RETENTION_DAYS: int
+    ADMIN_BASE_URL: str
+    ALERT_CHECK_SECONDS: int
+    ALERT_RETRY_SECONDS: float
+    BACKPRESSURE_CACHE_SECONDS: float
+    METRICS_TOKEN: str
+    METRICS_BIND: str
+    WORKER_HEARTBEAT_SECONDS: float
+    WORKER_STALL_SECONDS: float
+    WORKER_SHUTDOWN_SECONDS: float
+
+
+HARNESS: HarnessSettings = {
     # Seconds between scheduler ticks; the data migration installs the beat entry with it.
     "TICK_SECONDS": env.whole("HARNESS_TICK_SECONDS", default=1, low=1, high=3600, why_low="a busy loop"),
     "SWEEP_SECONDS": env.whole("HARNESS_SWEEP_SECONDS", default=1, low=1, high=3600, why_low="a busy loop"),

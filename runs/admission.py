@@ -25,7 +25,7 @@ from runs.dispatch import run_dispatch_on_commit
 from runs.models import PoolKey, PoolSlot, PoolWaiter, TaskRun
 from runs.store import store
 from tasks.models import GLOBAL_POOL, Pool
-from tasks.rules.flow import Bucket, FairGroup, bucket_take, fair_order, pool_key_render
+from tasks.rules.flow import Bucket, FairGroup, Take, bucket_take, fair_order, pool_key_render
 from tasks.rules.keys import KeyTemplateError
 
 log = logging.getLogger("harness.admission")
@@ -166,7 +166,9 @@ def pool_admit(run: TaskRun, *, worker: str, now: datetime, ttl: timedelta) -> A
             PoolSlot.objects.filter(run_id=run.id).exclude(fence=fence).delete()
         held = {pool_id for pool_id, f, _, _ in mine if f == fence}  # handed over by a release
 
-        refusal, refused_pool, takes = None, None, {}
+        refusal: Refusal | None = None
+        refused_pool: Pool | None = None
+        takes: dict[int, Take] = {}
         for pool in pools:
             key = keys[pool.id]
             if pool.paused_until and pool.paused_until > now:
@@ -178,7 +180,7 @@ def pool_admit(run: TaskRun, *, worker: str, now: datetime, ttl: timedelta) -> A
             if refusal is None and pool.rate_count and pool.id not in agent_only:
                 # An agent's pool rate counts model calls (runs/calls.py), not run starts.
                 take = _bucket_take(pool, key, now=now)
-                if not take.taken:
+                if take.retry_at is not None:  # not taken: the next token's time
                     until = _rate_queue_end(pool, key, take.retry_at, run_id=run.id, now=now)
                     refusal = Refusal(pool.name, key, Reason.RATE, limit=pool.rate_count, until=until)
                 takes[pool.id] = take
@@ -187,6 +189,7 @@ def pool_admit(run: TaskRun, *, worker: str, now: datetime, ttl: timedelta) -> A
                 break
 
         if refusal is not None:
+            assert refused_pool is not None, "set with the refusal"
             _wait(run, refused_pool, keys, pools, refusal, now=now)
             given_back = list(PoolSlot.objects.filter(run_id=run.id, fence=fence).values_list("pool_id", "key"))
             PoolSlot.objects.filter(run_id=run.id, fence=fence).delete()
@@ -220,7 +223,9 @@ def pool_admit(run: TaskRun, *, worker: str, now: datetime, ttl: timedelta) -> A
     return Admission(run.id, fence)
 
 
-def _bucket_take(pool: Pool, key: str, *, now: datetime):
+def _bucket_take(pool: Pool, key: str, *, now: datetime) -> Take:
+    # Asked only of a pool with a rate, which the pool_rate_needs_period constraint gives a period.
+    assert pool.rate_count is not None and pool.rate_period_seconds is not None, "a pool without a rate"
     state = PoolKey.objects.filter(pool=pool, key=key).values_list("tokens", "tokens_at").first()
     bucket = Bucket(tokens=state[0], at=state[1]) if state and state[0] is not None and state[1] else None
     return bucket_take(
@@ -231,6 +236,7 @@ def _bucket_take(pool: Pool, key: str, *, now: datetime):
 def _rate_queue_end(pool: Pool, key: str, retry_at: datetime, *, run_id: int, now: datetime) -> datetime:
     """The next token time, spaced by the runs already waiting for one, so waiters wake one per
     token instead of all at the next token."""
+    assert pool.rate_count and pool.rate_period_seconds is not None, "a pool without a rate"
     ahead = PoolWaiter.objects.filter(pool=pool, key=key, reason=Reason.RATE, until__gt=now).exclude(run_id=run_id)
     spacing = pool.rate_period_seconds / pool.rate_count
     return retry_at + timedelta(seconds=ahead.count() * spacing)

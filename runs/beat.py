@@ -4,9 +4,14 @@ They are ordinary PeriodicTasks, so an operator can retune or pause them in the 
 installing again leaves an edited entry alone.
 """
 
+from typing import Literal
+
 from django.conf import settings
 
-BEAT_ENTRIES = (
+# The HARNESS settings that give an entry its period in seconds.
+IntervalSetting = Literal["TICK_SECONDS", "SWEEP_SECONDS", "SENSOR_SECONDS", "ALERT_CHECK_SECONDS"]
+
+BEAT_ENTRIES: tuple[tuple[str, str, IntervalSetting], ...] = (
     ("harness: scheduler tick", "runs.scheduler_tick", "TICK_SECONDS"),
     ("harness: sweeper", "runs.sweep", "SWEEP_SECONDS"),
     ("harness: file sensors", "tasks.sensors_scan", "SENSOR_SECONDS"),

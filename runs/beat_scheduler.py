@@ -40,7 +40,12 @@ class Entry(ModelEntry):
     def __init__(self, model, app=None):
         super().__init__(model, app=app)
         schedule = getattr(self, "schedule", None)
-        if self.task == TICK_TASK and type(schedule) is schedules.schedule and schedule.seconds > 0:
+        if (
+            self.task == TICK_TASK
+            and schedule is not None
+            and type(schedule) is schedules.schedule
+            and schedule.seconds > 0
+        ):
             self.schedule = OnTheBoundary(schedule.run_every, nowfun=schedule.nowfun, app=schedule._app)
 
 

@@ -141,6 +141,7 @@ def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | 
     coalesces = work.coalesces and state in (None, TaskRun.State.PENDING)
     run_after = work.run_after or now
     if coalesces and work.run_after is None:
+        assert work.coalesce_window is not None, "Work.coalesces implies a window"
         run_after = now + work.coalesce_window
     # Marked dispatched in the INSERT itself: no second statement for the hint sent on commit.
     dispatch_now = dispatch and run_after <= now and (state or TaskRun.State.PENDING) == TaskRun.State.PENDING
@@ -362,6 +363,7 @@ def _record_coalesced(head: TaskRun, *, survivor: TaskRun, work: Work, now: date
     """The replaced run's decision points at the run that replaced it. A longer chain is followed
     when asked (runs.selectors.run_coalesced_into), not rewritten here: repointing every earlier
     decision would cost each trigger of a busy object a write per trigger before it."""
+    assert work.rule is not None, "Work.coalesces implies a rule"
     TaskRun.objects.filter(pk=head.pk).update(last_error=f"coalesced into run {survivor.id} ({survivor.biz_key})")
     details = {
         "run_id": head.id,
@@ -397,6 +399,7 @@ def _shed(work: Work, pressure: Pressure, *, now: datetime) -> ClaimResult:
         "triggered_by": work.triggered_by,
         "biz_key": work.biz_key,
     }
+    lookup: dict[str, object]
     if work.slot is not None:
         lookup = {"rule": work.rule, "slot": work.slot}
         biz_key = ""  # a key template without {slot} may give two slots one key: the slot is the identity

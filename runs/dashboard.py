@@ -9,6 +9,7 @@ within one 5 % bin of percentile_cont, the same on PostgreSQL and SQLite.
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import TypedDict
 
 from django.db.models import Count, F, Q
 from django.utils.translation import gettext as _
@@ -160,12 +161,30 @@ def skill_duration_p99s(skills: list[str]) -> dict[str, float | None]:
             .exclude(finish_at=None)
             .order_by("-finish_at")
             .values_list("start_at", "finish_at")[:DURATION_SAMPLE]
+            if s is not None and f is not None  # the query's filters, for the type checker
         ]
         out[skill] = percentile(durations, 0.99) if durations else None
     return out
 
 
-def deadletter_backlog(*, limit: int = 20) -> dict[str, list[dict]]:
+class BacklogRow(TypedDict):
+    """One group of open tickets: its key (a rule name, an error kind) and how many."""
+
+    key: str
+    n: int
+
+
+class FingerprintRow(BacklogRow):
+    kind: str  # the error kind of the fingerprint's tickets
+
+
+class Backlog(TypedDict):
+    rule: list[BacklogRow]
+    error_kind: list[BacklogRow]
+    fingerprint: list[FingerprintRow]
+
+
+def deadletter_backlog(*, limit: int = 20) -> Backlog:
     """Open tickets counted by rule, by error kind and by error fingerprint (deadletter_open_idx)."""
     open_ = DeadLetter.objects.filter(state=DeadLetter.State.PENDING_MANUAL)
     return {

@@ -63,7 +63,8 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
     """
     taken = run_take(run_id, worker=worker, now=clock())
     run, attempt = taken.run, taken.attempt
-    if attempt is None and (run is None or run.state not in TaskRun.CLAIMABLE or run.run_after > clock()):
+    # The store returns an attempt only with its run, so a missing run is not ours either.
+    if run is None or (attempt is None and (run.state not in TaskRun.CLAIMABLE or run.run_after > clock())):
         # Not due: it must not take an object lease, a pool slot or a rate token meanwhile.
         return ExecuteOutcome(run_id, "not_claimable")
     tracing.run_bind(run)  # its trace and fields on every span and log line below
@@ -85,6 +86,7 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
             )
             if refused is not None:
                 return refused
+            assert attempt is not None, "_admit_and_claim returns an attempt whenever it refuses nothing"
         # Started lazily: its thread exists only once the first renewal (ttl/3) is due.
         renewer = LeaseRenewer(run_id=run.id, fence=run.fence, ttl=ttl, clock=clock, expires_at=run.lease_expires_at)
         renewer.start()

@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TypeVar
 
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import F, Q
@@ -230,8 +231,6 @@ class _Renewal:
     Then `lost` is set and the lease is no longer renewed.
     """
 
-    kind = ""
-
     def __init__(self, *, ttl: timedelta, clock: Clock, expires_at: datetime | None) -> None:
         self.ttl, self.clock = ttl, clock
         self.expires_at = expires_at or clock() + ttl
@@ -274,12 +273,13 @@ class _Renewal:
         return True
 
 
+R = TypeVar("R", bound=_Renewal)
+
+
 class LeaseRenewer(_Renewal):
     """The run lease of one attempt, conditional on its fence, with the attempt's pool slots (they
     live as long as the lease). The running skill sees `lost` (ctx.lease_lost, ctx.step,
     ctx.fenced) and the attempt commits nothing."""
-
-    kind = "run"
 
     def __init__(self, *, run_id: int, fence: int, ttl: timedelta, clock: Clock, expires_at: datetime | None = None):
         self.run_id, self.fence = run_id, fence
@@ -297,8 +297,6 @@ class LeaseRenewer(_Renewal):
 
 class KeyRenewal(_Renewal):
     """A keyed lease ("object:<key>"), conditional on its owner and token and on not having expired."""
-
-    kind = "key"
 
     def __init__(self, *, held: Held, run_id: int, ttl: timedelta, clock: Clock):
         self.held, self.run_id = held, run_id
@@ -354,18 +352,20 @@ class _Renewals:
 
     def renew(self, due: list[_Renewal]) -> None:
         """Renew `due` now: one statement for the run leases, one for the keyed ones."""
-        for kind, renew in (("run", _renew_runs), ("key", _renew_keys)):
-            batch = [r for r in due if r.kind == kind]
-            if not batch:
-                continue
-            try:
-                gone = [r for r in renew(batch) if r is not None]
-            except DatabaseError as exc:
-                store().connection_close()  # retried on a new connection
-                gone = [r for r in batch if not r.unreachable(exc)]
-            with self._cond:
-                for r in gone:
-                    self._held.pop(id(r), None)
+        self._renew_batch([r for r in due if isinstance(r, LeaseRenewer)], _renew_runs)
+        self._renew_batch([r for r in due if isinstance(r, KeyRenewal)], _renew_keys)
+
+    def _renew_batch(self, batch: list[R], renew: Callable[[list[R]], list[R | None]]) -> None:
+        if not batch:
+            return
+        try:
+            gone = [r for r in renew(batch) if r is not None]
+        except DatabaseError as exc:
+            store().connection_close()  # retried on a new connection
+            gone = [r for r in batch if not r.unreachable(exc)]
+        with self._cond:
+            for r in gone:
+                self._held.pop(id(r), None)
 
 
 def _renew_runs(batch: list[LeaseRenewer]) -> list[LeaseRenewer | None]:

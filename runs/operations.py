@@ -6,6 +6,7 @@ from datetime import datetime
 
 from django.db import IntegrityError, transaction
 from django.db.models import F
+from django.utils.translation import gettext as _
 
 from deadletters.models import DeadLetter
 from deadletters.services import deadletter_mark_replayed
@@ -29,8 +30,8 @@ def run_retry_now(*, run_id: int, actor, now: datetime, reason: str = "", ticket
     The run keeps its biz_key, so the unique constraint keeps holding (invariant 6). A failed run's
     open ticket is marked replayed in the same transaction, so the desk and the run agree. From the
     desk (`ticket_id`), the ticket is compare-and-set first: a double-click or two on-call replaying
-    at once queue ONE replay, and the loser gets False; if that ticket's run is no longer failed,
-    OperationError is raised and nothing changes. False also: the run is in no retryable state.
+    at once queue ONE replay, and the loser gets False; if that ticket's run is no longer failed (or
+    no longer exists), OperationError is raised and nothing changes. False also: the run is in no retryable state.
     """
     with transaction.atomic():
         if ticket_id is not None and not deadletter_mark_replayed(ticket_id=ticket_id, now=now):
@@ -40,6 +41,8 @@ def run_retry_now(*, run_id: int, actor, now: datetime, reason: str = "", ticket
             if ticket_id is None:
                 return False
             state = TaskRun.objects.filter(id=run_id).values_list("state", flat=True).first()
+            if state is None:
+                raise OperationError(_("run %(run)s no longer exists") % {"run": run_id})
             raise OperationError(f"run {run_id} is {TaskRun.State(state).label.lower()}, not failed")
         fields = {"state": TaskRun.State.PENDING, "run_after": now, "finish_at": None}
         if run.state == TaskRun.State.FAILED:

@@ -10,6 +10,7 @@ import json
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from django.db import transaction
 from django.db.models import F
@@ -71,7 +72,7 @@ def run_succeed(
     """
     done = store().run_succeed(run, attempt, _jsonable(result), now=now, release_worker=release_worker)
     released = done.waiting is not None
-    if released:
+    if done.waiting is not None:
         pool_wake_freed(done.waiting, now=now)
     if not done.written:
         fenced_out = attempt_mark_fenced(attempt, now=now)
@@ -134,7 +135,12 @@ def run_record_failure(
         draw=draw,
         retry_after=retry_after,
     )
-    fields = {"first_failure_at": first_failure_at, "last_error": error.message, "last_error_kind": error.kind}
+    # Column values and expressions for QuerySet.update(), which takes any of them.
+    fields: dict[str, Any] = {
+        "first_failure_at": first_failure_at,
+        "last_error": error.message,
+        "last_error_kind": error.kind,
+    }
     if take_lease:
         fields["fence"] = F("fence") + 1
     if decision.retry:
@@ -201,7 +207,7 @@ def run_park(run: TaskRun, attempt: Attempt, parked: RunParked, *, now: datetime
     """
     with transaction.atomic():
         if isinstance(parked, AwaitApproval):
-            fields = {"state": TaskRun.State.AWAITING_APPROVAL, "last_error": "", "last_error_kind": ""}
+            fields: dict[str, Any] = {"state": TaskRun.State.AWAITING_APPROVAL, "last_error": "", "last_error_kind": ""}
         elif isinstance(parked, BudgetWait):
             fields = {
                 "state": TaskRun.State.WAITING_RETRY,

@@ -44,7 +44,7 @@ def scheduler_health(*, now: datetime) -> dict:
     if age is None or age > stall_after.total_seconds():
         reason = "no scheduler tick yet" if age is None else f"no scheduler tick for {age:.0f}s"
         code = "scheduler_stalled"
-    elif slot_age is not None and slot_age > grace:
+    elif slot is not None and slot_age is not None and slot_age > grace:
         reason = f"a slot of rule {slot['rule']} is {slot_age:.0f}s overdue (grace {grace:.0f}s)"
         code = "slot_overdue"
     return {
@@ -146,16 +146,14 @@ def pool_pressure(*, now: datetime, top: int = 5) -> list[dict]:
     waiting: dict[int, dict[str, int]] = {}
     for row in PoolWaiter.objects.values("pool_id", "key").annotate(n=Count("run_id")):
         waiting.setdefault(row["pool_id"], {})[row["key"]] = row["n"]
-    oldest: dict[int, dict] = {}
-    for row in PoolWaiter.objects.order_by("since").values("pool_id", "run_id", "since", "reason", "run__biz_key")[
-        :500
-    ]:
-        oldest.setdefault(row["pool_id"], row)
+    waiters = PoolWaiter.objects.order_by("since").values("pool_id", "run_id", "since", "reason", "run__biz_key")
+    # Oldest last, so that each pool keeps its oldest waiter.
+    oldest = {waiter["pool_id"]: waiter for waiter in reversed(list(waiters[:500]))}
     shed: dict[tuple[str, str], int] = {}
     decisions = Decision.objects.filter(reason__in=SHED_REASONS, created_at__gte=now - PRESSURE_WINDOW)
-    for row in decisions.values("reason", "details__pool").annotate(n=Count("id")):
-        pool_name = row["details__pool"] if isinstance(row["details__pool"], str) else ""
-        shed[(row["reason"], pool_name)] = shed.get((row["reason"], pool_name), 0) + row["n"]
+    for counted in decisions.values("reason", "details__pool").annotate(n=Count("id")):
+        pool_name = counted["details__pool"] if isinstance(counted["details__pool"], str) else ""
+        shed[(counted["reason"], pool_name)] = shed.get((counted["reason"], pool_name), 0) + counted["n"]
     rows = []
     for pool in pools:
         used, waits = in_use.get(pool.id, {}), waiting.get(pool.id, {})
@@ -206,11 +204,11 @@ def flow_saturation(*, now: datetime) -> dict:
         n=Count("run_id"), since=Min("since")
     )
     waiting, oldest = 0, None
-    for row in waiters:
-        waiting += row["n"]
-        oldest = row["since"] if oldest is None or row["since"] < oldest else oldest
-        if row["pool__paused_until"] and row["pool__paused_until"] > now:
-            paused.add(row["pool__name"])
+    for waiter in waiters:
+        waiting += waiter["n"]
+        oldest = waiter["since"] if oldest is None or waiter["since"] < oldest else oldest
+        if waiter["pool__paused_until"] and waiter["pool__paused_until"] > now:
+            paused.add(waiter["pool__name"])
     return {
         "saturated_pools": sorted(saturated),
         "paused_pools": sorted(paused),
@@ -229,7 +227,7 @@ def run_wait_explain(run: TaskRun, *, now: datetime) -> dict | None:
         return None
     pool = waiter.pool
     where = f"pool {pool.name}" + (f" [{waiter.key}]" if waiter.key else "")
-    details = {
+    details: dict[str, object] = {
         "pool": pool.name,
         "key": waiter.key,
         "reason": waiter.reason,
@@ -243,8 +241,11 @@ def run_wait_explain(run: TaskRun, *, now: datetime) -> dict | None:
         limit = "∞" if pool.max_concurrency is None else pool.max_concurrency
         summary = f"waiting for {where}: {in_use} of {limit} in use, {details['waiting_ahead']} waiting ahead"
     elif waiter.reason == PoolWaiter.Reason.RATE:
-        details.update(rate=f"{pool.rate_count}/{pool.rate_period_seconds}s", until=waiter.until.isoformat())
-        summary = f"waiting for {where}: rate {details['rate']}, next start at {waiter.until.isoformat()}"
+        details.update(
+            rate=f"{pool.rate_count}/{pool.rate_period_seconds}s",
+            until=waiter.until.isoformat() if waiter.until else None,
+        )
+        summary = f"waiting for {where}: rate {details['rate']}, next start at {details['until']}"
     else:
         until = pool.paused_until or waiter.until
         details.update(until=until.isoformat() if until else None)

@@ -155,7 +155,7 @@ def worker_health(*, now: datetime) -> dict:
         r = bad[0]
         age = r["last_heartbeat_age_seconds" if r["status"] == "not responding" else "last_progress_age_seconds"]
         reason = f"worker {r['name']} {r['status']} for {age:.0f}s"
-        code = "worker_" + r["status"].replace(" ", "_")
+        code = "worker_" + str(r["status"]).replace(" ", "_")
     return {"ok": not bad, "reason": reason, "code": code, "workers": rows}
 
 

@@ -214,10 +214,11 @@ class DecisionAdmin(ReadOnlyAdmin):
 
     @admin.display(description=_("survivor"))
     def survivor_link(self, decision: Decision) -> str:
-        if decision.survivor_id is None:
+        survivor = decision.survivor  # joined on the list (list_select_related)
+        if survivor is None:
             return "—"
-        url = reverse("admin:runs_taskrun_change", args=[decision.survivor_id])
-        return format_html('<a href="{}">{}</a>', url, decision.survivor.biz_key)
+        url = reverse("admin:runs_taskrun_change", args=[survivor.pk])
+        return format_html('<a href="{}">{}</a>', url, survivor.biz_key)
 
 
 class BackpressureForm(forms.ModelForm):

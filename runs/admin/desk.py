@@ -1,11 +1,12 @@
 """The run and lease pages of the operator's desk: run filters, the run timeline, retry now and
 cancel with confirmation, and the live leases with force-release. Mixed into runs/admin/__init__.py."""
 
+from typing import TYPE_CHECKING
 from urllib.parse import urlencode
 
 from django.contrib import admin, messages
 from django.contrib.admin import DateFieldListFilter
-from django.db.models import Max
+from django.db.models import Field, Max
 from django.http import HttpResponseRedirect
 from django.urls import path, reverse
 from django.utils import timezone
@@ -19,6 +20,7 @@ from harness_site.desk import (
     confirm_bulk,
     confirm_object,
     desk_object,
+    form_reason,
     has_perm_method,
     now,
 )
@@ -36,8 +38,15 @@ from runs.operations import (
 from runs.selectors import duration_text as _seconds
 from runs.selectors import run_timeline, run_wait_explain
 
+# The mixins below are mixed into ModelAdmins (runs/admin/__init__.py): the type checker reads them as such.
+if TYPE_CHECKING:
+    RunAdminBase = admin.ModelAdmin[TaskRun]
+    LeaseAdminBase = admin.ModelAdmin[Lease]
+else:
+    RunAdminBase = LeaseAdminBase = object
 
-class RunDeskMixin:
+
+class RunDeskMixin(RunAdminBase):
     change_form_template = "admin/runs/taskrun/change_form.html"
     actions = ["retry_now", "cancel"]
 
@@ -71,9 +80,7 @@ class RunDeskMixin:
             verb=_("Retried"),
             button=_("Retry now"),
             eligible=lambda r: r.state in RETRYABLE_STATES,
-            do=lambda r, form: run_retry_now(
-                run_id=r.id, actor=request.user, now=at, reason=form.cleaned_data["reason"]
-            ),
+            do=lambda r, form: run_retry_now(run_id=r.id, actor=request.user, now=at, reason=form_reason(form)),
         )
 
     @admin.action(description=gettext_lazy("Cancel selected runs (pending or waiting)"), permissions=["cancel"])
@@ -88,7 +95,7 @@ class RunDeskMixin:
             verb=_("Cancelled"),
             button=_("Cancel runs"),
             eligible=lambda r: r.state in CANCELLABLE_STATES,
-            do=lambda r, form: run_cancel(run_id=r.id, actor=request.user, now=at, reason=form.cleaned_data["reason"]),
+            do=lambda r, form: run_cancel(run_id=r.id, actor=request.user, now=at, reason=form_reason(form)),
         )
 
     def get_urls(self):
@@ -114,9 +121,7 @@ class RunDeskMixin:
                 _run_is(run),
                 _("It becomes pending and due now; the next attempt is number %(n)s.") % {"n": run.attempts + 1},
             ],
-            do=lambda form: run_retry_now(
-                run_id=run.id, actor=request.user, now=now(), reason=form.cleaned_data["reason"]
-            ),
+            do=lambda form: run_retry_now(run_id=run.id, actor=request.user, now=now(), reason=form_reason(form)),
         )
 
     def cancel_view(self, request, object_id):
@@ -133,9 +138,7 @@ class RunDeskMixin:
                 _run_is(run),
                 _("Cancelled runs never start; the business key stays taken."),
             ],
-            do=lambda form: run_cancel(
-                run_id=run.id, actor=request.user, now=now(), reason=form.cleaned_data["reason"]
-            ),
+            do=lambda form: run_cancel(run_id=run.id, actor=request.user, now=now(), reason=form_reason(form)),
         )
 
     def release_view(self, request, object_id):
@@ -151,7 +154,7 @@ class RunDeskMixin:
             form_class=ReasonForm,
             summary=_lease_summary(run),
             do=lambda form: run_lease_force_release(
-                run_id=run.id, actor=request.user, now=now(), reason=form.cleaned_data["reason"]
+                run_id=run.id, actor=request.user, now=now(), reason=form_reason(form)
             ),
         )
 
@@ -186,17 +189,14 @@ def run_page_timeline(run: TaskRun) -> dict:
     waiting = None if run.start_at else run_wait_explain(run, now=now())
     timeline.update(
         run=run,
-        zone=run.rule.timezone if run.rule_id else None,
+        zone=run.rule.timezone if run.rule is not None else None,
         rule_url=reverse("admin:tasks_triggerrule_change", args=[run.rule_id]) if run.rule_id else "",
         explain_url=_explain_url(run),
         live=not final,
         live_stopped=_("Final: this page no longer refreshes") if final else "",
         live_stopped_text=_("Final: this page no longer refreshes"),
         waiting_for=waiting["summary"] if waiting else "",
-        policy=[
-            (TaskRun._meta.get_field(name).verbose_name, getattr(run, name), name == "start_by")
-            for name in POLICY_FIELDS
-        ],
+        policy=[(_policy_field(name).verbose_name, getattr(run, name), name == "start_by") for name in POLICY_FIELDS],
     )
     return timeline
 
@@ -213,6 +213,12 @@ POLICY_FIELDS = (
     "start_by",
     "agent",
 )
+
+
+def _policy_field(name: str) -> Field:
+    field = TaskRun._meta.get_field(name)
+    assert isinstance(field, Field), f"{name} is a column of the run"
+    return field
 
 
 def _explain_url(run: TaskRun) -> str:
@@ -296,7 +302,7 @@ class RunLeaseAdmin(admin.ModelAdmin):
             button=_("Force-release"),
             form_class=ReasonForm,
             do=lambda r, form: run_lease_force_release(
-                run_id=r.id, actor=request.user, now=at, reason=form.cleaned_data["reason"]
+                run_id=r.id, actor=request.user, now=at, reason=form_reason(form)
             ),
         )
 
@@ -305,7 +311,7 @@ class RunLeaseAdmin(admin.ModelAdmin):
         return HttpResponseRedirect(reverse("admin:runs_taskrun_change", args=[object_id]))
 
 
-class LeaseDeskMixin:
+class LeaseDeskMixin(LeaseAdminBase):
     """Key leases (rule:…, object:…): owner, age, expiry, force-release."""
 
     actions = ["force_release"]
@@ -338,12 +344,12 @@ class LeaseDeskMixin:
             form_class=ReasonForm,
             eligible=lambda lease: bool(lease.owner),
             do=lambda lease, form: lease_force_release(
-                lease_id=lease.id, actor=request.user, now=at, reason=form.cleaned_data["reason"]
+                lease_id=lease.id, actor=request.user, now=at, reason=form_reason(form)
             ),
         )
 
 
-class CatchupApprovalMixin:
+class CatchupApprovalMixin(RunAdminBase):
     """Adds "Approve catch-up" and "Reject catch-up" to the run list for users with the permission."""
 
     def get_actions(self, request):

@@ -4,6 +4,7 @@ small tables (rules, the error vocabulary), never from a DISTINCT over every run
 
 from django.contrib.admin import AllValuesFieldListFilter, RelatedFieldListFilter
 from django.core.paginator import Paginator
+from django.db.models import QuerySet
 from django.utils.functional import cached_property
 from django.utils.translation import gettext_lazy as _
 
@@ -25,9 +26,9 @@ class EstimatedCountPaginator(Paginator):
 
     @cached_property
     def count(self) -> int:
-        query = getattr(self.object_list, "query", None)
-        if query is not None and not query.where:
-            estimate = store().table_estimate(self.object_list.model._meta.db_table)
+        rows = self.object_list
+        if isinstance(rows, QuerySet) and not rows.query.where:
+            estimate = store().table_estimate(rows.model._meta.db_table)
             if estimate is not None and estimate > ESTIMATE_ABOVE:
                 return estimate
         return super().count
@@ -54,11 +55,13 @@ class ErrorKindFilter(AllValuesFieldListFilter):
 
     def __init__(self, field, request, params, model, model_admin, field_path):
         super().__init__(field, request, params, model, model_admin, field_path)
-        self.lookup_choices = sorted(self.LABELS)
+        # django-stubs type it as the QuerySet Django builds; the filter only iterates its values.
+        self.lookup_choices = sorted(self.LABELS)  # type: ignore[assignment]
 
     def choices(self, changelist):
         for choice in super().choices(changelist):
-            label = self.LABELS.get(choice.get("display"))
+            display = choice.get("display")
+            label = self.LABELS.get(display) if isinstance(display, str) else None  # "All" is lazy: no label
             yield {**choice, "display": label} if label is not None else choice
 
 
