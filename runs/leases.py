@@ -7,6 +7,7 @@ taken can tell: its renewals and result writes (runs/outcome.py) change nothing.
 
 import hashlib
 import logging
+import math
 import os
 import threading
 import time
@@ -315,6 +316,7 @@ class _Renewals:
         self._cond = threading.Condition()
         self._held: dict[int, _Renewal] = {}
         self._pid: int | None = None
+        self._wakes_at = math.inf  # when the thread will look again (monotonic); a start due sooner wakes it
 
     def add(self, renewal: _Renewal) -> None:
         with self._cond:
@@ -322,7 +324,8 @@ class _Renewals:
                 self._pid, self._held = os.getpid(), {}
                 threading.Thread(target=self._loop, name="lease-renewals", daemon=True).start()
             self._held[id(renewal)] = renewal
-            self._cond.notify()
+            if renewal.due < self._wakes_at:  # due before the thread's wake-up: wake it to wait less
+                self._cond.notify()
 
     def remove(self, renewal: _Renewal) -> None:
         with self._cond:
@@ -336,9 +339,10 @@ class _Renewals:
         while True:
             with self._cond:
                 while not self._held:
+                    self._wakes_at = math.inf
                     self._cond.wait()
-                due_at = min(r.due for r in self._held.values())
-                delay = due_at - time.monotonic()
+                self._wakes_at = min(r.due for r in self._held.values())
+                delay = self._wakes_at - time.monotonic()
                 if delay > 0:
                     self._cond.wait(delay)
                     continue
