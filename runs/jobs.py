@@ -1,14 +1,20 @@
 """Celery tasks: thin. Ids in, one service call; the clock is read here, at the edge."""
 
+import logging
 import os
 import socket
 
 from celery import shared_task
+from django.db import OperationalError
 from django.utils import timezone
 
 from runs import executor, sweeper
 from runs.approvals import approval_expire_due
 from runs.retention import decision_sweep
+from runs.store import store
+
+log = logging.getLogger("harness.executor")
+DB_UNAVAILABLE = "db_unavailable"
 
 
 def _worker_identity(task) -> str:
@@ -18,7 +24,15 @@ def _worker_identity(task) -> str:
 
 @shared_task(bind=True, name="runs.execute", acks_late=True, ignore_result=True)
 def run_execute_task(self, run_id: int) -> str:
-    return executor.run_execute(run_id=run_id, worker=_worker_identity(self), clock=timezone.now).status
+    try:
+        return executor.run_execute(run_id=run_id, worker=_worker_identity(self), clock=timezone.now).status
+    except OperationalError as exc:
+        # The database refused the connection, or the pool had none free in time: hand the run back
+        # with one line, not a traceback. The row is the truth: a run not yet taken is sent again by
+        # the sweeper; a taken one's lease runs out and it is retried like a lost worker's.
+        log.warning("run %s handed back: database unavailable (%s)", run_id, " ".join(str(exc).split())[:200])
+        store().connection_close()
+        return DB_UNAVAILABLE
 
 
 # Sweeps are idempotent and frequent: a lost or expired one is replaced by the next.
