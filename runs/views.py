@@ -103,7 +103,7 @@ def _health() -> dict:
 
 def queue_depths() -> dict[str, dict]:
     """Each task queue's depth and the age of its oldest message (seconds; None when empty or unknown)."""
-    out = {}
+    out: dict[str, dict[str, object]] = {}
     for queue in settings.CELERY_TASK_QUEUES:
         try:
             probe = queue_probe(current_app, queue, timeout=BROKER_TIMEOUT)
