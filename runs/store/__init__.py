@@ -13,6 +13,8 @@ from functools import cache
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from runs.store.base import NotPlain, OrmStore, Succeeded, Taken
+from runs.store.postgres import PostgresStore
+from runs.store.sqlite import SqliteStore
 
 __all__ = ["NotPlain", "OrmStore", "Succeeded", "Taken", "store"]
 
@@ -20,10 +22,4 @@ __all__ = ["NotPlain", "OrmStore", "Succeeded", "Taken", "store"]
 @cache
 def store() -> OrmStore:
     """This process's run store."""
-    if connections[DEFAULT_DB_ALIAS].vendor == "postgresql":
-        from runs.store.postgres import PostgresStore  # psycopg: imported only where it is used
-
-        return PostgresStore()
-    from runs.store.sqlite import SqliteStore
-
-    return SqliteStore()
+    return PostgresStore() if connections[DEFAULT_DB_ALIAS].vendor == "postgresql" else SqliteStore()

@@ -46,7 +46,7 @@ class OrmStore:
 
     # Whether the lease claim can admit a run whose pools limit nothing in its own statement.
     plain_admission = False
-    # Whether report queries may summarize in SQL (runs.rollup) and read the catalog (runs.dashboard).
+    # Whether report queries may summarize in SQL (runs.rollup).
     summarizes_in_sql = False
 
     # --- connections ---
@@ -69,9 +69,6 @@ class OrmStore:
         db = _db()
         if db.settings_dict.get("OPTIONS", {}).get("pool") and not db.in_atomic_block:
             db.close()
-
-    def in_transaction(self) -> bool:
-        return _db().in_atomic_block
 
     def rows(self, sql: str, params: list | dict) -> list[tuple]:
         """A read-only report query (runs.metrics, runs.rollup), on this thread's connection."""
@@ -146,15 +143,16 @@ class OrmStore:
         if plain:
             raise NotPlain()
         attempt = _next_attempt(run, worker=worker, now=now)
+        changes = _claim_changes(run, worker=worker, now=now)
         # savepoint=False: inside the executor's admission transaction this adds no SAVEPOINT pair.
         with transaction.atomic(savepoint=False):
             claimed = TaskRun.objects.filter(
                 id=run.id, state__in=TaskRun.CLAIMABLE, run_after__lte=now, fence=run.fence, attempts=run.attempts
-            ).update(**_claim_changes(run, worker=worker, now=now))
+            ).update(**changes)
             if not claimed:
                 return None
             attempt.save(force_insert=True)
-        _claimed(run, worker=worker, now=now)
+        _claimed(run, changes)
         return attempt
 
     def run_leases_renew(self, leases: list[tuple[int, int, datetime]]) -> set[int]:
@@ -252,9 +250,9 @@ def _claim_changes(run: TaskRun, *, worker: str, now: datetime) -> dict:
     }
 
 
-def _claimed(run: TaskRun, *, worker: str, now: datetime) -> None:
+def _claimed(run: TaskRun, changes: dict) -> None:
     """The claim's changes, in memory: the attempt needs no second read of the row."""
-    for name, value in _claim_changes(run, worker=worker, now=now).items():
+    for name, value in changes.items():
         setattr(run, name, value)
 
 

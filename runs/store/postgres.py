@@ -10,7 +10,7 @@ mode before 1.21).
 """
 
 import re
-from datetime import datetime, timedelta
+from datetime import datetime
 from functools import cache
 from pathlib import Path
 from typing import Any
@@ -19,7 +19,17 @@ from django.conf import settings
 from django.db.models import DateTimeField, JSONField, Model
 
 from runs.models import Attempt, Decision, TaskRun
-from runs.store.base import NotPlain, OrmStore, Succeeded, Taken, _claimed, _db, _next_attempt, keyed_created
+from runs.store.base import (
+    NotPlain,
+    OrmStore,
+    Succeeded,
+    Taken,
+    _claim_changes,
+    _claimed,
+    _db,
+    _next_attempt,
+    keyed_created,
+)
 from tasks.models import GLOBAL_POOL, TriggerRule
 
 QUERIES_FILE = Path(__file__).with_name("queries.sql")
@@ -238,12 +248,13 @@ class PostgresStore(OrmStore):
         return Taken(run, attempt, plain)
 
     def lease_claim(self, run: TaskRun, *, worker: str, now: datetime, plain: bool) -> Attempt | None:
+        changes = _claim_changes(run, worker=worker, now=now)
         params = {
             "run_id": run.id,
             "worker": worker,
             "now": now,
-            "expires_at": now + timedelta(seconds=run.lease_ttl_seconds),
-            "start_at": run.start_at or now,
+            "expires_at": changes["lease_expires_at"],
+            "start_at": changes["start_at"],
             "fence": run.fence,
             "attempts": run.attempts,
         }
@@ -257,7 +268,7 @@ class PostgresStore(OrmStore):
         attempt = _next_attempt(run, worker=worker, now=now)
         attempt.pk = attempt_id
         attempt._state.adding, attempt._state.db = False, _db().alias
-        _claimed(run, worker=worker, now=now)
+        _claimed(run, changes)
         return attempt
 
     def run_leases_renew(self, leases: list[tuple[int, int, datetime]]) -> set[int]:
