@@ -20,9 +20,12 @@ from anything the provider sends back before it can reach an error message, a lo
 
 import hashlib
 import json
+import os
+import threading
 from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parsedate_to_datetime
+from http.cookiejar import CookieJar, DefaultCookiePolicy
 from typing import Any
 
 import httpx
@@ -34,6 +37,38 @@ from tasks.skills.sdk import ErrorKind, SkillError
 
 MAX_RAW_OUTPUT = 20_000
 MAX_ERROR_BODY = 500
+
+_http: httpx.Client | None = None
+_http_lock = threading.Lock()
+
+
+def http_client() -> httpx.Client:
+    """The process's one HTTP client for model calls. Building a client loads the CA bundle (tens of
+    milliseconds of CPU, far more on a busy box): paid per call, a thousand runs waiting at once
+    spend seconds of CPU before the first byte is sent. httpx.Client is thread-safe and keeps the
+    connection to the provider alive between calls. It keeps no cookies, so one agent's session
+    never rides along with another agent's key; each call sets its own timeouts and headers."""
+    global _http
+    if _http is None:
+        with _http_lock:
+            if _http is None:
+                _http = httpx.Client(
+                    follow_redirects=False,
+                    cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
+                    # Unbounded: every waiting run holds its own connection; the pool, rate limits
+                    # and budgets already bound how many calls run at once.
+                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=100),
+                )
+    return _http
+
+
+def _forget_http_client() -> None:
+    # A forked pool child must not share its parent's sockets.
+    global _http
+    _http = None
+
+
+os.register_at_fork(after_in_child=_forget_http_client)
 
 
 class ModelCallError(SkillError):
@@ -139,10 +174,9 @@ def chat(agent, messages: list[dict[str, str]], *, now: datetime) -> ModelReply:
     )
     body: dict[str, Any] = {"model": agent.model, "messages": messages}
     try:
-        with httpx.Client(timeout=timeout, follow_redirects=False) as client:
-            # traceparent: the provider's logs and traces can name the run's trace (W3C Trace Context).
-            headers = {**outgoing_headers(), "Authorization": f"Bearer {key}"}
-            response = client.post(url, json=body, headers=headers)
+        # traceparent: the provider's logs and traces can name the run's trace (W3C Trace Context).
+        headers = {**outgoing_headers(), "Authorization": f"Bearer {key}"}
+        response = http_client().post(url, json=body, headers=headers, timeout=timeout)
     except httpx.ReadTimeout:
         raise ModelCallError(
             ErrorKind.TIMEOUT, f"{url}: no response within the read timeout of {agent.read_timeout_seconds:g}s"

@@ -1,14 +1,23 @@
-"""Runs that wait on a model: how many one worker holds in flight, on how many connections.
+"""Runs that wait on a model: how many workers hold in flight, on how many connections.
 
-    .venv/bin/python tests/bench/agents.py [--runs 100,1000] [--seconds 10] [--pool-max 0,10]
+    .venv/bin/python tests/bench/agents.py [--cases 100x1,1000x1,1000x5] [--seconds 10] [--pool-max 10]
+                                            [--skill model|sleep] [--private-postgres]
 
 PostgreSQL + Redis (DATABASE_URL, CELERY_BROKER_URL; the database is created and migrated if needed,
-the broker's Redis database flushed). For each number of runs N and each pool size M: one worker in
-the threads pool with N threads (HARNESS_DB_POOL_MAX=M; 0 is one connection per thread), N runs of
-`harness.sleep` for --seconds (a stand-in for a model call) claimed at once; sampled every 0.25 s
-until all have finished: peak runs in flight, peak connections to the database (all but this
-process's), the worker's peak RSS, and the drain time as a ratio to the ideal (--seconds, every run
-in flight at once). Prints figures and asserts nothing; not part of the test suite.
+the broker's Redis database flushed). With --private-postgres the bench starts a PostgreSQL server of
+its own with max_connections=100 (the default of a new install) and drops it afterwards, so the
+connection ceiling is the one a real deployment has.
+
+A case NxK starts K workers in the threads pool with N threads each (HARNESS_DB_POOL_MAX=--pool-max;
+0 is one connection per thread) and claims N*K runs. With --skill model (the default) each run is the
+`llm_json` skill asking an agent whose provider is a fake model server on loopback (a real HTTP
+server, tests/support/fake_model.py) that answers after --seconds, through the agent client as a real
+skill would; --skill sleep is `harness.sleep`. The runs are claimed first and then dispatched in one
+go, so the drain measures the workers, not the claiming client (claim seconds are printed apart).
+Sampled every 0.25 s until all have finished: peak runs in flight, peak connections to the database
+(all but this process's), the workers' peak RSS (largest one), runs that failed, log lines where the
+database refused a connection, and the drain time (dispatch to last finish) as a ratio to the ideal
+(--seconds: every run in flight at once). Prints figures and asserts nothing; not part of the suite.
 """
 
 import argparse
@@ -22,12 +31,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
 from tests.bench import benchmark as bench
 
+KEY_ENV = "HARNESS_SECRET_BENCH_MODEL"
+AGENT = "bench-model"
+REFUSALS = ("too many clients", "remaining connection slots", "connection refused", "couldn't get a connection")
+
 
 def parse_args() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--runs", default="100,1000", help="runs in flight per case, comma-separated")
-    p.add_argument("--seconds", type=float, default=10.0, help="how long each run waits")
-    p.add_argument("--pool-max", default="0,10", help="HARNESS_DB_POOL_MAX per case, comma-separated (0: no pool)")
+    p.add_argument("--cases", default="100x1,1000x1", help="runs per worker x workers, comma-separated")
+    p.add_argument("--seconds", type=float, default=10.0, help="how long each model call takes")
+    p.add_argument("--pool-max", default="10", help="HARNESS_DB_POOL_MAX per case, comma-separated (0: no pool)")
+    p.add_argument("--skill", choices=("model", "sleep"), default="model")
+    p.add_argument("--queues", default="celery,harness_control", help="the queues the workers consume")
+    p.add_argument("--private-postgres", action="store_true", help="a server of the bench's own, max_connections=100")
     p.add_argument("--database-url", default=os.environ.get("DATABASE_URL", bench.DEFAULT_DATABASE_URL))
     p.add_argument("--broker-url", default=os.environ.get("CELERY_BROKER_URL", bench.DEFAULT_BROKER_URL))
     p.add_argument("--timeout", type=float, default=300)
@@ -56,54 +72,137 @@ def sessions() -> int:
         return cursor.fetchone()[0]
 
 
-def case(n: int, pool_max: int, args: argparse.Namespace, log_dir: Path) -> dict:
-    from django.db import connection
+def work(tag: str, i: int, args: argparse.Namespace):
+    from dataclasses import replace
+
+    from tests.support.runs import api_work, run_policy
+
+    if args.skill == "sleep":
+        return api_work(f"{tag}:{i}", skill="harness.sleep", params={"seconds": args.seconds})
+    w = api_work(f"{tag}:{i}", skill="llm_json", params={"prompt": "Summarise run {i}.", "i": i})
+    return replace(w, policy=run_policy({"max_attempts": 1}, agent=AGENT))
+
+
+def case(n: int, k: int, pool_max: int, args: argparse.Namespace, log_dir: Path, model_env: dict) -> dict:
+    from django.db import connection, transaction
+    from django.db.models import Max
     from django.utils import timezone
 
     from runs.claims import run_claim
+    from runs.dispatch import run_dispatch_on_commit
     from runs.models import TaskRun
-    from tests.support.runs import api_work
 
-    tag = f"agents:{pool_max}:{n}:{time.time_ns()}"
-    os.environ["HARNESS_DB_POOL_MAX"] = str(pool_max)
-    worker = bench.Proc(
-        f"agents-{pool_max}-{n}",
-        bench.celery_argv(
-            "worker", "--pool=threads", f"--concurrency={n}", "--loglevel=WARNING", "--queues=celery,harness_control"
-        ),
-        log_dir,
-    )
-    os.environ.pop("HARNESS_DB_POOL_MAX")
+    tag = f"agents:{pool_max}:{n}x{k}:{time.time_ns()}"
+    saved = dict(os.environ)
+    os.environ.update({"HARNESS_DB_POOL_MAX": str(pool_max), **model_env})
+    workers = [
+        bench.Proc(
+            f"agents-{pool_max}-{n}x{k}-{w}",
+            bench.celery_argv(
+                "worker",
+                "--pool=threads",
+                f"--concurrency={n}",
+                "--loglevel=WARNING",
+                f"--hostname=agents{w}@%h",
+                f"--queues={args.queues}",
+            ),
+            log_dir,
+        )
+        for w in range(k)
+    ]
+    os.environ.clear()
+    os.environ.update(saved)
     try:
         bench.wait_for(
-            lambda: "ready" in worker.tail().lower() or sessions() > 0, timeout=60, what="worker", procs=[worker]
+            lambda: all("ready" in p.tail().lower() for p in workers) or sessions() >= k,
+            timeout=120,
+            what="workers",
+            procs=workers,
         )
         time.sleep(2)
         now = timezone.now()
         started = time.monotonic()
-        for i in range(n):
-            run_claim(api_work(f"{tag}:{i}", skill="harness.sleep", params={"seconds": args.seconds}), now=now)
+        ids = [run_claim(work(tag, i, args), now=now, dispatch=False).run.id for i in range(n * k)]
         claimed = time.monotonic() - started
+        dispatched = timezone.now()
+        with transaction.atomic():
+            run_dispatch_on_commit(run_ids=ids, now=dispatched)
         runs = TaskRun.objects.filter(biz_key__startswith=f"{tag}:")
         peak = {"in_flight": 0, "connections": 0, "rss_mb": 0.0}
         deadline = time.monotonic() + args.timeout
         while time.monotonic() < deadline:
             peak["connections"] = max(peak["connections"], sessions())
-            peak["rss_mb"] = max(peak["rss_mb"], rss_mb(worker.popen.pid))
+            peak["rss_mb"] = max([peak["rss_mb"], *(rss_mb(p.popen.pid) for p in workers)])
             peak["in_flight"] = max(peak["in_flight"], runs.filter(state=TaskRun.State.RUNNING).count())
             if not runs.exclude(state__in=TaskRun.FINISHED).exists():
                 break
             time.sleep(0.25)
-        drained = time.monotonic() - started
-        succeeded = runs.filter(state=TaskRun.State.SUCCEEDED).count()
+        last = runs.aggregate(last=Max("finish_at"))["last"] or timezone.now()
+        counts = {
+            "succeeded": runs.filter(state=TaskRun.State.SUCCEEDED).count(),
+            "failed": runs.filter(state__in=TaskRun.FINISHED).exclude(state=TaskRun.State.SUCCEEDED).count(),
+            "unfinished": runs.exclude(state__in=TaskRun.FINISHED).count(),
+        }
         connection.close()
-        return {**peak, "succeeded": succeeded, "claim_s": claimed, "drain_ratio": drained / args.seconds}
+        refusals = sum(p.tail(10**7).lower().count(r) for p in workers for r in REFUSALS)
+        return {
+            **peak,
+            **counts,
+            "refusals": refusals,
+            "claim_s": claimed,
+            "drain_ratio": (last - dispatched).total_seconds() / args.seconds,
+        }
     finally:
-        worker.stop()
+        for p in workers:
+            p.stop()
+
+
+def model_server(args: argparse.Namespace) -> tuple[object | None, dict]:
+    """The fake provider and the worker environment that grants the bench's key for its URL alone."""
+    if args.skill != "model":
+        return None, {}
+    from tasks.models import Agent
+    from tests.support.fake_model import FakeModelServer, Reply, json_completion
+
+    server = FakeModelServer().start()
+    answer = json_completion({"summary": "ok"})
+    server.respond(Reply(answer.status, answer.body, answer.headers, hang=args.seconds))
+    Agent.objects.update_or_create(
+        name=AGENT,
+        defaults={
+            "provider": "openai",
+            "base_url": server.base_url,
+            "model": "fake",
+            "api_key_env": KEY_ENV,
+            "read_timeout_seconds": args.seconds + 60,
+            "max_calls_per_hour": None,
+            "max_tokens_per_hour": None,
+        },
+    )
+    return server, {
+        KEY_ENV: "sk-bench-0123456789",
+        "HARNESS_GRANTS": f"{KEY_ENV}=model@{server.base_url}",
+        "HARNESS_AGENT_URL_ALLOW": server.base_url,
+    }
 
 
 def main() -> None:
     args = parse_args()
+    private = None
+    if args.private_postgres:
+        from tests.support.servers import PrivatePostgres
+
+        private = PrivatePostgres(settings={"max_connections": 100})
+        private.start()
+        args.database_url = private.url
+    try:
+        run(args)
+    finally:
+        if private:
+            private.stop()
+
+
+def run(args: argparse.Namespace) -> None:
     bench.configure_env(args)
     bench.ensure_database(args.database_url)
     bench.flush_broker(args.broker_url)
@@ -111,22 +210,35 @@ def main() -> None:
 
     django.setup()
     from django.core.management import call_command
+    from django.db import connection
 
     call_command("migrate", verbosity=0)
+    with connection.cursor() as cursor:
+        cursor.execute("SHOW max_connections")
+        ceiling = cursor.fetchone()[0]
+    server, model_env = model_server(args)
     log_dir = Path(tempfile.mkdtemp(prefix="harness-agents-"))
-    print(f"waiting runs: harness.sleep {args.seconds:g} s, one threads-pool worker, cpus={os.cpu_count()}")
+    wait = f"{args.seconds:g} s"
+    what = f"llm_json, fake provider answering after {wait}" if server else f"harness.sleep {wait}"
+    print(f"waiting runs: {what}; threads-pool workers; max_connections={ceiling}; cpus={os.cpu_count()}")
     print(
-        f"{'runs':>6} {'pool max':>8} {'in flight':>9} {'connections':>11} {'RSS MB':>7} {'succeeded':>9} "
-        f"{'claim s':>7} {'drain / ideal':>13}"
+        f"{'runs':>10} {'pool max':>8} {'in flight':>9} {'connections':>11} {'RSS MB':>7} {'succeeded':>9} "
+        f"{'failed':>6} {'refusals':>8} {'claim s':>7} {'drain / ideal':>13}"
     )
-    for n in (int(x) for x in args.runs.split(",")):
-        for pool_max in (int(x) for x in args.pool_max.split(",")):
-            r = case(n, pool_max, args, log_dir)
-            print(
-                f"{n:>6} {pool_max or '-':>8} {r['in_flight']:>9} {r['connections']:>11} {r['rss_mb']:>7.0f} "
-                f"{r['succeeded']:>9} {r['claim_s']:>7.1f} {r['drain_ratio']:>13.2f}",
-                flush=True,
-            )
+    try:
+        for spec in args.cases.split(","):
+            n, k = (int(x) for x in spec.split("x"))
+            for pool_max in (int(x) for x in args.pool_max.split(",")):
+                r = case(n, k, pool_max, args, log_dir, model_env)
+                print(
+                    f"{f'{n}x{k}':>10} {pool_max or '-':>8} {r['in_flight']:>9} {r['connections']:>11} "
+                    f"{r['rss_mb']:>7.0f} {r['succeeded']:>9} {r['failed'] + r['unfinished']:>6} {r['refusals']:>8} "
+                    f"{r['claim_s']:>7.1f} {r['drain_ratio']:>13.2f}",
+                    flush=True,
+                )
+    finally:
+        if server:
+            server.stop()
     print(f"logs in {log_dir}")
 
 

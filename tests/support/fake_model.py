@@ -42,6 +42,12 @@ def json_completion(obj: object, **kw) -> Reply:
     return completion(json.dumps(obj), **kw)
 
 
+class _Server(ThreadingHTTPServer):
+    # Thousands of runs may call at once (tests/bench/agents.py): the default backlog of 5 would
+    # turn a burst of connects into SYN retries, a second or more each, measured as model latency.
+    request_queue_size = 4096
+
+
 class FakeModelServer:
     """Answers POST …/chat/completions with the next scripted Reply (the last one repeats)."""
 
@@ -86,7 +92,7 @@ class FakeModelServer:
             def log_message(self, *args) -> None:
                 pass
 
-        self.httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.httpd = _Server(("127.0.0.1", 0), Handler)
         self.httpd.daemon_threads = True
         # shutdown() waits for the loop to look again: 0.5 s by default, on every test's teardown.
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)

@@ -67,7 +67,7 @@ class PrivateRedis:
 class PrivatePostgres:
     """A throwaway cluster owned by the `postgres` OS user (initdb refuses to run as root)."""
 
-    def __init__(self):
+    def __init__(self, settings: dict[str, object] | None = None):
         # Not under pytest's tmp_path: its parents are private to root, and the server runs as postgres.
         folder = Path(tempfile.mkdtemp(prefix="harness-pg-"))
         folder.chmod(0o755)
@@ -76,6 +76,8 @@ class PrivatePostgres:
         self.socket_dir = folder / "pgsock"
         self.log = folder / "postgres.log"
         self.folder = folder
+        # Server settings (max_connections=100, ...) given on every start, as -c name=value.
+        self.settings = "".join(f" -c {name}={value}" for name, value in (settings or {}).items())
 
     @property
     def url(self) -> str:
@@ -97,11 +99,14 @@ class PrivatePostgres:
             first = True
         else:
             first = False
-        self._ctl("start", "-w", "-o", f"-p {self.port} -k {self.socket_dir} -c listen_addresses=127.0.0.1")
+        self._ctl("start", "-w", "-o", self._options())
         _wait(self._up, timeout=30, what="postgres up")
         if first:
             with psycopg.connect(self._dsn("postgres"), autocommit=True) as conn:
                 conn.execute("CREATE DATABASE harness")
+
+    def _options(self) -> str:
+        return f"-p {self.port} -k {self.socket_dir} -c listen_addresses=127.0.0.1{self.settings}"
 
     def _ctl(self, *args: str) -> None:
         if os.geteuid() == 0:
@@ -121,7 +126,7 @@ class PrivatePostgres:
     def restart(self, *, down: float = 2.0) -> None:
         self._ctl("stop", "-m", "fast", "-w")
         time.sleep(down)
-        self._ctl("start", "-w", "-o", f"-p {self.port} -k {self.socket_dir} -c listen_addresses=127.0.0.1")
+        self._ctl("start", "-w", "-o", self._options())
         _wait(self._up, timeout=30, what="postgres up again")
 
     def stop(self) -> None:

@@ -252,3 +252,34 @@ def test_it_redacts_every_form_of_the_key_in_output_that_is_not_a_completion(ser
 
     assert error.kind == ErrorKind.MODEL_INVALID_OUTPUT
     _assert_no_form_of(ECHO_KEY, str(error), error.raw_output)
+
+
+def test_a_cookie_the_provider_sets_is_never_sent_back(server):
+    """The process shares one HTTP client across calls and agents: it must not carry one call's
+    session to the next, which may use another agent's key."""
+    reply = completion("hi")
+    reply.headers["Set-Cookie"] = "session=agent-a; Path=/"
+    server.respond(reply)
+    call(server)
+    call(server, name="other", api_key_env=KEY_ENV)
+    assert len(server.requests) == 2
+    assert "Cookie" not in server.requests[1]["headers"]
+
+
+def test_calls_at_once_wait_together_not_in_turn(server):
+    """Many runs wait on the provider at the same time: the shared client does not queue them
+    behind a connection limit (httpx's default is 100)."""
+    import threading
+
+    server.respond(Reply(200, completion("hi").body, {"Content-Type": "application/json"}, hang=30))
+    threads = [threading.Thread(target=call, args=(server,), kwargs={"read_timeout_seconds": 60}) for _ in range(120)]
+    for t in threads:
+        t.start()
+    deadline = time.monotonic() + 30
+    while len(server.requests) < 120 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    arrived = len(server.requests)
+    server.release()
+    for t in threads:
+        t.join()
+    assert arrived == 120
