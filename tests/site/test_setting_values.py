@@ -9,6 +9,7 @@ import sys
 import pytest
 
 from tests.support.processes import ROOT, child_env
+from tests.support.startup import Started, start_ups
 
 # (variable, bad value, words the line must say about it); extra variables a case needs after ";".
 CASES = [
@@ -106,13 +107,21 @@ def test_every_setting_in_env_example_has_a_case():
     assert env_example_names() - NOT_OURS <= {name for name, _value, _words in CASES}
 
 
-@pytest.mark.parametrize(("name", "value", "words"), REFUSED, ids=[f"{n}={v}" for n, v, _w in REFUSED])
-def test_a_bad_value_stops_the_start_up_with_one_line(name, value, words):
+def case_env(name: str, value: str) -> dict[str, str]:
     extra = {"CELERY_BROKER_URL": "filesystem://"} if name == "HARNESS_BROKER_DIR" else {}
     if name == "DEBUG":
         extra["SECRET_KEY"] = "Vq3b9LkQ2xT7mN8pR4sW6yZ1aC5dE0fG-hJ_kL2"
+    return {**extra, name: value}
 
-    done = start(**{**extra, name: value})
+
+@pytest.fixture(scope="module")
+def refused_start_ups() -> dict[str, Started]:
+    return start_ups({f"{n}={v}": case_env(n, v) for n, v, _w in REFUSED}, env=child_env())
+
+
+@pytest.mark.parametrize(("name", "value", "words"), REFUSED, ids=[f"{n}={v}" for n, v, _w in REFUSED])
+def test_a_bad_value_stops_the_start_up_with_one_line(refused_start_ups, name, value, words):
+    done = refused_start_ups[f"{name}={value}"]
 
     assert done.returncode == 78, done.stderr[-2000:]
     lines = done.stderr.splitlines()

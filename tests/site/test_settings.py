@@ -4,14 +4,11 @@ placeholder or weak SECRET_KEY with DEBUG off. Each case runs the real settings 
 cases share one process per test worker (`outcomes`), each with a fresh environment and a fresh
 run of the module, as a start-up would have it (one start-up per case cost 2 s of CPU each)."""
 
-import json
 import os
-import subprocess
-import sys
 
 import pytest
 
-from tests.support.processes import ROOT
+from tests.support.startup import Started, start_ups
 
 STRONG = "Vq3b9LkQ2xT7mN8pR4sW6yZ1aC5dE0fG-hJ_kL2"
 BOOLEANS_BAD = ["maybe", "ture", "2", "", "enabled", "true\n"]
@@ -34,48 +31,11 @@ CASES = {
     "knobs": {"DEBUG": "false", "SECRET_KEY": STRONG, "HARNESS_TEST_WORKERS": "1", "HARNESS_E2E_WORKERS": "1"},
     "mistyped": {"DEBUG": "false", "SECRET_KEY": STRONG, "HARNESS_TICK_SECONDZ": "1"},
 }
-# In the child: for each case, the parent's environment without DEBUG and SECRET_KEY plus the case's,
-# then the settings module run afresh; its error (the traceback a start-up would print) or none.
-CHILD = """
-import contextlib, io, json, os, runpy, sys, traceback
-cases = json.load(sys.stdin)
-base = {k: v for k, v in os.environ.items() if k not in {"DEBUG", "SECRET_KEY"}}
-out = {}
-for name, env in cases.items():
-    os.environ.clear()
-    os.environ.update({**base, **env})
-    err = io.StringIO()
-    try:
-        with contextlib.redirect_stderr(err):
-            runpy.run_module("harness_site.settings", run_name="harness_site.settings")
-        out[name] = {"ok": True, "stderr": err.getvalue()}
-    except SystemExit as exc:  # a refused value: its lines on stderr, no traceback
-        out[name] = {"ok": False, "code": exc.code, "stderr": err.getvalue()}
-    except Exception:
-        out[name] = {"ok": False, "code": 1, "stderr": traceback.format_exc()}
-json.dump(out, sys.stdout)
-"""
-
-
-class Started:
-    def __init__(self, outcome: dict):
-        self.returncode = 0 if outcome["ok"] else outcome["code"]
-        self.stderr = outcome["stderr"]
 
 
 @pytest.fixture(scope="session")
 def outcomes() -> dict[str, Started]:
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD],
-        cwd=ROOT,
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "harness_site.settings"},
-        input=json.dumps(CASES),
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
-    assert done.returncode == 0, done.stderr[-3000:]
-    return {name: Started(outcome) for name, outcome in json.loads(done.stdout).items()}
+    return start_ups(CASES, drop={"DEBUG", "SECRET_KEY"})
 
 
 def test_each_case_ran_in_its_own_environment(outcomes):

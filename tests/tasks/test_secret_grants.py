@@ -7,9 +7,6 @@ Both are checked when the agent is saved (model, admin form, import file) and ag
 against a real HTTP server on loopback that would receive the Bearer token."""
 
 import json
-import os
-import subprocess
-import sys
 from datetime import UTC, datetime
 from types import SimpleNamespace
 
@@ -23,7 +20,8 @@ from tasks.secrets import Grant, agent_url_error
 from tasks.services import RuleImportError, rule_import
 from tests.support.desk import operator, operator_client  # noqa: F401
 from tests.support.fake_model import FakeModelServer, completion
-from tests.support.processes import ROOT, child_env
+from tests.support.processes import child_env
+from tests.support.startup import start_ups
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 GRANTED = "HARNESS_SECRET_TEST_MODEL"
@@ -205,14 +203,18 @@ def test_it_rejects_an_import_file_naming_an_ungranted_variable():
     assert not Agent.objects.exists()
 
 
-@pytest.mark.parametrize(
-    "value", ["ftp://files.example.com", "api.example.com", "https://user:pw@api.example.com", "https://"]
-)
-def test_it_refuses_a_malformed_url_allow_list_at_start_up(value):
-    env = {**child_env(), "HARNESS_AGENT_URL_ALLOW": value}
-    done = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"], cwd=ROOT, env=env, capture_output=True, text=True
-    )
+MALFORMED_ALLOW = ["ftp://files.example.com", "api.example.com", "https://user:pw@api.example.com", "https://"]
+
+
+@pytest.fixture(scope="module")
+def start_up_outcomes():
+    cases = {value: {"HARNESS_AGENT_URL_ALLOW": value} for value in MALFORMED_ALLOW}
+    return start_ups({**cases, "prefix": {"HARNESS_SECRET_PREFIX": "SECRET_"}}, env=child_env())
+
+
+@pytest.mark.parametrize("value", MALFORMED_ALLOW)
+def test_it_refuses_a_malformed_url_allow_list_at_start_up(start_up_outcomes, value):
+    done = start_up_outcomes[value]
     assert done.returncode != 0 and "HARNESS_AGENT_URL_ALLOW" in done.stderr
 
 
@@ -227,12 +229,6 @@ def test_the_sites_own_keys_are_never_granted_whatever_the_prefix(settings):
     assert secret_name_error("SECRET_OPENAI") is None
 
 
-def test_a_prefix_covering_the_sites_own_keys_stops_the_start_up():
-    done = subprocess.run(
-        [sys.executable, "-c", "import django; django.setup()"],
-        env={**os.environ, "DJANGO_SETTINGS_MODULE": "harness_site.settings", "HARNESS_SECRET_PREFIX": "SECRET_"},
-        capture_output=True,
-        text=True,
-        timeout=120,
-    )
+def test_a_prefix_covering_the_sites_own_keys_stops_the_start_up(start_up_outcomes):
+    done = start_up_outcomes["prefix"]
     assert done.returncode != 0 and "may not cover the site's own keys" in done.stderr
