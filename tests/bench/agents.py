@@ -22,6 +22,7 @@ database refused a connection, and the drain time (dispatch to last finish) as a
 
 import argparse
 import os
+import re
 import sys
 import tempfile
 import time
@@ -33,7 +34,13 @@ from tests.bench import benchmark as bench
 
 KEY_ENV = "HARNESS_SECRET_BENCH_MODEL"
 AGENT = "bench-model"
-REFUSALS = ("too many clients", "remaining connection slots", "connection refused", "couldn't get a connection")
+REFUSALS = (
+    "too many clients",
+    "remaining connection slots",
+    "connection refused",
+    "couldn't get a connection",
+    "database is locked",
+)
 
 
 def parse_args() -> argparse.Namespace:
@@ -44,6 +51,12 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--skill", choices=("model", "sleep"), default="model")
     p.add_argument("--queues", default="celery,harness_control", help="the queues the workers consume")
     p.add_argument("--private-postgres", action="store_true", help="a server of the bench's own, max_connections=100")
+    p.add_argument(
+        "--embedded",
+        action="store_true",
+        help="the embedded default instead: SQLite and the file broker in a fresh folder, the processes of the "
+        "Procfile as ./harness up starts them (honcho), HARNESS_AGENT_CONCURRENCY=N; cases Nx1 only",
+    )
     p.add_argument("--database-url", default=os.environ.get("DATABASE_URL", bench.DEFAULT_DATABASE_URL))
     p.add_argument("--broker-url", default=os.environ.get("CELERY_BROKER_URL", bench.DEFAULT_BROKER_URL))
     p.add_argument("--timeout", type=float, default=300)
@@ -62,9 +75,30 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def free_port() -> int:
+    from tests.support.servers import free_port as port
+
+    return port()
+
+
+def pids_of(text: str) -> list[int]:
+    """Processes whose command line holds `text` (the agents worker under honcho)."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                if text in (entry / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    found.append(int(entry.name))
+            except OSError:
+                pass
+    return found
+
+
 def sessions() -> int:
     from django.db import connection
 
+    if connection.vendor == "sqlite":
+        return 0  # a file, not a server: no connections to count
     with connection.cursor() as cursor:
         cursor.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND pid <> pg_backend_pid()"
@@ -95,30 +129,36 @@ def case(n: int, k: int, pool_max: int, args: argparse.Namespace, log_dir: Path,
     tag = f"agents:{pool_max}:{n}x{k}:{time.time_ns()}"
     saved = dict(os.environ)
     os.environ.update({"HARNESS_DB_POOL_MAX": str(pool_max), **model_env})
-    workers = [
-        bench.Proc(
-            f"agents-{pool_max}-{n}x{k}-{w}",
-            bench.celery_argv(
-                "worker",
-                "--pool=threads",
-                f"--concurrency={n}",
-                "--loglevel=WARNING",
-                f"--hostname=agents{w}@%h",
-                f"--queues={args.queues}",
-            ),
-            log_dir,
-        )
-        for w in range(k)
-    ]
+    if args.embedded:
+        os.environ.update({"HARNESS_AGENT_CONCURRENCY": str(n), "HARNESS_PORT": str(free_port()), "LOG_LEVEL": "INFO"})
+        workers = [bench.Proc("harness-up", [str(Path(sys.executable).with_name("honcho")), "start"], log_dir)]
+    else:
+        workers = [
+            bench.Proc(
+                f"agents-{pool_max}-{n}x{k}-{w}",
+                bench.celery_argv(
+                    "worker",
+                    "--pool=threads",
+                    f"--concurrency={n}",
+                    "--loglevel=WARNING",
+                    f"--hostname=agents{w}@%h",
+                    f"--queues={args.queues}",
+                ),
+                log_dir,
+            )
+            for w in range(k)
+        ]
     os.environ.clear()
     os.environ.update(saved)
     try:
         bench.wait_for(
-            lambda: all("ready" in p.tail().lower() for p in workers) or sessions() >= k,
+            # A worker at WARNING prints no "ready": it shows by its connection (it reports at start).
+            lambda: re.search(r"agents@\S+ ready", workers[0].tail(10**6)) if args.embedded else sessions() >= k,
             timeout=120,
             what="workers",
             procs=workers,
         )
+        watched = [*(p.popen.pid for p in workers), *pids_of("--hostname=agents@")]
         time.sleep(2)
         now = timezone.now()
         started = time.monotonic()
@@ -132,7 +172,7 @@ def case(n: int, k: int, pool_max: int, args: argparse.Namespace, log_dir: Path,
         deadline = time.monotonic() + args.timeout
         while time.monotonic() < deadline:
             peak["connections"] = max(peak["connections"], sessions())
-            peak["rss_mb"] = max([peak["rss_mb"], *(rss_mb(p.popen.pid) for p in workers)])
+            peak["rss_mb"] = max([peak["rss_mb"], *(rss_mb(pid) for pid in watched)])
             peak["in_flight"] = max(peak["in_flight"], runs.filter(state=TaskRun.State.RUNNING).count())
             if not runs.exclude(state__in=TaskRun.FINISHED).exists():
                 break
@@ -189,6 +229,10 @@ def model_server(args: argparse.Namespace) -> tuple[object | None, dict]:
 def main() -> None:
     args = parse_args()
     private = None
+    if args.embedded:
+        place = Path(tempfile.mkdtemp(prefix="harness-agents-embedded-"))
+        args.database_url, args.broker_url = f"sqlite:///{place / 'harness.sqlite3'}", "filesystem://"
+        os.environ["HARNESS_BROKER_DIR"] = str(place / "broker")
     if args.private_postgres:
         from tests.support.servers import PrivatePostgres
 
@@ -204,8 +248,9 @@ def main() -> None:
 
 def run(args: argparse.Namespace) -> None:
     bench.configure_env(args)
-    bench.ensure_database(args.database_url)
-    bench.flush_broker(args.broker_url)
+    if not args.embedded:
+        bench.ensure_database(args.database_url)
+        bench.flush_broker(args.broker_url)
     import django
 
     django.setup()
@@ -213,14 +258,17 @@ def run(args: argparse.Namespace) -> None:
     from django.db import connection
 
     call_command("migrate", verbosity=0)
-    with connection.cursor() as cursor:
-        cursor.execute("SHOW max_connections")
-        ceiling = cursor.fetchone()[0]
+    ceiling = "-"
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute("SHOW max_connections")
+            ceiling = cursor.fetchone()[0]
     server, model_env = model_server(args)
     log_dir = Path(tempfile.mkdtemp(prefix="harness-agents-"))
     wait = f"{args.seconds:g} s"
     what = f"llm_json, fake provider answering after {wait}" if server else f"harness.sleep {wait}"
-    print(f"waiting runs: {what}; threads-pool workers; max_connections={ceiling}; cpus={os.cpu_count()}")
+    where = "SQLite + file broker, the Procfile's processes" if args.embedded else "threads-pool workers"
+    print(f"waiting runs: {what}; {where}; max_connections={ceiling}; cpus={os.cpu_count()}")
     print(
         f"{'runs':>10} {'pool max':>8} {'in flight':>9} {'connections':>11} {'RSS MB':>7} {'succeeded':>9} "
         f"{'failed':>6} {'refusals':>8} {'claim s':>7} {'drain / ideal':>13}"
