@@ -9,17 +9,20 @@ them. On PostgreSQL the threads borrow connections from a bounded pool, as that 
 
 import logging
 import threading
+import time
 from collections import Counter
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from runs.admission import pool_call_take
 from runs.calls import model_call
 from runs.claims import Work, run_claim
 from runs.executor import run_execute
+from runs.leases import LeaseRenewer, run_lease_claim
 from runs.models import ExternalCall, PoolKey, PoolSlot, PoolWaiter, TaskRun
 from tasks.models import GLOBAL_POOL, Agent, Pool
 from tasks.rules import keys
@@ -224,3 +227,49 @@ def test_two_hundred_model_calls_at_once_spend_exactly_the_agents_hourly_call_bu
     assert outcomes == {"called": 20, "waits": N - 20}
     assert ExternalCall.objects.filter(agent=agent).count() == 20
 
+
+
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a connection pool is PostgreSQL's")
+def test_the_lease_renewer_renews_while_every_pooled_connection_is_borrowed():
+    """A threads worker's runs borrow every pooled connection at once (hundreds start together); the
+    one renewal thread keeping all their leases must not queue behind them for a connection, or the
+    leases it exists to keep run out (the agent worker's end-to-end test lost 60-70 of 500 so)."""
+    rule = daily_report(name="race", skill="harness.noop")
+    (run,) = claim_runs(rule, 1)
+    assert run_lease_claim(run, worker="w", now=timezone.now()) is not None
+    first_expiry = run.lease_expires_at
+
+    def expiry() -> datetime:  # read on this thread's borrowed connection, kept between queries
+        return TaskRun.objects.values_list("lease_expires_at", flat=True).get(id=run.id)
+
+    assert expiry() == first_expiry
+    borrowed, give_back = threading.Barrier(POOL_MAX), threading.Event()
+
+    def borrow() -> None:
+        try:
+            with connection.cursor() as cursor:
+                cursor.execute("SELECT 1")
+            borrowed.wait(timeout=JOIN_SECONDS)
+            give_back.wait(timeout=JOIN_SECONDS)
+        finally:
+            connection.close()
+
+    holders = [threading.Thread(target=borrow, daemon=True) for _ in range(POOL_MAX - 1)]
+    for t in holders:
+        t.start()
+    borrowed.wait(timeout=JOIN_SECONDS)  # this thread holds the tenth
+    assert connection.pool.get_stats()["pool_available"] == 0
+    renewer = LeaseRenewer(run_id=run.id, fence=run.fence, ttl=timedelta(seconds=0.9), clock=timezone.now)
+    renewer.start()
+    try:
+        deadline = time.monotonic() + 10
+        while expiry() == first_expiry and time.monotonic() < deadline:
+            time.sleep(0.1)
+        renewed = expiry() != first_expiry
+    finally:
+        renewer.stop()
+        give_back.set()
+        for t in holders:
+            t.join(timeout=JOIN_SECONDS)
+    assert renewed, "the lease was not renewed while the pool's connections were all borrowed"
+    assert not renewer.lost.is_set()
