@@ -348,6 +348,8 @@ class _Renewals:
                     continue
                 now = time.monotonic()
                 due = [r for r in self._held.values() if r.due <= now]
+            # Never behind the runs for a pooled connection: their leases would run out meanwhile.
+            store().connection_unpooled()
             # A skill that forks (os.fork, multiprocessing) must not take this connection with it.
             with background_writes():
                 self.renew(due)
