@@ -127,8 +127,10 @@ def budget_take(agent, record: ExternalCall, *, now: datetime) -> None:
     if agent.max_calls_per_hour is None and agent.max_tokens_per_hour is None:
         return  # nothing to count against: the row is written once, after the call
     with transaction.atomic():
-        limits = Agent.objects.select_for_update().filter(id=agent.id).values_list(
-            "max_calls_per_hour", "max_tokens_per_hour"
+        limits = (
+            Agent.objects.select_for_update()
+            .filter(id=agent.id)
+            .values_list("max_calls_per_hour", "max_tokens_per_hour")
         )
         max_calls, max_tokens = limits.first() or (None, None)
         decision = budget_decide(

@@ -17,9 +17,10 @@ from django.db import connection
 from django.utils import timezone
 
 from runs.claims import Work, run_claim
-from runs.models import Attempt, TaskRun
-from tasks.models import DiagnosticRecord
+from runs.models import Attempt, ExternalCall, RunStep, TaskRun
+from tasks.models import Agent, DiagnosticRecord, Pool
 from tests.e2e.helpers import tcp_ports
+from tests.support.fake_model import FakeModelServer, Reply, json_completion
 from tests.support.processes import Harness, Proc, wait_for
 from tests.support.runs import run_policy
 from tests.support.servers import PG_BIN, PrivatePostgres, PrivateRedis
@@ -32,7 +33,7 @@ pytestmark = [
 
 RUNS = 500
 POOL_MAX = 10
-SECONDS = 12  # each run waits this long (checking its lease every 0.1 s): all 500 are in flight at once
+SECONDS = 12  # each run waits this long (checking its lease every 0.1 s): all 500 in flight at once, 2 leases
 LEASE_TTL = 6  # renewed every 2 s while the run waits; a dead worker's runs are retried 6 s on
 POLICY = {
     "max_attempts": 10,  # a database restart may cost a run several attempts; none may fail for good
@@ -124,6 +125,12 @@ def assert_exactly_once(ids: list[int], records: Counter) -> None:
     )
 
 
+def assert_leases_kept(ids: list[int]) -> None:
+    """Every run waits twice its lease: no attempt on a living worker lost it (kept by renewals)."""
+    fenced = Attempt.objects.filter(run_id__in=ids, outcome=Attempt.Outcome.FENCED).count()
+    assert fenced == 0, f"{fenced} attempts lost their lease on a living worker"
+
+
 def records_of(ids: list[int]) -> Counter:
     return Counter(DiagnosticRecord.objects.filter(run_id__in=ids).values_list("run_id", flat=True))
 
@@ -161,7 +168,8 @@ def test_kill_9_of_an_agent_worker_with_500_runs_in_flight_loses_and_doubles_non
         f"attempts {attempt_story(ids)}"
     )
     assert_exactly_once(ids, records)
-    assert census.peak_connections <= POOL_MAX
+    assert_leases_kept(ids)
+    assert census.peak_connections <= POOL_MAX + 1  # the pool's, and the lease renewer's own
     assert min(attempts_of(ids)) >= 2  # every run was in flight on the killed worker: retried after its lease
 
 
@@ -186,6 +194,7 @@ def test_sigterm_of_an_agent_worker_with_500_runs_in_flight_finishes_or_hands_ba
         f"attempts per run {dict(sorted(attempts_of(ids).items()))}; attempts {attempt_story(ids)}"
     )
     assert_exactly_once(ids, records)
+    assert_leases_kept(ids)
 
 
 @pytest.fixture
@@ -234,7 +243,9 @@ def test_a_postgres_restart_with_500_agent_runs_in_flight_loses_and_doubles_none
     restarted = time.monotonic()
 
     def unfinished() -> int:
-        return _rows(pg, "SELECT count(*) FROM runs_taskrun WHERE state NOT IN ('succeeded','failed','cancelled')")[0][0]
+        return _rows(pg, "SELECT count(*) FROM runs_taskrun WHERE state NOT IN ('succeeded','failed','cancelled')")[0][
+            0
+        ]
 
     wait_for(lambda: unfinished() == 0, timeout=SETTLE_TIMEOUT, interval=0.5, what="every run to finish")
     took = time.monotonic() - restarted
@@ -242,10 +253,108 @@ def test_a_postgres_restart_with_500_agent_runs_in_flight_loses_and_doubles_none
     states = Counter(s for (s,) in _rows(pg, "SELECT state FROM runs_taskrun"))
     records = Counter(r for (r,) in _rows(pg, "SELECT run_id FROM tasks_diagnosticrecord"))
     attempts = Counter(a for (a,) in _rows(pg, "SELECT attempts FROM runs_taskrun"))
+    story = Counter(_rows(pg, "SELECT split_part(worker, '@', 1), outcome, error_kind FROM runs_attempt"))
     print(
         f"\n[e2e agent postgres restart] {peak} runs in flight; all finished {took:.0f}s after the restart; "
-        f"attempts per run {dict(sorted(attempts.items()))}"
+        f"attempts per run {dict(sorted(attempts.items()))}; attempts {dict(sorted(story.items()))}"
     )
     assert worker.popen.poll() is None, "the agent worker died with its database"
     assert states == {"succeeded": RUNS}, f"not all succeeded: {dict(states)}"
     assert len(records) == RUNS and set(records.values()) == {1}
+
+
+# --- The invariants under the threads pool, with a real model provider on loopback ---------------
+
+KEY_ENV = "HARNESS_SECRET_H9_E2E_MODEL"
+KEY = "sk-e2e-7c1d0a9b3e"
+GOOD = {"summary": "quiet night", "severity": "info"}
+MODEL_RUNS = 60
+MODEL_SECONDS = 6  # each model call waits this long: twice the lease, so every lease must be renewed
+MODEL_TTL = 3
+PAUSE_SECONDS = 3
+
+
+@pytest.fixture
+def provider():
+    server = FakeModelServer().start()
+    yield server
+    server.stop()
+
+
+def model_claim(agent: Agent, i: int, *, now) -> int:
+    payload = {
+        "params": {"prompt": "Summarise {topic}.", "topic": f"night {i}", "action": "harness.record"},
+        "output_schema": {"type": "object", "required": ["summary"]},
+    }
+    policy = run_policy({**POLICY, "lease_ttl_seconds": MODEL_TTL}, agent=agent.name)
+    work = Work(
+        biz_key=f"model:{i}",
+        skill="llm_json",
+        source=TaskRun.Source.API,
+        triggered_by="e2e",
+        payload=payload,
+        policy=policy,
+    )
+    return run_claim(work, now=now).run.id
+
+
+def test_agent_runs_on_a_threads_worker_keep_every_invariant_through_a_429_pause(harness, provider):
+    """60 runs of llm_json on one threads worker (pool of 4 connections): a 429 with Retry-After
+    pauses the agent's pool, and no request reaches the provider until the pause ends; every model
+    call then waits twice the lease, so each run's lease is renewed (no attempt fenced); every run
+    succeeds once with one successful model call and one write (checkpointed steps, each once)."""
+    pool = Pool.objects.create(name="provider", reason="the provider's limits")
+    agent = Agent.objects.create(
+        name="writer",
+        provider="openai",
+        base_url=provider.base_url,
+        model="gpt-test",
+        api_key_env=KEY_ENV,
+        read_timeout_seconds=MODEL_SECONDS * 5,
+        pool=pool,
+    )
+    provider.respond(
+        Reply(429, '{"error": "slow down"}', {"Retry-After": str(PAUSE_SECONDS)}),
+        Reply(**{**vars(json_completion(GOOD)), "hang": MODEL_SECONDS}),
+    )
+    control(harness)
+    worker = harness.worker(
+        "agents1",
+        concurrency=MODEL_RUNS,
+        args=("--pool=threads", "--queues=celery"),
+        extra_env={"HARNESS_DB_POOL_MAX": "4", KEY_ENV: KEY},
+    )
+    first = model_claim(agent, 0, now=timezone.now())
+    paused = wait_for(
+        lambda: (
+            Pool.objects.filter(id=pool.id, paused_until__isnull=False).values_list("paused_until", flat=True).first()
+        ),
+        timeout=IN_FLIGHT_TIMEOUT,
+        what="the provider's 429 to pause the agent's pool",
+    )
+    ids = [first] + [model_claim(agent, i, now=timezone.now()) for i in range(1, MODEL_RUNS)]
+    connection.close()
+    census = Census(ids, worker)
+    wait_for(census.settled, timeout=SETTLE_TIMEOUT, interval=0.5, what="every model run to finish")
+
+    arrivals = sorted(r["at"] for r in provider.requests)
+    records = records_of(ids)
+    calls = Counter(ExternalCall.objects.filter(run_id__in=ids).values_list("status", flat=True))
+    steps = Counter(RunStep.objects.filter(run_id__in=ids).values_list("run_id", "name"))
+    print(
+        f"\n[e2e agent 429 + threads] {MODEL_RUNS} runs, peak {census.peak_running} in flight on "
+        f"{census.peak_connections} connections; first request after the pause "
+        f"{arrivals[1] - paused.timestamp():+.2f}s from its end; calls by status {dict(calls)}; "
+        f"attempts {attempt_story(ids)}"
+    )
+    # The 429 paused the whole pool: the next request came after the pause, none during it.
+    assert arrivals[1] >= paused.timestamp()
+    states = Counter(TaskRun.objects.filter(id__in=ids).values_list("state", flat=True))
+    assert states == {TaskRun.State.SUCCEEDED: MODEL_RUNS}
+    assert len(records) == MODEL_RUNS and set(records.values()) == {1}
+    # One successful call per run (call_model checkpointed, never repeated) and the one 429.
+    assert calls == {200: MODEL_RUNS, 429: 1}
+    assert set(steps.values()) == {1} and len(steps) == 3 * MODEL_RUNS
+    # Every call outlived the lease twice over: kept by renewals, no attempt lost it.
+    assert_leases_kept(ids)
+    assert census.peak_running >= MODEL_RUNS // 2

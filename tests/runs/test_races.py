@@ -228,7 +228,6 @@ def test_two_hundred_model_calls_at_once_spend_exactly_the_agents_hourly_call_bu
     assert ExternalCall.objects.filter(agent=agent).count() == 20
 
 
-
 @pytest.mark.skipif(connection.vendor != "postgresql", reason="a connection pool is PostgreSQL's")
 def test_the_lease_renewer_renews_while_every_pooled_connection_is_borrowed():
     """A threads worker's runs borrow every pooled connection at once (hundreds start together); the
