@@ -100,11 +100,11 @@ class Census:
         return states
 
     def all_running(self) -> bool:
-        return self.states()[TaskRun.State.RUNNING] == RUNS
+        return self.states()[TaskRun.State.RUNNING] == len(self.ids)
 
     def settled(self) -> bool:
         states = self.states()
-        return sum(states[s] for s in TaskRun.FINISHED) == RUNS
+        return sum(states[s] for s in TaskRun.FINISHED) == len(self.ids)
 
 
 def worker_connections(worker: Proc) -> int:
