@@ -8,6 +8,7 @@ from collections.abc import Callable
 from datetime import datetime, timedelta
 from typing import Any
 
+from django.db import transaction
 from django.db.models import Count, Sum
 from django.db.models.functions import Coalesce
 
@@ -55,20 +56,11 @@ class SkillRuntime:
 def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model") -> tuple[ModelReply, int]:
     """Call `agent` for run `ctx` and record the call; returns the reply and the ExternalCall id.
 
-    Raises BudgetWait (before calling) when the agent's hourly budget is spent, and ModelCallError
-    (after recording the failed call) when the call fails.
+    Raises BudgetWait (before calling) when the agent's hourly budget is spent, ProviderWait when its
+    provider's pool is paused or out of tokens, and ModelCallError (after recording the failed call)
+    when the call fails.
     """
     now = ctx.current_time()
-    decision = budget_decide(
-        max_calls=agent.max_calls_per_hour,
-        max_tokens=agent.max_tokens_per_hour,
-        spend=agent_spend(agent_id=agent.id, now=now),
-        now=now,
-    )
-    if not decision.allowed:
-        raise BudgetWait(agent=agent.name, until=decision.reset_at, reason=decision.reason)
-    provider_pace(ctx, agent, now=now)
-
     messages = build_messages(agent, prompt)
     record = ExternalCall(
         run_id=ctx.run_id,
@@ -83,6 +75,13 @@ def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model
         prompt_text=json.dumps(messages, ensure_ascii=False) if agent.store_prompts else "",
         started_at=now,
     )
+    budget_take(agent, record, now=now)
+    try:
+        provider_pace(ctx, agent, now=now)
+    except ProviderWait:
+        if record.pk is not None:  # the budget's call was counted, but none is made
+            record.delete()
+        raise
     started = time.monotonic()
     store().connection_release()  # the call waits on the provider: hold no pooled connection meanwhile
     try:
@@ -118,6 +117,28 @@ def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model
         reply.completion_tokens,
     )
     return reply, record.id
+
+
+def budget_take(agent, record: ExternalCall, *, now: datetime) -> None:
+    """Before a call: raise BudgetWait when the agent's hourly budget is spent; else, for an agent
+    with a budget, count the call at once by inserting its row. The count and the insert run under a
+    lock on the agent's row, so of many threads and workers asking at once exactly as many as the
+    call budget allows go ahead. The limits are read from the locked row: an edit counts at once."""
+    if agent.max_calls_per_hour is None and agent.max_tokens_per_hour is None:
+        return  # nothing to count against: the row is written once, after the call
+    with transaction.atomic():
+        limits = (
+            Agent.objects.select_for_update()
+            .filter(id=agent.id)
+            .values_list("max_calls_per_hour", "max_tokens_per_hour")
+        )
+        max_calls, max_tokens = limits.first() or (None, None)
+        decision = budget_decide(
+            max_calls=max_calls, max_tokens=max_tokens, spend=agent_spend(agent_id=agent.id, now=now), now=now
+        )
+        if not decision.allowed:
+            raise BudgetWait(agent=agent.name, until=decision.reset_at, reason=decision.reason)
+        record.save()
 
 
 def provider_pace(ctx: SkillContext, agent, *, now: datetime) -> None:

@@ -11,7 +11,7 @@ import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from django.db import transaction
+from django.db import OperationalError, transaction
 
 from harness_site import tracing
 from runs import outcome
@@ -180,6 +180,10 @@ def _call_skill(
         # Least privilege (invariant 8): the executing identity's allow-list is checked at run time too.
         identity_require(identity=run.identity, skill=run.skill)
         return registry.get(run.skill).fn(ctx), None
+    except OperationalError:
+        # The harness's own database went away (a restart, a session ended): not the skill's failure.
+        # Handed back as a lost worker's attempt (runs/jobs.py): its lease runs out, the sweeper retries.
+        raise
     except Exception as exc:  # any skill failure becomes a classified attempt outcome
         # A known error kind is expected operation; only an unclassified one needs its traceback.
         logger.warning(

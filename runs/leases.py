@@ -239,6 +239,7 @@ class _Renewal:
         self.lost = threading.Event()
         self.due = time.monotonic() + self.interval
         self.failing_since: datetime | None = None
+        self.stopped = False
 
     def start(self) -> None:
         """Keep the lease alive until stop(). Costs a heap entry, not a thread: most skills finish
@@ -246,6 +247,7 @@ class _Renewal:
         _renewals.add(self)
 
     def stop(self) -> None:
+        self.stopped = True
         _renewals.remove(self)
 
     def renewed(self, ok: bool, *, expires_at: datetime) -> bool:
@@ -253,6 +255,10 @@ class _Renewal:
         if self.failing_since is not None and ok:
             log.info("%s: lease renewed again after %s", self, self.clock() - self.failing_since)
         self.failing_since = None
+        if not ok and self.stopped:
+            # Stopped while this pass ran: the run finished (its outcome is written only after the
+            # stop), so its lease ended; it was not lost.
+            return False
         if not ok:
             log.warning("%s: lease lost, renewal stopped", self)
             self.lost.set()
@@ -348,6 +354,8 @@ class _Renewals:
                     continue
                 now = time.monotonic()
                 due = [r for r in self._held.values() if r.due <= now]
+            # Never behind the runs for a pooled connection: their leases would run out meanwhile.
+            store().connection_unpooled()
             # A skill that forks (os.fork, multiprocessing) must not take this connection with it.
             with background_writes():
                 self.renew(due)

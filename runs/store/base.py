@@ -70,6 +70,18 @@ class OrmStore:
         if db.settings_dict.get("OPTIONS", {}).get("pool") and not db.in_atomic_block:
             db.close()
 
+    def connection_unpooled(self) -> None:
+        """Where a pool holds the connections, give this thread a connection of its own outside it,
+        opened when first used. For the one thread that keeps every lease of its process: when
+        hundreds of runs borrow every pooled connection at once, it must not queue behind them
+        while their leases run out. One connection more than the pool, only while it is open."""
+        db = _db()
+        options = db.settings_dict.get("OPTIONS", {})
+        if options.get("pool") and not db.in_atomic_block:
+            db.close()
+            own = {**db.settings_dict, "OPTIONS": {k: v for k, v in options.items() if k != "pool"}}
+            connections[DEFAULT_DB_ALIAS] = type(db)(own, DEFAULT_DB_ALIAS)
+
     def rows(self, sql: str, params: list | dict) -> list[tuple]:
         """A read-only report query (runs.metrics, runs.rollup), on this thread's connection."""
         with _db().cursor() as cur:

@@ -2,8 +2,9 @@
 instead of failing (the run goes to waiting_retry with run_after at the reset).
 
 Windows are fixed UTC hours, so "resets at" is one instant everybody can read off the dashboard.
-The check is advisory under concurrency: two workers may both see the last unit of budget and both
-call; the overshoot is bounded by the number of workers.
+The call budget is exact under concurrency: a call is counted before it is made, under a lock on
+the agent's row (runs/calls.py, budget_take). Tokens are known only from a reply, so the calls in
+flight when the token budget runs out may overshoot it by their own tokens.
 """
 
 from dataclasses import dataclass

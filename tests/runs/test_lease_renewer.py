@@ -1,6 +1,7 @@
 """The lease renewer (runs/leases.py): it tells the running skill when the lease is lost, and the
 attempt then stops and commits nothing (invariant 2). Real database, real threads."""
 
+import logging
 import threading
 import time
 from datetime import timedelta
@@ -11,7 +12,7 @@ from django.utils import timezone
 
 from runs.claims import Work, run_claim
 from runs.executor import run_execute
-from runs.leases import LeaseRenewer, run_lease_claim
+from runs.leases import LeaseRenewer, _renewals, run_lease_claim
 from runs.models import Attempt, TaskRun
 from runs.operations import run_lease_force_release
 from tasks.models import DiagnosticRecord
@@ -65,3 +66,20 @@ def test_a_skill_stops_and_commits_nothing_once_its_lease_is_taken():
     assert not DiagnosticRecord.objects.filter(run_id=run.id).exists()
     [attempt] = Attempt.objects.filter(run_id=run.id)
     assert attempt.outcome == Attempt.Outcome.FENCED
+
+
+def test_a_pass_that_meets_a_run_finished_meanwhile_reports_no_lost_lease(caplog):
+    """A renewal pass takes its due leases, the run finishes (its renewal stopped first, then its
+    outcome committed), and the pass's statement no longer finds it running: that is the end of a
+    lease, not a lost one, and says nothing (60 agent runs logged 7 false "lease lost" lines so)."""
+    run = make_run(seconds=0, ttl=60)
+    assert run_lease_claim(run, worker="A", now=timezone.now()) is not None
+    renewer = LeaseRenewer(run_id=run.id, fence=run.fence, ttl=timedelta(seconds=60), clock=timezone.now)
+    renewer.start()
+    renewer.stop()  # the executor stops renewing before it writes the outcome
+    TaskRun.objects.filter(id=run.id).update(state=TaskRun.State.SUCCEEDED)
+
+    with caplog.at_level(logging.INFO, logger="harness.leases"):
+        _renewals.renew([renewer])  # the pass that had taken it as due
+
+    assert [r.getMessage() for r in caplog.records if r.name == "harness.leases"] == []
