@@ -45,6 +45,7 @@ def _is_backend(item) -> bool:
 # longest (--durations), so that under pytest-xdist they start early on different workers and the
 # short tests fill in around them; then every other e2e test.
 LONGEST_FIRST = (
+    "tests/e2e/test_agent_faults_e2e.py::",
     "tests/e2e/test_backlog_e2e.py::",
     "tests/e2e/test_catchup_e2e.py::",
     "tests/deadletters/test_alerts_e2e.py::test_a_receiver_that_was_down",
