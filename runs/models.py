@@ -10,6 +10,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
+from tasks.rules import keys
 from tasks.rules.backpressure import watermark_errors
 from tasks.rules.policy import DEFAULT_LEASE_TTL_SECONDS, RetryPolicy, RunPolicy
 
@@ -184,7 +185,7 @@ class TaskRun(models.Model):
         ]
 
     def __str__(self) -> str:
-        return self.biz_key
+        return keys.unescape(self.biz_key)  # titles and breadcrumbs: the key as the client wrote it
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(

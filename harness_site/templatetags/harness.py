@@ -14,6 +14,7 @@ from django.utils.translation import gettext as _
 
 from harness_site.audit.models import DeskPreference
 from harness_site.display import stamp, zones_for
+from tasks.rules import keys
 
 register = template.Library()
 
@@ -71,14 +72,37 @@ def clip_html(value, chars: int = CLIP_CHARS, *, copy: bool = False) -> str:
     """A long key cut to `chars` with the whole value on hover (and a copy button)."""
     text = "" if value is None else str(value)
     shown = text if len(text) <= chars else text[: chars - 1] + "…"
-    button = (
-        format_html(
-            ' <button type="button" class="copy-btn" data-copy="{}" title="{}">{}</button>', text, _("Copy"), _("copy")
-        )
-        if copy
-        else ""
-    )
+    button = _copy_button(text) if copy else ""
     return format_html('<code class="clip" title="{}">{}</code>{}', text, shown, button)
+
+
+def _copy_button(text: str) -> str:
+    return format_html(
+        ' <button type="button" class="copy-btn" data-copy="{}" title="{}">{}</button>', text, _("Copy"), _("copy")
+    )
+
+
+def key_html(biz_key, chars: int = CLIP_CHARS, *, rule_name: str = "", whole: bool = False, copy: bool = True) -> str:
+    """A business key for people: the part that differs between runs of one rule (the slot or the
+    object; the whole key with `whole`), unescaped, cut from the left so its end shows; the whole key
+    unescaped on hover, and a copy button that copies the key as stored."""
+    stored = "" if biz_key is None else str(biz_key)
+    text = keys.unescape(stored) if whole else keys.differing_part(stored, rule_name=rule_name)
+    shown = text if len(text) <= chars else "…" + text[-(chars - 1) :]
+    title = keys.unescape(stored)
+    button = _copy_button(stored) if copy else ""
+    return format_html('<code class="clip key" title="{}">{}</code>{}', title, shown, button)
+
+
+@register.simple_tag
+def key(biz_key, chars=CLIP_CHARS, rule_name="", whole=False):
+    return key_html(biz_key, int(chars), rule_name=rule_name or "", whole=bool(whole))
+
+
+@register.filter
+def unescaped(value) -> str:
+    """A stored key as a person reads it (`callback%3Aorder-7` reads `callback:order-7`)."""
+    return keys.unescape("" if value is None else str(value))
 
 
 @register.simple_tag(takes_context=True)

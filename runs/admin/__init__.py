@@ -9,7 +9,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from harness_site.templatetags.harness import ago_html, clip_html, when_html
+from harness_site.templatetags.harness import ago_html, key_html, when_html
 from runs.admin.desk import (  # also registers the live run leases desk
     CatchupApprovalMixin,
     LeaseDeskMixin,
@@ -155,7 +155,7 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
 
     @admin.display(description=_("biz key"), ordering="biz_key")
     def key_column(self, run: TaskRun) -> str:
-        return clip_html(run.biz_key, 44)
+        return key_html(run.biz_key, 44, rule_name=run.rule_name)
 
     @admin.display(description=_("state"), ordering="state")
     def state_badge(self, run: TaskRun) -> str:
