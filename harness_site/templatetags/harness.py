@@ -9,6 +9,7 @@ from datetime import UTC, datetime
 from django import template
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext as _
 
@@ -97,6 +98,33 @@ def key_html(biz_key, chars: int = CLIP_CHARS, *, rule_name: str = "", whole: bo
 @register.simple_tag
 def key(biz_key, chars=CLIP_CHARS, rule_name="", whole=False):
     return key_html(biz_key, int(chars), rule_name=rule_name or "", whole=bool(whole))
+
+
+@register.simple_tag
+def strip_cells(cells, rule_name="", run_prefix="", decision_prefix="") -> str:
+    """A history strip's cells (runs.status.history_strips) as links, built here rather than in the
+    template: a status page draws thousands of them, each with its title (what, which key, when)."""
+    no_run = _("no run")
+    html = []
+    for c in cells:
+        if c["kind"] == "empty":
+            html.append("<span></span>")
+            continue
+        at = stamp(c["at"], UTC)
+        if c["kind"] == "decision":
+            url = f"{decision_prefix}{c['decision_id']}/change/"
+            title = f"{no_run}: {c['reason_label']} · {at}"
+        else:
+            url = f"{run_prefix}{c['run_id']}/change/"
+            title = f"{c['state_label']} · {keys.differing_part(c['biz_key'], rule_name=rule_name)} · {at}"
+        html.append(format_html('<a class="c-{}" href="{}" title="{}"></a>', c["kind"], url, title))
+    return mark_safe("".join(html))  # every piece above is escaped by format_html
+
+
+@register.filter
+def key_part(value, rule_name="") -> str:
+    """The part of a stored key that differs between runs of one rule, unescaped (tasks.rules.keys)."""
+    return keys.differing_part("" if value is None else str(value), rule_name=rule_name or "")
 
 
 @register.filter
