@@ -356,6 +356,24 @@ class Decision(models.Model):
         return f"{self.rule_id}@{at}: {self.reason}"
 
 
+class DecisionTally(models.Model):
+    """Decisions deleted by retention, counted by rule name and reason, so /metrics can say how many
+    decisions were ever recorded: the rows still kept plus these (runs.metrics). Written only by the
+    retention sweep, in the transaction that deletes the decisions it counts."""
+
+    rule_name = models.CharField(_("rule name"), max_length=200)
+    reason = models.CharField(_("reason"), max_length=30, choices=Decision.Reason.choices)
+    count = models.PositiveBigIntegerField(_("count"), default=0)
+
+    class Meta:
+        verbose_name = _("decision tally")
+        verbose_name_plural = _("decision tallies")
+        constraints = [models.UniqueConstraint(fields=["rule_name", "reason"], name="decision_tally_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.rule_name} {self.reason}: {self.count}"
+
+
 class SlotHold(models.Model):
     """A due slot that is neither a run nor a decision yet: waiting for readiness (wait policy) or
     buffered behind an active run (overlap buffer). The tick re-checks it at recheck_at; resolving
