@@ -163,8 +163,7 @@ def board_build(
     """Every rule ranked worst first, then by name; `health` and `q` (part of a name) narrow the rows,
     `page` picks PAGE_ROWS of them. `objectives`, when given, is one call returning a status per
     rule id for the rows shown (freshness objectives); without it the board has no objective column."""
-    since = now - WINDOW
-    rows = _rows(now=now, since=since)
+    rows = rule_rows(now=now)
     counts = {h: 0 for h in HEALTH_ORDER}
     missed_all = 0
     decided_all: dict[str, int] = defaultdict(int)
@@ -198,7 +197,9 @@ def board_build(
     )
 
 
-def _rows(*, now: datetime, since: datetime) -> list[RuleRow]:
+def rule_rows(*, now: datetime) -> list[RuleRow]:
+    """Every rule's row without its strip, in three queries (1-3 above), in no particular order."""
+    since = now - WINDOW
     # 1. Rules with their last finished run and last slot decision (an index probe per rule each).
     last_run = TaskRun.objects.filter(rule=OuterRef("pk"), state__in=FINISHED).order_by("-trigger_at")
     last_decision = Decision.objects.filter(rule=OuterRef("pk"), slot__isnull=False).order_by("-slot")
