@@ -15,7 +15,7 @@ Pure ranking (`health_of`) takes plain values, so it is tested without a databas
 """
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -276,7 +276,7 @@ def rule_rows(*, now: datetime) -> list[RuleRow]:
     return out
 
 
-def _last_outcome(r: dict) -> dict | None:
+def _last_outcome(r: Mapping[str, Any]) -> dict | None:
     """The newer of the last finished run and the last slot decision, as the rule page says it."""
     run_at, decision_at = r["last_run_at"], r["last_decision_at"]
     if r["last_run_id"] is not None and (decision_at is None or run_at >= decision_at):

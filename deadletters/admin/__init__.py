@@ -7,7 +7,6 @@ from deadletters.admin.alerts import AlertAdmin, AlertChannelAdmin  # noqa: F401
 from deadletters.admin.desk import DeadLetterDeskMixin
 from deadletters.models import DeadLetter
 from harness_site.templatetags.harness import ago_html, key_html, pretty_json, when_html
-from runs.key_search import key_search
 
 
 @admin.register(DeadLetter)
@@ -82,12 +81,3 @@ class DeadLetterAdmin(DeadLetterDeskMixin, admin.ModelAdmin):
 
     def has_add_permission(self, request) -> bool:
         return False
-
-    def get_search_results(self, request, queryset, search_term):
-        """The admin's search (run id, trace id, key contains), plus the stored keys a raw client
-        key stands for (`callback:order-7` finds `…/callback%3Aorder-7`): runs/key_search.py."""
-        found, duplicates = super().get_search_results(request, queryset, search_term)
-        if search_term.strip():
-            by_key, _whole = key_search(queryset, search_term)
-            found |= by_key
-        return found, duplicates
