@@ -209,3 +209,20 @@ def test_the_status_page_is_a_fixed_number_of_queries_for_a_thousand_rules(
     assert page.status_code == 200
     assert page.content.count(b'class="history-strip"') == status.PAGE_ROWS
     assert b"bulk-0999" not in page.content or b"bulk-0000" in page.content
+
+
+# --- keys for people in the admin ------------------------------------------------------------------
+
+
+@pytest.mark.django_db
+def test_the_admin_finds_a_run_and_a_ticket_by_the_raw_key_and_shows_it_unescaped(oncall_client):
+    rule = make_rule("keys", due=None)
+    run = make_failed_run(f"rule/{rule.pk}/trial-key/订单%3A7", rule=rule)
+    other = make_failed_run(f"rule/{rule.pk}/trial-key/订单%3A8", rule=rule)
+    runs = oncall_client.get(reverse("admin:runs_taskrun_changelist"), {"q": "订单:7"}).content.decode()
+    assert f"/taskrun/{run.pk}/change/" in runs and f"/taskrun/{other.pk}/change/" not in runs
+    tickets = oncall_client.get(reverse("admin:deadletters_deadletter_changelist"), {"q": "订单:7"}).content.decode()
+    assert ">订单:7</code>" in tickets and "订单:8" not in tickets
+    page = oncall_client.get(reverse("admin:runs_taskrun_change", args=[run.pk])).content.decode()
+    title = page.split("<title>")[1].split("</title>")[0]
+    assert "订单:7" in title and "%3A" not in title
