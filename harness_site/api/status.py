@@ -12,7 +12,7 @@ from runs import status
 
 
 class LastOutcomeSerializer(serializers.Serializer):
-    kind = serializers.ChoiceField(choices=["run", "decision"])
+    kind = serializers.CharField(help_text="run or decision")
     state = serializers.CharField(required=False, help_text="the run's state (kind run)")
     reason = serializers.CharField(required=False, help_text="the decision's reason (kind decision)")
     at = serializers.DateTimeField(help_text="the slot, or the trigger instant of a run without one")
