@@ -280,7 +280,7 @@ def status_view(request):
 
 def apps_view(request):
     """Django's list of admin pages, one click from the status page."""
-    return admin.site.index(request, extra_context={"title": _("All pages")})
+    return admin.site.index(request)
 
 
 FLOW_TOP_KEYS = 5

@@ -84,7 +84,11 @@ class RuleDeskMixin(RuleBackfillMixin):
         self._request_local.p99 = skill_duration_p99s(skills)
         self._request_local.rows = {row.id: row for row in rule_rows(now=now())}
         try:
-            return super().changelist_view(request, extra_context)
+            response = super().changelist_view(request, extra_context)
+            # Rendered here, while the caches hold: a TemplateResponse renders after this returns.
+            if hasattr(response, "render"):
+                response.render()
+            return response
         finally:
             self._request_local.p99 = None
             self._request_local.rows = None

@@ -226,3 +226,17 @@ def test_the_admin_finds_a_run_and_a_ticket_by_the_raw_key_and_shows_it_unescape
     page = oncall_client.get(reverse("admin:runs_taskrun_change", args=[run.pk])).content.decode()
     title = page.split("<title>")[1].split("</title>")[0]
     assert "订单:7" in title and "%3A" not in title
+
+
+@pytest.mark.django_db
+def test_the_rules_list_shows_last_outcome_and_open_tickets_and_the_rule_page_says_failed(oncall_client):
+    rule = make_rule("long-keys", due=None)
+    run = make_failed_run(f"rule/{rule.pk}/slot/long-keys:" + "x" * 120, rule=rule)
+    make_rule("quiet", due=None)
+    page = oncall_client.get(reverse("admin:tasks_triggerrule_changelist")).content.decode()
+    row = page.split(f"/triggerrule/{rule.pk}/change/")[1].split("</tr>")[0]
+    assert 'class="badge s-failed">Failed</span>' in row
+    assert "state__exact=pending_manual&amp;rule_name__exact=long-keys" in row and ">1</a>" in row
+    rule_page = oncall_client.get(reverse("admin:tasks_triggerrule_change", args=[rule.pk])).content.decode()
+    outcome = rule_page.split('id="rule-last-outcome"')[1][:200]
+    assert f"/taskrun/{run.pk}/change/" in rule_page and ">Failed</span>" in outcome
