@@ -5,6 +5,8 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
+from tasks.rules import keys
+
 
 class DeadLetter(models.Model):
     class State(models.TextChoices):
@@ -70,7 +72,7 @@ class DeadLetter(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.biz_key} ({self.get_state_display()})"
+        return f"{keys.unescape(self.biz_key)} ({self.get_state_display()})"  # as the client wrote it
 
 
 class Severity(models.TextChoices):

@@ -3,7 +3,7 @@ from django.urls import include, path
 from django.utils.translation import gettext_lazy as _
 
 from harness_site.display import display_zone_view
-from runs.views import dashboard_view, flow_view, healthz, metrics_view
+from runs.views import apps_view, dashboard_view, flow_view, healthz, metrics_view, status_view
 from tasks.triggers.webhook import webhook
 from tasks.views import FlagClearView, FlagListView, FlagSetView, RulePingView
 
@@ -21,6 +21,9 @@ urlpatterns = [
     path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="harness-dashboard"),
     path("admin/display-zone/", admin.site.admin_view(display_zone_view), name="harness-display-zone"),
     path("admin/flow/", admin.site.admin_view(flow_view), name="harness-flow"),
+    # The staff landing page is the status board (runs/status.py); Django's list of pages moves one click away.
+    path("admin/", admin.site.admin_view(status_view), name="harness-status"),
+    path("admin/apps/", admin.site.admin_view(apps_view), name="harness-apps"),
     path("admin/", admin.site.urls),
     # The REST API (harness_site/api, docs/api.md): rules, runs, delayed runs, dead letters; schema and docs.
     path("api/v1/", include("harness_site.api.urls")),

@@ -18,6 +18,7 @@ from deadletters.models import DeadLetter
 from runs.models import TaskRun
 from runs.rollup import BIN_RATIO, LIVE, REFRESH_CYCLE, Summary, histogram_percentile, rollup_read
 from runs.selectors import flow_saturation, scheduler_health
+from runs.status import decisions_by_reason, missed_of, reason_items
 from runs.store import store
 from tasks.models import TriggerRule
 
@@ -49,6 +50,16 @@ class Dashboard:
     next_fires: list = field(default_factory=list)
     flow: dict = field(default_factory=dict)
     rollup_refreshed_at: datetime | None = None  # the oldest summary read from the rollup
+    decisions_24h: dict[str, int] = field(default_factory=dict)  # slots and triggers decided, by reason
+    missed_24h: int = 0  # slots missed beyond the catch-up window or its max count
+
+    @property
+    def decided_items(self) -> list[tuple[str, str, int]]:
+        return reason_items(self.decisions_24h)
+
+    @property
+    def decided_total(self) -> int:
+        return sum(self.decisions_24h.values())
 
     @property
     def dedupe_share(self) -> float:
@@ -124,6 +135,10 @@ def dashboard_build(*, now: datetime) -> Dashboard:
 
     # 8. Flow control: saturated and paused pools, runs waiting for a pool (2 queries).
     d.flow = flow_saturation(now=now)
+
+    # 9. Slots decided without a run, by reason, and the missed ones among them (decision_created_idx).
+    d.decisions_24h = decisions_by_reason(since=since)
+    d.missed_24h = missed_of(d.decisions_24h)
     return d
 
 

@@ -19,8 +19,9 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from deadletters.models import Alert, DeadLetter
-from runs.models import Attempt, PoolSlot, PoolWaiter, TaskRun
+from runs.models import Attempt, Decision, DecisionTally, PoolSlot, PoolWaiter, TaskRun
 from runs.selectors import scheduler_health
+from runs.status import MISSED_REASONS
 from runs.store import store
 from tasks.models import EventMetric, Pool
 
@@ -32,7 +33,7 @@ LATENCY_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24
 EVENT_ADMITTED = frozenset({"accepted", "duplicate", "redelivery", "shed", "coalesced"})
 NEW_WINDOW = timedelta(hours=24)
 # What one scrape costs, asserted by tests/runs/test_metrics.py.
-SCRAPE_QUERIES = 13
+SCRAPE_QUERIES = 15
 
 
 class HarnessCollector(Collector):
@@ -47,6 +48,7 @@ class HarnessCollector(Collector):
         yield from _latency()
         yield from _attempts()
         yield from _deadletters(now)
+        yield from _decisions()
         yield from _scheduler(now)
         yield from _events()
         yield from _alerts()
@@ -182,8 +184,39 @@ def _deadletters(now: datetime):
     yield new
 
 
+def _decisions():
+    # 6-7. Every decision ever recorded ("did not run", invariant 3) by rule and reason: the rows kept
+    # plus those retention deleted (DecisionTally), so the counter never goes back. Missed slots on
+    # their own: missed beyond the catch-up window or its max count.
+    counted: dict[tuple[str, str], int] = defaultdict(int)
+    for rule, reason, n in (
+        Decision.objects.values_list("rule__name", "reason")
+        .annotate(n=Count("id"))
+        .order_by()
+        .values_list("rule__name", "reason", "n")
+    ):
+        counted[(rule, reason)] += n
+    for rule, reason, n in DecisionTally.objects.values_list("rule_name", "reason", "count"):
+        counted[(rule, reason)] += n
+    decisions = CounterMetricFamily(
+        "harness_decisions", "Slots and triggers decided without a run, by rule and reason.", labels=["rule", "reason"]
+    )
+    missed = CounterMetricFamily(
+        "harness_missed_slots", "Slots missed beyond the catch-up window or its max count, by rule.", labels=["rule"]
+    )
+    missed_by_rule: dict[str, int] = defaultdict(int)
+    for (rule, reason), n in sorted(counted.items()):
+        decisions.add_metric([rule, reason], n)
+        if reason in MISSED_REASONS:
+            missed_by_rule[rule] += n
+    for rule, n in sorted(missed_by_rule.items()):
+        missed.add_metric([rule], n)
+    yield decisions
+    yield missed
+
+
 def _scheduler(now: datetime):
-    # 6-8. The last tick, the oldest due run and the oldest unclaimed slot (runs.selectors: 3 queries).
+    # 8-10. The last tick, the oldest due run and the oldest unclaimed slot (runs.selectors: 3 queries).
     health = scheduler_health(now=now)
     age = health["last_tick_age_seconds"]
     yield GaugeMetricFamily(
@@ -207,7 +240,7 @@ def _scheduler(now: datetime):
 
 
 def _events():
-    # 9. Event intake by source and outcome; refusals (every outcome that is a reason) on their own.
+    # 11. Event intake by source and outcome; refusals (every outcome that is a reason) on their own.
     events = CounterMetricFamily("harness_events", "Event intake outcomes by source.", labels=["source", "outcome"])
     refusals = CounterMetricFamily(
         "harness_event_refusals",
@@ -225,7 +258,7 @@ def _events():
 
 
 def _alerts():
-    # 10. The alert outbox: deliveries waiting to be sent (or retried), and those that gave up.
+    # 12. The alert outbox: deliveries waiting to be sent (or retried), and those that gave up.
     backlog = GaugeMetricFamily(
         "harness_alert_outbox",
         "Alert deliveries by channel and state (pending: the backlog).",
@@ -243,7 +276,7 @@ def _alerts():
 
 
 def _pools(now: datetime):
-    # 11-12. Pool saturation: slots in use on the busiest key against the limit, runs waiting.
+    # 13-14. Pool saturation: slots in use on the busiest key against the limit, runs waiting.
     pools = {p.id: p for p in Pool.objects.only("id", "name", "enabled", "max_concurrency", "paused_until")}
     busiest: dict[int, int] = defaultdict(int)
     in_use: dict[int, int] = defaultdict(int)

@@ -10,6 +10,7 @@ from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 
+from tasks.rules import keys
 from tasks.rules.backpressure import watermark_errors
 from tasks.rules.policy import DEFAULT_LEASE_TTL_SECONDS, RetryPolicy, RunPolicy
 
@@ -184,7 +185,7 @@ class TaskRun(models.Model):
         ]
 
     def __str__(self) -> str:
-        return self.biz_key
+        return keys.unescape(self.biz_key)  # titles and breadcrumbs: the key as the client wrote it
 
     def retry_policy(self) -> RetryPolicy:
         return RetryPolicy(
@@ -353,6 +354,24 @@ class Decision(models.Model):
     def __str__(self) -> str:
         at = f"{self.slot:%Y-%m-%dT%H:%M:%SZ}" if self.slot else self.biz_key
         return f"{self.rule_id}@{at}: {self.reason}"
+
+
+class DecisionTally(models.Model):
+    """Decisions deleted by retention, counted by rule name and reason, so /metrics can say how many
+    decisions were ever recorded: the rows still kept plus these (runs.metrics). Written only by the
+    retention sweep, in the transaction that deletes the decisions it counts."""
+
+    rule_name = models.CharField(_("rule name"), max_length=200)
+    reason = models.CharField(_("reason"), max_length=30, choices=Decision.Reason.choices)
+    count = models.PositiveBigIntegerField(_("count"), default=0)
+
+    class Meta:
+        verbose_name = _("decision tally")
+        verbose_name_plural = _("decision tallies")
+        constraints = [models.UniqueConstraint(fields=["rule_name", "reason"], name="decision_tally_unique")]
+
+    def __str__(self) -> str:
+        return f"{self.rule_name} {self.reason}: {self.count}"
 
 
 class SlotHold(models.Model):

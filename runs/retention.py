@@ -1,10 +1,14 @@
-"""Bounded retention of decisions: the sweeper deletes those older than the configured period."""
+"""Bounded retention of decisions: the sweeper deletes those older than the configured period, and
+counts what it deletes by rule and reason (DecisionTally), so the decision counters never go back."""
 
+from collections import Counter
 from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.db import transaction
+from django.db.models import F
 
-from runs.models import Decision
+from runs.models import Decision, DecisionTally
 
 # Deleted per sweep at most, so one sweep after a long pause stays short; the next continues.
 RETENTION_BATCH = 5000
@@ -22,5 +26,18 @@ def decision_sweep(*, now: datetime, days: int | None = None) -> int:
     )
     if not ids:
         return 0
-    deleted, _ = Decision.objects.filter(id__in=ids).delete()
-    return deleted
+    with transaction.atomic():
+        # Locked, so two sweeps count each deleted decision once (PostgreSQL: the second waits and
+        # finds the rows gone; SQLite: IMMEDIATE transactions run one at a time).
+        gone = list(
+            Decision.objects.select_for_update(of=("self",))
+            .filter(id__in=ids)
+            .values_list("id", "rule__name", "reason")
+        )
+        if not gone:
+            return 0
+        Decision.objects.filter(id__in=[g[0] for g in gone]).delete()
+        for (rule_name, reason), n in sorted(Counter((g[1], g[2]) for g in gone).items()):
+            tally, _created = DecisionTally.objects.get_or_create(rule_name=rule_name, reason=reason)
+            DecisionTally.objects.filter(pk=tally.pk).update(count=F("count") + n)
+    return len(gone)

@@ -25,6 +25,7 @@ from harness_site.api.tokens import bearer_credential, secret_matches
 from harness_site.broker import queue_probe
 from harness_site.desk import now, require_perm
 from runs import selectors
+from runs import status as board
 from runs.dashboard import dashboard_build
 from runs.metrics import metrics_registry
 from runs.models import TaskRun
@@ -221,6 +222,65 @@ def _bars(values: dict) -> list[dict]:
         {"name": k, "value": v, "pct": 100 * (v or 0) / top, "text": "-" if v is None else f"{v:.2f}s"}
         for k, v in values.items()
     ]
+
+
+# The status board shows rules, their runs and decisions, and their open dead letters.
+STATUS_PERMS = ("tasks.view_triggerrule", "runs.view_taskrun", "deadletters.view_deadletter")
+# Freshness objectives (issue 28) plug in here: one selector call, rule ids in, a status per rule id
+# out ({"state": "ok"|"at_risk"|"breached", "label": str}). None: no objective column.
+STATUS_OBJECTIVES = None
+
+
+def status_view(request):
+    """The staff landing page, /admin/: every rule as one row, worst first, filterable, searchable and
+    live (runs/status.py). Staff without the rights to read rules, runs and tickets get the admin's
+    list of pages instead, which stays one click away for everyone (/admin/apps/)."""
+    if not all(request.user.has_perm(p) for p in STATUS_PERMS):
+        return admin.site.index(request)
+    health = request.GET.get("health", "")
+    health = health if health in board.HEALTH_ORDER else ""
+    q = request.GET.get("q", "").strip()[:200]
+    try:
+        page = int(request.GET.get("page", "1"))
+    except ValueError:
+        page = 1
+    started = time.perf_counter()
+    b = board.board_build(now=now(), health=health, q=q, page=page, objectives=STATUS_OBJECTIVES)
+    filters = [
+        {
+            "value": h,
+            "label": board.HEALTH_LABELS[h] if h else _("All"),
+            "n": b.counts[h] if h else sum(b.counts.values()),
+            "url": "?" + urlencode({k: v for k, v in (("health", h), ("q", q)) if v}),
+            "active": h == health,
+        }
+        for h in ("", *board.HEALTH_ORDER)
+    ]
+    context = {
+        **admin.site.each_context(request),
+        "title": _("Status"),
+        "b": b,
+        "health": health,
+        "q": q,
+        "filters": filters,
+        "decisions_url": reverse("admin:runs_decision_changelist"),
+        "tickets_url": reverse("admin:deadletters_deadletter_changelist"),
+        # Strip cells link by id: one reverse per page, not one per cell.
+        "run_prefix": reverse("admin:runs_taskrun_changelist"),
+        "decision_prefix": reverse("admin:runs_decision_changelist"),
+        "rule_prefix": reverse("admin:tasks_triggerrule_changelist"),
+        "missed_param": ",".join(sorted(board.MISSED_REASONS)),
+        "since": b.now - board.WINDOW,
+        "prev_url": "?" + urlencode({k: v for k, v in (("health", health), ("q", q), ("page", b.page - 1)) if v}),
+        "next_url": "?" + urlencode({k: v for k, v in (("health", health), ("q", q), ("page", b.page + 1)) if v}),
+        "build_ms": round((time.perf_counter() - started) * 1000, 1),
+    }
+    return TemplateResponse(request, "admin/status.html", context)
+
+
+def apps_view(request):
+    """Django's list of admin pages, one click from the status page."""
+    return admin.site.index(request)
 
 
 FLOW_TOP_KEYS = 5

@@ -6,7 +6,7 @@ from django.utils.translation import gettext_lazy as _
 from deadletters.admin.alerts import AlertAdmin, AlertChannelAdmin  # noqa: F401  (registers the alert pages)
 from deadletters.admin.desk import DeadLetterDeskMixin
 from deadletters.models import DeadLetter
-from harness_site.templatetags.harness import ago_html, clip_html, pretty_json, when_html
+from harness_site.templatetags.harness import ago_html, key_html, pretty_json, when_html
 
 
 @admin.register(DeadLetter)
@@ -24,6 +24,10 @@ class DeadLetterAdmin(DeadLetterDeskMixin, admin.ModelAdmin):
     )
     list_filter = ("state", "error_kind", "rule_name")
     search_fields = ("biz_key", "=run__id", "=trace_id")
+    search_help_text = _(
+        "A business key as stored, as the client sent it or as the desk shows it (part of one finds every "
+        "key containing it), a run id or a trace id."
+    )
     readonly_fields = (
         "run",
         "biz_key",
@@ -44,7 +48,7 @@ class DeadLetterAdmin(DeadLetterDeskMixin, admin.ModelAdmin):
 
     @admin.display(description=_("biz key"), ordering="biz_key")
     def key_column(self, ticket: DeadLetter) -> str:
-        return clip_html(ticket.biz_key, 40)
+        return key_html(ticket.biz_key, 40, rule_name=ticket.rule_name)
 
     @admin.display(description=_("last failure"), ordering="last_failure_at")
     def last_failure_column(self, ticket: DeadLetter) -> str:

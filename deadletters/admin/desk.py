@@ -14,7 +14,10 @@ from harness_site.desk import OptionalReasonForm, confirm_bulk, confirm_object, 
 from harness_site.templatetags.harness import clip_html
 from runs.admin.desk import run_page_timeline
 from runs.dashboard import deadletter_backlog
+from runs.key_search import key_search
 from runs.operations import run_retry_now
+
+ERROR_CHARS = 60  # an error's first line in the list; the desk still fits 1440 px
 
 
 class CloseForm(forms.Form):
@@ -60,11 +63,30 @@ class DeadLetterDeskMixin:
         return False
 
     def get_list_display(self, request):
-        return (*super().get_list_display(request), "owner", "digest_column")
+        # What failed sits together: the error kind, its fingerprint and the error's first line.
+        columns = [c for c in super().get_list_display(request) if c != "error_kind"]
+        at = columns.index("state") + 1 if "state" in columns else len(columns)
+        columns[at:at] = ["error_kind", "digest_column", "error_column"]
+        return (*columns, "owner")
 
     @admin.display(description=gettext_lazy("fingerprint"), ordering="last_error_digest")
     def digest_column(self, ticket: DeadLetter) -> str:
         return clip_html(ticket.last_error_digest, 12)
+
+    @admin.display(description=gettext_lazy("error"))
+    def error_column(self, ticket: DeadLetter) -> str:
+        """The error's first line, the whole message on hover (the ticket page shows it all)."""
+        first = next((line.strip() for line in (ticket.last_error or "").splitlines() if line.strip()), "")
+        return clip_html(first, ERROR_CHARS) if first else "—"
+
+    def get_search_results(self, request, queryset, search_term):
+        """The admin's search (run id, trace id, key contains), plus the stored keys a raw client
+        key stands for (`callback:order-7` finds `…/callback%3Aorder-7`): runs/key_search.py."""
+        found, duplicates = super().get_search_results(request, queryset, search_term)
+        if search_term.strip():
+            by_key, _whole = key_search(queryset, search_term)
+            found |= by_key
+        return found, duplicates
 
     def get_list_filter(self, request):
         return (*super().get_list_filter(request), "last_error_digest", "owner")

@@ -28,6 +28,7 @@ from harness_site.api.serializers import (
     staff_user,
 )
 from runs.operations import OperationError, run_retry_now
+from tasks.rules.keys import search_candidates
 
 VIEW = ("deadletters.view_deadletter",)
 
@@ -49,7 +50,9 @@ class DeadLetterListView(DeskView):
         operation_id="deadletters_list",
         parameters=[
             OpenApiParameter("state", str, enum=DeadLetter.State.values),
-            OpenApiParameter("biz_key", str, description="exactly this business key"),
+            OpenApiParameter(
+                "biz_key", str, description="exactly this business key, as stored or as the client sent it"
+            ),
             OpenApiParameter("rule", str, description="rule name"),
             OpenApiParameter("error_kind", str),
             OpenApiParameter("cursor", str),
@@ -62,7 +65,10 @@ class DeadLetterListView(DeskView):
         state = query_choice(request, "state", DeadLetter.State.choices)
         if state:
             tickets = tickets.filter(state=state)
-        for param, column in (("biz_key", "biz_key"), ("rule", "rule_name"), ("error_kind", "error_kind")):
+        biz_key = query_text(request, "biz_key")
+        if biz_key:  # as stored or as the client sent it (`callback:order-7` is stored `…/callback%3Aorder-7`)
+            tickets = tickets.filter(biz_key__in=search_candidates(biz_key))
+        for param, column in (("rule", "rule_name"), ("error_kind", "error_kind")):
             value = query_text(request, param)
             if value:
                 tickets = tickets.filter(**{column: value})

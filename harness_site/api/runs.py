@@ -2,7 +2,6 @@
 one-time runs (POST /runs: tasks.triggers.once.schedule_once), retry now and cancel
 (runs.operations, the admin's own services)."""
 
-from django.db.models import Q
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
@@ -31,6 +30,7 @@ from harness_site.api.serializers import (
     RunSerializer,
     ScheduleOnceSerializer,
 )
+from runs.key_search import key_search
 from runs.models import TaskRun
 from runs.operations import OperationError, run_cancel, run_retry_now
 from runs.selectors import run_timeline
@@ -97,7 +97,12 @@ RUN_FILTERS = [
     OpenApiParameter("trial", bool),
     OpenApiParameter("triggered_after", str, description="ISO 8601 instant"),
     OpenApiParameter("triggered_before", str, description="ISO 8601 instant"),
-    OpenApiParameter("q", str, description="biz_key contains, or a run id"),
+    OpenApiParameter(
+        "q",
+        str,
+        description="a biz_key as stored or as the client sent it (`callback:order-7` finds the key stored as "
+        "`…/callback%3Aorder-7`), part of one, or a run id",
+    ),
     OpenApiParameter("cursor", str),
     OpenApiParameter("limit", int, description="1 to 200; default 50"),
 ]
@@ -143,11 +148,10 @@ class RunListView(DeskView):
             runs = runs.filter(trigger_at__lt=before)
         q = query_text(request, "q")
         if q:
-            match = Q(biz_key__icontains=q)
+            # A whole key, stored or as the client sent it (`callback:order-7`), else part of one.
+            by_key, _whole = key_search(runs, q)
             as_id = ascii_number(q)
-            if as_id is not None:
-                match |= Q(id=as_id)
-            runs = runs.filter(match)
+            runs = by_key | runs.filter(id=as_id) if as_id is not None else by_key
         pager = Cursor()
         page = pager.paginate_queryset(runs, request, view=self)
         return pager.get_paginated_response(RunSerializer(page, many=True).data)

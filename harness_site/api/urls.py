@@ -3,7 +3,7 @@ Any other path under /api/ is a 404 problem document (harness_site/api/surface.p
 
 from django.urls import path
 
-from harness_site.api import deadletters, rules, runs
+from harness_site.api import deadletters, rules, runs, status
 from harness_site.api.docs import PublicRedocView, PublicSchemaView, PublicSwaggerView
 
 app_name = "api"
@@ -13,6 +13,7 @@ urlpatterns = [
     path("schema/", PublicSchemaView.as_view(), name="schema"),
     path("docs/", PublicSwaggerView.as_view(url_name="api:schema"), name="docs"),
     path("redoc/", PublicRedocView.as_view(url_name="api:schema"), name="redoc"),
+    path("status", status.StatusView.as_view(), name="status"),
     path("rules", rules.RuleListView.as_view(), name="rules"),
     path("rules/<str:name>", rules.RuleDetailView.as_view(), name="rule"),
     path("rules/<str:name>/pause", rules.RulePauseView.as_view(), name="rule-pause"),

@@ -9,11 +9,13 @@ from datetime import UTC, datetime
 from django import template
 from django.utils import timezone
 from django.utils.html import format_html
+from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext as _
 
 from harness_site.audit.models import DeskPreference
 from harness_site.display import stamp, zones_for
+from tasks.rules import keys
 
 register = template.Library()
 
@@ -71,14 +73,64 @@ def clip_html(value, chars: int = CLIP_CHARS, *, copy: bool = False) -> str:
     """A long key cut to `chars` with the whole value on hover (and a copy button)."""
     text = "" if value is None else str(value)
     shown = text if len(text) <= chars else text[: chars - 1] + "…"
-    button = (
-        format_html(
-            ' <button type="button" class="copy-btn" data-copy="{}" title="{}">{}</button>', text, _("Copy"), _("copy")
-        )
-        if copy
-        else ""
-    )
+    button = _copy_button(text) if copy else ""
     return format_html('<code class="clip" title="{}">{}</code>{}', text, shown, button)
+
+
+def _copy_button(text: str) -> str:
+    return format_html(
+        ' <button type="button" class="copy-btn" data-copy="{}" title="{}">{}</button>', text, _("Copy"), _("copy")
+    )
+
+
+def key_html(biz_key, chars: int = CLIP_CHARS, *, rule_name: str = "", whole: bool = False, copy: bool = True) -> str:
+    """A business key for people: the part that differs between runs of one rule (the slot or the
+    object; the whole key with `whole`), unescaped, cut from the left so its end shows; the whole key
+    unescaped on hover, and a copy button that copies the key as stored."""
+    stored = "" if biz_key is None else str(biz_key)
+    text = keys.unescape(stored) if whole else keys.differing_part(stored, rule_name=rule_name)
+    shown = text if len(text) <= chars else "…" + text[-(chars - 1) :]
+    title = keys.unescape(stored)
+    button = _copy_button(stored) if copy else ""
+    return format_html('<code class="clip key" title="{}">{}</code>{}', title, shown, button)
+
+
+@register.simple_tag
+def key(biz_key, chars=CLIP_CHARS, rule_name="", whole=False):
+    return key_html(biz_key, int(chars), rule_name=rule_name or "", whole=bool(whole))
+
+
+@register.simple_tag
+def strip_cells(cells, rule_name="", run_prefix="", decision_prefix="") -> str:
+    """A history strip's cells (runs.status.history_strips) as links, built here rather than in the
+    template: a status page draws thousands of them, each with its title (what, which key, when)."""
+    no_run = _("no run")
+    html = []
+    for c in cells:
+        if c["kind"] == "empty":
+            html.append("<span></span>")
+            continue
+        at = stamp(c["at"], UTC)
+        if c["kind"] == "decision":
+            url = f"{decision_prefix}{c['decision_id']}/change/"
+            title = f"{no_run}: {c['reason_label']} · {at}"
+        else:
+            url = f"{run_prefix}{c['run_id']}/change/"
+            title = f"{c['state_label']} · {keys.differing_part(c['biz_key'], rule_name=rule_name)} · {at}"
+        html.append(format_html('<a class="c-{}" href="{}" title="{}"></a>', c["kind"], url, title))
+    return mark_safe("".join(html))  # every piece above is escaped by format_html
+
+
+@register.filter
+def key_part(value, rule_name="") -> str:
+    """The part of a stored key that differs between runs of one rule, unescaped (tasks.rules.keys)."""
+    return keys.differing_part("" if value is None else str(value), rule_name=rule_name or "")
+
+
+@register.filter
+def unescaped(value) -> str:
+    """A stored key as a person reads it (`callback%3Aorder-7` reads `callback:order-7`)."""
+    return keys.unescape("" if value is None else str(value))
 
 
 @register.simple_tag(takes_context=True)

@@ -9,7 +9,7 @@ from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 
-from harness_site.templatetags.harness import ago_html, clip_html, when_html
+from harness_site.templatetags.harness import ago_html, key_html, when_html
 from runs.admin.desk import (  # also registers the live run leases desk
     CatchupApprovalMixin,
     LeaseDeskMixin,
@@ -18,6 +18,7 @@ from runs.admin.desk import (  # also registers the live run leases desk
 from runs.admin.scale import ErrorKindFilter, EstimatedCountPaginator
 from runs.admin.steps import ActionProposalInline, ExternalCallInline, RunStepInline
 from runs.backpressure import pending_count, watermarks_set
+from runs.key_search import key_search
 from runs.models import Attempt, Backpressure, Decision, Lease, SchedulerTick, SlotHold, TaskRun
 from runs.selectors import duration_text, run_wait_explain
 
@@ -154,7 +155,7 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
 
     @admin.display(description=_("biz key"), ordering="biz_key")
     def key_column(self, run: TaskRun) -> str:
-        return clip_html(run.biz_key, 44)
+        return key_html(run.biz_key, 44, rule_name=run.rule_name)
 
     @admin.display(description=_("state"), ordering="state")
     def state_badge(self, run: TaskRun) -> str:
@@ -171,17 +172,17 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
         return "—"
 
     def get_search_results(self, request, queryset, search_term):
-        """A whole biz_key finds its run through the unique index, one probe however many runs
-        there are (on-call pastes the key from an alert); otherwise every key containing the term
-        (run_biz_key_trgm_idx on PostgreSQL, whose cost grows with the table). A number is also the
-        run id by primary key (not the admin's "=id": that compares UPPER(id::text) on every row),
+        """A whole biz_key, stored or as the client sent it, finds its run through the unique index,
+        one probe however many runs there are (on-call pastes the key from an alert); otherwise every
+        key containing the term (run_biz_key_trgm_idx on PostgreSQL, whose cost grows with the table).
+        A number is also the run id by primary key (not the admin's "=id": that compares UPPER(id::text) on every row),
         and 32 hex digits a trace id (run_trace_idx), as a log line or a trace viewer shows it."""
         term = search_term.strip()
-        exact = queryset.filter(biz_key=term)
-        if term and exact.exists():
-            found, duplicates = exact, False
-        else:
-            found, duplicates = super().get_search_results(request, queryset, search_term)
+        if not term:
+            return queryset, False
+        # The raw text a client sent finds its stored (escaped) key as well (runs/key_search.py).
+        found, _whole = key_search(queryset, term)
+        duplicates = False
         if term.isdigit() and len(term) < 19:
             found |= queryset.filter(pk=int(term))
         if TRACE_ID.fullmatch(term.lower()):

@@ -11,10 +11,11 @@ from django.utils.translation import gettext as _
 from deadletters.models import DeadLetter
 from harness_site.audit.models import AuditEntry
 from runs.models import Decision, TaskRun
+from runs.status import cell_kind
 from tasks.models import TriggerRule
+from tasks.rules import keys
 
 HISTORY_CELLS = 48
-ACTIVE = {TaskRun.State.PENDING, TaskRun.State.RUNNING, TaskRun.State.WAITING_RETRY, TaskRun.State.AWAITING_APPROVAL}
 
 
 def rule_history(rule: TriggerRule, *, cells: int = HISTORY_CELLS) -> list[dict]:
@@ -25,21 +26,16 @@ def rule_history(rule: TriggerRule, *, cells: int = HISTORY_CELLS) -> list[dict]
     decisions = Decision.objects.filter(rule=rule).order_by("-created_at")[:cells]
     items = []
     for r in runs.only("id", "state", "slot", "trigger_at", "biz_key", "is_trial"):
-        if r.state == TaskRun.State.SUCCEEDED:
-            kind = "run"
-        elif r.state == TaskRun.State.FAILED:
-            kind = "failed"
-        elif r.state in ACTIVE:
-            kind = "active"
-        else:
-            kind = "other"
         items.append(
             {
-                "kind": kind,
+                "kind": cell_kind(r.state),
+                "state": r.state,
+                "outcome": r.get_state_display(),
+                "biz_key": r.biz_key,
                 "at": r.slot or r.trigger_at,
                 "url": reverse("admin:runs_taskrun_change", args=[r.id]),
                 "label": _("run #%(id)s %(biz_key)s: %(state)s")
-                % {"id": r.id, "biz_key": r.biz_key, "state": r.get_state_display()}
+                % {"id": r.id, "biz_key": keys.unescape(r.biz_key), "state": r.get_state_display()}
                 + (" (" + _("trial") + ")" if r.is_trial else ""),
                 "run_id": r.id,
             }
@@ -48,6 +44,9 @@ def rule_history(rule: TriggerRule, *, cells: int = HISTORY_CELLS) -> list[dict]
         items.append(
             {
                 "kind": "decision",
+                "state": "decision",
+                "outcome": _("no run"),
+                "biz_key": d.biz_key,
                 "at": d.slot or d.created_at,
                 "url": reverse("admin:runs_decision_change", args=[d.id]),
                 "label": _("no run: %(reason)s") % {"reason": d.get_reason_display()},

@@ -4,9 +4,9 @@ tasks/admin/rule_backfill.py. Mixed into TriggerRuleAdmin; every button is a get
 form or a confirmation page. Forms: tasks/admin/rule_forms.py."""
 
 import threading
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
-from django.contrib import messages
+from django.contrib import admin, messages
 from django.http import HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
@@ -15,7 +15,9 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from harness_site.desk import FORM_TEMPLATE, ReasonForm, change_url, desk_object, now, posted, require_perm
+from harness_site.templatetags.harness import ago_html
 from runs.dashboard import skill_duration_p99s
+from runs.status import rule_rows
 from tasks import sentences
 from tasks.admin.history import rule_status
 from tasks.admin.rule_backfill import RuleBackfillMixin
@@ -73,16 +75,63 @@ class RuleDeskMixin(RuleBackfillMixin):
         return fieldsets
 
     def get_list_display(self, request):
-        return (*super().get_list_display(request), "lint_column")
+        return (*super().get_list_display(request), "outcome_column", "tickets_column", "lint_column")
 
     def changelist_view(self, request, extra_context=None):
-        # One p99 query per distinct skill for the whole page, not one per row.
+        # One p99 query per distinct skill for the whole page, not one per row; every rule's last
+        # outcome and open tickets in the status board's three queries (runs/status.py).
         skills = list(TriggerRule.objects.values_list("skill", flat=True).distinct())
         self._request_local.p99 = skill_duration_p99s(skills)
+        self._request_local.rows = {row.id: row for row in rule_rows(now=now())}
         try:
-            return super().changelist_view(request, extra_context)
+            response = super().changelist_view(request, extra_context)
+            # Rendered here, while the caches hold: a TemplateResponse renders after this returns.
+            if hasattr(response, "render"):
+                response.render()
+            return response
         finally:
             self._request_local.p99 = None
+            self._request_local.rows = None
+
+    def _row(self, rule: TriggerRule):
+        rows = getattr(self._request_local, "rows", None)
+        return rows.get(rule.pk) if rows else None
+
+    @admin.display(description=gettext_lazy("last outcome"))
+    def outcome_column(self, rule: TriggerRule) -> str:
+        row = self._row(rule)
+        if row is None or row.last is None:
+            return "—"
+        last = row.last
+        if last["kind"] == "run":
+            url = reverse("admin:runs_taskrun_change", args=[last["run_id"]])
+            return format_html(
+                '<a href="{}"><span class="badge s-{}">{}</span></a> {}',
+                url,
+                last["state"],
+                last["label"],
+                ago_html(last["at"]),
+            )
+        url = reverse("admin:runs_decision_change", args=[last["decision_id"]])
+        return format_html(
+            '<a href="{}" title="{}"><span class="badge">{}</span></a> {}',
+            url,
+            last["label"],
+            _("no run"),
+            ago_html(last["at"]),
+        )
+
+    @admin.display(description=gettext_lazy("open dead letters"))
+    def tickets_column(self, rule: TriggerRule) -> str:
+        row = self._row(rule)
+        if row is None or not row.open_tickets:
+            return "0"
+        url = (
+            reverse("admin:deadletters_deadletter_changelist")
+            + "?"
+            + urlencode({"state__exact": "pending_manual", "rule_name__exact": rule.name})
+        )
+        return format_html('<a class="bad" href="{}">{}</a>', url, row.open_tickets)
 
     def _lint(self, rule: TriggerRule) -> list[lint.LintItem]:
         cache = getattr(self._request_local, "p99", None)

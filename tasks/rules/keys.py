@@ -16,6 +16,7 @@ A stored biz_key is `rule/<rule id>/<kind>/<rendered template>` (invariant 1):
 
 import string
 from string import Formatter
+from urllib.parse import unquote
 
 BUILTIN_PLACEHOLDERS = ("rule", "slot", "business_date")
 # Placeholders whose value depends on when a trigger arrived rather than on what it names.
@@ -204,3 +205,58 @@ def legacy_downgrade(key: str, *, rule_id: int | None) -> str | None:
             rendered = key.removeprefix(prefix)
             return LEGACY_TRIAL_PREFIX + rendered if kind in (TRIAL, TRIAL_KEY) else rendered
     return None
+
+
+# Keys for people: what a list shows, what a search tries. A stored key is an identifier; a person
+# reads the part that differs between two runs of one rule (the slot or the object), unescaped.
+
+
+def unescape(text: str) -> str:
+    """A key as a person reads it: every %HH sequence of `escape` decoded (`callback%3Aorder-7` reads
+    `callback:order-7`). Display only: a decoded key may look like another one, never use it as a key."""
+    if "%" not in text:
+        return text
+    try:
+        return unquote(text, errors="strict")
+    except UnicodeDecodeError:  # not one of ours (a key stored before escaping): shown as stored
+        return text
+
+
+def split(biz_key: str) -> tuple[str, str]:
+    """(namespace, rendered part) of a stored key: `rule/5/slot/` and the rest; ("", key) for a key
+    outside every namespace (a run without a rule, a key stored before the namespaces)."""
+    parts = biz_key.split("/", 3)
+    if len(parts) == 4 and parts[0] in (NAMESPACE_ROOT, SKILL_ROOT) and parts[2] in KINDS:
+        return "/".join(parts[:3]) + "/", parts[3]
+    return "", biz_key
+
+
+def kind_of(biz_key: str) -> str:
+    """The trigger kind named in a stored key's namespace (SLOT, EVENT…), "" when it has none."""
+    prefix, _rest = split(biz_key)
+    return prefix.split("/")[2] if prefix else ""
+
+
+def differing_part(biz_key: str, *, rule_name: str = "") -> str:
+    """The part of a stored key that tells two runs of one rule apart, unescaped: without its
+    namespace, and without the rule's name when the template starts with it (`{rule}:{slot}` shows
+    the slot). The whole key when nothing would be left."""
+    _prefix, rest = split(biz_key)
+    if rule_name and rest.startswith(rule_name) and rest[len(rule_name) : len(rule_name) + 1] in SEPARATORS:
+        rest = rest[len(rule_name) + 1 :]
+    return unescape(rest) if rest else unescape(biz_key)
+
+
+def search_candidates(raw: str) -> list[str]:
+    """Stored keys a person may mean by `raw`, the text a client sent or a key pasted from a list:
+    the text as it is, the text escaped as a named key is stored (`callback:order-7` is kept as
+    `callback%3Aorder-7`), and a pasted namespaced key with its rendered part escaped. Duplicates
+    removed, order kept (the first is the text itself)."""
+    text = raw.strip()
+    if not text:
+        return []
+    candidates = [text, escape(text)]
+    prefix, rest = split(text)
+    if prefix:
+        candidates.append(prefix + escape(rest))
+    return list(dict.fromkeys(candidates))

@@ -213,3 +213,30 @@ def test_explain_answers_for_a_delayed_run_by_its_idempotency_key(admin_api):
     admin_api.post("/api/v1/runs", {"rule": rule.name, "delay_seconds": 60, "idempotency_key": "remind:1"})
     explained = admin_api.get(f"/api/v1/rules/{rule.name}/explain", biz_key="remind%3A1").json()
     assert explained["outcome"] == "run" and explained["biz_key"] == f"rule/{rule.id}/once-key/remind%3A1"
+
+
+def test_a_run_is_found_by_the_raw_key_the_client_sent(admin_api):
+    for key in ("callback:order-7", "订单:7", "callback:order-70"):
+        body = {"skill": "harness.noop", "delay_seconds": 60, "idempotency_key": key}
+        assert admin_api.post("/api/v1/runs", body).status_code == 201
+    stored = dict(TaskRun.objects.values_list("biz_key", "id"))
+    assert (
+        "skill/harness.noop/once-key/callback%3Aorder-7" in stored and "skill/harness.noop/once-key/订单%3A7" in stored
+    )
+    # A whole stored key finds its run alone; a raw key or part of one every key containing it.
+    for q, expected in (
+        # The client's key is the tail of the stored one: every key containing it (-70 contains -7).
+        (
+            "callback:order-7",
+            ["skill/harness.noop/once-key/callback%3Aorder-7", "skill/harness.noop/once-key/callback%3Aorder-70"],
+        ),
+        ("skill/harness.noop/once-key/callback%3Aorder-7", ["skill/harness.noop/once-key/callback%3Aorder-7"]),
+        ("订单:7", ["skill/harness.noop/once-key/订单%3A7"]),
+        (
+            "back:order",
+            ["skill/harness.noop/once-key/callback%3Aorder-7", "skill/harness.noop/once-key/callback%3Aorder-70"],
+        ),
+    ):
+        found = admin_api.get("/api/v1/runs", q=q)
+        assert found.status_code == 200, found.content
+        assert sorted(r["biz_key"] for r in found.json()["results"]) == expected, q

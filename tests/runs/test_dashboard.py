@@ -14,7 +14,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from runs.dashboard import dashboard_build, percentile
-from runs.models import SchedulerTick, TaskRun
+from runs.models import Decision, SchedulerTick, TaskRun
 from runs.rollup import BIN_RATIO
 from tests.support.desk import daily_report, make_failed_run, viewer, viewer_client  # noqa: F401
 
@@ -25,7 +25,8 @@ BIG = 20_000
 # 20: the desk reads each user's display zone (one indexed row) and counts undeliverable urgent alerts
 # (the channel list and one count; deadletters/alert_health.py); worker heartbeats are one read of the
 # workers' reports (runs/workers.worker_health).
-MAX_QUERIES = 20
+# 21: the slots decided without a run in 24 h, by reason (runs/status.decisions_by_reason).
+MAX_QUERIES = 21
 
 
 def _runs(n: int, *, now, spread: timedelta) -> list[TaskRun]:
@@ -72,6 +73,19 @@ def test_it_computes_the_dashboard_numbers():
     assert d.duplicate_biz_keys == 0
     assert d.scheduler["last_tick_age_seconds"] == pytest.approx(3.0)
     assert [r["name"] for r in d.next_fires] == ["daily-report"]
+
+
+def test_it_counts_missed_and_decided_slots_of_the_last_24_hours(viewer_client):
+    now = timezone.now()
+    rule = daily_report()
+    for hours, reason in ((1, "missed"), (2, "missed"), (3, "catchup_capped"), (4, "calendar"), (30, "missed")):
+        Decision.objects.create(
+            rule=rule, slot=now - timedelta(hours=hours), reason=reason, created_at=now - timedelta(hours=hours)
+        )
+    d = dashboard_build(now=now)
+    assert d.missed_24h == 3 and d.decisions_24h == {"missed": 2, "catchup_capped": 1, "calendar": 1}
+    page = viewer_client.get(reverse("harness-dashboard")).content.decode()
+    assert 'id="dash-missed-count"' in page and ">3</a>" in page.split('id="dash-missed-count"')[1][:200]
 
 
 def test_it_interpolates_percentiles_like_percentile_cont():

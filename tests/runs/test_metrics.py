@@ -16,9 +16,11 @@ from deadletters.models import Alert, DeadLetter
 from runs.claims import run_claim
 from runs.executor import run_execute
 from runs.metrics import LATENCY_BUCKETS, QUEUE_DELAY_BUCKETS, SCRAPE_QUERIES, metrics_registry
-from runs.models import Attempt, PoolSlot, PoolWaiter, SchedulerTick, TaskRun
+from runs.models import Attempt, Decision, PoolSlot, PoolWaiter, SchedulerTick, TaskRun
+from runs.retention import decision_sweep
 from tasks.models import EventMetric, Pool, TriggerRule
 from tasks.triggers.events import event_metric_count
+from tasks.triggers.scheduler import scheduler_tick
 from tasks.triggers.work import work_for_operator
 from tests.support.rules import make_rule
 
@@ -244,3 +246,28 @@ def test_a_scrape_of_many_runs_is_the_same_queries_and_prints_its_time():
     print(
         f"\n/metrics scrape with {BIG:,} runs on {connection.vendor}: {elapsed * 1000:.0f} ms, {len(queries)} queries"
     )
+
+
+def test_decisions_by_reason_and_missed_slots_are_counters_that_retention_never_takes_back():
+    # A 3-minute outage of an every-minute rule without catch-up: the tick (in whichever process)
+    # records its slots as missed; the counters read the database, so every process answers the same.
+    rule = make_rule(
+        "every-minute", kind="cron", cron="* * * * *", catchup=TriggerRule.CatchUp.NONE, due=T0 - timedelta(minutes=3)
+    )
+    scheduler_tick(now=T0 + timedelta(seconds=1))
+    missed = Decision.objects.filter(rule=rule, reason=Decision.Reason.MISSED).count()
+    assert missed == 3
+    Decision.objects.create(
+        rule=rule, slot=T0 + timedelta(hours=1), reason=Decision.Reason.OUTSIDE_WINDOW, created_at=T0
+    )
+    before = scrape()
+    assert before["harness_missed_slots_total"] == {(("rule", "every-minute"),): 3.0}
+    assert before["harness_decisions_total"][(("reason", "missed"), ("rule", "every-minute"))] == 3.0
+    assert before["harness_decisions_total"][(("reason", "outside_window"), ("rule", "every-minute"))] == 1.0
+
+    # Retention deletes the decisions; the counters stay where they were, and keep growing after.
+    assert decision_sweep(now=T0 + timedelta(days=400), days=30) == 4
+    Decision.objects.create(rule=rule, slot=T0 + timedelta(hours=2), reason=Decision.Reason.MISSED, created_at=NOW)
+    after = scrape()
+    assert after["harness_missed_slots_total"] == {(("rule", "every-minute"),): 4.0}
+    assert after["harness_decisions_total"][(("reason", "outside_window"), ("rule", "every-minute"))] == 1.0

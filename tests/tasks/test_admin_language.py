@@ -71,7 +71,7 @@ def assert_none(html: str, strings) -> None:
 
 
 def test_it_speaks_english_by_default(admin_client):
-    html = page(admin_client, reverse("admin:index"))
+    html = page(admin_client, reverse("harness-apps"))
     assert_all(html, INDEX_EN)
     assert_none(html, INDEX_ZH)
     assert 'lang="en' in html
@@ -79,7 +79,7 @@ def test_it_speaks_english_by_default(admin_client):
 
 @pytest.mark.parametrize("accept", ["zh-hans", "zh-Hans,zh;q=0.9,en;q=0.8", "zh-CN,zh;q=0.9", "zh"])
 def test_the_index_speaks_chinese_when_the_browser_asks(admin_client, accept):
-    html = page(admin_client, reverse("admin:index"), accept_language=accept)
+    html = page(admin_client, reverse("harness-apps"), accept_language=accept)
     assert_all(html, INDEX_ZH)
     assert "Recent actions" not in html and "Alert channels" not in html
     assert 'lang="zh-hans"' in html
@@ -99,16 +99,16 @@ def test_the_rule_page_speaks_english_by_default(admin_client, rule):
 
 
 def test_a_language_we_do_not_have_falls_back_to_the_setting(admin_client, settings):
-    html = page(admin_client, reverse("admin:index"), accept_language="fr-FR,fr;q=0.9")
+    html = page(admin_client, reverse("harness-apps"), accept_language="fr-FR,fr;q=0.9")
     assert_all(html, INDEX_EN)
     settings.LANGUAGE_CODE = "zh-hans"
-    html = page(admin_client, reverse("admin:index"), accept_language="fr-FR,fr;q=0.9")
+    html = page(admin_client, reverse("harness-apps"), accept_language="fr-FR,fr;q=0.9")
     assert_all(html, INDEX_ZH)
 
 
 def test_the_setting_chooses_the_language_when_the_browser_says_nothing(admin_client, settings):
     settings.LANGUAGE_CODE = "zh-hans"
-    assert_all(page(admin_client, reverse("admin:index")), INDEX_ZH)
+    assert_all(page(admin_client, reverse("harness-apps")), INDEX_ZH)
 
 
 def test_the_alert_channel_form_explains_bad_input_in_chinese(admin_client):

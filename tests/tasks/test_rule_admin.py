@@ -372,7 +372,9 @@ def test_it_lists_rows_on_every_changelist(admin_client, operations_data, url_na
 
 
 def test_it_renders_the_admin_index(admin_client, operations_data):
-    response = admin_client.get(reverse("admin:index"))
+    # The landing page (admin:index) is the status board; the admin's list of pages is one click away.
+    assert 'id="status-table"' in _page(admin_client.get(reverse("admin:index")))
+    response = admin_client.get(reverse("harness-apps"))
 
     assert response.status_code == 200
     page = _page(response)
