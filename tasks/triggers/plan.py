@@ -218,9 +218,11 @@ def outcome_label(outcome: str) -> str:
     return sentences.say(Reason.of(planned.OUTCOME_WORDS.get(outcome, planned.OUTCOME_UNKNOWN)))
 
 
-def plan_json(plan: planned.Plan, *, rows: int | None = None) -> dict:
+def plan_json(plan: planned.Plan, *, zone: str, rows: int | None = None) -> dict:
     """The plan as JSON-ready data in the active language. `rows` caps the past and future rows
-    listed (the differing ones; None: all); the counts always cover every slot."""
+    listed (the differing ones; None: all); the counts always cover every slot. Local times are
+    read in `zone` (the edited rule's)."""
+    tz = schedule.validate_timezone(zone)
     differing = plan.past_differences
     future_diff = [f for f in plan.future if f.differs]
     return {
@@ -233,7 +235,7 @@ def plan_json(plan: planned.Plan, *, rows: int | None = None) -> dict:
             "slots": len(plan.past),
             "differing": len(differing),
             "summary": sentences.say(past_summary(plan)),
-            "rows": [_past_row(r) for r in (differing if rows is None else differing[:rows])],
+            "rows": [_past_row(r, tz) for r in (differing if rows is None else differing[:rows])],
         },
         "future": {
             "fires_old": sum(1 for f in plan.future if f.old is not None),
@@ -258,10 +260,13 @@ def future_summary(plan: planned.Plan) -> Reason:
     return Reason.of(planned.FIRST_DIFFERENCE, day=plan.first_difference.isoformat())
 
 
-def _past_row(r: planned.Replayed) -> dict:
+def _past_row(r: planned.Replayed, tz) -> dict:
     rec = r.recorded
+    local = r.slot.astimezone(tz)
     return {
         "slot": r.slot.isoformat(),
+        "slot_local": local.isoformat(),
+        "local_text": sentences.local_text(local),
         "edited": r.new,
         "edited_label": outcome_label(r.new),
         "why": sentences.say(r.why),
@@ -277,6 +282,7 @@ def _future_row(f: planned.FutureFire) -> dict:
     return {
         "utc": f.utc.isoformat(),
         "local": f.local.isoformat(),
+        "local_text": sentences.local_text(f.local),
         "current": sentences.say(f.old) if f.old else "",
         "edited": sentences.say(f.new) if f.new else "",
         "note": sentences.say(f.note),
