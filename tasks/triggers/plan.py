@@ -151,7 +151,8 @@ def rule_plan(
     old_side, new_side = rule_side(old), rule_side(new)
     flags = set(old_side.guards.depends_on) | set(new_side.guards.depends_on)
     history = rule_history_read(old, since=now - timedelta(days=days), now=now, flags=flags)
-    past = planned.past(old_side, new_side, history, now=now, days=days)
+    # A new rule has no past to replay: nothing was recorded for it.
+    past = planned.past(old_side, new_side, history, now=now, days=days) if old is not None else []
     future, first = planned.future(old_side, new_side, now=now, days=days)
     before = rule_values(old) if old is not None else {}
     after = rule_values(new, pools=new_pools)

@@ -3,11 +3,15 @@ a pause, an outage with catch-up), then planned. A plan of "no change" replays t
 recorded; a narrowed window marks exactly the slots it excludes; the number of queries does not
 grow with the number of slots. The admin's "Review change" step shows the plan before saving."""
 
+import io
+import json
 from datetime import UTC, datetime, time, timedelta
 
 import pytest
+from django.core.management import CommandError, call_command
 from django.urls import reverse
 
+from harness_site.audit.models import AuditEntry
 from runs.models import Decision, TaskRun
 from tasks.flags import flag_set
 from tasks.models import TriggerRule
@@ -15,6 +19,8 @@ from tasks.rules import plan as planned
 from tasks.triggers.operator import rule_pause, rule_resume
 from tasks.triggers.plan import plan_json, rule_plan
 from tasks.triggers.scheduler import scheduler_tick
+from tests.support.api import api_for
+from tests.support.desk import make_user
 from tests.support.rules import make_rule
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)  # 13:00 in Berlin
@@ -210,3 +216,105 @@ def test_an_edit_with_errors_is_the_form_again_not_a_plan(admin_client):
     response = admin_client.post(url, _form(rule, cron="0 9 * * * *"))
     assert response.status_code == 200 and "plan-confirm" not in response.content.decode()
     assert "has 6 fields" in response.content.decode()
+
+
+# --- `harness rules plan` and `rules import`: plan, then apply ---
+
+
+def _harness(*args: str) -> str:
+    out = io.StringIO()
+    call_command("harness", *args, stdout=out, stderr=io.StringIO())
+    return out.getvalue()
+
+
+def _file(tmp_path, **over):
+    item = {
+        "name": "report",
+        "reason": "the 09:00 report",
+        "kind": "cron",
+        "cron": "0 9 * * *",
+        "timezone": "Asia/Shanghai",
+        "dedupe_key_template": "{rule}:{business_date}",
+        "skill": "harness.noop",
+        **over,
+    }
+    path = tmp_path / "rules.json"
+    path.write_text(json.dumps({"rules": [item]}))
+    return path
+
+
+@pytest.mark.django_db
+def test_rules_plan_prints_each_rule_and_fails_on_a_dangerous_consequence_unless_allowed(tmp_path):
+    _harness("rules", "import", str(_file(tmp_path)), "--reason", "first version", "--by", "ana")
+    safe = _harness("rules", "plan", str(_file(tmp_path, cron="0 10 * * *")))
+    assert "rule report: changed" in safe and "~ cron: '0 9 * * *' -> '0 10 * * *'" in safe
+
+    dangerous = _file(tmp_path, dedupe_key_template="{rule}:{slot}")
+    with pytest.raises(CommandError, match="dangerous consequences in report"):
+        _harness("rules", "plan", str(dangerous))
+    allowed = _harness("rules", "plan", str(dangerous), "--allow", "--json")
+    doc = json.loads(allowed)
+    assert doc["rules"][0]["dangerous"] is True
+    assert doc["rules"][0]["changes"] == [
+        {"field": "dedupe_key_template", "old": "{rule}:{business_date}", "new": "{rule}:{slot}"}
+    ]
+
+
+@pytest.mark.django_db
+def test_rules_import_is_plan_then_apply_all_or_nothing_and_audited(tmp_path):
+    _harness("rules", "import", str(_file(tmp_path)), "--reason", "first version", "--by", "ana")
+    dangerous = _file(tmp_path, dedupe_key_template="{rule}:{slot}")
+    with pytest.raises(CommandError, match="nothing was saved"):
+        _harness("rules", "import", str(dangerous), "--reason", "per slot", "--by", "ben")
+    assert TriggerRule.objects.get(name="report").dedupe_key_template == "{rule}:{business_date}"
+
+    _harness("rules", "import", str(dangerous), "--reason", "per slot", "--by", "ben", "--allow")
+    rule = TriggerRule.objects.get(name="report")
+    assert rule.dedupe_key_template == "{rule}:{slot}"
+    entries = list(AuditEntry.objects.filter(action=AuditEntry.Action.RULE_IMPORT).order_by("id"))
+    assert [(e.actor, e.reason, e.target_id) for e in entries] == [
+        ("ana", "first version", str(rule.pk)),
+        ("ben", "per slot", str(rule.pk)),
+    ]
+    assert entries[1].details["changes"] == ["dedupe_key_template"]
+    assert entries[1].details["consequences"][0]["dangerous"] is True
+
+
+# --- POST /api/v1/rules/{name}/plan ---
+
+
+@pytest.mark.django_db
+def test_the_api_plans_a_change_and_a_creation_saving_nothing():
+    client = api_for(make_user("root", superuser=True))
+    rule = make_rule("report", kind="cron", cron="0 9 * * *", timezone="Asia/Shanghai")
+
+    changed = client.post("/api/v1/rules/report/plan", {"cron": "0 10 * * *"}, format="json")
+    assert changed.status_code == 200, changed.content
+    assert changed.json()["changes"] == [{"field": "cron", "old": "0 9 * * *", "new": "0 10 * * *"}]
+    assert changed.json()["created"] is False
+    rule.refresh_from_db()
+    assert rule.cron == "0 9 * * *"
+
+    new = {"reason": "new", "kind": "cron", "cron": "0 8 * * *", "timezone": "UTC", "skill": "harness.noop"}
+    created = client.post("/api/v1/rules/fresh/plan?days=3", new, format="json")
+    assert created.status_code == 200, created.content
+    assert created.json()["created"] is True and created.json()["future"]["fires_new"] == 3
+    assert not TriggerRule.objects.filter(name="fresh").exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize(
+    ("path", "body", "field"),
+    [
+        ("/api/v1/rules/report/plan", {"cron": "0 9 * * * *"}, "cron"),
+        ("/api/v1/rules/report/plan?days=0", {}, "days"),
+        ("/api/v1/rules/report/plan?days=x", {}, "days"),
+        ("/api/v1/rules/report/plan", {"name": "other"}, "name"),
+    ],
+)
+def test_the_api_refuses_a_bad_plan_request_with_a_problem(path, body, field):
+    client = api_for(make_user("root", superuser=True))
+    make_rule("report", kind="cron", cron="0 9 * * *", timezone="Asia/Shanghai")
+    response = client.post(path, body, format="json")
+    assert response.status_code == 400
+    assert response.json()["field"] == field
