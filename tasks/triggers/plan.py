@@ -8,7 +8,7 @@ data in the active language, worded by the one catalogue (tasks/sentences.py).
 
 from __future__ import annotations
 
-from datetime import date, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 
 from runs.models import Decision, SchedulerTick, SlotHold, TaskRun
 from runs.selectors import slot_grace
@@ -37,6 +37,8 @@ def rule_values(rule: TriggerRule, *, pools: list[str] | None = None) -> dict:
             values[f.name] = getattr(related, "name", None)
         else:
             value = getattr(rule, f.name)
+            if isinstance(value, datetime):  # the form reads it on the rule's clock, the database in UTC
+                value = value.astimezone(UTC)
             values[f.name] = value.isoformat() if hasattr(value, "isoformat") else value
     if pools is not None:
         values["pools"] = sorted(pools)
