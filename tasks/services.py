@@ -12,11 +12,11 @@ from django.utils.dateparse import parse_datetime
 from harness_site.audit.models import AuditEntry
 from harness_site.audit.services import audit_record
 from runs.store import store
+from tasks import sentences
 from tasks.agent_io import agent_export, agent_resolve, agent_save, agent_stage
 from tasks.file_items import STAGING_ERRORS, field_problems, file_entries, staging_errors
 from tasks.models import ServiceIdentity, TriggerRule
 from tasks.pool_io import pool_export, pool_lookup, pool_save, pool_stage
-from tasks import sentences
 from tasks.rules import json_limits
 from tasks.rules import plan as planned
 from tasks.triggers.operator import rule_save
@@ -217,7 +217,9 @@ def rule_import_plans(staged: StagedImport, *, now: datetime, days: int = planne
             continue
         old = None if created else TriggerRule.objects.get(pk=rule.pk)
         pools = [p.name for p in rule_pools] if rule_pools is not None else None
-        plans.append(RulePlan(rule.name, created, rule_plan(old, rule, now=now, days=days, new_pools=pools), rule.timezone))
+        plans.append(
+            RulePlan(rule.name, created, rule_plan(old, rule, now=now, days=days, new_pools=pools), rule.timezone)
+        )
     return plans
 
 
@@ -227,12 +229,7 @@ class RuleImportDangerous(RuleImportError):
     def __init__(self, plans: list[RulePlan]):
         self.plans = plans
         super().__init__(
-            [
-                f"rule {p.name!r}: {sentences.say(c.said)}"
-                for p in plans
-                for c in p.plan.consequences
-                if c.dangerous
-            ]
+            [f"rule {p.name!r}: {sentences.say(c.said)}" for p in plans for c in p.plan.consequences if c.dangerous]
         )
 
 
@@ -272,7 +269,9 @@ def rule_import(
                     if rule_pools is not None:
                         rule.pools.set(rule_pools)
                     if actor is not None:
-                        _import_audit(rule, by_name.get(rule.name), created=created, actor=actor, reason=reason, now=now)
+                        _import_audit(
+                            rule, by_name.get(rule.name), created=created, actor=actor, reason=reason, now=now
+                        )
                 (result.created if created else result.updated if changed else result.unchanged).append(rule.name)
     except (DatabaseError, ValidationError, *STAGING_ERRORS) as exc:
         # The last line of defence: whatever the checks above missed, the transaction rolled back.
@@ -288,7 +287,9 @@ def _import_audit(rule: TriggerRule, found: RulePlan | None, *, created: bool, a
             {"summary": sentences.say(c.said), "dangerous": c.dangerous} for c in found.plan.consequences
         ]
         details["past_differing"] = len(found.plan.past_differences)
-    audit_record(actor=actor, action=AuditEntry.Action.RULE_IMPORT, target=rule, now=now, reason=reason, details=details)
+    audit_record(
+        actor=actor, action=AuditEntry.Action.RULE_IMPORT, target=rule, now=now, reason=reason, details=details
+    )
 
 
 # The rule's own columns (pools is a many-to-many, set after the rule is saved).

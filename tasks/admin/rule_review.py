@@ -67,9 +67,7 @@ class RuleReviewMixin:
             "version": old.version,
             "cancel_url": change_url(old),
             "zone": form.instance.timezone,
-            "changes": [
-                {"field": _field_label(f), "old": _shown(o), "new": _shown(n)} for f, o, n in plan.changes
-            ],
+            "changes": [{"field": _field_label(f), "old": _shown(o), "new": _shown(n)} for f, o, n in plan.changes],
             "dst_notes": [sentences.say(r) for r in _dst_notes(form.instance)],
         }
         return TemplateResponse(request, REVIEW_TEMPLATE, context)

@@ -161,9 +161,7 @@ def rules_plan_print(command, text, *, days: int, allow: bool, as_json: bool) ->
     unchanged = [rule.name for rule, _created, changed, _pools in staged.rules if not changed]
     if as_json:
         doc = {
-            "rules": [
-                {"name": p.name, "created": p.created, **plan_json(p.plan, zone=p.zone)} for p in plans
-            ],
+            "rules": [{"name": p.name, "created": p.created, **plan_json(p.plan, zone=p.zone)} for p in plans],
             "unchanged": unchanged,
         }
         command.stdout.write(json.dumps(doc, indent=2, cls=DjangoJSONEncoder, ensure_ascii=False))

@@ -11,6 +11,7 @@ from tasks.rules import catchup, evaluation, plan, schedule
 from tests.tasks.test_schedule import GAP_CASES, REPEAT_CASES
 
 GRACE = timedelta(seconds=60)
+LATE = {catchup.MISSED: "missed", catchup.SUPERSEDED: "superseded", catchup.CAPPED: "catchup_capped"}
 
 
 def u(*args: int) -> datetime:
@@ -46,9 +47,7 @@ def recorded_by_tick(s: plan.RuleSide, *, since, until, down=()) -> dict:
                 verdict = evaluation.evaluate_slot(s.guards, p.slot, now=now, facts=evaluation.Facts())
                 outcome = verdict.reason or (plan.CATCHUP if p.action == catchup.CATCHUP else plan.RUN)
             else:
-                outcome = {catchup.MISSED: "missed", catchup.SUPERSEDED: "superseded", catchup.CAPPED: "catchup_capped"}[
-                    p.action
-                ]
+                outcome = LATE[p.action]
             out[p.slot] = plan.Recorded(outcome, now)
     return out
 

@@ -103,11 +103,7 @@ def test_a_narrowed_window_marks_exactly_the_slots_it_excludes():
     edited = _edited(paced, hours_start=time(13, 0), hours_end=time(13, 30), outside_hours="skip")
     plan = rule_plan(paced, edited, now=END, days=1)
     # Slots from 13:30 Berlin (12:30 UTC) that ran are now outside the window; missed and paused stay so.
-    ran = {
-        s
-        for s, source in TaskRun.objects.filter(rule=paced).values_list("slot", "source")
-        if s >= T0 + 30 * MINUTE
-    }
+    ran = {s for s, source in TaskRun.objects.filter(rule=paced).values_list("slot", "source") if s >= T0 + 30 * MINUTE}
     assert ran  # the catch-up at 12:40 and the slots after the pause
     assert {r.slot for r in plan.past if r.differs} == ran
     assert {r.new for r in plan.past if r.differs} == {"outside_window"}
