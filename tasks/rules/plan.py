@@ -329,13 +329,14 @@ def future(old: RuleSide, new: RuleSide, *, now: datetime, days: int) -> tuple[l
     until = now + timedelta(days=days)
     old_fires = _fires(old, now, until)
     new_fires = _fires(new, now, until)
-    zone = schedule.validate_timezone((new.spec or old.spec).timezone) if (new.spec or old.spec) else None
+    spec = new.spec or old.spec
+    zone = schedule.validate_timezone(spec.timezone) if spec is not None else None
     rows = []
     first: date | None = None
     for utc in sorted(set(old_fires) | set(new_fires)):
         o, n = old_fires.get(utc), new_fires.get(utc)
         local = utc.astimezone(zone) if zone else utc
-        note = (n or o)[1]
+        note = n[1] if n else o[1] if o else None
         row = FutureFire(utc, local, o[0] if o else None, n[0] if n else None, note)
         if row.differs and first is None:
             first = local.date()
