@@ -5,8 +5,8 @@ grow with the number of slots. The admin's "Review change" step shows the plan b
 
 import io
 import json
-from time import perf_counter, process_time
 from datetime import UTC, datetime, time, timedelta
+from time import perf_counter, process_time
 
 import pytest
 from django.core.management import CommandError, call_command
