@@ -124,9 +124,9 @@ def test_the_queries_do_not_grow_with_the_slots(django_assert_max_num_queries):
     with django_assert_max_num_queries(10):
         plan = rule_plan(every_minute, edited, now=now, days=14)
         data = plan_json(plan, zone=edited.timezone, rows=200)
-        page = render_to_string(
-            REVIEW_TEMPLATE, {"plan": data, "past_rows": data["past"]["rows"], "future_rows": data["future"]["rows"]}
-        )
+        context = {"plan": data, "past_rows": data["past"]["rows"], "future_rows": data["future"]["rows"]}
+        context |= {"opts": TriggerRule._meta, "object": every_minute, "cancel_url": "/", "shown": 200}
+        page = render_to_string(REVIEW_TEMPLATE, context)
     print(
         f"\n[plan bench] 14 days of per-minute slots ({len(plan.past)} past, {len(plan.future)} ahead): built and "
         f"rendered in {perf_counter() - started:.2f} s wall, {process_time() - cpu:.2f} s CPU"
