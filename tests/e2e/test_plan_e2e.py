@@ -14,6 +14,7 @@ from tasks.models import TriggerRule
 from tasks.rules import plan as planned
 from tasks.triggers.operator import rule_pause, rule_resume
 from tasks.triggers.plan import rule_plan
+from tasks.triggers.scheduler import scheduler_tick
 from tests.e2e.helpers import RUN_TIMEOUT, START_TIMEOUT, freeze, recording_rule, wait_ticking
 from tests.support.processes import wait_for
 
@@ -67,9 +68,18 @@ def test_a_plan_of_no_change_replays_real_history_and_a_narrowed_window_marks_it
     _sleep_until(timezone.now() + timedelta(seconds=2 * PERIOD + 1), "two slots paused")
     rule_resume(rule=paced, actor="ops", now=timezone.now(), reason="done")
 
-    # An outage: no beat, so no tick, for three slots; the restarted beat catches up.
+    # An outage: no beat, so no tick, for three slots. The first tick after it runs here, late past the
+    # grace of the last missed slot and before the next one, as the restarted beat's first tick would:
+    # a beat's start-up on a loaded machine would otherwise decide whether it comes before that slot.
     beat.stop()
-    _sleep_until(timezone.now() + timedelta(seconds=3 * PERIOD + GRACE_SECONDS + 1), "three slots down")
+    _sleep_until(timezone.now() + timedelta(seconds=3 * PERIOD), "three slots down")
+    now = timezone.now()
+    last_slot = now - timedelta(seconds=now.timestamp() % PERIOD)  # interval slots are epoch-aligned
+    restart = last_slot + timedelta(seconds=GRACE_SECONDS + 0.5)
+    if restart <= now:
+        restart += timedelta(seconds=PERIOD)
+    _sleep_until(restart, "the restart instant")
+    scheduler_tick(now=restart)
     harness.beat("beat2", extra_env=env)
     wait_for(
         lambda: TaskRun.objects.filter(rule=paced, source="catchup").exists(),
