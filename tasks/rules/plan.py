@@ -19,7 +19,7 @@ import math
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
-from functools import lru_cache
+from functools import cached_property, lru_cache
 
 from tasks.rules import catchup, evaluation, schedule
 from tasks.rules.reasons import Reason, code
@@ -77,6 +77,7 @@ OUTCOME_WORDS = {
     NONE: OUTCOME_NONE,
 }
 
+NO_FACTS = evaluation.Facts()
 # Bounds, so a plan of a per-second rule stays a page: slots replayed and fires listed per side.
 MAX_SLOTS = 50_000
 
@@ -145,15 +146,31 @@ class Replayed:
 
 @dataclass(frozen=True)
 class FutureFire:
+    """A fire ahead. What the guards do to it is worked out when asked (a page lists a few hundred of
+    twenty thousand), and not at all where both rules fire with the same guards."""
+
     utc: datetime
     local: datetime
-    old: Reason | None  # what the guards do to it under the rule as it is (None: not its fire)
-    new: Reason | None
     note: Reason | None  # what DST did to it
+    old_guards: evaluation.Guards | None  # the rule as it is fires then under these (None: no fire)
+    new_guards: evaluation.Guards | None
+
+    @cached_property
+    def old(self) -> Reason | None:
+        """What the guards do to it under the rule as it is (None: not its fire)."""
+        return evaluation.describe_slot(self.old_guards, self.utc) if self.old_guards is not None else None
+
+    @cached_property
+    def new(self) -> Reason | None:
+        if self.new_guards is self.old_guards:
+            return self.old
+        return evaluation.describe_slot(self.new_guards, self.utc) if self.new_guards is not None else None
 
     @property
     def differs(self) -> bool:
-        return self.old != self.new
+        if (self.old_guards is None) != (self.new_guards is None):
+            return True
+        return self.old_guards is not self.new_guards and self.old != self.new
 
 
 @dataclass(frozen=True)
@@ -239,7 +256,9 @@ def _guarded(side: RuleSide, history: History, slot: datetime, *, seen: datetime
     """The guards' verdict on a slot first seen at `seen`; a readiness wait is followed to the
     check that saw the flags set, or to the deadline. (outcome, why, start)."""
     g = side.guards
-    scope = side.flag_scope(slot) if g.depends_on else ""
+    if not g.depends_on:
+        return _outcome(evaluation.evaluate_slot(g, slot, now=seen, facts=NO_FACTS))
+    scope = side.flag_scope(slot)
     set_at = [history.flags.get((name, scope)) for name in g.depends_on]
     # A flag not set now may have been set then and cleared since (clearing keeps no row): only a
     # not-ready record of this very slot and scope says it was missing then.
@@ -264,14 +283,16 @@ def _guarded(side: RuleSide, history: History, slot: datetime, *, seen: datetime
         if history.last_tick is None or check > history.last_tick:
             return WAITING, None, None
         verdict = evaluation.evaluate_slot(g, slot, now=check, facts=evaluation.Facts(missing=missing(check)))
-    if verdict.action == evaluation.RUN:
+    if verdict.reason in ("not_ready", "not_ready_expired") and unknown and not recorded_missing:
+        return UNKNOWN, Reason.of(UNKNOWN_FLAG, flags=", ".join(unknown)), None
+    return _outcome(verdict)
+
+
+def _outcome(verdict: evaluation.Verdict) -> tuple[str, Reason | None, datetime | None]:
+    if verdict.action in (evaluation.RUN, evaluation.HOLD):  # a HOLD here is an overlap buffer: no active runs
         return RUN, None, verdict.run_after
     if verdict.action == evaluation.FAIL:
         return FAIL, None, None
-    if verdict.action == evaluation.HOLD:  # overlap buffer: the replay counts no active runs
-        return RUN, None, verdict.run_after
-    if verdict.reason in ("not_ready", "not_ready_expired") and unknown and not recorded_missing:
-        return UNKNOWN, Reason.of(UNKNOWN_FLAG, flags=", ".join(unknown)), None
     return verdict.reason, None, None
 
 
@@ -331,24 +352,28 @@ def future(old: RuleSide, new: RuleSide, *, now: datetime, days: int) -> tuple[l
     new_fires = _fires(new, now, until)
     spec = new.spec or old.spec
     zone = schedule.validate_timezone(spec.timezone) if spec is not None else None
+    # The same guards on both sides are one object, so a fire of both is told the same at once.
+    new_guards = old.guards if old.guards == new.guards else new.guards
     rows = []
     first: date | None = None
-    for utc in sorted(set(old_fires) | set(new_fires)):
+    for utc in sorted(old_fires.keys() | new_fires.keys()):
         o, n = old_fires.get(utc), new_fires.get(utc)
         local = utc.astimezone(zone) if zone else utc
-        note = n[1] if n else o[1] if o else None
-        row = FutureFire(utc, local, o[0] if o else None, n[0] if n else None, note)
-        if row.differs and first is None:
+        note = n if n is not None else o
+        row = FutureFire(
+            utc, local, note, old.guards if utc in old_fires else None, new_guards if utc in new_fires else None
+        )
+        if first is None and row.differs:
             first = local.date()
         rows.append(row)
     return rows, first
 
 
-def _fires(side: RuleSide, now: datetime, until: datetime) -> dict[datetime, tuple[Reason, Reason | None]]:
+def _fires(side: RuleSide, now: datetime, until: datetime) -> dict[datetime, Reason | None]:
+    """The side's fires in (now, until] and what DST did to each."""
     if side.spec is None:
         return {}
-    rows = _preview(side.spec, now, until)
-    return {row["utc"]: (_describe(side.guards, row["utc"]), row["note"]) for row in rows}
+    return {row["utc"]: row["note"] for row in _preview(side.spec, now, until)}
 
 
 # Both sides of a plan usually share their schedule or their guards: each is worked out once.
@@ -360,11 +385,6 @@ def _preview(spec: schedule.ScheduleSpec, after: datetime, until: datetime) -> l
 @lru_cache(maxsize=4)
 def _slots(spec: schedule.ScheduleSpec, after: datetime, until: datetime) -> list[datetime]:
     return schedule.slots_between(spec, after, until, limit=MAX_SLOTS)
-
-
-@lru_cache(maxsize=MAX_SLOTS)
-def _describe(guards: evaluation.Guards, slot: datetime) -> Reason:
-    return evaluation.describe_slot(guards, slot)
 
 
 def burst(side: RuleSide, *, due: list[datetime], now: datetime, grace: timedelta) -> list[datetime]:

@@ -9,6 +9,7 @@ data in the active language, worded by the one catalogue (tasks/sentences.py).
 from __future__ import annotations
 
 from datetime import UTC, date, datetime, timedelta
+from itertools import islice
 
 from runs.models import Decision, SchedulerTick, SlotHold, TaskRun
 from runs.selectors import slot_grace
@@ -164,8 +165,8 @@ def rule_plan(
     if old is not None:
         consequences += _burst(old, new, old_side, new_side, now=now, grace=history.grace)
         if new_side.spec is not None and old_side.spec is not None:
-            ahead = [f.utc for f in future if f.new is not None][:KEY_SAMPLE]
-            old_ahead = [f.utc for f in future if f.old is not None and f.local.date() <= _day(new, now)]
+            ahead = [f.utc for f in future if f.new_guards is not None][:KEY_SAMPLE]
+            old_ahead = [f.utc for f in future if f.old_guards is not None and f.local.date() <= _day(new, now)]
             ran: dict[date, set[str]] = {}
             for slot, rec in history.records.items():
                 if rec.biz_key:
@@ -227,7 +228,8 @@ def plan_json(plan: planned.Plan, *, zone: str, rows: int | None = None) -> dict
     read in `zone` (the edited rule's)."""
     tz = schedule.validate_timezone(zone)
     differing = plan.past_differences
-    future_diff = [f for f in plan.future if f.differs]
+    # Only the listed fires are told: what the guards do to a fire is worked out when asked.
+    future_diff = list(islice((f for f in plan.future if f.differs), rows))
     return {
         "days": plan.days,
         "changes": [{"field": f, "old": o, "new": n} for f, o, n in plan.changes],
@@ -241,11 +243,11 @@ def plan_json(plan: planned.Plan, *, zone: str, rows: int | None = None) -> dict
             "rows": [_past_row(r, tz) for r in (differing if rows is None else differing[:rows])],
         },
         "future": {
-            "fires_old": sum(1 for f in plan.future if f.old is not None),
-            "fires_new": sum(1 for f in plan.future if f.new is not None),
+            "fires_old": sum(1 for f in plan.future if f.old_guards is not None),
+            "fires_new": sum(1 for f in plan.future if f.new_guards is not None),
             "first_difference": plan.first_difference.isoformat() if plan.first_difference else None,
             "summary": sentences.say(future_summary(plan)),
-            "rows": [_future_row(f) for f in (future_diff if rows is None else future_diff[:rows])],
+            "rows": [_future_row(f) for f in future_diff],
         },
     }
 
