@@ -278,9 +278,19 @@ def _past_row(r: planned.Replayed, tz) -> dict:
         "current": r.current,
         "current_label": outcome_label(r.current),
         "happened": rec.state if rec and rec.state else (rec.outcome if rec else ""),
+        "happened_label": _happened(rec),
         "run_id": rec.run_id if rec else None,
         "decision_id": rec.decision_id if rec else None,
     }
+
+
+def _happened(rec: planned.Recorded | None) -> str:
+    """What became of a recorded slot: its run's state, or its decision, as the desk names them."""
+    if rec is None:
+        return ""
+    if rec.state in TaskRun.State.values:
+        return str(TaskRun.State(rec.state).label)
+    return outcome_label(rec.outcome)
 
 
 def _future_row(f: planned.FutureFire) -> dict:
