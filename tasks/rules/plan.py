@@ -16,6 +16,7 @@ tasks/sentences.py.
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta
@@ -210,6 +211,7 @@ def replay(side: RuleSide, history: History, *, until: datetime, since: datetime
         return {}
     slots = _slots(side.spec, since, until)
     outages = _outages(history)
+    starts = [start for start, _end, _on_time in outages]
     out: dict[datetime, Replayed] = {}
     by_tick: dict[datetime, list[datetime]] = {}
     for slot in slots:
@@ -221,7 +223,7 @@ def replay(side: RuleSide, history: History, *, until: datetime, since: datetime
         elif history.last_tick is None or slot > history.last_tick:
             out[slot] = Replayed(slot, PENDING, rec, False)
         else:
-            seen, gap = _seen_at(slot, outages, history)
+            seen, gap = _seen_at(slot, outages, starts)
             if seen is None:
                 out[slot] = Replayed(slot, UNKNOWN, rec, False, Reason.of(UNKNOWN_TICK, after=gap[0], before=gap[1]))
             else:
@@ -296,29 +298,33 @@ def _outcome(verdict: evaluation.Verdict) -> tuple[str, Reason | None, datetime 
     return verdict.reason, None, None
 
 
-def _outages(history: History) -> list[tuple[datetime, datetime]]:
-    """Spans no tick ran in, proven by slots first seen late: [earliest late slot, the tick that saw it)."""
+def _outages(history: History) -> list[tuple[datetime, datetime, datetime]]:
+    """Spans no tick ran in, proven by slots first seen late: (earliest late slot, the tick that saw
+    them, the last slot seen on time before them), by start."""
     ends: dict[datetime, datetime] = {}
     for slot, rec in history.records.items():
         if rec.outcome in _LATE_PROOF and rec.at - slot > history.grace:
             ends[rec.at] = min(slot, ends.get(rec.at, slot))
-    return sorted((start, end) for end, start in ends.items())
+    on_time = sorted(s for s, r in history.records.items() if r.at - s <= history.grace)
+    out = []
+    for start, end in sorted((start, end) for end, start in ends.items()):
+        k = bisect_left(on_time, start)
+        out.append((start, end, on_time[k - 1] if k else history.since))
+    return out
 
 
-def _seen_at(slot: datetime, outages, history: History):
+def _seen_at(slot: datetime, outages, starts: list[datetime]):
     """When a tick first saw the slot: its own instant, or the end of the outage it fell in. (None,
     (after, before)) when no tick is recorded between the last slot seen on time and an outage."""
-    for start, end in outages:
-        if start <= slot < end:
-            return end, None
-        if slot < start:
-            # Between the last on-time record before the outage and its first late slot the
-            # outage may already have begun: the records cannot say when.
-            before = [s for s, r in history.records.items() if s < start and r.at - s <= history.grace]
-            last_on_time = max(before, default=history.since)
-            if slot > last_on_time:
-                return None, (last_on_time, start)
-            break
+    i = bisect_right(starts, slot)
+    if i and slot < outages[i - 1][1]:
+        return outages[i - 1][1], None
+    if i < len(outages):
+        start, _end, last_on_time = outages[i]
+        # Between the last on-time record before the outage and its first late slot the outage may
+        # already have begun: the records cannot say when.
+        if slot > last_on_time:
+            return None, (last_on_time, start)
     return slot, None
 
 
@@ -385,6 +391,13 @@ def _preview(spec: schedule.ScheduleSpec, after: datetime, until: datetime) -> l
 @lru_cache(maxsize=4)
 def _slots(spec: schedule.ScheduleSpec, after: datetime, until: datetime) -> list[datetime]:
     return schedule.slots_between(spec, after, until, limit=MAX_SLOTS)
+
+
+def due_slots(spec: schedule.ScheduleSpec, first: datetime, now: datetime, *, window_since: datetime) -> list[datetime]:
+    """The slots from `first` (a slot) to `now`; read from the past's slots when they cover them."""
+    if first > window_since:
+        return [s for s in _slots(spec, window_since, now) if s >= first]
+    return [first, *schedule.slots_between(spec, first, now, limit=MAX_SLOTS)]
 
 
 def burst(side: RuleSide, *, due: list[datetime], now: datetime, grace: timedelta) -> list[datetime]:

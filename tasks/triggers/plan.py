@@ -163,14 +163,16 @@ def rule_plan(
 
     consequences: list[planned.Consequence] = []
     if old is not None:
-        consequences += _burst(old, new, old_side, new_side, now=now, grace=history.grace)
+        consequences += _burst(old, new, old_side, new_side, now=now, grace=history.grace, days=days)
         if new_side.spec is not None and old_side.spec is not None:
             ahead = [f.utc for f in future if f.new_guards is not None][:KEY_SAMPLE]
-            old_ahead = [f.utc for f in future if f.old_guards is not None and f.local.date() <= _day(new, now)]
+            today = _day(new, now)
+            old_ahead = [f.utc for f in future if f.old_guards is not None and f.local.date() <= today]
             ran: dict[date, set[str]] = {}
+            old_spec = old.schedule_spec()
             for slot, rec in history.records.items():
                 if rec.biz_key:
-                    ran.setdefault(_day(old, slot), set()).add(rec.biz_key)
+                    ran.setdefault(schedule.business_date(old_spec, slot), set()).add(rec.biz_key)
             consequences += planned.key_consequences(
                 old_side, new_side, slots=ahead, old_slots=old_ahead, ran=ran, day_of=lambda s: _day(new, s)
             )
@@ -197,7 +199,7 @@ def _day(rule: TriggerRule, slot: datetime) -> date:
     return schedule.business_date(rule.schedule_spec(), slot)
 
 
-def _burst(old, new, old_side, new_side, *, now: datetime, grace: timedelta) -> list[planned.Consequence]:
+def _burst(old, new, old_side, new_side, *, now: datetime, grace: timedelta, days: int) -> list[planned.Consequence]:
     """Slots that would newly fall due at once: the due slots the next tick has not handled yet, as
     the edited catch-up policy would run them. A changed schedule (or a rule switched back on) is
     read again from now (TriggerRule.save), so only an unchanged schedule can burst."""
@@ -205,7 +207,7 @@ def _burst(old, new, old_side, new_side, *, now: datetime, grace: timedelta) -> 
     first = old.next_fire_at
     if schedule_changed or not new.enabled or new_side.spec is None or first is None or first > now:
         return []
-    due = [first, *schedule.slots_between(new_side.spec, first, now, limit=planned.MAX_SLOTS)]
+    due = planned.due_slots(new_side.spec, first, now, window_since=now - timedelta(days=days))
     would = planned.burst(new_side, due=due, now=now, grace=grace)
     already = set(planned.burst(old_side, due=due, now=now, grace=grace))
     fresh = [s for s in would if s not in already]

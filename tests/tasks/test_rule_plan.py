@@ -19,6 +19,7 @@ from tasks.admin.rule_review import REVIEW_TEMPLATE
 from tasks.flags import flag_set
 from tasks.models import TriggerRule
 from tasks.rules import plan as planned
+from tasks.rules import schedule
 from tasks.triggers.operator import rule_pause, rule_resume
 from tasks.triggers.plan import plan_json, rule_plan
 from tasks.triggers.scheduler import scheduler_tick
@@ -117,8 +118,17 @@ def test_a_narrowed_window_marks_exactly_the_slots_it_excludes():
 def test_the_queries_do_not_grow_with_the_slots(django_assert_max_num_queries):
     every_minute = make_rule("every-minute", kind="cron", cron="* * * * *", timezone="Europe/Berlin")
     now = every_minute.created_at + timedelta(days=14)
-    # Ticks ran throughout: every slot of the 14 days goes through catch-up and the guards.
+    # Ticks ran throughout but for two hours a week ago: every slot of the 14 days goes through
+    # catch-up and the guards, and each has a record (a decision) to be read and compared.
     SchedulerTick.objects.create(name="scheduler", last_tick_at=now)
+    slots = schedule.slots_between(every_minute.schedule_spec(), every_minute.created_at, now)
+    down = (now - timedelta(days=7), now - timedelta(days=7) + timedelta(hours=2))
+    Decision.objects.bulk_create(
+        Decision(rule=every_minute, slot=s, reason="missed", created_at=down[1])
+        if down[0] <= s < down[1]
+        else Decision(rule=every_minute, slot=s, reason="overlap", created_at=s)
+        for s in slots
+    )
     edited = _edited(every_minute, weekdays="mon-fri")
     started, cpu = perf_counter(), process_time()
     with django_assert_max_num_queries(10):
@@ -132,7 +142,8 @@ def test_the_queries_do_not_grow_with_the_slots(django_assert_max_num_queries):
         f"rendered in {perf_counter() - started:.2f} s wall, {process_time() - cpu:.2f} s CPU"
     )
     assert len(plan.past) == 14 * 1440
-    assert {r.new for r in plan.past} == {planned.RUN, "calendar"}
+    assert {r.new for r in plan.past} == {planned.RUN, "calendar", "missed"}
+    assert sum(r.new == "missed" for r in plan.past) == 120
     assert data["future"]["fires_old"] == 14 * 1440
     assert data["future"]["first_difference"] is not None
     assert page.count("<tr>") > 200
