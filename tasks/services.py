@@ -209,11 +209,14 @@ def rule_import_stage(text: str | bytes) -> StagedImport:
     return StagedImport(pools, agents, staged)
 
 
-def rule_import_plans(staged: StagedImport, *, now: datetime, days: int = planned.DEFAULT_DAYS) -> list[RulePlan]:
-    """The plan of every rule the file changes or creates, against the rules as they are."""
+def rule_import_plans(
+    staged: StagedImport, *, now: datetime, days: int = planned.DEFAULT_DAYS, created_too: bool = True
+) -> list[RulePlan]:
+    """The plan of every rule the file changes (and, with `created_too`, creates), against the rules
+    as they are. A new rule has no past and no consequence: only its fires ahead are planned."""
     plans = []
     for rule, created, changed, rule_pools in staged.rules:
-        if not changed:
+        if not changed or (created and not created_too):
             continue
         old = None if created else TriggerRule.objects.get(pk=rule.pk)
         pools = [p.name for p in rule_pools] if rule_pools is not None else None
@@ -250,7 +253,8 @@ def rule_import(
     the import is applied (a command passes its clock reading; by default the clock is read once here)."""
     now = now or timezone.now()
     staged = rule_import_stage(text)
-    plans = rule_import_plans(staged, now=now) if (actor is not None or not allow) else []
+    # A new rule has nothing to warn about and nothing to replay: only changed rules are planned here.
+    plans = rule_import_plans(staged, now=now, created_too=False) if (actor is not None or not allow) else []
     if not allow and any(p.plan.dangerous for p in plans):
         raise RuleImportDangerous([p for p in plans if p.plan.dangerous])
     by_name = {p.name: p for p in plans}
