@@ -20,6 +20,7 @@ from django.utils.translation import gettext as _
 
 from tasks.rules import backpressure, evaluation, guards, lint, preview, schedule
 from tasks.rules import explain as explained
+from tasks.rules import plan as planned
 from tasks.rules.reasons import Reason
 
 # A reason's parameters that are lists are joined so.
@@ -174,6 +175,42 @@ CATALOGUE = {
         "no record: no trigger with this business key reached this rule, or its record is older than the "
         "retention period (a refused event is in the event refusals)"
     ),
+    # --- the plan of a rule change (tasks/rules/plan.py) ---
+    planned.OUTCOME_RUN: gettext_lazy("runs"),
+    planned.OUTCOME_CATCHUP: gettext_lazy("runs (catch-up)"),
+    planned.OUTCOME_FAIL: gettext_lazy("fails (dependencies not ready, fail policy)"),
+    planned.OUTCOME_WAITING: gettext_lazy("waiting (not decided yet)"),
+    planned.OUTCOME_PENDING: gettext_lazy("not decided yet (after the last tick)"),
+    planned.OUTCOME_UNKNOWN: gettext_lazy("unknown"),
+    planned.OUTCOME_NONE: gettext_lazy("not a slot"),
+    planned.UNKNOWN_BEFORE_RECORDS: gettext_lazy("the records of this rule begin at %(since)s"),
+    planned.UNKNOWN_TICK: gettext_lazy(
+        "no tick is recorded between %(after)s and %(before)s: an outage may have begun in that time"
+    ),
+    planned.UNKNOWN_FLAG: gettext_lazy(
+        "flag %(flags)s is not set now; whether it was set then is not recorded (clearing a flag keeps no record)"
+    ),
+    planned.BURST: gettext_lazy(
+        "%(n)s due slot(s), %(first)s to %(last)s, would run at once on the next tick (catch-up burst)"
+    ),
+    planned.KEY_SHAPE: gettext_lazy(
+        "the dedupe key changes shape: %(old)s becomes %(new)s, so a slot that already ran could run again"
+    ),
+    planned.DAY_AGAIN: gettext_lazy(
+        "business day %(day)s already ran under another key; it would run again as %(key)s"
+    ),
+    planned.IDENTITY: gettext_lazy("the executing identity changes from %(old)s to %(new)s (its grants change)"),
+    planned.AGENT: gettext_lazy("the agent changes from %(old)s to %(new)s (its model key and secret grant change)"),
+    planned.NO_CHANGE: gettext_lazy("no change: the rule is saved as it is"),
+    planned.NOT_SCHEDULED: gettext_lazy("a %(kind)s rule has no slots of its own: nothing to replay or preview"),
+    planned.OVERLAP_NOT_REPLAYED: gettext_lazy(
+        "the overlap policy is not replayed: which runs were active at each slot is not recorded"
+    ),
+    planned.TRUNCATED: gettext_lazy("only the first %(n)s slots are planned"),
+    planned.SAME_FUTURE: gettext_lazy("the next %(days)s days fire the same, with the same guards"),
+    planned.FIRST_DIFFERENCE: gettext_lazy("the fires first differ on %(day)s"),
+    planned.PAST_DIFFERS: gettext_lazy("%(n)s of %(total)s past slots would have gone otherwise"),
+    planned.PAST_SAME: gettext_lazy("all %(total)s past slots would have gone the same"),
     # --- the lint checklist: each check's name, then what it found ---
     lint.CHECK_TIMEZONE: gettext_lazy("timezone explicit"),
     lint.CHECK_DEPENDENCIES: gettext_lazy("dependencies have a source"),

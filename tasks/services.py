@@ -9,13 +9,18 @@ from django.db import DatabaseError, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
+from harness_site.audit.models import AuditEntry
+from harness_site.audit.services import audit_record
 from runs.store import store
+from tasks import sentences
 from tasks.agent_io import agent_export, agent_resolve, agent_save, agent_stage
 from tasks.file_items import STAGING_ERRORS, field_problems, file_entries, staging_errors
 from tasks.models import ServiceIdentity, TriggerRule
 from tasks.pool_io import pool_export, pool_lookup, pool_save, pool_stage
 from tasks.rules import json_limits
+from tasks.rules import plan as planned
 from tasks.triggers.operator import rule_save
+from tasks.triggers.plan import rule_plan
 
 # Fields that travel in an export/import file, in the order they are written.
 EXPORT_FIELDS = (
@@ -124,12 +129,27 @@ _UNTOUCHED_GLOBAL = {
 }
 
 
-def rule_import(text: str | bytes, *, now: datetime | None = None) -> ImportResult:
-    """Upsert rules by name from a JSON document (text, or bytes that must be UTF-8). All or nothing:
-    any error rejects the whole file with RuleImportError, and every error names the rule and the
-    field at fault; no other exception escapes for a bad file. `now` is when the import is applied
-    (a command passes its clock reading; by default the clock is read once here)."""
-    now = now or timezone.now()
+@dataclass
+class StagedImport:
+    """A rules file checked and staged, nothing saved: its pools, agents and rules (unsaved instances)."""
+
+    pools: list
+    agents: list
+    rules: list[tuple[TriggerRule, bool, bool, list | None]]  # (rule, created, changed, pools or None)
+
+
+@dataclass
+class RulePlan:
+    """One rule of a file as it would be applied: its name, whether it is new, and its plan."""
+
+    name: str
+    created: bool
+    plan: planned.Plan
+    zone: str
+
+
+def rule_import_stage(text: str | bytes) -> StagedImport:
+    """Read and check a rules file, saving nothing. RuleImportError names every rule and field at fault."""
     if isinstance(text, bytes):
         try:
             text = text.decode("utf-8")
@@ -186,25 +206,94 @@ def rule_import(text: str | bytes, *, now: datetime | None = None) -> ImportResu
         staged.append((rule, created, changed, rule_pools))
     if errors:
         raise RuleImportError(errors)
+    return StagedImport(pools, agents, staged)
+
+
+def rule_import_plans(
+    staged: StagedImport, *, now: datetime, days: int = planned.DEFAULT_DAYS, created_too: bool = True
+) -> list[RulePlan]:
+    """The plan of every rule the file changes (and, with `created_too`, creates), against the rules
+    as they are. A new rule has no past and no consequence: only its fires ahead are planned."""
+    plans = []
+    for rule, created, changed, rule_pools in staged.rules:
+        if not changed or (created and not created_too):
+            continue
+        old = None if created else TriggerRule.objects.get(pk=rule.pk)
+        pools = [p.name for p in rule_pools] if rule_pools is not None else None
+        plans.append(
+            RulePlan(rule.name, created, rule_plan(old, rule, now=now, days=days, new_pools=pools), rule.timezone)
+        )
+    return plans
+
+
+class RuleImportDangerous(RuleImportError):
+    """The file would change something an operator must accept first (allow=True): nothing was saved."""
+
+    def __init__(self, plans: list[RulePlan]):
+        self.plans = plans
+        super().__init__(
+            [f"rule {p.name!r}: {sentences.say(c.said)}" for p in plans for c in p.plan.consequences if c.dangerous]
+        )
+
+
+def rule_import(
+    text: str | bytes,
+    *,
+    now: datetime | None = None,
+    actor=None,
+    reason: str = "",
+    allow: bool = True,
+) -> ImportResult:
+    """Upsert rules by name from a JSON document (text, or bytes that must be UTF-8): plan, then
+    apply. All or nothing: any error rejects the whole file with RuleImportError, and every error
+    names the rule and the field at fault; no other exception escapes for a bad file. Without
+    `allow`, a plan with a dangerous consequence (a catch-up burst, a key of another shape, a
+    changed identity or agent) rejects the file with RuleImportDangerous. With an `actor`, every
+    rule created or changed is audited with who and `reason`, and what its plan found. `now` is when
+    the import is applied (a command passes its clock reading; by default the clock is read once here)."""
+    now = now or timezone.now()
+    staged = rule_import_stage(text)
+    # A new rule has nothing to warn about and nothing to replay: only changed rules are planned here.
+    plans = rule_import_plans(staged, now=now, created_too=False) if (actor is not None or not allow) else []
+    if not allow and any(p.plan.dangerous for p in plans):
+        raise RuleImportDangerous([p for p in plans if p.plan.dangerous])
+    by_name = {p.name: p for p in plans}
 
     result = ImportResult()
     current = "pools"
     try:
         with transaction.atomic():
-            pool_save(pools)  # first: agents and rules may name a pool new in this file
+            pool_save(staged.pools)  # first: agents and rules may name a pool new in this file
             current = "agents"
-            agent_save(agents)  # then: rules may name an agent new in this file
-            for rule, created, changed, rule_pools in staged:
+            agent_save(staged.agents)  # then: rules may name an agent new in this file
+            for rule, created, changed, rule_pools in staged.rules:
                 current = f"rule {rule.name!r}"
                 if changed:
                     rule_save(rule, now=now)
                     if rule_pools is not None:
                         rule.pools.set(rule_pools)
+                    if actor is not None:
+                        _import_audit(
+                            rule, by_name.get(rule.name), created=created, actor=actor, reason=reason, now=now
+                        )
                 (result.created if created else result.updated if changed else result.unchanged).append(rule.name)
     except (DatabaseError, ValidationError, *STAGING_ERRORS) as exc:
         # The last line of defence: whatever the checks above missed, the transaction rolled back.
         raise RuleImportError([f"{current}: the database refused it: {exc}"]) from None
     return result
+
+
+def _import_audit(rule: TriggerRule, found: RulePlan | None, *, created: bool, actor, reason: str, now) -> None:
+    details: dict = {"created": created}
+    if found is not None:
+        details["changes"] = [f for f, _old, _new in found.plan.changes]
+        details["consequences"] = [
+            {"summary": sentences.say(c.said), "dangerous": c.dangerous} for c in found.plan.consequences
+        ]
+        details["past_differing"] = len(found.plan.past_differences)
+    audit_record(
+        actor=actor, action=AuditEntry.Action.RULE_IMPORT, target=rule, now=now, reason=reason, details=details
+    )
 
 
 # The rule's own columns (pools is a many-to-many, set after the rule is saved).

@@ -35,9 +35,10 @@ from harness_site.api.serializers import (
 from tasks import sentences
 from tasks.models import TriggerRule
 from tasks.rules.preview import rule_preview
-from tasks.services import RuleImportError, rule_export_one, rule_import
+from tasks.services import RuleImportError, rule_export_one, rule_import, rule_import_stage
 from tasks.triggers.explain import SlotParseError, parse_slot, slot_explain, trigger_explain
 from tasks.triggers.operator import RuleActionError, rule_pause, rule_resume, rule_run_now
+from tasks.triggers.plan import plan_json, rule_plan
 
 VIEW = ("tasks.view_triggerrule",)
 MAX_PREVIEW = 100
@@ -357,3 +358,47 @@ class RulePreviewView(_RuleActionView):
                 for f in fires
             ]
         )
+
+
+MAX_PLAN_DAYS = 60
+PLAN_ROWS = 500
+
+
+@extend_schema(tags=["rules"], parameters=[RULE_NAME])
+class RulePlanView(_RuleActionView):
+    perms = {"POST": ("tasks.change_triggerrule",)}
+
+    @extend_schema(
+        operation_id="rules_plan",
+        parameters=[OpenApiParameter("days", int, description=f"days replayed and previewed, 1 to {MAX_PLAN_DAYS}")],
+        request=RuleUpdateSerializer,
+        responses={200: OpenApiResponse(OpenApiTypes.OBJECT), **problems(*COMMON)},
+        description="The plan of a change, saving nothing: for an existing rule the body holds the fields to "
+        "change (as PATCH); for a name no rule has, the whole rule (as POST /rules), a plan on create. The "
+        "answer: the field-by-field diff, the last days replayed slot by slot (the differing slots listed) "
+        "beside what was recorded, the next fires of both with the first day they differ, and the "
+        "consequences (`dangerous`: a catch-up burst, a key of another shape, a changed identity or agent).",
+    )
+    def post(self, request, name: str):
+        changes = body_object(request)
+        days = ascii_number(query_text(request, "days") or "14")
+        if days is None or not 1 <= days <= MAX_PLAN_DAYS:
+            raise invalid("days", f"a whole number from 1 to {MAX_PLAN_DAYS}, in ASCII digits")
+        existing = None if "\x00" in name else TriggerRule.objects.filter(name=name).first()
+        if existing is not None and "name" in changes and changes["name"] != existing.name:
+            raise invalid("name", "a rule is renamed in the admin, not through the API")
+        item = {**rule_export_one(existing), **changes} if existing is not None else dict(changes)
+        item["name"] = name
+        label = f"rule {name!r}"
+        try:
+            staged = rule_import_stage(json.dumps({"rules": [item]}))
+        except RuleImportError as exc:
+            raise import_problems(exc.errors, label) from None
+        rule, _created, _changed, rule_pools = staged.rules[0]
+        pools = [p.name for p in rule_pools] if rule_pools is not None else None
+        try:
+            plan = rule_plan(existing, rule, now=timezone.now(), days=days, new_pools=pools)
+        except ValueError as exc:  # a stored rule saved without its checks (shell, old data): say so
+            raise ApiProblem(409, "invalid-rule", f"cannot plan the rule: {exc}") from None
+        body = {"name": name, "created": existing is None, **plan_json(plan, zone=rule.timezone, rows=PLAN_ROWS)}
+        return Response(body)

@@ -22,6 +22,7 @@ urlpatterns = [
     path("rules/<str:name>/trial", rules.RuleTrialView.as_view(), name="rule-trial"),
     path("rules/<str:name>/explain", rules.RuleExplainView.as_view(), name="rule-explain"),
     path("rules/<str:name>/preview", rules.RulePreviewView.as_view(), name="rule-preview"),
+    path("rules/<str:name>/plan", rules.RulePlanView.as_view(), name="rule-plan"),
     path("runs", runs.RunListView.as_view(), name="runs"),
     path("runs/<str:run_id>", runs.RunDetailView.as_view(), name="run"),
     path("runs/<str:run_id>/retry", runs.RunRetryView.as_view(), name="run-retry"),

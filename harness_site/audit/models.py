@@ -11,6 +11,8 @@ class AuditEntry(models.Model):
         RULE_PAUSE = "rule.pause", _("Rule paused")
         RULE_RESUME = "rule.resume", _("Rule resumed")
         RULE_BACKFILL = "rule.backfill", _("Rule backfilled")
+        # Written by tasks/services.py when a rules file is imported: each rule it created or changed.
+        RULE_IMPORT = "rule.import", _("Rule imported")
         # Written by tasks/triggers/once.py: a delayed one-time run (API or schedule_once).
         RUN_SCHEDULE_ONCE = "run.schedule_once", _("Delayed run scheduled")
         RUN_RETRY = "run.retry_now", _("Run retried now")

@@ -24,13 +24,14 @@ from tasks.admin.rule_backfill import RuleBackfillMixin
 from tasks.admin.rule_forms import RunNowForm, TriggerRuleForm
 from tasks.admin.rule_lint import checklist_html, column_html, lint_input
 from tasks.admin.rule_preview import preview_html, preview_view, rule_preview_data
+from tasks.admin.rule_review import RuleReviewMixin
 from tasks.models import TriggerRule
 from tasks.rules import events, keys, lint, preview, schedule
 from tasks.triggers.operator import RuleActionError, rule_pause, rule_resume, rule_run_now
 from tasks.triggers.work import rule_key_examples
 
 
-class RuleDeskMixin(RuleBackfillMixin):
+class RuleDeskMixin(RuleReviewMixin, RuleBackfillMixin):
     change_form_template = "admin/tasks/triggerrule/change_form.html"
     form = TriggerRuleForm
     _request_local = threading.local()

@@ -7,14 +7,16 @@ from django.core.exceptions import ValidationError
 from django.core.management.base import CommandError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
+from django.utils.translation import gettext as _
 
 from harness_site.api.tokens import token_create
-from tasks import sentences
+from tasks import sentences, services
 from tasks.flags import FlagError, flag_clear, flag_json, flag_list, flag_set
 from tasks.models import TriggerRule
 from tasks.rules.preview import rule_preview
 from tasks.triggers.explain import SlotParseError, parse_slot, slot_explain, trigger_explain
 from tasks.triggers.heartbeat import rule_ping
+from tasks.triggers.plan import plan_json
 
 
 def add_guard_parsers(sub) -> None:
@@ -139,3 +141,59 @@ class GuardCommandsMixin:
         except ValidationError as exc:
             raise CommandError("; ".join(f"{f}: {' '.join(m)}" for f, m in exc.message_dict.items())) from None
         self.stdout.write(f"token {name!r} for {user} (shown once, store it now): {token}")
+
+
+MAX_PLAN_DAYS = 60
+# Differing slots and fires listed per rule in text (all of them are counted, and in --json listed).
+PLAN_ROWS_SHOWN = 20
+
+
+def rules_plan_print(command, text, *, days: int, allow: bool, as_json: bool) -> None:
+    """`harness rules plan FILE`: each rule's plan; CommandError (exit 1) on a dangerous consequence
+    unless `allow`, or when the file itself is refused."""
+    if not 1 <= days <= MAX_PLAN_DAYS:
+        raise CommandError(f"--days must be from 1 to {MAX_PLAN_DAYS}, not {days}")
+    try:
+        staged = services.rule_import_stage(text)
+    except services.RuleImportError as exc:
+        raise CommandError("rules rejected:\n  " + "\n  ".join(exc.errors)) from None
+    plans = services.rule_import_plans(staged, now=timezone.now(), days=days)
+    unchanged = [rule.name for rule, _created, changed, _pools in staged.rules if not changed]
+    if as_json:
+        doc = {
+            "rules": [{"name": p.name, "created": p.created, **plan_json(p.plan, zone=p.zone)} for p in plans],
+            "unchanged": unchanged,
+        }
+        command.stdout.write(json.dumps(doc, indent=2, cls=DjangoJSONEncoder, ensure_ascii=False))
+    else:
+        for p in plans:
+            command.stdout.write(_plan_text(p))
+        if unchanged:
+            command.stdout.write(_("unchanged: %(names)s") % {"names": ", ".join(unchanged)})
+        if not plans:
+            command.stdout.write(_("No rule would change."))
+    dangerous = [p.name for p in plans if p.plan.dangerous]
+    if dangerous and not allow:
+        raise CommandError(
+            _("dangerous consequences in %(names)s: review them, then import with --allow")
+            % {"names": ", ".join(dangerous)}
+        )
+
+
+def _plan_text(p) -> str:
+    data = plan_json(p.plan, zone=p.zone, rows=PLAN_ROWS_SHOWN)
+    head = _("rule %(name)s: new") if p.created else _("rule %(name)s: changed")
+    lines = [head % {"name": p.name}]
+    for c in data["changes"]:
+        lines.append(f"  ~ {c['field']}: {c['old']!r} -> {c['new']!r}")
+    for c in data["consequences"]:
+        lines.append(("  ! " if c["dangerous"] else "  - ") + c["summary"])
+    lines += [f"  - {r}" for r in data["remarks"]]
+    lines.append("  " + _("past: %(summary)s") % {"summary": data["past"]["summary"]})
+    for r in data["past"]["rows"]:
+        why = f" ({r['why']})" if r["why"] else ""
+        lines.append(f"    {r['slot_local']}  {r['current_label']} -> {r['edited_label']}{why}")
+    lines.append("  " + _("future: %(summary)s") % {"summary": data["future"]["summary"]})
+    for f in data["future"]["rows"]:
+        lines.append(f"    {f['local']}  {f['current'] or '-'} -> {f['edited'] or '-'}  {f['note']}".rstrip())
+    return "\n".join(lines)

@@ -250,6 +250,14 @@ def preview(spec: ScheduleSpec, after: datetime, count: int) -> list[dict]:
     return [{"utc": u, "local": u.astimezone(zone), "note": note} for u, note in items]
 
 
+def preview_until(spec: ScheduleSpec, after: datetime, until: datetime, limit: int) -> list[dict]:
+    """As preview(), for the slots with after < slot <= until (at most the first `limit`)."""
+    _require_aware(after=after, until=until)
+    zone = validate_timezone(spec.timezone)
+    items = islice(_slots(spec, after, until), max(limit, 0))
+    return [{"utc": u, "local": u.astimezone(zone), "note": note} for u, note in items]
+
+
 def _is_naive(dt: datetime) -> bool:
     return dt.tzinfo is None or dt.utcoffset() is None
 

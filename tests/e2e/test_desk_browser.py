@@ -156,6 +156,9 @@ def test_it_previews_and_saves_a_one_time_run_at_on_the_rule_zones_clock(browser
     assert "Tue 2030-01-01 09:00:00 CST (UTC+0800)" in description
     assert "2030-01-01 01:00:00 UTC" in _text(browser, "#rule-preview .preview-fires tbody tr")
     browser.find_element(By.NAME, "_continue").click()
+    # The edit is shown as its plan first (tests/e2e/test_plan_browser.py), then saved from there.
+    _until(browser, lambda d: d.find_elements(By.ID, "plan-save"), "the review page")
+    browser.find_element(By.ID, "plan-save").click()
     _until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".messagelist .success"), "the saved message")
     rule.refresh_from_db()
     assert rule.kind == "once" and rule.run_at == datetime(2030, 1, 1, 1, 0, tzinfo=UTC)

@@ -150,7 +150,8 @@ def test_it_shows_a_stored_run_at_back_on_the_rule_zones_clock_and_keeps_it_on_r
     rule.refresh_from_db()
     assert (rule.run_at, rule.version) == (datetime(2030, 1, 1, 1, 0, tzinfo=UTC), 1)
     # A new zone re-reads the same wall time on the new clock.
-    admin_client.post(url, _once(run_at_0="2030-01-01", run_at_1="09:00:00", timezone="Europe/Berlin"))
+    berlin = _once(run_at_0="2030-01-01", run_at_1="09:00:00", timezone="Europe/Berlin")
+    admin_client.post(url, {**berlin, "_plan_confirmed": "1"})
     rule.refresh_from_db()
     assert rule.run_at == datetime(2030, 1, 1, 8, 0, tzinfo=UTC)
 
@@ -302,9 +303,9 @@ def test_it_saves_a_good_edit_and_bumps_the_version(admin_client):
     rule = _make_rule("report")
     url = reverse("admin:tasks_triggerrule_change", args=[rule.pk])
 
-    response = admin_client.post(
-        url, _form(name="report", cron="30 18 * * *", dedupe_key_template="{rule}:{business_date}")
-    )
+    # Confirmed for the version it was planned against (the "Review change" step: test_rule_plan.py).
+    edit = _form(name="report", cron="30 18 * * *", dedupe_key_template="{rule}:{business_date}")
+    response = admin_client.post(url, {**edit, "_plan_confirmed": "1"})
 
     assert response.status_code == 302, _page(response)
     rule.refresh_from_db()

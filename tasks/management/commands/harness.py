@@ -1,5 +1,6 @@
 """Operator commands: `manage.py harness rules import|export`, `runs`, `records`, `fire`, `demo`."""
 
+import getpass
 import json
 import secrets
 import sys
@@ -15,7 +16,7 @@ from django.utils.dateparse import parse_datetime
 
 from runs.selectors import run_list_recent
 from tasks import services
-from tasks.management.subcommands import GuardCommandsMixin, add_guard_parsers
+from tasks.management.subcommands import GuardCommandsMixin, add_guard_parsers, rules_plan_print
 from tasks.models import DiagnosticRecord, TriggerRule, TriggerSource
 from tasks.triggers.operator import rule_fire
 from tasks.triggers.sensors import sensor_scan, sensors_scan_all
@@ -30,8 +31,23 @@ class Command(GuardCommandsMixin, BaseCommand):
         sub = parser.add_subparsers(dest="command", required=True)
         rules = sub.add_parser("rules", help="import or export trigger rules as JSON")
         rules_sub = rules.add_subparsers(dest="rules_command", required=True)
-        imp = rules_sub.add_parser("import", help="upsert rules by name from FILE ('-' for stdin); all or nothing")
+        imp = rules_sub.add_parser(
+            "import",
+            help="plan, then upsert rules by name from FILE ('-' for stdin); all or nothing, audited",
+        )
         imp.add_argument("file")
+        imp.add_argument("--reason", default="", help="why (kept in the audit log with who imported)")
+        imp.add_argument("--by", default="", help="who imports (default: the operating-system user)")
+        imp.add_argument("--allow", action="store_true", help="apply even with a dangerous consequence")
+        plan = rules_sub.add_parser(
+            "plan",
+            help="what importing FILE would change, would have done and will do; exits 1 on a dangerous "
+            "consequence unless --allow",
+        )
+        plan.add_argument("file")
+        plan.add_argument("--days", type=int, default=14, help="days replayed and previewed (1 to 60)")
+        plan.add_argument("--allow", action="store_true", help="exit 0 even with a dangerous consequence")
+        plan.add_argument("--json", action="store_true", dest="as_json")
         exp = rules_sub.add_parser("export", help="write all rules as JSON")
         exp.add_argument("--output", "-o", default="-")
 
@@ -65,7 +81,10 @@ class Command(GuardCommandsMixin, BaseCommand):
         if rules_command == "import":
             # Bytes: the import says "not UTF-8" with the offset, instead of a UnicodeDecodeError.
             text = _stdin_bytes() if opts["file"] == "-" else _read(opts["file"])
-            self._import(text)
+            self._import(text, by=opts["by"] or _os_user(), reason=opts["reason"], allow=opts["allow"])
+        elif rules_command == "plan":
+            text = _stdin_bytes() if opts["file"] == "-" else _read(opts["file"])
+            rules_plan_print(self, text, days=opts["days"], allow=opts["allow"], as_json=opts["as_json"])
         else:
             out = json.dumps(services.rule_export(), indent=2, cls=DjangoJSONEncoder)
             if opts["output"] == "-":
@@ -73,9 +92,14 @@ class Command(GuardCommandsMixin, BaseCommand):
             else:
                 Path(opts["output"]).write_text(out + "\n")
 
-    def _import(self, text: str) -> None:
+    def _import(self, text: str, *, by: str, reason: str, allow: bool = False) -> None:
         try:
-            result = services.rule_import(text, now=timezone.now())
+            result = services.rule_import(text, now=timezone.now(), actor=by, reason=reason, allow=allow)
+        except services.RuleImportDangerous as exc:
+            raise CommandError(
+                "rules not applied, nothing was saved: the plan has dangerous consequences (see `harness rules "
+                "plan FILE`; apply with --allow):\n  " + "\n  ".join(exc.errors)
+            ) from None
         except services.RuleImportError as exc:
             raise CommandError("rules rejected, nothing was saved:\n  " + "\n  ".join(exc.errors)) from None
         self.stdout.write(
@@ -83,7 +107,7 @@ class Command(GuardCommandsMixin, BaseCommand):
         )
 
     def _demo(self, **opts):
-        self._import(DEMO_RULES.read_text())
+        self._import(DEMO_RULES.read_text(), by=_os_user(), reason="harness demo", allow=True)
 
     def _admin_login(self, **opts):
         secret = Path(settings.VAR_DIR) / "admin-password.txt"
@@ -185,3 +209,11 @@ def _read(path: str) -> bytes:
         return Path(path).read_bytes()
     except OSError as exc:
         raise CommandError(f"cannot read {path}: {exc.strerror}") from None
+
+
+def _os_user() -> str:
+    """Who runs the command, for the audit log."""
+    try:
+        return getpass.getuser()
+    except (KeyError, OSError):  # no name for the uid (a bare container)
+        return "cli"

@@ -1,0 +1,443 @@
+"""A plan of a rule change, like `terraform plan`: what the edited rule would have done on the days
+that already happened, and what it will do, beside the rule as it is. Pure: no Django, no clock.
+
+The replay asks the tick's own questions with the tick's own code: which slots (schedule), when a
+tick first saw each (the recorded outages), what catch-up makes of late ones (catchup.plan_due_slots)
+and what the guards say (evaluation.evaluate_slot, with the readiness flags as they were recorded).
+Nothing here re-implements windows, calendars, deadlines, catch-up or DST. What the records cannot
+tell (a flag cleared since, time before the rule's records begin, a gap no tick is recorded in) is
+answered UNKNOWN with the reason, never guessed.
+
+tasks/triggers/plan.py reads the records into a History (a fixed number of queries) and builds
+the two RuleSides; the admin, the API and `harness rules plan` word the result with
+tasks/sentences.py.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_left, bisect_right
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import date, datetime, timedelta
+from functools import cached_property, lru_cache
+
+from tasks.rules import catchup, evaluation, schedule
+from tasks.rules.reasons import Reason, code
+
+DEFAULT_DAYS = 14
+# A slot's outcome in the replay, on the same words as the records: a run (on time or caught up),
+# a decision reason (runs.models.Decision.Reason), a failed run, a slot still held, or one of these.
+RUN = "run"
+CATCHUP = "catchup"
+FAIL = "fail"
+WAITING = "waiting"
+PAUSED = "paused"
+PENDING = "pending"  # after the last tick: nothing decided yet
+UNKNOWN = "unknown"  # the records cannot say
+NONE = ""  # not a slot of this side of the plan
+_CATCHUP_DECISIONS = {catchup.MISSED: "missed", catchup.SUPERSEDED: "superseded", catchup.CAPPED: "catchup_capped"}
+# Recorded outcomes that prove the tick first saw the slot late, at the record's instant (an outage).
+_LATE_PROOF = frozenset({CATCHUP, "missed", "superseded", "catchup_capped"})
+
+# Why a replayed slot is UNKNOWN.
+UNKNOWN_BEFORE_RECORDS = code("plan.unknown_before_records")  # since
+UNKNOWN_TICK = code("plan.unknown_tick")  # after, before
+UNKNOWN_FLAG = code("plan.unknown_flag")  # flags
+# Consequences an operator must see before saving (dangerous ones stop `rules plan` without --allow).
+BURST = code("plan.burst")  # n, first, last
+KEY_SHAPE = code("plan.key_shape")  # old, new
+DAY_AGAIN = code("plan.day_again")  # day, key
+IDENTITY = code("plan.identity")  # old, new
+AGENT = code("plan.agent")  # old, new
+# Remarks on the plan as a whole.
+NO_CHANGE = code("plan.no_change")
+NOT_SCHEDULED = code("plan.not_scheduled")  # kind
+OVERLAP_NOT_REPLAYED = code("plan.overlap_not_replayed")
+TRUNCATED = code("plan.truncated")  # n
+SAME_FUTURE = code("plan.same_future")  # days
+FIRST_DIFFERENCE = code("plan.first_difference")  # day
+PAST_DIFFERS = code("plan.past_differs")  # n, total
+PAST_SAME = code("plan.past_same")  # total
+
+# An outcome that is not a decision reason, in words (a decision reason is worded by the desk's label).
+OUTCOME_RUN = code("plan.outcome_run")
+OUTCOME_CATCHUP = code("plan.outcome_catchup")
+OUTCOME_FAIL = code("plan.outcome_fail")
+OUTCOME_WAITING = code("plan.outcome_waiting")
+OUTCOME_PENDING = code("plan.outcome_pending")
+OUTCOME_UNKNOWN = code("plan.outcome_unknown")
+OUTCOME_NONE = code("plan.outcome_none")
+OUTCOME_WORDS = {
+    RUN: OUTCOME_RUN,
+    CATCHUP: OUTCOME_CATCHUP,
+    FAIL: OUTCOME_FAIL,
+    WAITING: OUTCOME_WAITING,
+    PENDING: OUTCOME_PENDING,
+    UNKNOWN: OUTCOME_UNKNOWN,
+    NONE: OUTCOME_NONE,
+}
+
+NO_FACTS = evaluation.Facts()
+# Bounds, so a plan of a per-second rule stays a page: slots replayed and fires listed per side.
+MAX_SLOTS = 50_000
+
+
+@dataclass(frozen=True)
+class RuleSide:
+    """One side of the plan (the rule as it is, or as edited), as plain data and two renderers."""
+
+    spec: schedule.ScheduleSpec | None  # None: an event or heartbeat rule (no slots of its own)
+    guards: evaluation.Guards
+    catchup: str = "none"
+    catchup_max_delay: timedelta = timedelta(minutes=5)
+    catchup_max_count: int | None = None
+    kind: str = "cron"
+    flag_scope: Callable[[datetime], str] = field(default=lambda slot: "", compare=False)
+    biz_key: Callable[[datetime], str] = field(default=lambda slot: "", compare=False)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What the harness recorded for one slot of the rule: its outcome (RUN, CATCHUP, a decision
+    reason, WAITING), when it was recorded, and for a run its id, state and business key."""
+
+    outcome: str
+    at: datetime
+    run_id: int | None = None
+    decision_id: int | None = None
+    state: str = ""
+    biz_key: str = ""
+    missing: tuple[str, ...] = ()  # a not-ready decision's missing flags
+
+
+@dataclass(frozen=True)
+class History:
+    """The recorded facts a replay stands on, read by tasks/triggers/plan.py."""
+
+    since: datetime  # the records begin here (the window start, or the rule's creation)
+    last_tick: datetime | None  # the scheduler's last tick: later slots are not decided yet
+    records: dict[datetime, Recorded] = field(default_factory=dict)
+    pauses: tuple[tuple[datetime, datetime | None], ...] = ()  # (switched off, switched on or None)
+    flags: dict[tuple[str, str], datetime] = field(default_factory=dict)  # (name, scope) -> set_at, set now
+    grace: timedelta = timedelta(seconds=60)
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One slot of the past: what the edited rule would have done, what the rule as it is recorded."""
+
+    slot: datetime
+    new: str  # the edited rule's outcome (NONE: not one of its slots)
+    recorded: Recorded | None  # what was recorded (None: nothing, or not a slot of the rule as it is)
+    old_slot: bool  # a slot of the rule as it is
+    why: Reason | None = None  # for UNKNOWN, and the guard's words for a decision
+    at: datetime | None = None  # when the edited rule would have started it (runs)
+
+    @property
+    def current(self) -> str:
+        if not self.old_slot:
+            return NONE
+        return self.recorded.outcome if self.recorded else UNKNOWN
+
+    @property
+    def differs(self) -> bool:
+        return self.new != self.current
+
+
+@dataclass(frozen=True)
+class FutureFire:
+    """A fire ahead. What the guards do to it is worked out when asked (a page lists a few hundred of
+    twenty thousand), and not at all where both rules fire with the same guards."""
+
+    utc: datetime
+    local: datetime
+    note: Reason | None  # what DST did to it
+    old_guards: evaluation.Guards | None  # the rule as it is fires then under these (None: no fire)
+    new_guards: evaluation.Guards | None
+
+    @cached_property
+    def old(self) -> Reason | None:
+        """What the guards do to it under the rule as it is (None: not its fire)."""
+        return evaluation.describe_slot(self.old_guards, self.utc) if self.old_guards is not None else None
+
+    @cached_property
+    def new(self) -> Reason | None:
+        if self.new_guards is self.old_guards:
+            return self.old
+        return evaluation.describe_slot(self.new_guards, self.utc) if self.new_guards is not None else None
+
+    @property
+    def differs(self) -> bool:
+        if (self.old_guards is None) != (self.new_guards is None):
+            return True
+        return self.old_guards is not self.new_guards and self.old != self.new
+
+
+@dataclass(frozen=True)
+class Consequence:
+    said: Reason
+    dangerous: bool
+
+
+@dataclass(frozen=True)
+class Plan:
+    changes: list[tuple[str, object, object]]  # (field, as it is, as edited)
+    past: list[Replayed]
+    future: list[FutureFire]
+    first_difference: date | None  # the first local day the future fires differ
+    consequences: list[Consequence]
+    remarks: list[Reason]
+    days: int
+
+    @property
+    def dangerous(self) -> bool:
+        return any(c.dangerous for c in self.consequences)
+
+    @property
+    def past_differences(self) -> list[Replayed]:
+        return [r for r in self.past if r.differs]
+
+
+def replay(side: RuleSide, history: History, *, until: datetime, since: datetime) -> dict[datetime, Replayed]:
+    """What `side` would have decided for each of its slots in (since, until], from the records.
+
+    The `since` of the window may be earlier than the records (`history.since`): those slots are
+    UNKNOWN. Slots are read as the tick reads them; each is seen first at its own instant, or, in a
+    recorded outage, by the tick that ended it (all of an outage's slots are planned together, as
+    that tick planned them).
+    """
+    if side.spec is None:
+        return {}
+    slots = _slots(side.spec, since, until)
+    outages = _outages(history)
+    starts = [start for start, _end, _on_time in outages]
+    out: dict[datetime, Replayed] = {}
+    by_tick: dict[datetime, list[datetime]] = {}
+    for slot in slots:
+        rec = history.records.get(slot)
+        if slot <= history.since:
+            out[slot] = Replayed(slot, UNKNOWN, rec, False, Reason.of(UNKNOWN_BEFORE_RECORDS, since=history.since))
+        elif _paused(history, slot):
+            out[slot] = Replayed(slot, PAUSED, rec, False)
+        elif history.last_tick is None or slot > history.last_tick:
+            out[slot] = Replayed(slot, PENDING, rec, False)
+        else:
+            seen, gap = _seen_at(slot, outages, starts)
+            if seen is None:
+                out[slot] = Replayed(slot, UNKNOWN, rec, False, Reason.of(UNKNOWN_TICK, after=gap[0], before=gap[1]))
+            else:
+                by_tick.setdefault(seen, []).append(slot)
+    for seen, group in by_tick.items():
+        if group == [seen]:  # seen at its own instant: on time, nothing for catch-up to decide
+            outcome, why, at = _guarded(side, history, seen, seen=seen, recorded=history.records.get(seen))
+            out[seen] = Replayed(seen, outcome, history.records.get(seen), False, why, at)
+            continue
+        plans = catchup.plan_due_slots(
+            group,
+            now=seen,
+            catchup=side.catchup,
+            max_delay=side.catchup_max_delay,
+            grace=history.grace,
+            complete=True,
+            max_count=side.catchup_max_count,
+        )
+        for p in plans:
+            rec = history.records.get(p.slot)
+            if p.action in _CATCHUP_DECISIONS:
+                out[p.slot] = Replayed(p.slot, _CATCHUP_DECISIONS[p.action], rec, False)
+            else:
+                outcome, why, at = _guarded(side, history, p.slot, seen=seen, recorded=rec)
+                if outcome == RUN and p.action == catchup.CATCHUP:
+                    outcome = CATCHUP
+                out[p.slot] = Replayed(p.slot, outcome, rec, False, why, at)
+    return out
+
+
+def _guarded(side: RuleSide, history: History, slot: datetime, *, seen: datetime, recorded: Recorded | None):
+    """The guards' verdict on a slot first seen at `seen`; a readiness wait is followed to the
+    check that saw the flags set, or to the deadline. (outcome, why, start)."""
+    g = side.guards
+    if not g.depends_on:
+        return _outcome(evaluation.evaluate_slot(g, slot, now=seen, facts=NO_FACTS))
+    scope = side.flag_scope(slot)
+    set_at = [history.flags.get((name, scope)) for name in g.depends_on]
+    # A flag not set now may have been set then and cleared since (clearing keeps no row): only a
+    # not-ready record of this very slot and scope says it was missing then.
+    recorded_missing = recorded is not None and recorded.outcome in ("not_ready", "not_ready_expired", WAITING)
+    unknown = [n for n, at in zip(g.depends_on, set_at, strict=True) if at is None]
+
+    def missing(at: datetime) -> tuple[str, ...]:
+        return tuple(n for n, s in zip(g.depends_on, set_at, strict=True) if s is None or s > at)
+
+    verdict = evaluation.evaluate_slot(g, slot, now=seen, facts=evaluation.Facts(missing=missing(seen)))
+    if verdict.action == evaluation.HOLD and verdict.reason == evaluation.NOT_READY:
+        if unknown and not recorded_missing:
+            return UNKNOWN, Reason.of(UNKNOWN_FLAG, flags=", ".join(unknown)), None
+        deadline = verdict.deadline
+        assert deadline is not None
+        ready = max(s for s in set_at if s is not None) if not unknown else None
+        check = deadline
+        if ready is not None and ready < deadline:
+            # The holds are re-checked every `recheck` from the first look, up to the deadline.
+            steps = math.ceil(max((ready - seen) / g.recheck, 0))
+            check = min(seen + g.recheck * steps, deadline)
+        if history.last_tick is None or check > history.last_tick:
+            return WAITING, None, None
+        verdict = evaluation.evaluate_slot(g, slot, now=check, facts=evaluation.Facts(missing=missing(check)))
+    if verdict.reason in ("not_ready", "not_ready_expired") and unknown and not recorded_missing:
+        return UNKNOWN, Reason.of(UNKNOWN_FLAG, flags=", ".join(unknown)), None
+    return _outcome(verdict)
+
+
+def _outcome(verdict: evaluation.Verdict) -> tuple[str, Reason | None, datetime | None]:
+    if verdict.action in (evaluation.RUN, evaluation.HOLD):  # a HOLD here is an overlap buffer: no active runs
+        return RUN, None, verdict.run_after
+    if verdict.action == evaluation.FAIL:
+        return FAIL, None, None
+    return verdict.reason, None, None
+
+
+def _outages(history: History) -> list[tuple[datetime, datetime, datetime]]:
+    """Spans no tick ran in, proven by slots first seen late: (earliest late slot, the tick that saw
+    them, the last slot seen on time before them), by start."""
+    ends: dict[datetime, datetime] = {}
+    for slot, rec in history.records.items():
+        if rec.outcome in _LATE_PROOF and rec.at - slot > history.grace:
+            ends[rec.at] = min(slot, ends.get(rec.at, slot))
+    on_time = sorted(s for s, r in history.records.items() if r.at - s <= history.grace)
+    out = []
+    for start, end in sorted((start, end) for end, start in ends.items()):
+        k = bisect_left(on_time, start)
+        out.append((start, end, on_time[k - 1] if k else history.since))
+    return out
+
+
+def _seen_at(slot: datetime, outages, starts: list[datetime]):
+    """When a tick first saw the slot: its own instant, or the end of the outage it fell in. (None,
+    (after, before)) when no tick is recorded between the last slot seen on time and an outage."""
+    i = bisect_right(starts, slot)
+    if i and slot < outages[i - 1][1]:
+        return outages[i - 1][1], None
+    if i < len(outages):
+        start, _end, last_on_time = outages[i]
+        # Between the last on-time record before the outage and its first late slot the outage may
+        # already have begun: the records cannot say when.
+        if slot > last_on_time:
+            return None, (last_on_time, start)
+    return slot, None
+
+
+def _paused(history: History, slot: datetime) -> bool:
+    # A resumed rule records its skipped slots as "paused": those in (switched off, switched on].
+    return any(off < slot and (on is None or slot <= on) for off, on in history.pauses)
+
+
+def past(old: RuleSide, new: RuleSide, history: History, *, now: datetime, days: int) -> list[Replayed]:
+    """The last `days` days, slot by slot over both rules' slots: the edited rule's replayed outcome
+    beside what was recorded for the rule as it is."""
+    since = now - timedelta(days=days)
+    new_rows = replay(new, history, until=now, since=since)
+    old_slots = set(_slots(old.spec, since, now)) if old.spec else set()
+    rows = []
+    for slot in sorted(old_slots | set(new_rows)):
+        row = new_rows.get(slot)
+        rec = history.records.get(slot)
+        if row is None:
+            rows.append(Replayed(slot, NONE, rec, True))
+        else:
+            rows.append(Replayed(slot, row.new, rec, slot in old_slots, row.why, row.at))
+    return rows
+
+
+def future(old: RuleSide, new: RuleSide, *, now: datetime, days: int) -> tuple[list[FutureFire], date | None]:
+    """The next `days` days of fires of both, side by side, and the first local day (in the edited
+    rule's zone) on which they differ (None: the same fires with the same guards)."""
+    until = now + timedelta(days=days)
+    old_fires = _fires(old, now, until)
+    new_fires = _fires(new, now, until)
+    spec = new.spec or old.spec
+    zone = schedule.validate_timezone(spec.timezone) if spec is not None else None
+    # The same guards on both sides are one object, so a fire of both is told the same at once.
+    new_guards = old.guards if old.guards == new.guards else new.guards
+    rows = []
+    first: date | None = None
+    for utc in sorted(old_fires.keys() | new_fires.keys()):
+        o, n = old_fires.get(utc), new_fires.get(utc)
+        local = utc.astimezone(zone) if zone else utc
+        note = n if n is not None else o
+        row = FutureFire(
+            utc, local, note, old.guards if utc in old_fires else None, new_guards if utc in new_fires else None
+        )
+        if first is None and row.differs:
+            first = local.date()
+        rows.append(row)
+    return rows, first
+
+
+def _fires(side: RuleSide, now: datetime, until: datetime) -> dict[datetime, Reason | None]:
+    """The side's fires in (now, until] and what DST did to each."""
+    if side.spec is None:
+        return {}
+    return {row["utc"]: row["note"] for row in _preview(side.spec, now, until)}
+
+
+# Both sides of a plan usually share their schedule or their guards: each is worked out once.
+@lru_cache(maxsize=4)
+def _preview(spec: schedule.ScheduleSpec, after: datetime, until: datetime) -> list[dict]:
+    return schedule.preview_until(spec, after, until, MAX_SLOTS)
+
+
+@lru_cache(maxsize=4)
+def _slots(spec: schedule.ScheduleSpec, after: datetime, until: datetime) -> list[datetime]:
+    return schedule.slots_between(spec, after, until, limit=MAX_SLOTS)
+
+
+def due_slots(spec: schedule.ScheduleSpec, first: datetime, now: datetime, *, window_since: datetime) -> list[datetime]:
+    """The slots from `first` (a slot) to `now`; read from the past's slots when they cover them."""
+    if first > window_since:
+        return [s for s in _slots(spec, window_since, now) if s >= first]
+    return [first, *schedule.slots_between(spec, first, now, limit=MAX_SLOTS)]
+
+
+def burst(side: RuleSide, *, due: list[datetime], now: datetime, grace: timedelta) -> list[datetime]:
+    """The slots the next tick would run at once (catch-up), of the slots due and not yet handled."""
+    if not due:
+        return []
+    plans = catchup.plan_due_slots(
+        due,
+        now=now,
+        catchup=side.catchup,
+        max_delay=side.catchup_max_delay,
+        grace=grace,
+        complete=True,
+        max_count=side.catchup_max_count,
+    )
+    return [p.slot for p in plans if p.action in (catchup.RUN, catchup.CATCHUP)]
+
+
+def key_consequences(
+    old: RuleSide, new: RuleSide, *, slots: list[datetime], old_slots: list[datetime], ran: dict[date, set[str]], day_of
+) -> list[Consequence]:
+    """Dedupe keys whose shape changes: the edited rule's next `slots` keyed otherwise than the rule
+    as it is keys them, or a business day that already ran (`ran`: day -> keys run) given a key that
+    neither ran nor is due under the rule as it is (its `old_slots`), so the same day would run twice."""
+    out: list[Consequence] = []
+    for slot in slots:
+        before, after = old.biz_key(slot), new.biz_key(slot)
+        if before != after:
+            out.append(Consequence(Reason.of(KEY_SHAPE, old=before, new=after), True))
+            break
+    due_anyway = {old.biz_key(s) for s in old_slots}
+    for slot in slots:
+        day = day_of(slot)
+        key = new.biz_key(slot)
+        if ran.get(day) and key not in ran[day] and key not in due_anyway:
+            out.append(Consequence(Reason.of(DAY_AGAIN, day=day.isoformat(), key=key), True))
+            break
+    return out
+
+
+def changes(old: dict, new: dict) -> list[tuple[str, object, object]]:
+    """The field-by-field diff of two rules' exported values, in the order of `new`."""
+    return [(name, old.get(name), value) for name, value in new.items() if old.get(name) != value]
