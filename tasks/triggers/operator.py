@@ -93,21 +93,26 @@ def rule_fire(
 
 
 def rule_save(rule: TriggerRule, *, now: datetime) -> None:
-    """Save a rule (admin form, import, pause/resume). A rule switched back on gets one "paused"
-    decision per slot it skipped while off (invariant 3), in the save's transaction."""
+    """Save a rule (admin form, import, pause/resume). Invariant 3 across a pause, in the save's
+    transaction: a rule switched off gets a "paused" decision for each slot already due that no tick
+    had claimed (its next fire and after, up to now); switched back on, one per slot it skipped while off."""
     with transaction.atomic():
-        paused_at = None
+        before = None
         if rule.pk is not None:
-            # Locked, so two saves cannot both see the rule as paused and record its slots twice.
-            paused_at = (
+            # Locked, so two saves cannot both record the same slots, nor a tick claim one meanwhile.
+            before = (
                 TriggerRule.objects.select_for_update()
-                .filter(pk=rule.pk, enabled=False)
-                .values_list("paused_at", flat=True)
+                .filter(pk=rule.pk)
+                .values("enabled", "paused_at", "next_fire_at")
                 .first()
             )
         rule.save(now=now)
-        if rule.enabled and paused_at is not None:
-            record_paused_slots(rule, since=paused_at, until=now)
+        if before is None:
+            return
+        if rule.enabled and not before["enabled"] and before["paused_at"] is not None:
+            record_paused_slots(rule, since=before["paused_at"], until=now)
+        elif before["enabled"] and not rule.enabled and before["next_fire_at"] and before["next_fire_at"] <= now:
+            record_paused_slots(rule, since=now, until=now, due_from=before["next_fire_at"])
 
 
 def rule_pause(*, rule: TriggerRule, actor, now: datetime, reason: str) -> None:

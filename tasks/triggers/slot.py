@@ -214,15 +214,24 @@ def _recheck(hold: SlotHold, *, now: datetime, result) -> None:
 MAX_PAUSED_DECISIONS = 1000
 
 
-def record_paused_slots(rule: TriggerRule, *, since: datetime, until: datetime) -> int:
-    """On resume: one "paused" decision per slot the rule skipped while switched off (bounded)."""
+def record_paused_slots(
+    rule: TriggerRule, *, since: datetime, until: datetime, due_from: datetime | None = None
+) -> int:
+    """One "paused" decision per slot the rule skipped while switched off (bounded): on resume, the
+    slots after `since` (the pause) up to `until` (the resume); on pause, with `due_from` (the next
+    fire the rule had, already due), the slots from it up to the pause that no tick had claimed yet."""
     if rule.kind in (TriggerRule.Kind.HEARTBEAT, "event"):
         return 0
     try:
-        slots = schedule.slots_between(rule.schedule_spec(), since, until, limit=MAX_PAUSED_DECISIONS + 1)
+        after = since if due_from is None else due_from
+        slots = schedule.slots_between(rule.schedule_spec(), after, until, limit=MAX_PAUSED_DECISIONS + 1)
     except (schedule.ScheduleError, ValueError):
         return 0
-    details = {"paused_at": since.isoformat(), "resumed_at": until.isoformat()}
+    if due_from is None:
+        details = {"paused_at": since.isoformat(), "resumed_at": until.isoformat()}
+    else:
+        slots = [due_from, *slots][: MAX_PAUSED_DECISIONS + 1]
+        details = {"paused_at": since.isoformat(), "due_when_paused": True}
     rows = [
         Decision(rule=rule, slot=s, reason=Decision.Reason.PAUSED, details=details, created_at=until)
         for s in slots[:MAX_PAUSED_DECISIONS]

@@ -364,3 +364,25 @@ def test_the_default_slot_grace_rides_out_a_database_restart_or_a_beat_failover(
     scheduler_tick(now=T0 + timedelta(seconds=45))  # down from T0 to T0+45s: slots T0, +15, +30, +45
     assert TaskRun.objects.filter(rule=rule).count() == 4
     assert not Decision.objects.filter(rule=rule).exists()
+
+
+@pytest.mark.django_db
+@pytest.mark.parametrize("late", [timedelta(0), 3 * MINUTE])
+def test_a_pause_before_the_tick_reached_a_due_slot_records_it_as_paused(late):
+    """Invariant 3 across a pause: a slot already due when the operator pauses (at its very instant,
+    or later while the scheduler was down) and not yet claimed ends in a "paused" decision, as do
+    the slots skipped while paused; none is left with neither a run nor a decision."""
+    from tasks.triggers.operator import rule_pause, rule_resume
+
+    rule = due_rule()
+    paused = T0 + late
+    owed = due_slots(rule, paused)
+    rule_pause(rule=rule, actor=None, now=paused, reason="maintenance")
+    resumed = paused + 10 * MINUTE
+    rule_resume(rule=TriggerRule.objects.get(pk=rule.pk), actor=None, now=resumed, reason="done")
+    tick_until_caught_up(resumed)
+
+    seen = outcomes(rule)
+    assert all(seen.get(slot) == "decision:paused" for slot in owed), {s: seen.get(s) for s in owed}
+    every = [T0, *schedule.slots_between(rule.schedule_spec(), T0, resumed)]
+    assert [slot for slot in every if slot not in seen] == []
