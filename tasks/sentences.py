@@ -22,6 +22,19 @@ from tasks.rules import backpressure, evaluation, guards, lint, preview, schedul
 from tasks.rules import explain as explained
 from tasks.rules.reasons import Reason
 
+# Mainland China's public holidays as chinese-calendar names them (English), in the user's language.
+HOLIDAY_NAMES = {
+    "New Year's Day": gettext_lazy("New Year's Day"),
+    "Spring Festival": gettext_lazy("Spring Festival"),
+    "Tomb-sweeping Day": gettext_lazy("Tomb-sweeping Day"),
+    "Labour Day": gettext_lazy("Labour Day"),
+    "Dragon Boat Festival": gettext_lazy("Dragon Boat Festival"),
+    "Mid-autumn Festival": gettext_lazy("Mid-autumn Festival"),
+    "National Day": gettext_lazy("National Day"),
+    # chinese-calendar's name for the extra day off on 3 September 2015, for old dates.
+    "Anti-Fascist 70th Day": gettext_lazy("Anti-Fascist 70th Day"),
+}
+
 # A reason's parameters that are lists are joined so.
 LIST_SEPARATOR = "; "
 
@@ -71,6 +84,18 @@ CATALOGUE = {
     evaluation.SLOT_NO_OPENING: gettext_lazy("no run: no business-hours opening (%(hours)s)"),
     evaluation.SLOT_START_WINDOW: gettext_lazy("no run: start window passed"),
     evaluation.SLOT_PAUSED: gettext_lazy("paused: will not run while the rule is paused"),
+    # --- what a business calendar does to a slot's date ---
+    evaluation.SLOT_HOLIDAY: gettext_lazy("no run: %(date)s: %(name)s (calendar %(calendar)s)"),
+    evaluation.SLOT_WEEKEND: gettext_lazy("no run: %(date)s is a weekend day (calendar %(calendar)s)"),
+    evaluation.SLOT_CLOSED: gettext_lazy("no run: %(date)s is closed: %(name)s (calendar %(calendar)s)"),
+    evaluation.SLOT_NO_DATA_CLOSED: gettext_lazy(
+        "no run: %(date)s is a weekend day; calendar %(calendar)s has no data for it yet"
+    ),
+    evaluation.SLOT_MAKEUP: gettext_lazy("%(runs)s: %(date)s is a make-up working day (%(name)s)"),
+    evaluation.SLOT_OPENED: gettext_lazy("%(runs)s: %(date)s is an extra working day (%(name)s)"),
+    evaluation.SLOT_NO_DATA_OPEN: gettext_lazy(
+        "%(runs)s as an ordinary weekday: calendar %(calendar)s has no data for %(date)s yet"
+    ),
     # --- guard settings the rule form refuses ---
     evaluation.BAD_WEEKDAYS: gettext_lazy(
         '"%(part)s" is not a weekday or range; write e.g. "mon-fri" or "mon,wed,fri"'
@@ -259,6 +284,8 @@ def _value(v, value=None):
         return say(v, value=value)
     if isinstance(v, list | tuple):
         return LIST_SEPARATOR.join(str(_value(item, value)) for item in v)
+    if isinstance(v, evaluation.HolidayName):
+        return str(HOLIDAY_NAMES.get(v, v))
     if isinstance(v, explained.SlotRef):
         return utc_text(v.at)
     if isinstance(v, datetime):

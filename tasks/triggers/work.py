@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from runs.claims import Work
 from runs.models import TaskRun
 from tasks.models import TriggerRule, TriggerSource
-from tasks.rules import events, keys, schedule
+from tasks.rules import business_days, events, keys, schedule
 
 SCHEDULER_IDENTITY = "scheduler"
 
@@ -27,7 +27,7 @@ def slot_values(rule: TriggerRule, slot: datetime) -> dict:
     return {
         "rule": rule.name,
         "slot": schedule.slot_label(spec, slot),
-        "business_date": schedule.business_date(spec, slot).isoformat(),
+        **business_days.business_dates(rule.business_days, schedule.business_date(spec, slot)),
     }
 
 
