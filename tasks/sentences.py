@@ -208,6 +208,7 @@ CATALOGUE = {
     lint.CHECK_LEASE: gettext_lazy("lease TTL above p99 duration"),
     lint.CHECK_ALERT: gettext_lazy("alert carries run id and biz_key"),
     lint.CHECK_BACKPRESSURE: gettext_lazy("backpressure class fits"),
+    lint.CHECK_CALENDAR: gettext_lazy("business calendar has data ahead"),
     lint.TIMEZONE_SET: gettext_lazy("Schedule is read in %(zone)s."),
     lint.TIMEZONE_INVALID: gettext_lazy("%(error)s; the host zone must never decide."),
     lint.NO_DEPENDENCIES: gettext_lazy("No readiness dependencies."),
@@ -254,6 +255,12 @@ CATALOGUE = {
     lint.SHED_ABOVE: gettext_lazy("Shed above the high watermark of pending runs (%(where)s)."),
     lint.WATERMARK_AT: gettext_lazy("%(scope)s at %(high)s"),
     lint.ONE_TIME_INPUT: gettext_lazy("One-time input: never shed."),
+    lint.CALENDAR_KNOWN: gettext_lazy("Calendar %(calendar)s (%(source)s) knows every date up to %(until)s."),
+    lint.CALENDAR_NO_DATA: gettext_lazy(
+        "Calendar %(calendar)s (%(source)s) has no data from %(since)s (in %(days)s days): from then on it knows "
+        "no holiday and no make-up working day and counts every weekday as a business day. Upgrade the library "
+        "once the next year's holidays are published, or add overrides."
+    ),
 }
 
 

@@ -14,7 +14,7 @@ published each November) reaches every rule without a data migration:
 from __future__ import annotations
 
 import functools
-from datetime import date
+from datetime import date, timedelta
 from importlib.metadata import version
 
 import chinese_calendar
@@ -108,7 +108,9 @@ class CalendarOverride(models.Model):
     )
     date = models.DateField(_("date"))
     kind = models.CharField(_("kind"), max_length=10, choices=Kind.choices)
-    reason = models.CharField(_("reason"), max_length=200, help_text=_('Shown with each decision, e.g. "Year-end shutdown".'))
+    reason = models.CharField(
+        _("reason"), max_length=200, help_text=_('Shown with each decision, e.g. "Year-end shutdown".')
+    )
 
     class Meta:
         verbose_name = _("calendar override")
@@ -157,3 +159,25 @@ def _china(day: date) -> LibraryDay | None:
     # get_holiday_detail names the holiday a make-up working day belongs to, too.
     _on_holiday, name = chinese_calendar.get_holiday_detail(day)
     return LibraryDay(working, name or "")
+
+
+def calendar_gaps(*, today: date, horizon: timedelta = business_days.DEFAULT_HORIZON) -> list[dict]:
+    """Calendars an enabled rule runs by that have no data for some date from `today` to `today +
+    horizon`: {"calendar", "source", "no_data_from", "days_left", "rules"}, for /healthz, the alert
+    check and the rule page. Two queries per calendar in use (its overrides, its rules' names)."""
+    gaps = []
+    for cal in BusinessCalendar.objects.filter(rules__enabled=True).distinct():
+        gap = business_days.calendar_gap(cal.business_days(), today=today, horizon=horizon)
+        if gap is None:
+            continue
+        rules = sorted(cal.rules.filter(enabled=True).values_list("name", flat=True))
+        gaps.append(
+            {
+                "calendar": cal.name,
+                "source": library_name(cal.country),
+                "no_data_from": gap.isoformat(),
+                "days_left": (gap - today).days,
+                "rules": rules,
+            }
+        )
+    return gaps

@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001  (Chinese text uses full-width punctuation)
 """A working-day rule on a stored China calendar, through the real scheduler tick and database:
 a make-up Saturday runs (its key names the previous business day), a holiday Monday is a recorded
 calendar decision carrying the holiday's name, and an override's reason decides a day too."""
@@ -10,9 +11,9 @@ from django.utils import translation
 from runs.models import Decision, TaskRun
 from tasks.models import BusinessCalendar, CalendarOverride
 from tasks.rules import evaluation
+from tasks.sentences import say_all
 from tasks.triggers.explain import slot_explanation
 from tasks.triggers.scheduler import scheduler_tick
-from tasks.sentences import say_all
 from tests.support.rules import make_rule
 
 

@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001, RUF003  (Chinese text uses full-width punctuation)
 """Business calendars, pure: every day of 2024-2026 for mainland China against the State Council's
 notices (holidays and make-up working days, 调休), Germany against its public holidays, overrides,
 business-day arithmetic, coverage (staleness), and what the guards and the preview say."""
@@ -10,7 +11,7 @@ from django.utils import translation
 from tasks.models.calendar import library_lookup
 from tasks.rules import business_days, evaluation, keys, schedule
 from tasks.rules.business_days import BusinessCalendar, calendar_gap
-from tasks.rules.evaluation import CALENDAR, DECIDE, RUN, Facts, Guards, describe_slot, evaluate_slot
+from tasks.rules.evaluation import CALENDAR, DECIDE, RUN, Facts, Guards, evaluate_slot
 from tasks.rules.preview import schedule_preview
 from tasks.sentences import say
 
@@ -53,7 +54,16 @@ CHINA_OFF = {
     ],
 }
 CHINA_MAKEUP = {
-    2024: {"2024-02-04", "2024-02-18", "2024-04-07", "2024-04-28", "2024-05-11", "2024-09-14", "2024-09-29", "2024-10-12"},
+    2024: {
+        "2024-02-04",
+        "2024-02-18",
+        "2024-04-07",
+        "2024-04-28",
+        "2024-05-11",
+        "2024-09-14",
+        "2024-09-29",
+        "2024-10-12",
+    },
     2025: {"2025-01-26", "2025-02-08", "2025-04-27", "2025-09-28", "2025-10-11"},
     2026: {"2026-01-04", "2026-02-14", "2026-02-28", "2026-05-09", "2026-09-20", "2026-10-10"},
 }
@@ -130,7 +140,9 @@ def test_an_override_is_covered_even_where_the_library_is_not():
 
 def test_overrides_win_over_the_library():
     cal = china(closed={date(2026, 12, 31): "Year-end shutdown"}, opened={date(2026, 10, 8): "Release day"})
-    assert cal.day(date(2026, 12, 31)) == business_days.Day(date(2026, 12, 31), False, business_days.CLOSED, "Year-end shutdown")
+    assert cal.day(date(2026, 12, 31)) == business_days.Day(
+        date(2026, 12, 31), False, business_days.CLOSED, "Year-end shutdown"
+    )
     assert cal.is_business_day(date(2026, 10, 8))
     assert cal.reason(date(2026, 10, 8)) == "Release day"
 
