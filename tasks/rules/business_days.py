@@ -152,6 +152,13 @@ def business_dates(cal: BusinessCalendar | None, day: date) -> dict[str, str]:
     cal = cal or WEEKDAYS_ONLY
     return {
         "business_date": day.isoformat(),
-        "previous_business_date": cal.previous_business_day(day).isoformat(),
-        "next_business_date": cal.next_business_day(day).isoformat(),
+        "previous_business_date": _neighbour(cal.previous_business_day, day),
+        "next_business_date": _neighbour(cal.next_business_day, day),
     }
+
+
+def _neighbour(step: Callable[[date], date], day: date) -> str:
+    try:
+        return step(day).isoformat()
+    except OverflowError:
+        return ""  # before year 1 or after 9999: there is no such date to name

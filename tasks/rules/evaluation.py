@@ -284,13 +284,21 @@ def describe_slot(g: Guards, slot: datetime) -> Reason:
     else:
         runs = Reason.of(SLOT_RUNS)
     if g.calendar is not None:
-        # A make-up working day, an extra working day or a date the calendar has no data for says so.
-        business = g.calendar.day(slot.astimezone(ZoneInfo(g.timezone)).date())
-        if not business.covered:
-            return Reason.of(SLOT_NO_DATA_OPEN, date=business.date.isoformat(), calendar=g.calendar.name, runs=runs)
-        if business.kind in (business_days.MAKEUP, business_days.OPENED):
-            code_ = SLOT_MAKEUP if business.kind == business_days.MAKEUP else SLOT_OPENED
-            return Reason.of(code_, date=business.date.isoformat(), name=HolidayName(business.name), runs=runs)
+        return describe_day(g.calendar, g.calendar.day(slot.astimezone(ZoneInfo(g.timezone)).date()), runs=runs)
+    return runs
+
+
+def describe_day(
+    cal: business_days.BusinessCalendar, business: business_days.Day, *, runs: Reason | None = None
+) -> Reason:
+    """What a business day means for a slot on it: `runs`, said with why when it is no ordinary day
+    (a make-up working day, an extra working day, or a date the calendar has no data for)."""
+    runs = runs or Reason.of(SLOT_RUNS)
+    if not business.covered:
+        return Reason.of(SLOT_NO_DATA_OPEN, date=business.date.isoformat(), calendar=cal.name, runs=runs)
+    if business.kind in (business_days.MAKEUP, business_days.OPENED):
+        code_ = SLOT_MAKEUP if business.kind == business_days.MAKEUP else SLOT_OPENED
+        return Reason.of(code_, date=business.date.isoformat(), name=HolidayName(business.name), runs=runs)
     return runs
 
 

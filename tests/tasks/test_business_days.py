@@ -177,6 +177,11 @@ def test_without_a_calendar_the_neighbours_are_weekdays():
     assert rendered == "2026-12-04/2026-12-07"
 
 
+def test_the_ends_of_the_date_range_have_no_neighbour():
+    assert business_days.business_dates(china(), date(9999, 12, 31))["next_business_date"] == ""
+    assert business_days.business_dates(None, date(1, 1, 1))["previous_business_date"] == ""
+
+
 def test_a_calendar_closed_for_a_year_is_an_error_not_a_hang():
     closed = BusinessCalendar(name="shut", lookup=lambda d: business_days.LibraryDay(False, "closed"))
     with pytest.raises(ValueError, match="no business day"):
