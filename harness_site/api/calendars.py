@@ -66,7 +66,7 @@ class CalendarDaysView(DeskView):
         if cal is None:
             raise ApiProblem(404, "not-found", f"no business calendar named {name!r}")
         first = _date(request, "from") or timezone.now().date()
-        last = _date(request, "to") or first + timedelta(days=30)
+        last = _date(request, "to") or min(first, date.max - timedelta(days=30)) + timedelta(days=30)
         if last < first:
             raise invalid("to", "must not be before from")
         if (last - first).days >= MAX_RANGE_DAYS:
