@@ -311,7 +311,12 @@ class HolidayName(str):
 
 def day_details(cal: business_days.BusinessCalendar, business: business_days.Day) -> dict:
     """A business-day decision's details: what a page or explain needs to word it again later."""
-    details = {"date": business.date.isoformat(), "calendar": cal.name, "day": business.kind, "name": business.name}
+    details: dict[str, object] = {
+        "date": business.date.isoformat(),
+        "calendar": cal.name,
+        "day": business.kind,
+        "name": business.name,
+    }
     if not business.covered:
         details["no_data"] = True
     return details
