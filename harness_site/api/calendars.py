@@ -5,8 +5,8 @@ in the admin or with `rules import` (a file's "calendars"), which checks them.""
 from datetime import date, timedelta
 
 from django.utils import timezone
-from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import OpenApiParameter, extend_schema
+from rest_framework import serializers
 from rest_framework.response import Response
 
 from harness_site.api.base import COMMON, DeskView, problems, query_text
@@ -20,6 +20,43 @@ from tasks.rules import business_days, evaluation
 VIEW = ("tasks.view_businesscalendar",)
 MAX_RANGE_DAYS = 400
 CALENDAR_NAME = OpenApiParameter("name", str, OpenApiParameter.PATH, description="the calendar's name")
+
+
+class OverrideSerializer(serializers.Serializer):
+    date = serializers.DateField()
+    kind = serializers.CharField(help_text="closed or working")
+    reason = serializers.CharField()
+
+
+class CoverageSerializer(serializers.Serializer):
+    library = serializers.CharField(help_text='e.g. "chinesecalendar 1.11.0"; "" without a country')
+    no_data_from = serializers.DateField(
+        allow_null=True, help_text="the first date up to checked_until the library has no data for; null: none"
+    )
+    checked_until = serializers.DateField()
+
+
+class CalendarSerializer(CoverageSerializer):
+    name = serializers.CharField()
+    country = serializers.CharField()
+    subdivision = serializers.CharField()
+    weekend = serializers.CharField()
+    description = serializers.CharField()
+    overrides = OverrideSerializer(many=True)
+
+
+class DaySerializer(serializers.Serializer):
+    date = serializers.DateField()
+    business_day = serializers.BooleanField()
+    kind = serializers.CharField(help_text=", ".join(business_days.KINDS))
+    name = serializers.CharField(help_text="the holiday's name or the override's reason; \"\" for an ordinary day")
+    covered = serializers.BooleanField(help_text="false: the library has no data for it; judged by its weekday")
+    summary = serializers.CharField(help_text="what a rule's preview says of a slot on this day")
+
+
+class CalendarDaysSerializer(CoverageSerializer):
+    calendar = serializers.CharField()
+    days = DaySerializer(many=True)
 
 
 def _coverage(cal: BusinessCalendar, today: date) -> dict:
@@ -36,7 +73,7 @@ class CalendarListView(DeskView):
     scope_area = "rules"
     perms = {"GET": VIEW}
 
-    @extend_schema(operation_id="calendars_list", responses={200: OpenApiTypes.OBJECT, **problems(*COMMON)})
+    @extend_schema(operation_id="calendars_list", responses={200: CalendarSerializer(many=True), **problems(*COMMON)})
     def get(self, request):
         """Every calendar as `rules export` writes it, with its library and the first date ahead it has no data for."""
         today = timezone.now().date()
@@ -57,7 +94,7 @@ class CalendarDaysView(DeskView):
                 "to", str, description=f"last date, YYYY-MM-DD (default and at most: {MAX_RANGE_DAYS} days)"
             ),
         ],
-        responses={200: OpenApiTypes.OBJECT, **problems(*COMMON, 404)},
+        responses={200: CalendarDaysSerializer, **problems(*COMMON, 404)},
     )
     def get(self, request, name: str):
         """Each day of the range: business or not, what kind of day, its holiday or override, and

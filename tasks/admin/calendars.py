@@ -39,7 +39,8 @@ class BusinessCalendarAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("library"))
     def library(self, cal: BusinessCalendar) -> str:
-        return library_name(cal.country) or "—"
+        name = library_name(cal.country)
+        return format_html("<code>{}</code>", name) if name else "—"
 
     @admin.display(description=_("coverage"))
     def coverage(self, cal: BusinessCalendar) -> str:

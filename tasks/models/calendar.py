@@ -38,7 +38,7 @@ class BusinessCalendar(models.Model):
         max_length=10,
         blank=True,
         help_text=_(
-            'ISO 3166 country code, e.g. "CN" (mainland China, with make-up working days) or "DE"; '
+            'ISO 3166 country code, e.g. "CN" (mainland China, with its make-up working days); '
             "blank: weekends and overrides only."
         ),
     )
@@ -46,13 +46,15 @@ class BusinessCalendar(models.Model):
         _("subdivision"),
         max_length=10,
         blank=True,
-        help_text=_('A state or province of the country, e.g. "BY" for Bavaria; blank: national holidays.'),
+        help_text=_(
+            "A state or province of the country (its ISO 3166-2 code without the country); blank: national holidays."
+        ),
     )
     weekend = models.CharField(
         _("weekend"),
         max_length=60,
         default="sat-sun",
-        help_text=_('Weekend days, e.g. "sat-sun" or "fri-sat".'),
+        help_text=_('Weekend days, written like a rule\'s weekdays, e.g. "sat-sun".'),
     )
     description = models.TextField(_("description"), blank=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
