@@ -256,6 +256,10 @@ CATALOGUE = {
     lint.WATERMARK_AT: gettext_lazy("%(scope)s at %(high)s"),
     lint.ONE_TIME_INPUT: gettext_lazy("One-time input: never shed."),
     lint.CALENDAR_KNOWN: gettext_lazy("Calendar %(calendar)s (%(source)s) knows every date up to %(until)s."),
+    lint.CALENDAR_DAYS_LIMITED: gettext_lazy(
+        "Calendar %(calendar)s decides the business days, but the cron's day of week or the weekdays leave days "
+        'out: a make-up working day on a weekend will not run. Use a daily cron such as "0 9 * * *" and blank weekdays.'
+    ),
     lint.CALENDAR_NO_DATA: gettext_lazy(
         "Calendar %(calendar)s (%(source)s) has no data from %(since)s (in %(days)s days): from then on it knows "
         "no holiday and no make-up working day and counts every weekday as a business day. Upgrade the library "

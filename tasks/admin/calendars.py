@@ -78,9 +78,14 @@ class BusinessCalendarAdmin(admin.ModelAdmin):
         rows = []
         for n in range(UPCOMING_DAYS):
             day = pure.day(today + timedelta(days=n))
-            if day.kind == business_days.WORKDAY and day.covered:
-                continue
-            if day.kind == business_days.WEEKEND and day.covered:
+            if not day.covered and day.kind in (business_days.WORKDAY, business_days.WEEKEND):
+                # One line for the rest: past its data the calendar knows nothing but weekdays.
+                since = gettext("from %(since)s on: no data; weekdays count as business days") % {
+                    "since": day.date.isoformat()
+                }
+                rows.append(("⚠", since))
+                break
+            if day.kind in (business_days.WORKDAY, business_days.WEEKEND):
                 continue
             rows.append((f"{day.date:%Y-%m-%d} {date_format(day.date, 'D')}", sentences.say(_day_reason(pure, day))))
         if not rows:

@@ -56,7 +56,13 @@ def calendar_lint(rule: TriggerRule, *, today: date) -> dict:
         "calendar_until": today + business_days.DEFAULT_HORIZON,
         "calendar_gap": business_days.calendar_gap(cal, today=today),
         "today": today,
+        "days_limited": bool((rule.weekdays or "").strip()) or _cron_weekdays(rule.cron) != "*",
     }
+
+
+def _cron_weekdays(cron: str) -> str:
+    fields = (cron or "").split()
+    return fields[4] if len(fields) == 5 else "*"
 
 
 def rule_watermarks(rule: TriggerRule) -> tuple[tuple[str, int | None, int | None], ...]:

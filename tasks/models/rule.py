@@ -105,7 +105,8 @@ class TriggerRule(models.Model):
         default=DEFAULT_DEDUPE_TEMPLATE,
         help_text=_(
             "Business key of one unit of work, stored under the rule's own namespace (rule/<id>/<kind>/). "
-            "Placeholders: {rule} {slot} {business_date} and params; their values are escaped."
+            "Placeholders: {rule} {slot} {business_date} {previous_business_date} {next_business_date} "
+            "(business days of the rule's calendar) and params; their values are escaped."
         ),
     )
     # An event's {business_date} is the day it arrived, not a day in the event: a key with it lets the

@@ -56,6 +56,7 @@ WATERMARK_AT = code("lint.watermark_at")  # scope, high
 ONE_TIME_INPUT = code("lint.one_time_input")
 CALENDAR_KNOWN = code("lint.calendar_known")  # calendar, source, until
 CALENDAR_NO_DATA = code("lint.calendar_no_data")  # calendar, source, since, days
+CALENDAR_DAYS_LIMITED = code("lint.calendar_days_limited")  # calendar
 # Placeholders that make a key differ per day or per slot; any other (a param) names a business object.
 DATE_PLACEHOLDERS = keys.TIME_PLACEHOLDERS
 # An alert must carry these for on-call to find the run (see deadletters.alerts.ALERT_FIELDS).
@@ -95,6 +96,8 @@ class LintInput:
     calendar_until: date | None = None
     calendar_gap: date | None = None
     today: date | None = None
+    # Whether cron's day-of-week field or the weekdays guard leave days out (a make-up Saturday too).
+    days_limited: bool = False
 
 
 @dataclass(frozen=True)
@@ -248,5 +251,8 @@ def _calendar(rule: LintInput) -> LintItem:
         # Loud weeks ahead: past its data a calendar knows no holiday and no make-up working day.
         days = (rule.calendar_gap - rule.today).days if rule.today else 0
         return _item(CHECK_CALENDAR, WARN, CALENDAR_NO_DATA, **values, since=rule.calendar_gap.isoformat(), days=days)
+    if rule.days_limited:
+        # The calendar decides the business days; cron "1-5" or weekdays "mon-fri" skip make-up Saturdays.
+        return _item(CHECK_CALENDAR, WARN, CALENDAR_DAYS_LIMITED, calendar=rule.calendar)
     until = rule.calendar_until.isoformat() if rule.calendar_until else "-"
     return _item(CHECK_CALENDAR, PASS, CALENDAR_KNOWN, **values, until=until)

@@ -39,6 +39,22 @@ CALENDAR = {
 }
 
 
+LINT_BASE = dict(
+    timezone="Asia/Shanghai",
+    dedupe_key_template="{rule}:{business_date}",
+    params={},
+    max_attempts=3,
+    max_retry_window_seconds=3600,
+    max_delay_seconds=600,
+    jitter_min=0.5,
+    jitter_max=1.5,
+    catchup_max_delay_seconds=3600,
+    lease_ttl_seconds=300,
+    skill_p99_seconds=1.0,
+    alert_fields=frozenset({"run_id", "biz_key"}),
+)
+
+
 def china(name: str = "cn") -> BusinessCalendar:
     return BusinessCalendar.objects.create(name=name, country="CN")
 
@@ -176,30 +192,30 @@ def test_the_rule_lint_warns_weeks_before_the_calendar_runs_out():
     rule = make_rule("cn-report", kind="cron", cron="0 9 * * *", timezone="Asia/Shanghai", business_calendar=china())
     facts = calendar_lint(rule, today=date(2026, 11, 20))
     assert facts["calendar_gap"] == date(2027, 1, 1)
-    base = dict(
-        timezone="Asia/Shanghai",
-        dedupe_key_template="{rule}:{business_date}",
-        params={},
-        max_attempts=3,
-        max_retry_window_seconds=3600,
-        max_delay_seconds=600,
-        jitter_min=0.5,
-        jitter_max=1.5,
-        catchup_max_delay_seconds=3600,
-        lease_ttl_seconds=300,
-        skill_p99_seconds=1.0,
-        alert_fields=frozenset({"run_id", "biz_key"}),
-    )
-    item = lint.rule_lint(lint.LintInput(**base, **facts))[-1]
+    item = lint.rule_lint(lint.LintInput(**LINT_BASE, **facts))[-1]
     assert (item.check, item.status, item.reason.params["since"], item.reason.params["days"]) == (
         lint.CHECK_CALENDAR,
         lint.WARN,
         "2027-01-01",
         42,
     )
-    known = lint.rule_lint(lint.LintInput(**base, **calendar_lint(rule, today=date(2026, 6, 1))))[-1]
+    known = lint.rule_lint(lint.LintInput(**LINT_BASE, **calendar_lint(rule, today=date(2026, 6, 1))))[-1]
     assert known.status == lint.PASS
-    assert lint.CHECK_CALENDAR not in [i.check for i in lint.rule_lint(lint.LintInput(**base))]
+    assert lint.CHECK_CALENDAR not in [i.check for i in lint.rule_lint(lint.LintInput(**LINT_BASE))]
+
+
+@pytest.mark.parametrize(
+    ("cron", "weekdays", "limited"),
+    [("0 9 * * *", "", False), ("0 9 * * 1-5", "", True), ("0 9 * * *", "mon-fri", True)],
+)
+def test_the_rule_lint_warns_when_cron_or_weekdays_would_skip_make_up_saturdays(cron, weekdays, limited):
+    rule = make_rule(
+        "cn-report", kind="cron", cron=cron, weekdays=weekdays, timezone="Asia/Shanghai", business_calendar=china()
+    )
+    facts = calendar_lint(rule, today=date(2026, 6, 1))
+    assert facts["days_limited"] is limited
+    item = lint.rule_lint(lint.LintInput(**LINT_BASE, **facts))[-1]
+    assert item.reason.code == (lint.CALENDAR_DAYS_LIMITED if limited else lint.CALENDAR_KNOWN)
 
 
 def test_only_calendars_in_use_by_enabled_rules_are_reported():
