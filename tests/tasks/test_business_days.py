@@ -182,6 +182,24 @@ def test_the_ends_of_the_date_range_have_no_neighbour():
     assert business_days.business_dates(None, date(1, 1, 1))["previous_business_date"] == ""
 
 
+def test_an_event_key_by_date_takes_the_calendars_neighbours():
+    from tasks.rules import events
+
+    key = events.render_key(
+        "{object_id}:{previous_business_date}",
+        rule_id=7,
+        rule="r",
+        source="s",
+        criteria={"object_id": "42"},
+        business_date="2026-02-24",
+        params={},
+        neighbours={
+            k: v for k, v in business_days.business_dates(china(), date(2026, 2, 24)).items() if k != "business_date"
+        },
+    )
+    assert key == "rule/7/event/42:2026-02-14"
+
+
 def test_a_calendar_closed_for_a_year_is_an_error_not_a_hang():
     closed = BusinessCalendar(name="shut", lookup=lambda d: business_days.LibraryDay(False, "closed"))
     with pytest.raises(ValueError, match="no business day"):
