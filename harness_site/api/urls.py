@@ -22,6 +22,7 @@ urlpatterns = [
     path("rules/<str:name>/explain", rules.RuleExplainView.as_view(), name="rule-explain"),
     path("rules/<str:name>/preview", rules.RulePreviewView.as_view(), name="rule-preview"),
     path("calendars", calendars.CalendarListView.as_view(), name="calendars"),
+    path("calendars/<str:name>", calendars.CalendarDetailView.as_view(), name="calendar"),
     path("calendars/<str:name>/days", calendars.CalendarDaysView.as_view(), name="calendar-days"),
     path("runs", runs.RunListView.as_view(), name="runs"),
     path("runs/<str:run_id>", runs.RunDetailView.as_view(), name="run"),

@@ -167,6 +167,32 @@ def test_the_api_lists_calendars_and_a_calendars_days(api):
     assert api.get("/api/v1/calendars/cn/days?from=2027-01-04&to=2027-01-04").json()["days"][0]["covered"] is False
 
 
+def test_a_calendar_is_put_read_and_deleted_through_the_api(api):
+    body = {"country": "CN", "overrides": [{"date": "2026-12-31", "kind": "closed", "reason": "Year-end shutdown"}]}
+    put = api.put("/api/v1/calendars/cn", body)
+    assert put.status_code == 200, put.content
+    assert put.json()["overrides"] == body["overrides"] and put.json()["library"] == "chinesecalendar 1.11.0"
+    assert api.get("/api/v1/calendars/cn").json()["country"] == "CN"
+    # A put replaces the overrides; without "overrides" it keeps them.
+    api.put("/api/v1/calendars/cn", {"country": "CN", "overrides": []})
+    assert not CalendarOverride.objects.exists()
+    bad = api.put("/api/v1/calendars/cn", {"overrides": [{"date": "someday", "kind": "closed", "reason": "x"}]})
+    assert bad.status_code == 400 and bad.json()["field"] == "overrides"
+    assert "YYYY-MM-DD" in bad.json()["detail"]
+    make_rule(
+        "cn-report",
+        kind="cron",
+        cron="0 9 * * *",
+        timezone="Asia/Shanghai",
+        business_calendar=BusinessCalendar.objects.get(),
+    )
+    in_use = api.delete("/api/v1/calendars/cn")
+    assert in_use.status_code == 409 and "cn-report" in in_use.json()["detail"]
+    TriggerRule.objects.all().delete()
+    assert api.delete("/api/v1/calendars/cn").status_code == 204
+    assert api.get("/api/v1/calendars/cn").status_code == 404
+
+
 @pytest.mark.parametrize(
     ("query", "status", "field"),
     [
@@ -271,3 +297,15 @@ def test_healthz_names_a_calendar_running_out_and_stays_ok(client, monkeypatch):
             "rules": ["cn-report"],
         }
     ]
+
+
+def test_operators_edit_calendars_and_viewers_only_read_them():
+    from tests.support.api import api_for
+    from tests.support.desk import make_user
+
+    operator = api_for(make_user("op", "Operators"))
+    viewer = api_for(make_user("view", "Viewers"))
+    assert operator.put("/api/v1/calendars/cn", {"country": "CN"}).status_code == 200
+    assert viewer.get("/api/v1/calendars/cn").status_code == 200
+    assert viewer.put("/api/v1/calendars/cn", {"country": "DE"}).status_code == 403
+    assert operator.delete("/api/v1/calendars/cn").status_code == 403  # an administrator's call
