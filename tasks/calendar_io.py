@@ -48,6 +48,8 @@ def calendar_stage(items) -> tuple[Staged, list[str]]:
         for f in ("name", "country", "subdivision", "weekend", "description"):
             if f in item and not isinstance(item[f], str):
                 problems.append(f"field {f}: must be a string, got {item[f]!r}"[:160])
+            elif "\x00" in item.get(f, ""):
+                problems.append(f"field {f}: must not contain a NUL character")
         if isinstance(name, str) and name in staged:
             problems.append(f"field name: {name!r} appears more than once in the file")
         overrides, override_problems = _overrides(item.get("overrides"))
@@ -127,8 +129,8 @@ def _overrides(value) -> tuple[list[tuple[date, str, str]] | None, list[str]]:
             problems.append(f"{where}: kind must be one of {', '.join(sorted(kinds))}")
             continue
         reason = entry.get("reason")
-        if not isinstance(reason, str) or not reason.strip() or len(reason) > 200:
-            problems.append(f"{where}: reason must be a text of 1 to 200 characters")
+        if not isinstance(reason, str) or not reason.strip() or len(reason) > 200 or "\x00" in reason:
+            problems.append(f"{where}: reason must be a text of 1 to 200 characters, without NUL")
             continue
         if day in seen:
             problems.append(f"{where}: {day} appears more than once")

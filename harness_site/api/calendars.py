@@ -148,9 +148,9 @@ def _refusal(errors: list[str], *, label: str) -> ApiProblem:
 
 
 def _get(name: str) -> BusinessCalendar:
-    cal = BusinessCalendar.objects.filter(name=name).first()
+    cal = None if "\x00" in name else BusinessCalendar.objects.filter(name=name).first()
     if cal is None:
-        raise ApiProblem(404, "not-found", f"no business calendar named {name!r}")
+        raise ApiProblem(404, "not-found", f"no business calendar named {name[:100]!r}")
     return cal
 
 

@@ -132,7 +132,7 @@ def library_name(country: str) -> str:
     return f"{package} {version(package)}"
 
 
-@functools.cache
+@functools.lru_cache(maxsize=128)
 def library_lookup(country: str, subdivision: str = "") -> business_days.Lookup:
     """The lookup for a country's holidays; NotImplementedError names an unknown country or region.
     Cached per process: the libraries' data is fixed until the package is upgraded (a restart)."""

@@ -179,6 +179,9 @@ def test_a_calendar_is_put_read_and_deleted_through_the_api(api):
     bad = api.put("/api/v1/calendars/cn", {"overrides": [{"date": "someday", "kind": "closed", "reason": "x"}]})
     assert bad.status_code == 400 and bad.json()["field"] == "overrides"
     assert "YYYY-MM-DD" in bad.json()["detail"]
+    nul = api.put("/api/v1/calendars/cn", {"description": "a\x00b"})
+    assert nul.status_code == 400 and "\x00" not in BusinessCalendar.objects.get().description
+    assert api.get("/api/v1/calendars/c%00n").status_code == 404
     make_rule(
         "cn-report",
         kind="cron",
