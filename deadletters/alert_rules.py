@@ -14,6 +14,7 @@ FINAL_FAILURE = "final_failure"  # a dead-letter ticket was opened
 SLOT_EXPIRED = "slot_expired"  # a slot waited for readiness until its deadline and will not run
 SLOT_MISSED = "slot_missed"  # a slot was missed beyond the catch-up window
 SCHEDULER_STALLED = "scheduler_stalled"
+CALENDAR_NO_DATA = "calendar_no_data"  # a business calendar in use has no data for a date weeks ahead
 SUMMARY = "summary"  # a storm's folded alerts, counted
 TEST = "test"  # "send test alert" from the channel admin
 
@@ -54,6 +55,8 @@ EVENT_SEVERITY = {
     # outage there may be hundreds, and the storm summary keeps them readable.
     SLOT_MISSED: WARNING,
     SCHEDULER_STALLED: URGENT,
+    # Weeks ahead of the first date it cannot answer for: time to upgrade the library, not to wake anyone.
+    CALENDAR_NO_DATA: WARNING,
 }
 
 

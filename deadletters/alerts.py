@@ -210,6 +210,7 @@ def alert_slot_expired(*, rule_name: str, slot: datetime, missing: list[str], no
     )
 
 
+CALENDAR_NO_DATA = rules.CALENDAR_NO_DATA
 MISSED_REASON = "missed"  # runs.models.Decision.Reason.MISSED (runs is the layer above: not imported)
 
 
@@ -275,6 +276,32 @@ def alert_check_scheduler(*, health: dict, now: datetime) -> Alert | None:
             "link": admin_link("admin:index"),
         },
         now=now,
+    )
+
+
+def alert_check_calendars(*, gaps: list[dict], now: datetime) -> list[Alert]:
+    """Alert once per business calendar and first date without data (tasks.models.calendar.calendar_gaps),
+    weeks ahead of it; a check every minute finds its alert recorded. Returns the alerts recorded now."""
+    events = [
+        (
+            f"calendar-no-data:{gap['calendar']}:{gap['no_data_from']}",
+            {
+                "title": f"business calendar {gap['calendar']} has no data from {gap['no_data_from']} "
+                f"(in {gap['days_left']} days)",
+                "error_kind": CALENDAR_NO_DATA,
+                "rule": ", ".join(gap["rules"]),
+                "reason": f"{gap['source'] or 'no library'} has no holidays or make-up working days from "
+                f"{gap['no_data_from']}; rules on it would count every weekday as a business day. "
+                "Upgrade the library once the year is published, or add overrides.",
+                "link": admin_link("admin:tasks_businesscalendar_changelist"),
+            },
+        )
+        for gap in gaps
+    ]
+    if not events:
+        return []
+    return alert_record_many(
+        kind=CALENDAR_NO_DATA, severity=rules.EVENT_SEVERITY[CALENDAR_NO_DATA], events=events, now=now
     )
 
 

@@ -5,6 +5,7 @@ from django.utils import timezone
 
 from deadletters import alerts
 from runs.selectors import scheduler_health
+from tasks.models.calendar import calendar_gaps
 
 
 # Queued on commit of the event that recorded the alert. One try per message: a failed send is
@@ -19,12 +20,14 @@ def alert_deliver_task(alert_id: int) -> str:
 def alerts_check_task() -> dict:
     now = timezone.now()
     stalled = alerts.alert_check_scheduler(health=scheduler_health(now=now), now=now)
+    calendars = alerts.alert_check_calendars(gaps=calendar_gaps(today=now.date()), now=now)
     summaries = alerts.alert_summarise_due(now=now)
     due = alerts.alert_redispatch_due(now=now)
     for alert_id in due:  # a duplicate message is harmless: alert_deliver claims by compare-and-set
         alerts.alert_send(alert_id)
     return {
         "stalled_alert": stalled is not None,
+        "calendar_alerts": len(calendars),
         "summaries": summaries,
         "redispatched": len(due),
         "pruned": alerts.alert_prune(now=now),

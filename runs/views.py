@@ -30,6 +30,7 @@ from runs.dashboard import dashboard_build
 from runs.metrics import metrics_registry
 from runs.models import TaskRun
 from runs.workers import worker_health
+from tasks.models.calendar import calendar_gaps
 
 log = logging.getLogger("harness.health")
 
@@ -39,16 +40,17 @@ BROKER_TIMEOUT = 2  # seconds: a monitor's probe must answer quickly, reachable 
 @csrf_exempt  # read-only; without it a POST gets the CSRF middleware's HTML 403 instead of a JSON 405
 def healthz(request):
     """Always JSON: `ok`, and `reason`, a code that names nothing ("ok", "database_unreachable",
-    "broker_unreachable", "scheduler_stalled", "slot_overdue", "worker_not_consuming",
-    "worker_not_responding"). 200 while the deployment works; 503 when the database or the broker
-    is unreachable, no tick ran for the stall period, a slot is overdue beyond its grace, or a worker
-    is not consuming (it holds work and finishes none) or not responding (no heartbeat, and no
-    process of the same node started since).
+        "broker_unreachable", "scheduler_stalled", "slot_overdue", "worker_not_consuming",
+        "worker_not_responding"). 200 while the deployment works; 503 when the database or the broker
+        is unreachable, no tick ran for the stall period, a slot is overdue beyond its grace, or a worker
+        is not consuming (it holds work and finishes none) or not responding (no heartbeat, and no
+        process of the same node started since).
 
-    Anyone gets that much (liveness). A staff session or an API token (`Authorization: Bearer`, 401
-    when it is unknown) also gets the details: `detail` (the reason in words, with names),
-    `workers`, `queues` (depth and oldest message age), `flow` (pools at their limit, paused pools,
-    runs waiting for a pool) and the scheduler's figures."""
+        Anyone gets that much (liveness). A staff session or an API token (`Authorization: Bearer`, 401
+        when it is unknown) also gets the details: `detail` (the reason in words, with names),
+        `workers`, `queues` (depth and oldest message age), `flow` (pools at their limit, paused pools,
+        runs waiting for a pool), `calendars_without_data` (business calendars in use that cannot answer
+    for a date within weeks: a warning, never a 503) and the scheduler's figures."""
     if request.method not in ("GET", "HEAD"):
         response = JsonResponse({"ok": False, "reason": "method_not_allowed", "detail": "GET /healthz"}, status=405)
         response["Allow"] = "GET, HEAD"
@@ -99,6 +101,11 @@ def _health() -> dict:
         status.update(ok=False, reason="broker_unreachable", detail=f"broker unreachable: {broker}")
     status["broker"] = "unreachable" if broker else "ok"
     status["queues"] = queue_depths() if not broker else {}
+    try:
+        # Weeks ahead, not an outage: named here and alerted, but `ok` is unchanged.
+        status["calendars_without_data"] = calendar_gaps(today=timezone.now().date())
+    except DatabaseError as exc:
+        status["calendars_without_data"] = {"error": _one_line(exc)}
     return status
 
 

@@ -23,6 +23,19 @@ from tasks.rules import explain as explained
 from tasks.rules import plan as planned
 from tasks.rules.reasons import Reason
 
+# Mainland China's public holidays as chinese-calendar names them (English), in the user's language.
+HOLIDAY_NAMES = {
+    "New Year's Day": gettext_lazy("New Year's Day"),
+    "Spring Festival": gettext_lazy("Spring Festival"),
+    "Tomb-sweeping Day": gettext_lazy("Tomb-sweeping Day"),
+    "Labour Day": gettext_lazy("Labour Day"),
+    "Dragon Boat Festival": gettext_lazy("Dragon Boat Festival"),
+    "Mid-autumn Festival": gettext_lazy("Mid-autumn Festival"),
+    "National Day": gettext_lazy("National Day"),
+    # chinese-calendar's name for the extra day off on 3 September 2015, for old dates.
+    "Anti-Fascist 70th Day": gettext_lazy("Anti-Fascist 70th Day"),
+}
+
 # A reason's parameters that are lists are joined so.
 LIST_SEPARATOR = "; "
 
@@ -72,6 +85,18 @@ CATALOGUE = {
     evaluation.SLOT_NO_OPENING: gettext_lazy("no run: no business-hours opening (%(hours)s)"),
     evaluation.SLOT_START_WINDOW: gettext_lazy("no run: start window passed"),
     evaluation.SLOT_PAUSED: gettext_lazy("paused: will not run while the rule is paused"),
+    # --- what a business calendar does to a slot's date ---
+    evaluation.SLOT_HOLIDAY: gettext_lazy("no run: %(date)s: %(name)s (calendar %(calendar)s)"),
+    evaluation.SLOT_WEEKEND: gettext_lazy("no run: %(date)s is a weekend day (calendar %(calendar)s)"),
+    evaluation.SLOT_CLOSED: gettext_lazy("no run: %(date)s is closed: %(name)s (calendar %(calendar)s)"),
+    evaluation.SLOT_NO_DATA_CLOSED: gettext_lazy(
+        "no run: %(date)s is a weekend day; calendar %(calendar)s has no data for it yet"
+    ),
+    evaluation.SLOT_MAKEUP: gettext_lazy("%(runs)s: %(date)s is a make-up working day (%(name)s)"),
+    evaluation.SLOT_OPENED: gettext_lazy("%(runs)s: %(date)s is an extra working day (%(name)s)"),
+    evaluation.SLOT_NO_DATA_OPEN: gettext_lazy(
+        "%(runs)s as an ordinary weekday: calendar %(calendar)s has no data for %(date)s yet"
+    ),
     # --- guard settings the rule form refuses ---
     evaluation.BAD_WEEKDAYS: gettext_lazy(
         '"%(part)s" is not a weekday or range; write e.g. "mon-fri" or "mon,wed,fri"'
@@ -220,6 +245,7 @@ CATALOGUE = {
     lint.CHECK_LEASE: gettext_lazy("lease TTL above p99 duration"),
     lint.CHECK_ALERT: gettext_lazy("alert carries run id and biz_key"),
     lint.CHECK_BACKPRESSURE: gettext_lazy("backpressure class fits"),
+    lint.CHECK_CALENDAR: gettext_lazy("business calendar has data ahead"),
     lint.TIMEZONE_SET: gettext_lazy("Schedule is read in %(zone)s."),
     lint.TIMEZONE_INVALID: gettext_lazy("%(error)s; the host zone must never decide."),
     lint.NO_DEPENDENCIES: gettext_lazy("No readiness dependencies."),
@@ -266,6 +292,16 @@ CATALOGUE = {
     lint.SHED_ABOVE: gettext_lazy("Shed above the high watermark of pending runs (%(where)s)."),
     lint.WATERMARK_AT: gettext_lazy("%(scope)s at %(high)s"),
     lint.ONE_TIME_INPUT: gettext_lazy("One-time input: never shed."),
+    lint.CALENDAR_KNOWN: gettext_lazy("Calendar %(calendar)s (%(source)s) knows every date up to %(until)s."),
+    lint.CALENDAR_DAYS_LIMITED: gettext_lazy(
+        "Calendar %(calendar)s decides the business days, but the cron's day of week or the weekdays leave days "
+        'out: a make-up working day on a weekend will not run. Use a daily cron such as "0 9 * * *" and blank weekdays.'
+    ),
+    lint.CALENDAR_NO_DATA: gettext_lazy(
+        "Calendar %(calendar)s (%(source)s) has no data from %(since)s (in %(days)s days): from then on it knows "
+        "no holiday and no make-up working day and counts every weekday as a business day. Upgrade the library "
+        "once the next year's holidays are published, or add overrides."
+    ),
 }
 
 
@@ -296,6 +332,8 @@ def _value(v, value=None):
         return say(v, value=value)
     if isinstance(v, list | tuple):
         return LIST_SEPARATOR.join(str(_value(item, value)) for item in v)
+    if isinstance(v, evaluation.HolidayName):
+        return str(HOLIDAY_NAMES.get(v, v))
     if isinstance(v, explained.SlotRef):
         return utc_text(v.at)
     if isinstance(v, datetime):

@@ -14,6 +14,7 @@ from harness_site.audit.services import audit_record
 from runs.store import store
 from tasks import sentences
 from tasks.agent_io import agent_export, agent_resolve, agent_save, agent_stage
+from tasks.calendar_io import calendar_export, calendar_resolve, calendar_save, calendar_stage
 from tasks.file_items import STAGING_ERRORS, field_problems, file_entries, staging_errors
 from tasks.models import ServiceIdentity, TriggerRule
 from tasks.pool_io import pool_export, pool_lookup, pool_save, pool_stage
@@ -63,6 +64,7 @@ EXPORT_FIELDS = (
     "outside_hours",
     "weekdays",
     "excluded_dates",
+    "business_calendar",
     "overlap",
     "object_key_template",
     "recoverability",
@@ -100,6 +102,9 @@ def rule_export() -> dict:
     agents = agent_export()
     if agents:
         doc["agents"] = agents
+    calendars = calendar_export()
+    if calendars:
+        doc["calendars"] = calendars
     doc["rules"] = rules
     return doc
 
@@ -110,6 +115,7 @@ def rule_export_one(rule: TriggerRule) -> dict:
     data["run_at"] = rule.run_at.isoformat() if rule.run_at else None
     data["agent"] = rule.agent.name if rule.agent_id else None
     data["identity"] = rule.identity.name if rule.identity_id else None
+    data["business_calendar"] = rule.business_calendar.name if rule.business_calendar_id else None
     data["pools"] = sorted(p.name for p in rule.pools.all())
     for f in TIME_FIELDS:
         data[f] = data[f].isoformat() if data[f] else None
@@ -131,11 +137,12 @@ _UNTOUCHED_GLOBAL = {
 
 @dataclass
 class StagedImport:
-    """A rules file checked and staged, nothing saved: its pools, agents and rules (unsaved instances)."""
+    """A rules file checked and staged, nothing saved: its pools, agents, calendars and rules (unsaved instances)."""
 
     pools: list
     agents: list
     rules: list[tuple[TriggerRule, bool, bool, list | None]]  # (rule, created, changed, pools or None)
+    calendars: dict
 
 
 @dataclass
@@ -168,6 +175,8 @@ def rule_import_stage(text: str | bytes) -> StagedImport:
     pools, errors = pool_stage(doc.get("pools") if isinstance(doc, dict) else None)
     agents, agent_errors = agent_stage(doc.get("agents") if isinstance(doc, dict) else None, pools)
     errors += agent_errors
+    calendars, calendar_errors = calendar_stage(doc.get("calendars") if isinstance(doc, dict) else None)
+    errors += calendar_errors
     staged: list[tuple[TriggerRule, bool, bool, list | None]] = []
     seen: set[str] = set()
     for label, name, item in file_entries(items, "rule", errors):
@@ -178,6 +187,9 @@ def rule_import_stage(text: str | bytes) -> StagedImport:
         agent_problem = agent_resolve(item, agents)
         if agent_problem:
             problems.append(f"field agent: {agent_problem}")
+        calendar_problem = calendar_resolve(item, calendars)
+        if calendar_problem:
+            problems.append(f"field business_calendar: {calendar_problem}")
         identity_problem = _identity_resolve(item)
         if identity_problem:
             problems.append(f"field identity: {identity_problem}")
@@ -206,7 +218,7 @@ def rule_import_stage(text: str | bytes) -> StagedImport:
         staged.append((rule, created, changed, rule_pools))
     if errors:
         raise RuleImportError(errors)
-    return StagedImport(pools, agents, staged)
+    return StagedImport(pools, agents, staged, calendars)
 
 
 def rule_import_plans(
@@ -266,6 +278,8 @@ def rule_import(
             pool_save(staged.pools)  # first: agents and rules may name a pool new in this file
             current = "agents"
             agent_save(staged.agents)  # then: rules may name an agent new in this file
+            current = "calendars"
+            calendar_save(staged.calendars)  # and a calendar new in this file
             for rule, created, changed, rule_pools in staged.rules:
                 current = f"rule {rule.name!r}"
                 if changed:
@@ -359,6 +373,7 @@ IMPORT_TYPES = {
     "outside_hours": str,
     "weekdays": str,
     "excluded_dates": list,
+    "business_calendar": str,
     "overlap": str,
     "object_key_template": str,
     "recoverability": str,
@@ -381,6 +396,7 @@ NULLABLE_IMPORT_FIELDS = {
     "hours_start",
     "hours_end",
     "identity",
+    "business_calendar",
     "heartbeat_every_seconds",
     "pools",
 }

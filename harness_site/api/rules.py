@@ -125,7 +125,11 @@ class RuleListView(DeskView):
         responses={200: RuleSerializer(many=True), **problems(*COMMON)},
     )
     def get(self, request):
-        rules = TriggerRule.objects.select_related("agent", "identity").prefetch_related("pools").order_by("name")
+        rules = (
+            TriggerRule.objects.select_related("agent", "identity", "business_calendar")
+            .prefetch_related("pools")
+            .order_by("name")
+        )
         kind = query_text(request, "kind")
         if kind:
             if kind not in TriggerRule.Kind.values:

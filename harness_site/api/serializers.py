@@ -62,7 +62,7 @@ def _input_field(name: str, *, creating: bool) -> serializers.Field:
         "allow_null": name in NULLABLE_IMPORT_FIELDS,
         "help_text": str(model_field.help_text or model_field.verbose_name),
     }
-    if name == "agent":
+    if name in ("agent", "business_calendar"):
         return StrictCharField(allow_blank=True, **{**opts, "allow_null": True})
     if name == "output_schema":
         return serializers.JSONField(**{**opts, "allow_null": True})
@@ -100,6 +100,7 @@ class RuleSerializer(serializers.ModelSerializer):
 
     agent = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     identity = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
+    business_calendar = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     pools = serializers.SlugRelatedField(slug_field="name", read_only=True, many=True)
 
     class Meta:

@@ -3,7 +3,7 @@ Any other path under /api/ is a 404 problem document (harness_site/api/surface.p
 
 from django.urls import path
 
-from harness_site.api import deadletters, rules, runs, status
+from harness_site.api import calendars, deadletters, rules, runs, status
 from harness_site.api.docs import PublicRedocView, PublicSchemaView, PublicSwaggerView
 
 app_name = "api"
@@ -23,6 +23,9 @@ urlpatterns = [
     path("rules/<str:name>/explain", rules.RuleExplainView.as_view(), name="rule-explain"),
     path("rules/<str:name>/preview", rules.RulePreviewView.as_view(), name="rule-preview"),
     path("rules/<str:name>/plan", rules.RulePlanView.as_view(), name="rule-plan"),
+    path("calendars", calendars.CalendarListView.as_view(), name="calendars"),
+    path("calendars/<str:name>", calendars.CalendarDetailView.as_view(), name="calendar"),
+    path("calendars/<str:name>/days", calendars.CalendarDaysView.as_view(), name="calendar-days"),
     path("runs", runs.RunListView.as_view(), name="runs"),
     path("runs/<str:run_id>", runs.RunDetailView.as_view(), name="run"),
     path("runs/<str:run_id>/retry", runs.RunRetryView.as_view(), name="run-retry"),

@@ -12,6 +12,8 @@ VIEW = [
             "agent",
             "pool",
             "historicalpool",
+            "businesscalendar",
+            "calendaroverride",
             "readinessflag",
             "serviceidentity",
             "triggersource",
@@ -59,6 +61,12 @@ GROUPS = {
         # Flow control: operators tune limits at runtime, without a deploy.
         "tasks.add_pool",
         "tasks.change_pool",
+        # Business calendars: a company's shutdown days and extra working days are operators' data.
+        "tasks.add_businesscalendar",
+        "tasks.change_businesscalendar",
+        "tasks.add_calendaroverride",
+        "tasks.change_calendaroverride",
+        "tasks.delete_calendaroverride",
         "runs.add_backpressure",
         "runs.change_backpressure",
         "tasks.add_triggersource",

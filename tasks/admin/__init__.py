@@ -5,7 +5,7 @@ from django.utils.translation import gettext_lazy as _
 from simple_history.admin import SimpleHistoryAdmin
 
 from harness_site.desk import JSON_FORMFIELDS
-from tasks.admin import agents, events, pools  # noqa: F401  (register the Agent, event and pool admins)
+from tasks.admin import agents, calendars, events, pools  # noqa: F401  (register the Agent, calendar, event and pool admins)
 from tasks.admin.guards import GuardAdminMixin  # also registers flags, identities and API tokens
 from tasks.admin.rules import RuleDeskMixin
 from tasks.models import DiagnosticRecord, TriggerRule

@@ -23,7 +23,17 @@ GUARD_FIELDSETS = (
     ),
     (
         _("Windows and calendar"),
-        {"fields": ("start_window_seconds", "hours_start", "hours_end", "outside_hours", "weekdays", "excluded_dates")},
+        {
+            "fields": (
+                "start_window_seconds",
+                "hours_start",
+                "hours_end",
+                "outside_hours",
+                "weekdays",
+                "excluded_dates",
+                "business_calendar",
+            )
+        },
     ),
     (_("Overlap"), {"fields": ("overlap", "object_key_template")}),
     (_("Backpressure and coalescing"), {"fields": ("recoverability", "coalesce_window_seconds")}),

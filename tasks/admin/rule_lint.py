@@ -1,6 +1,9 @@
 """The rule's lint checklist on the desk: the facts tasks.rules.lint needs (observed p99, flags
 seen, watermarks), and the checklist and list column in the user's language."""
 
+from datetime import date
+
+from django.utils import timezone
 from django.utils.html import format_html, format_html_join
 
 from deadletters.alerts import ALERT_FIELDS
@@ -8,7 +11,7 @@ from runs.models import Backpressure
 from tasks import sentences
 from tasks.models import ReadinessFlag, TriggerRule
 from tasks.models.pool import GLOBAL_POOL
-from tasks.rules import lint
+from tasks.rules import business_days, lint
 
 ICON = {lint.PASS: "✔", lint.WARN: "⚠", lint.FAIL: "✘"}
 
@@ -38,7 +41,28 @@ def lint_input(rule: TriggerRule, p99: float | None) -> lint.LintInput:
         object_key_template=rule.object_key_template,
         coalesce_window_seconds=rule.coalesce_window_seconds or 0,
         watermarks=rule_watermarks(rule),
+        **calendar_lint(rule, today=timezone.now().date()),
     )
+
+
+def calendar_lint(rule: TriggerRule, *, today: date) -> dict:
+    """The lint's calendar facts: name, library, and the first date ahead it has no data for."""
+    cal = rule.business_days
+    if cal is None:
+        return {}
+    return {
+        "calendar": cal.name,
+        "calendar_source": cal.source,
+        "calendar_until": today + business_days.DEFAULT_HORIZON,
+        "calendar_gap": business_days.calendar_gap(cal, today=today),
+        "today": today,
+        "days_limited": bool((rule.weekdays or "").strip()) or _cron_weekdays(rule.cron) != "*",
+    }
+
+
+def _cron_weekdays(cron: str) -> str:
+    fields = (cron or "").split()
+    return fields[4] if len(fields) == 5 else "*"
 
 
 def rule_watermarks(rule: TriggerRule) -> tuple[tuple[str, int | None, int | None], ...]:

@@ -2,6 +2,7 @@
 
 from tasks.models.access import ApiToken, ServiceIdentity
 from tasks.models.agent import Agent
+from tasks.models.calendar import BusinessCalendar, CalendarOverride
 from tasks.models.diagnostic import DiagnosticRecord
 from tasks.models.event import EventDelivery, EventMetric, EventRefusal, RefusalCount, TriggerSource
 from tasks.models.flag import ReadinessFlag
@@ -12,6 +13,8 @@ __all__ = [
     "GLOBAL_POOL",
     "Agent",
     "ApiToken",
+    "BusinessCalendar",
+    "CalendarOverride",
     "DiagnosticRecord",
     "EventDelivery",
     "EventMetric",

@@ -105,7 +105,8 @@ class TriggerRule(models.Model):
         default=DEFAULT_DEDUPE_TEMPLATE,
         help_text=_(
             "Business key of one unit of work, stored under the rule's own namespace (rule/<id>/<kind>/). "
-            "Placeholders: {rule} {slot} {business_date} and params; their values are escaped."
+            "Placeholders: {rule} {slot} {business_date} {previous_business_date} {next_business_date} "
+            "(business days of the rule's calendar) and params; their values are escaped."
         ),
     )
     # An event's {business_date} is the day it arrived, not a day in the event: a key with it lets the
@@ -248,6 +249,18 @@ class TriggerRule(models.Model):
         default=list,
         blank=True,
         help_text=_('Local dates with no runs, e.g. ["2026-12-25"].'),
+    )
+    business_calendar = models.ForeignKey(
+        "tasks.BusinessCalendar",
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="rules",
+        verbose_name=_("business calendar"),
+        help_text=_(
+            "Run only on this calendar's business days (holidays, make-up working days, overrides); "
+            'use it with a daily cron such as "0 9 * * *" and blank weekdays. Blank: every day.'
+        ),
     )
     overlap = models.CharField(_("overlap"), max_length=10, choices=Overlap.choices, default=Overlap.ALLOW)
     object_key_template = models.CharField(
@@ -399,6 +412,18 @@ class TriggerRule(models.Model):
 
     def heartbeat_deadline(self):
         return timedelta(seconds=(self.heartbeat_every_seconds or 0) + (self.heartbeat_grace_seconds or 0))
+
+    @property
+    def business_days(self):
+        """The rule's business calendar as pure data (tasks.rules.business_days), or None."""
+        if self.business_calendar_id is None:
+            return None
+        # Built once per instance and calendar (a slot's guards, key and scope all read it).
+        cached = self.__dict__.get("_business_days")
+        if cached is None or cached[0] != self.business_calendar_id:
+            cached = (self.business_calendar_id, self.business_calendar.business_days())
+            self.__dict__["_business_days"] = cached
+        return cached[1]
 
     def schedule_spec(self) -> schedule.ScheduleSpec:
         # A heartbeat rule is read as an interval of its period for validation and slot labels;

@@ -2,7 +2,7 @@
 
 The guards are checked in a fixed order, and the first that says no decides (docs/evaluation.md):
 
-    calendar (excluded date, weekday) → business hours → start window → readiness → overlap
+    calendar (excluded date, weekday, business days) → business hours → start window → readiness → overlap
 
 Every verdict is one of: RUN (a run, possibly deferred to `run_after`), HOLD (not yet: re-check at
 `recheck_at`), DECIDE (a recorded decision with its reason) or FAIL (a failed run, for the readiness
@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
+from tasks.rules import business_days
 from tasks.rules.reasons import Reason, code
 
 RUN = "run"
@@ -34,6 +35,7 @@ WEEKDAY_NAMES = ("mon", "tue", "wed", "thu", "fri", "sat", "sun")
 # A decision's details["why"], stored with it (so these words are data, kept as they are).
 WHY_EXCLUDED_DATE = "excluded date"
 WHY_WEEKDAY = "weekday not allowed"
+WHY_NOT_BUSINESS_DAY = "not a business day"
 WHY_OUTSIDE_HOURS = "outside business hours"
 WHY_NO_OPENING = "no business-hours opening"
 WHY_START_WINDOW = "start window passed"
@@ -47,6 +49,19 @@ SLOT_OUTSIDE_HOURS = code("guards.outside_hours")  # hours
 SLOT_NO_OPENING = code("guards.no_opening")  # hours
 SLOT_START_WINDOW = code("guards.start_window")
 SLOT_PAUSED = code("guards.paused")
+# What a business calendar says of a slot's date (details: date, calendar, name).
+SLOT_HOLIDAY = code("guards.holiday")  # date, name, calendar
+SLOT_WEEKEND = code("guards.weekend")  # date, calendar
+SLOT_CLOSED = code("guards.closed")  # date, name, calendar
+SLOT_NO_DATA_CLOSED = code("guards.no_data_closed")  # date, calendar
+SLOT_MAKEUP = code("guards.makeup")  # date, name (a Reason: what the run itself does)
+SLOT_OPENED = code("guards.opened")  # date, name
+SLOT_NO_DATA_OPEN = code("guards.no_data_open")  # date, calendar
+_DAY_NO_RUN = {
+    business_days.HOLIDAY: SLOT_HOLIDAY,
+    business_days.WEEKEND: SLOT_WEEKEND,
+    business_days.CLOSED: SLOT_CLOSED,
+}
 _SLOT_NO_RUN = {
     WHY_EXCLUDED_DATE: SLOT_EXCLUDED_DATE,
     WHY_WEEKDAY: SLOT_WEEKDAY,
@@ -87,6 +102,7 @@ class Guards:
     outside_hours: str = "defer"  # defer | skip | run
     weekdays: frozenset[int] | None = None  # Monday is 0; None: every day
     excluded_dates: frozenset[date] = frozenset()
+    calendar: business_days.BusinessCalendar | None = None  # runs on its business days only
     depends_on: tuple[str, ...] = ()
     not_ready_policy: str = "wait"  # wait | skip | fail
     recheck: timedelta = timedelta(minutes=5)
@@ -124,6 +140,10 @@ def evaluate_slot(g: Guards, slot: datetime, *, now: datetime, facts: Facts) -> 
         return Verdict(DECIDE, CALENDAR, details={"why": WHY_EXCLUDED_DATE, "date": day.isoformat()})
     if g.weekdays is not None and local.weekday() not in g.weekdays:
         return Verdict(DECIDE, CALENDAR, details={"why": WHY_WEEKDAY, "weekday": WEEKDAY_NAMES[local.weekday()]})
+    if g.calendar is not None:
+        business = g.calendar.day(day)
+        if not business.business:
+            return Verdict(DECIDE, CALENDAR, details={"why": WHY_NOT_BUSINESS_DAY, **day_details(g.calendar, business)})
 
     start = max(slot, now)
     details: dict = {}
@@ -193,6 +213,8 @@ def next_opening(g: Guards, local: datetime) -> datetime | None:
         day = first_day + timedelta(days=offset)
         if day in g.excluded_dates or (g.weekdays is not None and day.weekday() not in g.weekdays):
             continue
+        if g.calendar is not None and not g.calendar.is_business_day(day):
+            continue
         for opening in local_time_instants(zone, day, g.hours_start):
             if opening >= after:
                 return opening
@@ -250,14 +272,65 @@ def describe_slot(g: Guards, slot: datetime) -> Reason:
     """What the static guards (calendar, hours, window) do to a future slot, for previews."""
     verdict = evaluate_slot(g, slot, now=slot, facts=Facts())
     if verdict.action == DECIDE:
+        if verdict.details["why"] == WHY_NOT_BUSINESS_DAY:
+            return calendar_reason(verdict.details)
         params = {k: v for k, v in verdict.details.items() if k != "why"}
         return Reason(_SLOT_NO_RUN[verdict.details["why"]], params)
     if verdict.run_after and verdict.run_after > slot:
         local = verdict.run_after.astimezone(ZoneInfo(g.timezone))
-        return Reason.of(SLOT_DEFERRED, local=f"{local:%Y-%m-%d %H:%M %Z}")
-    if g.depends_on:
-        return Reason.of(SLOT_RUNS_IF_READY, flags=", ".join(g.depends_on))
-    return Reason.of(SLOT_RUNS)
+        runs = Reason.of(SLOT_DEFERRED, local=f"{local:%Y-%m-%d %H:%M %Z}")
+    elif g.depends_on:
+        runs = Reason.of(SLOT_RUNS_IF_READY, flags=", ".join(g.depends_on))
+    else:
+        runs = Reason.of(SLOT_RUNS)
+    if g.calendar is not None:
+        return describe_day(g.calendar, g.calendar.day(slot.astimezone(ZoneInfo(g.timezone)).date()), runs=runs)
+    return runs
+
+
+def describe_day(
+    cal: business_days.BusinessCalendar, business: business_days.Day, *, runs: Reason | None = None
+) -> Reason:
+    """What a business day means for a slot on it: `runs`, said with why when it is no ordinary day
+    (a make-up working day, an extra working day, or a date the calendar has no data for)."""
+    runs = runs or Reason.of(SLOT_RUNS)
+    if not business.covered:
+        return Reason.of(SLOT_NO_DATA_OPEN, date=business.date.isoformat(), calendar=cal.name, runs=runs)
+    if business.kind in (business_days.MAKEUP, business_days.OPENED):
+        code_ = SLOT_MAKEUP if business.kind == business_days.MAKEUP else SLOT_OPENED
+        return Reason.of(code_, date=business.date.isoformat(), name=HolidayName(business.name), runs=runs)
+    return runs
+
+
+class HolidayName(str):
+    """A holiday's name from a library (English): the catalogue words the ones it knows in the
+    user's language (China's seven public holidays), and shows the rest as they are."""
+
+    __slots__ = ()
+
+
+def day_details(cal: business_days.BusinessCalendar, business: business_days.Day) -> dict:
+    """A business-day decision's details: what a page or explain needs to word it again later."""
+    details: dict[str, object] = {
+        "date": business.date.isoformat(),
+        "calendar": cal.name,
+        "day": business.kind,
+        "name": business.name,
+    }
+    if not business.covered:
+        details["no_data"] = True
+    return details
+
+
+def calendar_reason(details: dict) -> Reason:
+    """The words for a business-day decision, rebuilt from its stored details."""
+    params = {"date": details.get("date", ""), "calendar": details.get("calendar", "")}
+    if details.get("no_data"):
+        return Reason(SLOT_NO_DATA_CLOSED, params)
+    kind = details.get("day", business_days.WEEKEND)
+    if kind == business_days.WEEKEND:
+        return Reason(SLOT_WEEKEND, params)
+    return Reason(_DAY_NO_RUN.get(kind, SLOT_HOLIDAY), {**params, "name": HolidayName(details.get("name", ""))})
 
 
 def parse_weekdays(text: str) -> frozenset[int] | None:

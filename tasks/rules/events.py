@@ -229,9 +229,10 @@ def validate_key_template(template: str, *, params: dict, by_date: bool = False)
         raise keys.KeyTemplateError(
             "Event rules have no slot; use {object_id}, {action} and {version}, e.g. {object_id}:{action}:{version}."
         )
-    if "business_date" in names and not by_date:
+    dated = [n for n in names if n in keys.BUSINESS_DATE_PLACEHOLDERS]
+    if dated and not by_date:
         raise keys.KeyTemplateError(
-            "{business_date} in an event key is the day the event arrived: the same event re-sent after "
+            f"{{{dated[0]}}} in an event key is the day the event arrived: the same event re-sent after "
             'midnight would become a second run. Remove it, or tick "event key by date" '
             "(event_key_by_date) if one run per object per day is what you want."
         )
@@ -244,7 +245,15 @@ def validate_key_template(template: str, *, params: dict, by_date: bool = False)
 
 
 def render_key(
-    template: str, *, rule_id: int, rule: str, source: str, criteria: dict, business_date: str, params: dict
+    template: str,
+    *,
+    rule_id: int,
+    rule: str,
+    source: str,
+    criteria: dict,
+    business_date: str,
+    params: dict,
+    neighbours: dict[str, str] | None = None,
 ) -> str:
     """The event's biz_key, in the rule's EVENT namespace with every sender value escaped (invariant 1).
     Criteria override params of the same name; built-ins override both."""
@@ -257,6 +266,7 @@ def render_key(
             params={**params, **criteria},
             escaped=True,
             source=source,
+            **(neighbours or {}),
         )
         return keys.scoped(rule_id, keys.EVENT, rendered)
     except (keys.KeyTemplateError, KeyError, ValueError) as exc:

@@ -34,6 +34,8 @@ def rule_guards(rule) -> evaluation.Guards:
         outside_hours=rule.outside_hours,
         weekdays=evaluation.parse_weekdays(rule.weekdays),
         excluded_dates=evaluation.parse_dates(rule.excluded_dates or []),
+        # The model builds it from the stored calendar and its library (None: no calendar).
+        calendar=getattr(rule, "business_days", None),
         depends_on=tuple(rule.depends_on or ()),
         not_ready_policy=rule.not_ready_policy,
         recheck=timedelta(seconds=rule.ready_recheck_seconds or 300),

@@ -15,12 +15,18 @@ A stored biz_key is `rule/<rule id>/<kind>/<rendered template>` (invariant 1):
 """
 
 import string
+from datetime import date
 from string import Formatter
 from urllib.parse import unquote
 
-BUILTIN_PLACEHOLDERS = ("rule", "slot", "business_date")
+from tasks.rules import business_days
+
+# The business-day placeholders: the slot's local date, and its neighbours among the business days
+# of the rule's calendar (Monday to Friday without one), e.g. "yesterday's data" on a Monday.
+BUSINESS_DATE_PLACEHOLDERS = ("business_date", "previous_business_date", "next_business_date")
+BUILTIN_PLACEHOLDERS = ("rule", "slot", *BUSINESS_DATE_PLACEHOLDERS)
 # Placeholders whose value depends on when a trigger arrived rather than on what it names.
-TIME_PLACEHOLDERS = frozenset({"slot", "business_date"})
+TIME_PLACEHOLDERS = frozenset({"slot", *BUSINESS_DATE_PLACEHOLDERS})
 MAX_KEY_LENGTH = 255  # the whole stored key, namespace included (TaskRun.biz_key's column)
 
 NAMESPACE_ROOT = "rule"
@@ -136,6 +142,8 @@ def render(
     params: dict,
     escaped: bool = False,
     source: str | None = None,
+    previous_business_date: str | None = None,
+    next_business_date: str | None = None,
 ) -> str:
     """A template rendered for one unit of work. Params first, so the built-ins cannot be overridden.
 
@@ -145,6 +153,10 @@ def render(
     """
     values = {k: (escape(v) if escaped else v) for k, v in params.items() if isinstance(k, str)}
     values.update(rule=rule, slot=slot, business_date=business_date)
+    if previous_business_date is None or next_business_date is None:
+        values.update(_weekday_neighbours(business_date))
+    else:
+        values.update(previous_business_date=previous_business_date, next_business_date=next_business_date)
     if source is not None:
         values["source"] = source
     # The same checks as validate_template, for rules saved without it: "{rule.upper}" would render
@@ -156,6 +168,16 @@ def render(
     if len(key) > MAX_KEY_LENGTH:
         raise KeyTemplateError(f"Rendered key is {len(key)} characters; the limit is {MAX_KEY_LENGTH}.")
     return key
+
+
+def _weekday_neighbours(business_date: str) -> dict[str, str]:
+    """Without a calendar's answer: the neighbouring weekdays (blank when there is no date)."""
+    try:
+        day = date.fromisoformat(business_date)
+    except ValueError:
+        return {"previous_business_date": "", "next_business_date": ""}
+    dates = business_days.business_dates(None, day)
+    return {k: dates[k] for k in ("previous_business_date", "next_business_date")}
 
 
 def check_separated(template: str) -> None:

@@ -5,6 +5,7 @@ admin can show the list on the rule page and a one-word summary as a list column
 """
 
 from dataclasses import dataclass
+from datetime import date
 
 from tasks.rules import backpressure, keys, schedule
 from tasks.rules.reasons import Reason, code
@@ -19,6 +20,7 @@ CHECK_CATCHUP = code("lint.check.catchup")
 CHECK_LEASE = code("lint.check.lease")
 CHECK_ALERT = code("lint.check.alert")
 CHECK_BACKPRESSURE = code("lint.check.backpressure")
+CHECK_CALENDAR = code("lint.check.calendar")  # only for a rule with a business calendar
 # What each check found.
 TIMEZONE_SET = code("lint.timezone_set")  # zone
 TIMEZONE_INVALID = code("lint.timezone_invalid")  # error (a schedule Reason)
@@ -52,8 +54,11 @@ RECOMPUTABLE_NO_WATERMARK = code("lint.recomputable_no_watermark")
 SHED_ABOVE = code("lint.shed_above")  # where (a list of WATERMARK_AT)
 WATERMARK_AT = code("lint.watermark_at")  # scope, high
 ONE_TIME_INPUT = code("lint.one_time_input")
+CALENDAR_KNOWN = code("lint.calendar_known")  # calendar, source, until
+CALENDAR_NO_DATA = code("lint.calendar_no_data")  # calendar, source, since, days
+CALENDAR_DAYS_LIMITED = code("lint.calendar_days_limited")  # calendar
 # Placeholders that make a key differ per day or per slot; any other (a param) names a business object.
-DATE_PLACEHOLDERS = frozenset({"slot", "business_date"})
+DATE_PLACEHOLDERS = keys.TIME_PLACEHOLDERS
 # An alert must carry these for on-call to find the run (see deadletters.alerts.ALERT_FIELDS).
 REQUIRED_ALERT_FIELDS = frozenset({"run_id", "biz_key"})
 
@@ -84,6 +89,15 @@ class LintInput:
     object_key_template: str = ""
     coalesce_window_seconds: int = 0
     watermarks: tuple[tuple[str, int | None, int | None], ...] = ()
+    # The rule's business calendar: its name and library, the last date the check looked ahead to
+    # (today + business_days.DEFAULT_HORIZON) and the first date before it with no data (None: all known).
+    calendar: str = ""
+    calendar_source: str = ""
+    calendar_until: date | None = None
+    calendar_gap: date | None = None
+    today: date | None = None
+    # Whether cron's day-of-week field or the weekdays guard leave days out (a make-up Saturday too).
+    days_limited: bool = False
 
 
 @dataclass(frozen=True)
@@ -105,7 +119,7 @@ class LintSummary:
 
 def rule_lint(rule: LintInput) -> list[LintItem]:
     """The checklist, in a fixed order. Never raises on bad values: a bad value is a failed check."""
-    return [
+    items = [
         _timezone(rule),
         _dependencies(rule),
         _dedupe_key(rule),
@@ -115,6 +129,9 @@ def rule_lint(rule: LintInput) -> list[LintItem]:
         _alert_route(rule),
         _backpressure(rule),
     ]
+    if rule.calendar:
+        items.append(_calendar(rule))
+    return items
 
 
 def lint_summary(items: list[LintItem]) -> LintSummary:
@@ -226,3 +243,16 @@ def _backpressure(rule: LintInput) -> LintItem:
             return _item(name, PASS, RECOMPUTABLE_NO_WATERMARK)
         return _item(name, PASS, SHED_ABOVE, where=[Reason.of(WATERMARK_AT, scope=s, high=h) for s, h in set_marks])
     return _item(name, PASS, ONE_TIME_INPUT)
+
+
+def _calendar(rule: LintInput) -> LintItem:
+    values = {"calendar": rule.calendar, "source": rule.calendar_source or "-"}
+    if rule.calendar_gap is not None:
+        # Loud weeks ahead: past its data a calendar knows no holiday and no make-up working day.
+        days = (rule.calendar_gap - rule.today).days if rule.today else 0
+        return _item(CHECK_CALENDAR, WARN, CALENDAR_NO_DATA, **values, since=rule.calendar_gap.isoformat(), days=days)
+    if rule.days_limited:
+        # The calendar decides the business days; cron "1-5" or weekdays "mon-fri" skip make-up Saturdays.
+        return _item(CHECK_CALENDAR, WARN, CALENDAR_DAYS_LIMITED, calendar=rule.calendar)
+    until = rule.calendar_until.isoformat() if rule.calendar_until else "-"
+    return _item(CHECK_CALENDAR, PASS, CALENDAR_KNOWN, **values, until=until)

@@ -245,6 +245,9 @@ def _did_not_run(decision: Decision) -> Reason:
         )
         return Reason.of(words.DID_NOT_RUN_WHY, decision=ref, why=shed)
     why = details.get("why")
+    if why == evaluation.WHY_NOT_BUSINESS_DAY:
+        # Worded again from its details, so the holiday's name reads in the user's language.
+        return Reason.of(words.DID_NOT_RUN_WHY, decision=ref, why=evaluation.calendar_reason(details))
     if why:
         return Reason.of(words.DID_NOT_RUN_WHY, decision=ref, why=why)
     return Reason.of(words.DID_NOT_RUN, decision=ref)

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from runs.claims import Work
 from runs.models import TaskRun
 from tasks.models import TriggerRule, TriggerSource
-from tasks.rules import events, keys, schedule
+from tasks.rules import business_days, events, keys, schedule
 
 SCHEDULER_IDENTITY = "scheduler"
 
@@ -27,7 +27,7 @@ def slot_values(rule: TriggerRule, slot: datetime) -> dict:
     return {
         "rule": rule.name,
         "slot": schedule.slot_label(spec, slot),
-        "business_date": schedule.business_date(spec, slot).isoformat(),
+        **business_days.business_dates(rule.business_days, schedule.business_date(spec, slot)),
     }
 
 
@@ -164,7 +164,13 @@ def work_for_event(
 ) -> Work:
     """An accepted event's work: keyed by the event's criteria, triggered by the source's identity,
     executed as the rule's identity. Raises events.Refused when the key cannot be rendered."""
-    business_date = now.astimezone(schedule.validate_timezone(rule.timezone)).date().isoformat()
+    try:
+        dates = business_days.business_dates(
+            rule.business_days, now.astimezone(schedule.validate_timezone(rule.timezone)).date()
+        )
+    except ValueError as exc:  # a calendar with no business day within a year
+        raise events.Refused("invalid_key", f"cannot render the business key: {exc}", status=422) from None
+    business_date = dates.pop("business_date")
     params = {**_params(rule), "source": source.name, **mapped.criteria}
     biz_key = events.render_key(
         rule.dedupe_key_template,
@@ -174,10 +180,13 @@ def work_for_event(
         criteria=mapped.criteria,
         business_date=business_date,
         params=_params(rule),
+        neighbours=dates,
     )
     try:
         object_key = (
-            keys.render(rule.object_key_template, rule=rule.name, slot="", business_date=business_date, params=params)
+            keys.render(
+                rule.object_key_template, rule=rule.name, slot="", business_date=business_date, params=params, **dates
+            )
             if rule.object_key_template
             else ""
         )

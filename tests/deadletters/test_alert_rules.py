@@ -36,6 +36,7 @@ def test_it_gives_every_other_event_its_fixed_severity():
         r.SLOT_EXPIRED: r.URGENT,
         r.SLOT_MISSED: r.WARNING,
         r.SCHEDULER_STALLED: r.URGENT,
+        r.CALENDAR_NO_DATA: r.WARNING,
     }
 
 

@@ -16,7 +16,7 @@ from django.utils import translation
 
 from deadletters.models import DeadLetter
 from runs.models import Attempt, Decision, Lease, SchedulerTick, SlotHold, TaskRun
-from tasks.models import DiagnosticRecord, ReadinessFlag
+from tasks.models import BusinessCalendar, CalendarOverride, DiagnosticRecord, ReadinessFlag
 from tests.support.desk import daily_report, make_failed_run
 
 pytestmark = pytest.mark.django_db
@@ -200,6 +200,8 @@ def everything():
         attempts=1,
     )
     Attempt.objects.filter(run=run).update(worker="工人")
+    china = BusinessCalendar.objects.create(name="中国大陆", country="CN", description="节假日与调休")
+    CalendarOverride.objects.create(calendar=china, date=NOW.date(), kind="closed", reason="年末停工")
     return rule, run
 
 

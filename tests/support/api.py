@@ -30,6 +30,9 @@ class Api:
     def post(self, path, body=None, **headers):
         return self._send("post", path, {} if body is None else body, **headers)
 
+    def put(self, path, body=None, **headers):
+        return self._send("put", path, {} if body is None else body, **headers)
+
     def patch(self, path, body=None, **headers):
         return self._send("patch", path, body, **headers)
 

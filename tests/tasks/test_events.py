@@ -106,6 +106,7 @@ def test_it_refuses_to_copy_a_whole_document_as_a_snapshot():
         ("{object_id}:{action}:{version}", None),
         ("{source}:{object_id}", None),
         ("{source}:{object_id}:{business_date}", "event key by date"),
+        ("{object_id}:{previous_business_date}", "event key by date"),
         ("{object_id}{action}", "Separate {action}"),
         ("{rule}:{slot}", "no slot"),
         ("{rule}:{object_id}:{slot}", "no slot"),
