@@ -19,8 +19,8 @@ from django.conf import settings
 from django.db import close_old_connections, connections
 
 from harness_site import tracing, worker_watch
-from harness_site.hub_wakeup import HubWakeup
 from harness_site.broker import SENT_AT_HEADER
+from harness_site.hub_wakeup import HubWakeup
 
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
 
