@@ -170,6 +170,7 @@ def worker_health(*, now: datetime) -> dict:
                 "last_progress_age_seconds": round((now - w.progress_at).total_seconds(), 1),
                 "stopping": w.stopping,
                 "db_pool": w.db_pool,
+                "db_wait_seconds": (w.db_pool or {}).get("requests_wait_ms", 0) / 1000,
             }
         )
     bad = [r for r in rows if r["status"] not in ("ok", "restarted") and not r["stopping"]]
