@@ -292,7 +292,9 @@ def _workers(now: datetime):
         "harness_worker_concurrency", "Tasks the worker runs at once (pool processes or threads).", labels=labels
     )
     in_use = GaugeMetricFamily(
-        "harness_worker_db_connections_in_use", "Pooled database connections lent out now.", labels=labels
+        "harness_worker_db_connections_in_use",
+        "Pooled database connections lent out now (or being opened for a thread that asked).",
+        labels=labels,
     )
     size = GaugeMetricFamily(
         "harness_worker_db_connections_max", "The worker's connection pool size limit.", labels=labels

@@ -36,7 +36,8 @@ POOL_STATS = (
 
 
 def pool_report(stats: dict[str, int] | None) -> dict[str, int] | None:
-    """The heartbeat's copy of a pool's stats (None: no pool), with `in_use` = size - available."""
+    """The heartbeat's copy of a pool's stats (None: no pool), with `in_use` = size - available: the
+    connections lent out, and any the pool is opening for a thread that asked."""
     if stats is None:
         return None
     kept = {name: int(stats.get(name, 0)) for name in POOL_STATS}
