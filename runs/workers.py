@@ -162,6 +162,7 @@ def worker_health(*, now: datetime) -> dict:
                 "name": w.name,
                 "status": status,
                 "queues": w.queues,
+                "queue_list": [q for q in w.queues.split(",") if q],
                 "pool": w.pool,
                 "concurrency": w.concurrency,
                 "active": w.active,
