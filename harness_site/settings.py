@@ -344,7 +344,9 @@ CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
 # so long agent runs that occupy every pool process cannot stall the scheduler.
 CELERY_TASK_DEFAULT_QUEUE = "celery"
 CONTROL_QUEUE = "harness_control"
-CELERY_TASK_QUEUES = {"celery": {}, CONTROL_QUEUE: {}}
+# Runs go to "celery" (prefork: skills that compute) or "agents" (threads: skills that wait), as
+# their skill or rule says (tasks/skills/sdk.py RUN_QUEUES; docs/agents.md, "Execution modes").
+CELERY_TASK_QUEUES = {"celery": {}, "agents": {}, CONTROL_QUEUE: {}}
 CELERY_TASK_ROUTES = {
     "runs.scheduler_tick": {"queue": CONTROL_QUEUE},
     "runs.sweep": {"queue": CONTROL_QUEUE},
@@ -534,6 +536,9 @@ _KNOWN_HARNESS_VARS = {
     "HARNESS_E2E_WORKERS",
     "HARNESS_TEST_RUN",  # the run id both phases share (tests/support/test_databases.py)
     "HARNESS_PORT",
+    # The Procfile's agents worker (threads): its thread count and, on PostgreSQL, its pool's size.
+    "HARNESS_AGENT_CONCURRENCY",
+    "HARNESS_AGENT_DB_POOL_MAX",
     "HARNESS_SENSOR_SECONDS",
     "HARNESS_DECISION_RETENTION_DAYS",
     "HARNESS_ALERT_CHECK_SECONDS",

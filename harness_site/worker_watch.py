@@ -129,6 +129,8 @@ class WorkerWatch(threading.Thread):
         self.last_active = 0
         self.queues = sorted(q.name for q in consumer.task_consumer.queues) if consumer.task_consumer else []
         self.concurrency = getattr(self.pool, "limit", 0) or 0
+        # Prefork runs each task in a child with its own connections; these pools run them here.
+        self.pool_in_process = type(self.pool).__module__.rsplit(".", 1)[-1] in ("thread", "solo", "gevent", "eventlet")
         self.queue_watch = QueueWatch(self.queues)
         self._halt = threading.Event()
         self._stopping_since: float | None = None
@@ -158,7 +160,8 @@ class WorkerWatch(threading.Thread):
     def beat(self) -> None:
         # Imported here: harness_site/celery.py imports this module before Django's apps are ready,
         # so the models can only be loaded once the worker runs.
-        from runs.workers import WorkerReport, worker_beat, worker_progressed
+        from runs.store import store
+        from runs.workers import WorkerReport, pool_report, worker_beat, worker_progressed
 
         now = timezone.now()
         reserved = list(worker_state.reserved_requests)
@@ -198,6 +201,8 @@ class WorkerWatch(threading.Thread):
             held=held,
             stall_seconds=self.stall,
             stopping=self._stopping_since is not None,
+            # The pool's figures mean the runs' only where they share this process's pool (threads).
+            db_pool=pool_report(store().pool_stats()) if self.pool_in_process else None,
         )
         try:
             worker_beat(report, now=now)

@@ -20,6 +20,7 @@ from runs.store import store
 from tasks.models import TriggerRule
 from tasks.rules import backpressure, keys
 from tasks.rules.policy import RunPolicy
+from tasks.skills.sdk import registry
 
 log = logging.getLogger("harness.claims")
 
@@ -185,7 +186,7 @@ def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | 
             _record_coalesced(head, survivor=run, work=work, now=now)
     pressure_note_admitted(rule)
     if dispatch and run.run_after <= now and run.state == TaskRun.State.PENDING:
-        run_send_on_commit(run_ids=[run.id], dispatched_at=run.dispatched_at or now)
+        run_send_on_commit(run_ids=[run.id], dispatched_at=run.dispatched_at or now, queues={run.id: run.queue})
     return ClaimResult(run=run, created=True, replaced=tuple(replaced))
 
 
@@ -212,6 +213,7 @@ def _run_fields(work: Work, *, payload: dict, now: datetime, state: str | None, 
         "dispatched_at": now if dispatched else None,
         "dispatches": 1 if dispatched else 0,  # messages sent for the run (runs/sweeper.py counts re-sends)
         "trace_id": work.trace_id,
+        "queue": (rule.queue if rule else "") or registry.queue_of(work.skill),
     }
 
 
@@ -299,7 +301,10 @@ class ClaimBatch:
             pressure_note_admitted(run.rule)
         sent = [r for r in created if r.dispatched_at is not None]
         run_send_on_commit(
-            run_ids=[r.id for r in sent], dispatched_at=self.now, traces={r.id: r.trace_id for r in sent}
+            run_ids=[r.id for r in sent],
+            dispatched_at=self.now,
+            traces={r.id: r.trace_id for r in sent},
+            queues={r.id: r.queue for r in sent},
         )
         self.counts.claimed += len(created)
         self.counts.dedupe_hits += sum(taken.values())

@@ -9,6 +9,7 @@ from django.db.models import F
 from harness_site import tracing
 from harness_site.broker import DISPATCHED_HEADER, RUN_HEADER, publish_in_one_round_trip
 from runs.models import TaskRun
+from tasks.skills.sdk import DEFAULT_QUEUE
 
 EXECUTE_TASK = "runs.execute"
 
@@ -22,15 +23,23 @@ def run_dispatch_on_commit(*, run_ids: list[int], now: datetime) -> None:
     if not run_ids:
         return
     runs = TaskRun.objects.filter(id__in=run_ids)
-    traces = dict(runs.values_list("id", "trace_id"))
+    rows = list(runs.values_list("id", "trace_id", "queue"))
+    traces = {run_id: trace for run_id, trace, _queue in rows}
+    queues = {run_id: queue for run_id, _trace, queue in rows}
     runs.update(dispatched_at=now, dispatches=F("dispatches") + 1)
-    run_send_on_commit(run_ids=run_ids, dispatched_at=now, traces=traces)
+    run_send_on_commit(run_ids=run_ids, dispatched_at=now, traces=traces, queues=queues)
 
 
-def run_send_on_commit(*, run_ids: list[int], dispatched_at: datetime, traces: dict[int, str] | None = None) -> None:
+def run_send_on_commit(
+    *,
+    run_ids: list[int],
+    dispatched_at: datetime,
+    traces: dict[int, str] | None = None,
+    queues: dict[int, str] | None = None,
+) -> None:
     """Enqueue runs whose dispatched_at and dispatch count the caller already wrote (a claim sets
     them in its INSERT). `traces`: each run's own trace, when the caller is not inside it (a batch,
-    a sweep)."""
+    a sweep). `queues`: each run's queue (TaskRun.queue); the default queue for a run not in it."""
     if not run_ids:
         return
     # The run id and its dispatched_at in headers too: the sweeper reads the queue without decoding
@@ -38,6 +47,7 @@ def run_send_on_commit(*, run_ids: list[int], dispatched_at: datetime, traces: d
     # (or the sweep) sending them is taken now: on commit it has ended.
     headers = {DISPATCHED_HEADER: dispatched_at.timestamp(), **tracing.outgoing_headers()}
     per_run = {run_id: tracing.headers_for(trace) for run_id, trace in (traces or {}).items() if trace}
+    queues = queues or {}
 
     def send() -> None:
         # One producer (one broker connection) for the whole batch, taken once, and on Redis one
@@ -49,6 +59,7 @@ def run_send_on_commit(*, run_ids: list[int], dispatched_at: datetime, traces: d
                     EXECUTE_TASK,
                     args=[run_id],
                     headers={**headers, **per_run.get(run_id, {}), RUN_HEADER: run_id},
+                    queue=queues.get(run_id) or DEFAULT_QUEUE,
                     producer=producer,
                 )
 

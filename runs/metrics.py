@@ -19,10 +19,11 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from deadletters.models import Alert, DeadLetter
-from runs.models import Attempt, Decision, DecisionTally, PoolSlot, PoolWaiter, TaskRun
+from runs.models import Attempt, Decision, DecisionTally, PoolSlot, PoolWaiter, TaskRun, WorkerHeartbeat
 from runs.selectors import scheduler_health
 from runs.status import MISSED_REASONS
 from runs.store import store
+from runs.workers import silent_after
 from tasks.models import EventMetric, Pool
 
 # Seconds. Queue delay (trigger to first start) is usually under a second; end-to-end latency
@@ -33,7 +34,7 @@ LATENCY_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24
 EVENT_ADMITTED = frozenset({"accepted", "duplicate", "redelivery", "shed", "coalesced"})
 NEW_WINDOW = timedelta(hours=24)
 # What one scrape costs, asserted by tests/runs/test_metrics.py.
-SCRAPE_QUERIES = 15
+SCRAPE_QUERIES = 16
 
 
 class HarnessCollector(Collector):
@@ -53,6 +54,7 @@ class HarnessCollector(Collector):
         yield from _events()
         yield from _alerts()
         yield from _pools(now)
+        yield from _workers(now)
 
 
 def metrics_registry(clock=None) -> CollectorRegistry:
@@ -307,3 +309,51 @@ def _pools(now: datetime):
     yield saturation
     yield waiters
     yield paused
+
+
+def _workers(now: datetime):
+    # 14. Each responding worker process as its last heartbeat reported it (runs/workers.py): runs in
+    # flight, and where its runs share a connection pool (a threads worker), the pool's use and waits.
+    labels = ["worker", "queues", "pool"]
+    in_flight = GaugeMetricFamily(
+        "harness_worker_runs_in_flight", "Tasks running in the worker process.", labels=labels
+    )
+    waiting = GaugeMetricFamily(
+        "harness_worker_tasks_waiting", "Tasks the worker received and has not started.", labels=labels
+    )
+    concurrency = GaugeMetricFamily(
+        "harness_worker_concurrency", "Tasks the worker runs at once (pool processes or threads).", labels=labels
+    )
+    in_use = GaugeMetricFamily(
+        "harness_worker_db_connections_in_use",
+        "Pooled database connections lent out now (or being opened for a thread that asked).",
+        labels=labels,
+    )
+    size = GaugeMetricFamily(
+        "harness_worker_db_connections_max", "The worker's connection pool size limit.", labels=labels
+    )
+    waiters = GaugeMetricFamily(
+        "harness_worker_db_connection_waiters", "Threads waiting for a pooled connection now.", labels=labels
+    )
+    wait = CounterMetricFamily(
+        "harness_worker_db_connection_wait_seconds",
+        "Time threads spent waiting for a pooled connection, since the pool started.",
+        labels=labels,
+    )
+    requests = CounterMetricFamily(
+        "harness_worker_db_connection_requests", "Connections asked of the pool, since it started.", labels=labels
+    )
+    rows = WorkerHeartbeat.objects.filter(beat_at__gte=now - silent_after()).order_by("name")
+    for w in rows.only("name", "queues", "pool", "concurrency", "active", "waiting", "db_pool"):
+        key = [w.name, w.queues, w.pool]
+        in_flight.add_metric(key, w.active)
+        waiting.add_metric(key, w.waiting)
+        concurrency.add_metric(key, w.concurrency)
+        stats = w.db_pool
+        if stats:
+            in_use.add_metric(key, stats.get("in_use", 0))
+            size.add_metric(key, stats.get("pool_max", 0))
+            waiters.add_metric(key, stats.get("requests_waiting", 0))
+            wait.add_metric(key, stats.get("requests_wait_ms", 0) / 1000)
+            requests.add_metric(key, stats.get("requests_num", 0))
+    yield from (in_flight, waiting, concurrency, in_use, size, waiters, wait, requests)

@@ -13,6 +13,7 @@ from django.utils.translation import gettext_lazy as _
 from tasks.rules import keys
 from tasks.rules.backpressure import watermark_errors
 from tasks.rules.policy import DEFAULT_LEASE_TTL_SECONDS, RetryPolicy, RunPolicy
+from tasks.skills.sdk import DEFAULT_QUEUE
 
 
 class TaskRun(models.Model):
@@ -133,6 +134,9 @@ class TaskRun(models.Model):
     # The W3C trace id born at the trigger (harness_site/tracing.py): on every log line of the run, its
     # messages, its model calls and its dead-letter ticket. Blank for runs from before tracing.
     trace_id = models.CharField(_("trace id"), max_length=32, blank=True)
+    # The queue its messages go to (its rule's, else its skill's), fixed at claim time so the sweeper
+    # re-sends to the same workers.
+    queue = models.CharField(_("queue"), max_length=32, default=DEFAULT_QUEUE)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
@@ -753,6 +757,9 @@ class WorkerHeartbeat(models.Model):
     stopping = models.BooleanField(_("shutting down"), default=False)
     # Its watchdog ends it after work has waited this long (HARNESS_WORKER_STALL_SECONDS).
     stall_seconds = models.FloatField(_("stall period (s)"), default=60.0)
+    # The process's database connection pool at beat_at (runs.workers.POOL_STATS), where its runs
+    # share it (a threads worker with HARNESS_DB_POOL_MAX); null elsewhere.
+    db_pool = models.JSONField(_("database pool"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("worker heartbeat")

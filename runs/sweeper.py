@@ -27,12 +27,11 @@ from runs.outcome import run_record_failure
 from runs.rollup import rollup_refresh
 from runs.workers import silent_after, worker_held_runs
 from tasks.skills.errors import ClassifiedError
-from tasks.skills.sdk import ErrorKind
+from tasks.skills.sdk import RUN_QUEUES, ErrorKind
 
 log = logging.getLogger("harness.sweeper")
 
 SWEEP_BATCH = 500
-EXECUTE_QUEUE = "celery"
 
 
 def redispatch_after() -> timedelta:
@@ -55,12 +54,15 @@ class SweepResult:
 
 
 def sweep(
-    *, now: datetime, rand: Callable[[], float] = random.random, probe: Callable[[], QueueProbe] | None = None
+    *,
+    now: datetime,
+    rand: Callable[[], float] = random.random,
+    probe: Callable[[str], QueueProbe | None] | None = None,
 ) -> SweepResult:
     """One pass: expire stale leases first (their runs may become due and their slots free), reclaim
     expired pool slots and wake waiting runs into the capacity, then dispatch due runs; last, a few
-    buckets of the dashboard's rollup. `probe` looks
-    at the execute queue (default: the configured broker); None from it means "cannot tell"."""
+    buckets of the dashboard's rollup. `probe(queue)` looks at one of the run queues (default: the
+    configured broker); None from it means "cannot tell"."""
     expired = sum(_expire_one(run_id, fence, now=now, draw=rand()) for run_id, fence in _expired_leases(now))
     pools = pool_sweep(now=now)
     dispatched, resent = _dispatch_due(now=now, probe=probe or _probe_execute_queue)
@@ -74,9 +76,9 @@ def sweep(
     )
 
 
-def _probe_execute_queue() -> QueueProbe | None:
+def _probe_execute_queue(queue: str) -> QueueProbe | None:
     try:
-        return queue_probe(current_app, EXECUTE_QUEUE)
+        return queue_probe(current_app, queue)
     except Exception as exc:  # an unreachable broker: no message can be sent now either
         log.warning("sweeper: cannot look into the queue (%s: %s); no message re-sent", type(exc).__name__, exc)
         return None
@@ -125,14 +127,15 @@ def _expire_one(run_id: int, fence: int, *, now: datetime, draw: float) -> bool:
     return True
 
 
-def _dispatch_due(*, now: datetime, probe: Callable[[], QueueProbe | None]) -> tuple[int, int]:
+def _dispatch_due(*, now: datetime, probe: Callable[[str], QueueProbe | None]) -> tuple[int, int]:
     """Send the due runs that have no message: never dispatched, a retry that came due, or a message
     that is lost. Returns (sent, of which re-sent).
 
     The queue is looked at before the runs are read: a message taken from the queue after the look is
-    then either held, or its run is no longer claimable when read."""
-    queue = probe()
-    held = worker_held_runs(now=now) if queue is not None else set()
+    then either held, or its run is no longer claimable when read. Each run is looked for in its own
+    queue, where it was sent (TaskRun.queue)."""
+    queues = {name: probe(name) for name in RUN_QUEUES}
+    held = worker_held_runs(now=now) if any(q is not None for q in queues.values()) else set()
     with transaction.atomic():
         # run_list_due: served by run_due_idx. Never-dispatched, retry-due or possibly lost runs.
         rows = list(
@@ -143,10 +146,11 @@ def _dispatch_due(*, now: datetime, probe: Callable[[], QueueProbe | None]) -> t
                 | Q(state=TaskRun.State.WAITING_RETRY, dispatched_at__lt=F("run_after"))
             )
             .order_by("run_after")
-            .values_list("id", "state", "run_after", "dispatched_at")[:SWEEP_BATCH]
+            .values_list("id", "state", "run_after", "dispatched_at", "queue")[:SWEEP_BATCH]
         )
         ids, resent = [], 0
-        for run_id, state, run_after, dispatched_at in rows:
+        for run_id, state, run_after, dispatched_at, queue_name in rows:
+            queue = queues.get(queue_name)
             if dispatched_at is None or (state == TaskRun.State.WAITING_RETRY and dispatched_at < run_after):
                 ids.append(run_id)
             elif queue is not None and message_lost(run_id, dispatched_at, queue=queue, held=held):

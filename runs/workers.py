@@ -21,6 +21,28 @@ from django.conf import settings
 from runs.models import TaskRun, WorkerHeartbeat
 
 WORKER_FORGET_AFTER = timedelta(minutes=2)
+# What a heartbeat keeps of psycopg_pool's get_stats(): the pool now, and counters since it started
+# (absent from get_stats() until first counted, so 0 then).
+POOL_STATS = (
+    "pool_max",
+    "pool_size",
+    "pool_available",
+    "requests_waiting",
+    "requests_num",
+    "requests_queued",
+    "requests_wait_ms",
+    "requests_errors",
+)
+
+
+def pool_report(stats: dict[str, int] | None) -> dict[str, int] | None:
+    """The heartbeat's copy of a pool's stats (None: no pool), with `in_use` = size - available: the
+    connections lent out, and any the pool is opening for a thread that asked."""
+    if stats is None:
+        return None
+    kept = {name: int(stats.get(name, 0)) for name in POOL_STATS}
+    kept["in_use"] = max(kept["pool_size"] - kept["pool_available"], 0)
+    return kept
 
 
 def heartbeat_interval() -> timedelta:
@@ -50,6 +72,7 @@ class WorkerReport:
     held: list[int]
     stall_seconds: float
     stopping: bool = False
+    db_pool: dict[str, int] | None = None
 
 
 def worker_beat(report: WorkerReport, *, now: datetime) -> None:
@@ -139,6 +162,7 @@ def worker_health(*, now: datetime) -> dict:
                 "name": w.name,
                 "status": status,
                 "queues": w.queues,
+                "queue_list": [q for q in w.queues.split(",") if q],
                 "pool": w.pool,
                 "concurrency": w.concurrency,
                 "active": w.active,
@@ -147,6 +171,8 @@ def worker_health(*, now: datetime) -> dict:
                 "last_heartbeat_age_seconds": round((now - w.beat_at).total_seconds(), 1),
                 "last_progress_age_seconds": round((now - w.progress_at).total_seconds(), 1),
                 "stopping": w.stopping,
+                "db_pool": w.db_pool,
+                "db_wait_seconds": (w.db_pool or {}).get("requests_wait_ms", 0) / 1000,
             }
         )
     bad = [r for r in rows if r["status"] not in ("ok", "restarted") and not r["stopping"]]

@@ -126,6 +126,7 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
                 "classes": ("collapse",),
                 "fields": (
                     "skill",
+                    "queue",
                     "rule_version",
                     "identity",
                     "executed_by",

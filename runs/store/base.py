@@ -82,6 +82,16 @@ class OrmStore:
             own = {**db.settings_dict, "OPTIONS": {k: v for k, v in options.items() if k != "pool"}}
             connections[DEFAULT_DB_ALIAS] = type(db)(own, DEFAULT_DB_ALIAS)
 
+    def pool_stats(self) -> dict[str, int] | None:
+        """This process's connection pool as psycopg_pool counts it (get_stats(): pool_size,
+        pool_available, requests_waiting, requests_num, requests_wait_ms, ...), or None where no pool
+        holds the connections (SQLite, or HARNESS_DB_POOL_MAX 0). Counters run from the pool's start."""
+        db = _db()
+        if not db.settings_dict.get("OPTIONS", {}).get("pool"):
+            return None
+        pool = db.pool  # Django's pool for this alias, shared by the process's threads
+        return dict(pool.get_stats()) if pool is not None else None
+
     def rows(self, sql: str, params: list | dict) -> list[tuple]:
         """A read-only report query (runs.metrics, runs.rollup), on this thread's connection."""
         with _db().cursor() as cur:

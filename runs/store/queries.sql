@@ -102,7 +102,7 @@ biz_key, rule_id, rule_name, rule_version, skill, source, triggered_by, executed
     agent, retry_max_attempts, retry_backoff_base_seconds, retry_max_delay_seconds, retry_window_seconds,
     retry_jitter_min, retry_jitter_max, result, last_error, last_error_kind, dedupe_hits, identity, object_key,
     coalesces, approved_by, approved_at, is_trial, dispatched_at, dispatches, lease_owner, lease_expires_at,
-    fence, trace_id, created_at, updated_at
+    fence, trace_id, queue, created_at, updated_at
 
 -- run_read --
 -- The run row an attempt works from.
@@ -206,7 +206,7 @@ INSERT INTO runs_taskrun ({run_columns}) VALUES (
     %(retry_window_seconds)s, %(retry_jitter_min)s, %(retry_jitter_max)s, %(result)s, %(last_error)s,
     %(last_error_kind)s, %(dedupe_hits)s, %(identity)s, %(object_key)s, %(coalesces)s, %(approved_by)s,
     %(approved_at)s, %(is_trial)s, %(dispatched_at)s, %(dispatches)s, %(lease_owner)s, %(lease_expires_at)s,
-    %(fence)s, %(trace_id)s, %(created_at)s, %(updated_at)s
+    %(fence)s, %(trace_id)s, %(queue)s, %(created_at)s, %(updated_at)s
 )
 ON CONFLICT (biz_key) DO NOTHING
 RETURNING id, biz_key
@@ -229,7 +229,8 @@ SELECT * FROM unnest(
     %(identity)s::varchar[], %(object_key)s::varchar[], %(coalesces)s::boolean[], %(approved_by)s::varchar[],
     %(approved_at)s::timestamptz[], %(is_trial)s::boolean[], %(dispatched_at)s::timestamptz[],
     %(dispatches)s::integer[], %(lease_owner)s::varchar[], %(lease_expires_at)s::timestamptz[],
-    %(fence)s::bigint[], %(trace_id)s::varchar[], %(created_at)s::timestamptz[], %(updated_at)s::timestamptz[]
+    %(fence)s::bigint[], %(trace_id)s::varchar[], %(queue)s::varchar[], %(created_at)s::timestamptz[],
+    %(updated_at)s::timestamptz[]
 )
 ON CONFLICT (biz_key) DO NOTHING
 RETURNING id, biz_key

@@ -30,7 +30,7 @@ class TriggerRuleAdmin(GuardAdminMixin, RuleDeskMixin, SimpleHistoryAdmin):
             {"fields": ("kind", "cron", "interval_seconds", "run_at", "timezone", "dst_gap", "dst_repeat")},
         ),
         (_("Dedupe"), {"fields": ("dedupe_key_template", "event_key_by_date", "key_preview")}),
-        (_("Skill"), {"fields": ("skill", "params", "agent", "output_schema")}),
+        (_("Skill"), {"fields": ("skill", "queue", "params", "agent", "output_schema")}),
         (
             _("Retry"),
             {

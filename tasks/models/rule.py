@@ -15,7 +15,7 @@ from tasks.models.agent import rule_agent_errors
 from tasks.rules import events, keys, schedule
 from tasks.rules.guards import guard_errors
 from tasks.rules.policy import DEFAULT_LEASE_TTL_SECONDS, RetryPolicy, RunPolicy
-from tasks.skills.sdk import registry
+from tasks.skills.sdk import RUN_QUEUES, registry
 
 DEFAULT_DEDUPE_TEMPLATE = "{rule}:{slot}"
 
@@ -130,6 +130,16 @@ class TriggerRule(models.Model):
         related_name="rules",
         verbose_name=_("agent"),
         help_text=_("The agent (model binding) the skill calls, e.g. for llm_json."),
+    )
+    queue = models.CharField(
+        _("queue"),
+        max_length=32,
+        blank=True,
+        choices=[("", _("the skill's queue")), *((q, q) for q in RUN_QUEUES)],
+        help_text=_(
+            "Where its runs execute: celery (prefork, for skills that compute) or agents (threads, for "
+            "skills that wait on a model). Blank: the skill's own."
+        ),
     )
     output_schema = models.JSONField(
         _("output schema"),

@@ -19,7 +19,7 @@ from jsonschema import Draft202012Validator
 from jsonschema.exceptions import best_match
 
 from tasks.agents.client import ModelCallError
-from tasks.skills.sdk import ErrorKind, SkillContext, SkillError, digest, skill
+from tasks.skills.sdk import AGENT_QUEUE, ErrorKind, SkillContext, SkillError, digest, skill
 
 PLACEHOLDER = re.compile(r"\{\{|\}\}|\{([A-Za-z_][A-Za-z0-9_]*)\}")
 # Params that configure the skill rather than feed the prompt.
@@ -62,7 +62,7 @@ MAX_PAUSE_SECONDS = 300
 DEFAULT_PROMPT = "{input_json}"
 
 
-@skill("llm_json")
+@skill("llm_json", queue=AGENT_QUEUE)  # it waits on a model: many at once on a threads worker
 def llm_json(ctx: SkillContext) -> dict:
     """Ask the rule's agent for JSON that validates against the rule's output schema, then write it."""
     spec = ctx.step("fetch_input", lambda: _fetch_input(ctx))

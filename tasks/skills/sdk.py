@@ -8,6 +8,7 @@ commits only while this attempt still holds the run's lease (invariant 2).
 """
 
 import hashlib
+import inspect
 import json
 import logging
 from collections.abc import Callable, Iterator
@@ -169,23 +170,44 @@ def _unfenced() -> AbstractContextManager[None]:
     raise RuntimeError("fenced() is only available inside a run executed by the harness")
 
 
+# The queues a run can go to, by how its skill spends its time (docs/agents.md, "Execution modes").
+# Workers are started per queue (Procfile): each queue's names are in CELERY_TASK_QUEUES too.
+DEFAULT_QUEUE = "celery"  # prefork workers: a process per run, for skills that compute
+AGENT_QUEUE = "agents"  # threads workers: many runs per process, for skills that wait (models, HTTP)
+RUN_QUEUES = (DEFAULT_QUEUE, AGENT_QUEUE)
+
+
 @dataclass(frozen=True)
 class Skill:
     name: str
     fn: Callable[[SkillContext], Any]
     version: str
     description: str
+    queue: str = DEFAULT_QUEUE
 
 
 class SkillRegistry:
     def __init__(self) -> None:
         self._skills: dict[str, Skill] = {}
 
-    def register(self, name: str, fn: Callable[[SkillContext], Any], *, version: str = "1") -> None:
+    def register(
+        self, name: str, fn: Callable[[SkillContext], Any], *, version: str = "1", queue: str = DEFAULT_QUEUE
+    ) -> None:
         if name in self._skills and self._skills[name].fn is not fn:
             raise ValueError(f"skill {name!r} is already registered")
+        if queue not in RUN_QUEUES:
+            raise ValueError(f"skill {name!r}: queue {queue!r} is none of {', '.join(RUN_QUEUES)}")
+        if inspect.iscoroutinefunction(fn):
+            # The context's steps, model calls and fenced writes are synchronous (the ORM); a waiting
+            # skill is a plain function on the agents queue, where a thread waits for it.
+            raise TypeError(f"skill {name!r} is async: write it as a plain function on queue {AGENT_QUEUE!r}")
         doc = (fn.__doc__ or "").strip().splitlines()
-        self._skills[name] = Skill(name=name, fn=fn, version=version, description=doc[0] if doc else "")
+        self._skills[name] = Skill(name=name, fn=fn, version=version, description=doc[0] if doc else "", queue=queue)
+
+    def queue_of(self, name: str) -> str:
+        """The queue a skill's runs go to; the default queue for a name not registered here."""
+        found = self._skills.get(name)
+        return found.queue if found is not None else DEFAULT_QUEUE
 
     def get(self, name: str) -> Skill:
         try:
@@ -206,11 +228,13 @@ class SkillRegistry:
 registry = SkillRegistry()
 
 
-def skill(name: str, *, version: str = "1") -> Callable[[Callable[[SkillContext], Any]], Callable[[SkillContext], Any]]:
-    """Register ``fn(ctx) -> result`` under ``name``."""
+def skill(
+    name: str, *, version: str = "1", queue: str = DEFAULT_QUEUE
+) -> Callable[[Callable[[SkillContext], Any]], Callable[[SkillContext], Any]]:
+    """Register ``fn(ctx) -> result`` under ``name``; its runs go to ``queue`` unless a rule says otherwise."""
 
     def decorator(fn: Callable[[SkillContext], Any]) -> Callable[[SkillContext], Any]:
-        registry.register(name, fn, version=version)
+        registry.register(name, fn, version=version, queue=queue)
         return fn
 
     return decorator

@@ -15,7 +15,7 @@ from django.db import connection
 from django.utils import timezone
 
 from runs.claims import run_claim
-from runs.models import Attempt, TaskRun
+from runs.models import Attempt, TaskRun, WorkerHeartbeat
 from tests.support.runs import api_work
 
 pytestmark = [pytest.mark.e2e, pytest.mark.backend]
@@ -65,3 +65,11 @@ def test_forty_waiting_runs_share_four_pooled_connections(harness):
     assert Attempt.objects.filter(run_id__in=ids).count() == RUNS  # each ran once
     assert peak_running >= RUNS // 2, f"only {peak_running} runs were in flight at once"
     assert 0 < peak_sessions <= POOL_MAX, f"{peak_sessions} connections for {POOL_MAX} pooled"
+    # The worker's heartbeat reports its pool (/metrics, the dashboard): its size, and the requests.
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        pools = [w.db_pool for w in WorkerHeartbeat.objects.all() if w.db_pool and w.db_pool["requests_num"]]
+        if pools:
+            break
+        time.sleep(0.2)
+    assert pools and pools[0]["pool_max"] == POOL_MAX and 0 <= pools[0]["in_use"] <= POOL_MAX, pools

@@ -161,7 +161,7 @@ def test_it_reports_a_worker_that_takes_no_work_or_stopped_reporting(
     assert response.status_code == status, body
     assert (body["reason"], body["detail"]) == (reason, detail)
     assert [w["name"] for w in body["workers"]] == ["w1@h:7"]
-    assert set(body["queues"]) == {"celery", "harness_control"}
+    assert set(body["queues"]) == {"celery", "agents", "harness_control"}
 
 
 @pytest.mark.django_db

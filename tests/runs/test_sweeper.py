@@ -69,7 +69,7 @@ def sweep_committed(django_capture_on_commit_callbacks):
     """sweep(), with its on-commit hooks (messages, alerts) run as if its transaction committed."""
 
     def run(now: datetime, **kwargs):
-        kwargs.setdefault("probe", lambda: EMPTY_QUEUE)
+        kwargs.setdefault("probe", lambda _queue: EMPTY_QUEUE)
         with django_capture_on_commit_callbacks(execute=True):
             return sweep(now=now, **kwargs)
 
@@ -279,7 +279,7 @@ def test_it_never_resends_a_message_that_is_still_queued_however_old(sent, sweep
     lost = dispatched_long_ago("lost")
     probe = QueueProbe(queue="celery", depth=1, oldest_age=3600, queued_runs=frozenset({queued.id}))
 
-    result = sweep_committed(T0 + timedelta(hours=1), probe=lambda: probe)
+    result = sweep_committed(T0 + timedelta(hours=1), probe=lambda _queue: probe)
     assert (result.dispatched, result.resent) == (1, 1)
     assert sent == [lost.id]
     assert (fresh(queued).dispatches, fresh(lost).dispatches) == (1, 2)
@@ -293,7 +293,7 @@ def test_on_redis_a_run_dispatched_no_earlier_than_the_old_end_of_the_queue_coun
         queue="celery", depth=40, oldest_age=100, oldest_dispatched_at=(T0 + timedelta(seconds=5)).timestamp()
     )
 
-    assert sweep_committed(T0 + timedelta(minutes=5), probe=lambda: probe).resent == 1
+    assert sweep_committed(T0 + timedelta(minutes=5), probe=lambda _queue: probe).resent == 1
     assert sent == [early.id]  # `later` may still be queued: not sent again
     assert fresh(later).dispatches == 1
 
@@ -311,13 +311,13 @@ def test_it_never_resends_a_message_a_worker_holds_while_the_worker_responds(sen
     # The broker says a consumer took `just_received` 1 s ago: no heartbeat has had time to list it.
     probe = QueueProbe(queue="celery", depth=0, oldest_age=None, queued_runs=frozenset(), held={just_received.id: 1.0})
 
-    assert sweep_committed(now, probe=lambda: probe).resent == 0
+    assert sweep_committed(now, probe=lambda _queue: probe).resent == 0
     assert sent == []
 
     # The worker goes silent (frozen, killed): what it held is lost, and sent again.
     later = now + timedelta(seconds=30)
     stale = QueueProbe(queue="celery", depth=0, oldest_age=None, queued_runs=frozenset(), held={just_received.id: 31.0})
-    assert sweep_committed(later, probe=lambda: stale).resent == 2
+    assert sweep_committed(later, probe=lambda _queue: stale).resent == 2
     assert sorted(sent) == sorted([held.id, just_received.id])
 
 
@@ -325,6 +325,6 @@ def test_it_never_resends_a_message_a_worker_holds_while_the_worker_responds(sen
 def test_it_resends_nothing_when_it_cannot_look_into_the_queue(sent, sweep_committed):
     dispatched_long_ago("unknown")
     never = make_run(biz_key="never", dispatch=False)
-    result = sweep_committed(T0 + timedelta(hours=1), probe=lambda: None)
+    result = sweep_committed(T0 + timedelta(hours=1), probe=lambda _queue: None)
     assert (result.dispatched, result.resent) == (1, 0)
     assert sent == [never.id]  # a run with no message at all is still sent

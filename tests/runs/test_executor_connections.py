@@ -1,0 +1,124 @@
+"""What one execution costs the database: statements, and on PostgreSQL with a connection pool
+(a threads worker's HARNESS_DB_POOL_MAX), connection checkouts. Counts, not timings, for a plain run,
+a run with a write step, and a run with a model call (a real HTTP server on loopback), so connection
+use per run cannot creep back: a run that waits must hold no connection, and each give-back costs a
+checkout.
+
+On SQLite there is no pool: the thread keeps its one connection (no new connection per run).
+"""
+
+from dataclasses import replace
+
+import pytest
+from django.db import connection
+from django.db.backends.signals import connection_created
+from django.test.utils import CaptureQueriesContext
+from django.utils import timezone
+
+from runs import executor
+from runs.claims import run_claim
+from runs.models import TaskRun
+from tasks.models import Agent, DiagnosticRecord
+from tests.support.fake_model import FakeModelServer, json_completion
+from tests.support.runs import api_work, run_policy
+
+pytestmark = pytest.mark.django_db(transaction=True)
+
+KEY_ENV = "HARNESS_SECRET_H9_TEST_MODEL"  # granted to loopback models by tests/support/settings.py
+SCHEMA = {"type": "object", "required": ["summary"], "properties": {"summary": {"type": "string"}}}
+
+# Statements per run once its kind has run in the process, by database (BEGIN and COMMIT are
+# captured). PostgreSQL: a plain run is the prebuilt read-and-claim and the success. A write step
+# adds its checkpoint's look-up and its fenced transaction (BEGIN, the fence check, the row, the
+# checkpoint, COMMIT). llm_json adds three such steps, the agent's read, its budget, and the call's
+# record before and after. SQLite writes admission and the lease through the ORM.
+STATEMENTS = {
+    "postgresql": {"plain": 2, "steps": 8, "model": 31},
+    "sqlite": {"plain": 18, "steps": 24, "model": 40},
+}
+CHECKOUTS = {"plain": 2, "steps": 2, "model": 5}
+
+
+@pytest.fixture
+def pooled():
+    """This thread's connection drawn from a psycopg pool, as on a threads worker (PostgreSQL only)."""
+    if connection.vendor != "postgresql":
+        yield None
+        return
+    original = connection.settings_dict
+    connection.close()
+    options = {**original.get("OPTIONS", {}), "pool": {"min_size": 1, "max_size": 2, "timeout": 10}}
+    connection.settings_dict = {**original, "CONN_MAX_AGE": 0, "OPTIONS": options}
+    try:
+        yield connection.pool
+    finally:
+        connection.close()
+        connection.close_pool()
+        connection.settings_dict = original
+
+
+@pytest.fixture
+def model(monkeypatch):
+    monkeypatch.setenv(KEY_ENV, "sk-test-query-counts")
+    server = FakeModelServer().start()
+    yield server
+    server.stop()
+
+
+def claimed(kind: str, n: int, model: FakeModelServer | None = None) -> TaskRun:
+    if kind == "plain":
+        return run_claim(api_work(f"qc:plain:{n}"), now=timezone.now(), dispatch=False).run
+    if kind == "steps":
+        return run_claim(api_work(f"qc:steps:{n}", skill="harness.record"), now=timezone.now(), dispatch=False).run
+    assert model is not None
+    agent, _new = Agent.objects.get_or_create(
+        name="qc-writer",
+        defaults={"provider": "openai", "base_url": model.base_url, "model": "gpt-test", "api_key_env": KEY_ENV},
+    )
+    model.respond(json_completion({"summary": "quiet"}))
+    work = api_work(f"qc:model:{n}", skill="llm_json", params={"prompt": "Summarise.", "action": "harness.record"})
+    work = replace(
+        work,
+        payload={**work.payload, "output_schema": SCHEMA},
+        policy=run_policy({"max_attempts": 1}, agent=agent.name),
+    )
+    return run_claim(work, now=timezone.now(), dispatch=False).run
+
+
+def measure(run: TaskRun, pool) -> tuple[int, int, int]:
+    """(statements, pool checkouts, new connections) of one execution of `run`."""
+    opened = []
+
+    def count(**_kwargs):
+        opened.append(1)
+
+    before = pool.get_stats().get("requests_num", 0) if pool is not None else 0
+    connection_created.connect(count)
+    try:
+        with CaptureQueriesContext(connection) as queries:
+            outcome = executor.run_execute(run_id=run.id, worker="w", clock=timezone.now)
+    finally:
+        connection_created.disconnect(count)
+    assert outcome.status == "succeeded", outcome
+    checkouts = pool.get_stats().get("requests_num", 0) - before if pool is not None else 0
+    return len(queries), checkouts, len(opened)
+
+
+@pytest.mark.parametrize("kind", ["plain", "steps", "model"])
+def test_one_execution_costs_fixed_statements_and_checkouts(kind, pooled, model):
+    # A first run of its kind pays once-per-process costs (the agent's pool row, caches): not counted.
+    assert measure(claimed(kind, 1, model), pooled)
+    run = claimed(kind, 2, model)
+    connection.close()  # a pooled connection goes back; a kept one is reopened before the count
+
+    executor_statements, checkouts, opened = measure(run, pooled)
+
+    assert TaskRun.objects.get(pk=run.pk).state == TaskRun.State.SUCCEEDED
+    if kind != "plain":
+        assert DiagnosticRecord.objects.filter(run_id=run.pk).count() == 1  # the write step ran once
+    assert executor_statements == STATEMENTS[connection.vendor][kind]
+    if pooled is not None:
+        assert checkouts == CHECKOUTS[kind]
+        assert opened == checkouts  # every connection the run used came from the pool
+    else:
+        assert opened <= 1  # SQLite: the thread's one connection, kept across the run's waits
