@@ -33,8 +33,8 @@ SCHEMA = {"type": "object", "required": ["summary"], "properties": {"summary": {
 # checkpoint, COMMIT). llm_json adds three such steps, the agent's read, its budget, and the call's
 # record before and after. SQLite writes admission and the lease through the ORM.
 STATEMENTS = {
-    "postgresql": {"plain": 2, "steps": 8, "model": 31},
-    "sqlite": {"plain": 18, "steps": 24, "model": 40},
+    "postgresql": {"plain": 2, "steps": 8, "model": 30},
+    "sqlite": {"plain": 18, "steps": 24, "model": 39},
 }
 CHECKOUTS = {"plain": 2, "steps": 2, "model": 5}
 
