@@ -322,13 +322,11 @@ class Day:
 
     @property
     def outcome(self) -> str:
-        """"missed" if any slot that day missed, "met" if all met, "" for a day with none."""
+        """ "missed" if any slot that day missed, "met" if all met, "" for a day with none."""
         return "missed" if self.missed else "met" if self.met else ""
 
 
-def history_days(
-    outcomes: Sequence[tuple[datetime, str]], *, timezone: str, today: date, days: int = 30
-) -> list[Day]:
+def history_days(outcomes: Sequence[tuple[datetime, str]], *, timezone: str, today: date, days: int = 30) -> list[Day]:
     """The last `days` local days up to `today`, oldest first, from (slot, status) of closed slots:
     met counts met, breached counts missed; other statuses are not counted."""
     zone = ZoneInfo(timezone)
