@@ -7,8 +7,8 @@ from datetime import UTC, datetime, time, timedelta
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
-from prometheus_client.parser import text_string_to_metric_families
 from prometheus_client import generate_latest
+from prometheus_client.parser import text_string_to_metric_families
 
 from deadletters.models import Alert
 from runs.executor import run_execute
