@@ -17,6 +17,7 @@ from django.utils.translation import gettext as _
 from deadletters.models import DeadLetter
 from runs.models import TaskRun
 from runs.rollup import BIN_RATIO, LIVE, REFRESH_CYCLE, Summary, histogram_percentile, rollup_read
+from runs.objectives import objective_counts
 from runs.selectors import flow_saturation, scheduler_health
 from runs.store import store
 from tasks.models import TriggerRule
@@ -48,6 +49,7 @@ class Dashboard:
     scheduler: dict = field(default_factory=dict)
     next_fires: list = field(default_factory=list)
     flow: dict = field(default_factory=dict)
+    objectives: dict = field(default_factory=dict)  # open slots by objective status
     rollup_refreshed_at: datetime | None = None  # the oldest summary read from the rollup
 
     @property
@@ -124,6 +126,9 @@ def dashboard_build(*, now: datetime) -> Dashboard:
 
     # 8. Flow control: saturated and paused pools, runs waiting for a pool (2 queries).
     d.flow = flow_saturation(now=now)
+
+    # 9. Freshness objectives: open slots at risk, breached and on track, as the last pass saw them.
+    d.objectives = objective_counts()
     return d
 
 

@@ -788,6 +788,7 @@ class SlotObjective(models.Model):
         verbose_name_plural = _("slot objectives")
         ordering = ["-slot", "rule_id"]
         constraints = [models.UniqueConstraint(fields=["rule", "slot"], name="slot_objective_one_per_slot")]
+        permissions = [("acknowledge_slotobjective", "Can acknowledge a slot objective (no more alerts for it)")]
         indexes = [
             # objective_status_for_rules and the metrics: each rule's open slots.
             models.Index(fields=["rule", "-slot"], condition=Q(closed=False), name="slot_objective_open_idx"),
