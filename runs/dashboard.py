@@ -16,8 +16,8 @@ from django.utils.translation import gettext as _
 
 from deadletters.models import DeadLetter
 from runs.models import TaskRun
-from runs.rollup import BIN_RATIO, LIVE, REFRESH_CYCLE, Summary, histogram_percentile, rollup_read
 from runs.objectives import objective_counts
+from runs.rollup import BIN_RATIO, LIVE, REFRESH_CYCLE, Summary, histogram_percentile, rollup_read
 from runs.selectors import flow_saturation, scheduler_health
 from runs.store import store
 from tasks.models import TriggerRule
