@@ -311,7 +311,7 @@ def _objectives():
         if row["status"] == "met":
             r["met"] += row["n"]
         if row["closed"] and row["status"] in ("met", "breached"):
-            counts = [row[f"le{i}"] for i in range(len(LATENESS_BUCKETS))]
+            counts = [row[f"le{i}"] for i in range(len(LATENESS_BUCKETS))]  # type: ignore[literal-required]
             r["le"] = counts if r["le"] is None else [a + b for a, b in zip(r["le"], counts, strict=True)]
             r["n"] += row["n"]
             r["sum"] += row["late"] or 0.0

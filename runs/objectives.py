@@ -289,11 +289,11 @@ class _Facts:
 
 def _run_state(run: TaskRun, facts: _Facts, *, now: datetime) -> obj.SlotState:
     s = TaskRun.State
-    common = {"attempt": run.attempts, "max_attempts": run.retry_max_attempts, "error_kind": run.last_error_kind}
+    attempt, max_attempts, error_kind = run.attempts, run.retry_max_attempts, run.last_error_kind
     if run.state == s.SUCCEEDED:
         return obj.SlotState(obj.SUCCEEDED, finished_at=run.finish_at)
     if run.state in (s.FAILED, s.CANCELLED):
-        return obj.SlotState(obj.FAILED, **common)
+        return obj.SlotState(obj.FAILED, attempt=attempt, max_attempts=max_attempts, error_kind=error_kind)
     if run.state == s.COALESCED:
         return obj.SlotState(obj.NOT_RUN, decision=str(run.get_state_display()), decision_reason="coalesced")
     if run.state == s.AWAITING_APPROVAL:
@@ -316,7 +316,13 @@ def _run_state(run: TaskRun, facts: _Facts, *, now: datetime) -> obj.SlotState:
             obj.WAITING_RATE, since=waiter.since, pool=pool.name, until=pool.paused_until or waiter.until
         )
     if run.state == s.WAITING_RETRY:
-        return obj.SlotState(obj.RETRYING, next_try=run.run_after, **common)
+        return obj.SlotState(
+            obj.RETRYING,
+            next_try=run.run_after,
+            attempt=attempt,
+            max_attempts=max_attempts,
+            error_kind=error_kind,
+        )
     return obj.SlotState(
         obj.QUEUED, since=run.trigger_at, run_after=run.run_after, queue=EXECUTE_QUEUE, consumed_at=facts.consumed_at
     )
@@ -328,15 +334,17 @@ def _read_facts(rules: dict[int, TriggerRule], *, since: datetime, now: datetime
     rows = {
         (r.rule_id, r.slot): r for r in SlotObjective.objects.filter(rule_id__in=ids, slot__gte=since, slot__lte=now)
     }
+    # The filters make rule_id and slot present; the checks below say so to the type checker.
     runs: dict[tuple[int, datetime], TaskRun] = {}
     for run in TaskRun.objects.filter(
         rule_id__in=ids, slot__gte=since, slot__lte=now, is_trial=False, source__in=TRIGGERED_BY_SCHEDULE
     ).order_by("id"):
-        runs.setdefault((run.rule_id, run.slot), run)
-    decisions = {
-        (d.rule_id, d.slot): d
-        for d in Decision.objects.filter(rule_id__in=ids, slot__gte=since, slot__lte=now).order_by("-id")
-    }
+        if run.rule_id is not None and run.slot is not None:
+            runs.setdefault((run.rule_id, run.slot), run)
+    decisions: dict[tuple[int, datetime], Decision] = {}
+    for d in Decision.objects.filter(rule_id__in=ids, slot__gte=since, slot__lte=now).order_by("-id"):
+        if d.rule_id is not None and d.slot is not None:
+            decisions[(d.rule_id, d.slot)] = d
     holds = {(h.rule_id, h.slot): h for h in SlotHold.objects.filter(rule_id__in=ids, slot__gte=since, slot__lte=now)}
     for rule_id, slot in (*rows, *runs, *decisions, *holds):
         slots[rule_id].add(slot)
@@ -407,6 +415,8 @@ def objective_estimates(rule_ids: list[int]) -> dict[int, obj.Estimate]:
     )
     samples: dict[int, list[tuple[float, float]]] = defaultdict(list)
     for rule_id, trigger_at, run_after, start_at, finish_at in ranked:
+        if start_at is None or finish_at is None:
+            continue  # a succeeded run has both; the column allows none
         ready = max(trigger_at, run_after)
         samples[rule_id].append(((start_at - ready).total_seconds(), (finish_at - start_at).total_seconds()))
     return {rule_id: obj.estimate_duration(samples.get(rule_id, [])) for rule_id in rule_ids}
