@@ -22,7 +22,7 @@ from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from django.db.models import F, Window
+from django.db.models import Exists, F, OuterRef, Window
 from django.db.models.functions import RowNumber
 from django.utils import translation
 from django.utils.dateparse import parse_datetime
@@ -128,8 +128,6 @@ def objective_evaluate(*, now: datetime, calendar_for=None) -> PassResult:
         estimate = facts.estimates.get(rule_id)
         for slot in sorted(facts.slots[rule_id]):
             old = facts.rows.get((rule_id, slot))
-            if old is not None and old.closed:
-                continue
             state = facts.state(rule, slot, now=now)
             status = obj.objective_status(spec, slot, state, now=now, estimate=estimate, calendar=calendar)
             row = _row(rule, slot, status, old=old, state=state, now=now)
@@ -331,18 +329,28 @@ def _run_state(run: TaskRun, facts: _Facts, *, now: datetime) -> obj.SlotState:
 def _read_facts(rules: dict[int, TriggerRule], *, since: datetime, now: datetime) -> _Facts:
     ids = list(rules)
     slots: dict[int, set[datetime]] = {rule_id: set() for rule_id in ids}
-    rows = {
-        (r.rule_id, r.slot): r for r in SlotObjective.objects.filter(rule_id__in=ids, slot__gte=since, slot__lte=now)
-    }
+    # Open rows only (slot_objective_open_idx): a closed slot is final. An open slot older than the
+    # lookback (a deadline days after its slot) widens the window for its records.
+    rows = {(r.rule_id, r.slot): r for r in SlotObjective.objects.filter(rule_id__in=ids, closed=False, slot__lte=now)}
+    since = min([since, *(slot for _, slot in rows)])
+    # Records of closed slots are not read again (the unique (rule, slot) index answers the
+    # subquery), so a pass reads the open work, not two days of a busy rule's runs.
+    closed = SlotObjective.objects.filter(rule_id=OuterRef("rule_id"), slot=OuterRef("slot"), closed=True)
     # The filters make rule_id and slot present; the checks below say so to the type checker.
     runs: dict[tuple[int, datetime], TaskRun] = {}
-    for run in TaskRun.objects.filter(
-        rule_id__in=ids, slot__gte=since, slot__lte=now, is_trial=False, source__in=TRIGGERED_BY_SCHEDULE
-    ).order_by("id"):
+    for run in (
+        TaskRun.objects.filter(
+            rule_id__in=ids, slot__gte=since, slot__lte=now, is_trial=False, source__in=TRIGGERED_BY_SCHEDULE
+        )
+        .exclude(Exists(closed))
+        .order_by("id")
+    ):
         if run.rule_id is not None and run.slot is not None:
             runs.setdefault((run.rule_id, run.slot), run)
     decisions: dict[tuple[int, datetime], Decision] = {}
-    for d in Decision.objects.filter(rule_id__in=ids, slot__gte=since, slot__lte=now).order_by("-id"):
+    for d in (
+        Decision.objects.filter(rule_id__in=ids, slot__gte=since, slot__lte=now).exclude(Exists(closed)).order_by("-id")
+    ):
         if d.rule_id is not None and d.slot is not None:
             decisions[(d.rule_id, d.slot)] = d
     holds = {(h.rule_id, h.slot): h for h in SlotHold.objects.filter(rule_id__in=ids, slot__gte=since, slot__lte=now)}
@@ -395,7 +403,8 @@ def _unrecorded_slots(rule: TriggerRule, *, now: datetime) -> list[datetime]:
         return [due] if due is not None and due <= now else []
     if rule.paused_at is None:
         return []
-    start = max(rule.paused_at, now - OBJECTIVE_LOOKBACK)
+    # Not the slots closed already (breached a day ago): they would be written again on every pass.
+    start = max(rule.paused_at, now - CLOSE_AFTER)
     try:
         found = schedule.slots_between(rule.schedule_spec(), start - timedelta(microseconds=1), now)
     except (schedule.ScheduleError, ValueError, OverflowError):

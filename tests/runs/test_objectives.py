@@ -217,6 +217,8 @@ def test_a_test_days_history_and_metrics_agree_with_the_runs_table():
     met, missed = sum(x <= 0 for x in late), sum(x > 0 for x in late)
     assert (met, missed) == (16, 8)
 
+    # Every slot is closed: a pass reads no run of that day again.
+    assert objective_evaluate(now=day + timedelta(hours=23, minutes=30)).slots == 0
     history = objective_history(rule, now=day + timedelta(hours=23, minutes=30))
     assert (history[-1].met, history[-1].missed) == (met, missed)
     assert sum(d.met for d in history[:-1]) == sum(d.missed for d in history[:-1]) == 0
