@@ -184,6 +184,22 @@ _RULE_FIELDS = (
 )
 
 
+# What the pass reads of a run (a run row has some forty columns).
+_RUN_FIELDS = (
+    "id",
+    "rule_id",
+    "slot",
+    "state",
+    "attempts",
+    "retry_max_attempts",
+    "last_error_kind",
+    "trigger_at",
+    "run_after",
+    "start_at",
+    "finish_at",
+)
+
+
 def _row(rule, slot, status: obj.ObjectiveStatus, *, old, state: obj.SlotState, now: datetime) -> SlotObjective:
     # Closed: the outcome is final (finished, will not run, or breached long enough ago).
     final = status.status in CLOSING or (
@@ -343,6 +359,7 @@ def _read_facts(rules: dict[int, TriggerRule], *, since: datetime, now: datetime
             rule_id__in=ids, slot__gte=since, slot__lte=now, is_trial=False, source__in=TRIGGERED_BY_SCHEDULE
         )
         .exclude(Exists(closed))
+        .only(*_RUN_FIELDS)
         .order_by("id")
     ):
         if run.rule_id is not None and run.slot is not None:
