@@ -527,6 +527,7 @@ class RuleObjective:
     deadline: datetime | None = None
     expected_finish: datetime | None = None
     acknowledged: bool = False
+    checked_at: datetime | None = None  # when the objective pass last looked
 
 
 _WORST = {obj.BREACHED: 0, obj.AT_RISK: 1, obj.ON_TRACK: 2, obj.MET: 3, obj.EXCUSED: 4}
@@ -565,6 +566,7 @@ def _rule_objective(row: SlotObjective) -> RuleObjective:
         deadline=row.deadline,
         expected_finish=row.expected_finish,
         acknowledged=row.acknowledged_at is not None,
+        checked_at=row.checked_at,
     )
 
 

@@ -106,6 +106,7 @@ class ObjectiveStatusSerializer(serializers.Serializer):
     deadline = serializers.DateTimeField(allow_null=True)
     expected_finish = serializers.DateTimeField(allow_null=True)
     acknowledged = serializers.BooleanField()
+    checked_at = serializers.DateTimeField(allow_null=True, help_text="When the objective pass last looked.")
 
 
 class RuleSerializer(serializers.ModelSerializer):
@@ -134,6 +135,7 @@ class RuleSerializer(serializers.ModelSerializer):
                 "deadline": status.deadline,
                 "expected_finish": status.expected_finish,
                 "acknowledged": status.acknowledged,
+                "checked_at": status.checked_at,
             }
         ).data
 
