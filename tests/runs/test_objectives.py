@@ -29,6 +29,7 @@ from tasks.flags import flag_set
 from tasks.models import Pool, TriggerRule
 from tasks.triggers.operator import rule_pause
 from tasks.triggers.scheduler import scheduler_tick
+from tests.support.desk import client_for, make_user
 from tests.support.rules import make_rule
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -238,3 +239,22 @@ def test_a_test_days_history_and_metrics_agree_with_the_runs_table():
     assert value[("harness_objective_lateness_seconds_count", None)] == 24
     assert value[("harness_objective_lateness_seconds_bucket", "0.0")] == met
     assert value[("harness_objective_lateness_seconds_sum", None)] == sum(x for x in late if x > 0)
+
+
+def test_on_call_acknowledges_in_the_admin_and_a_viewer_cannot():
+    rule = report(depends_on=[FLAG], ready_deadline=time(12, 0))
+    scheduler_tick(now=sh(8, 0, 5))
+    objective_evaluate(now=sh(9, 29))
+    slot_row = row(rule)
+    url = "/admin/runs/slotobjective/"
+    action = {"action": "acknowledge", "_selected_action": [slot_row.id]}
+
+    viewer = client_for(make_user("vera", "Viewers"))
+    assert viewer.get(url).status_code == 200
+    viewer.post(url, action)
+    assert row(rule).acknowledged_at is None
+
+    oncall = client_for(make_user("olga", "On-call"))
+    response = oncall.post(url, action, follow=True)
+    assert "1 slot acknowledged." in response.content.decode()
+    assert row(rule).acknowledged_by == "olga"
