@@ -376,6 +376,7 @@ class HarnessSettings(TypedDict):
 
     TICK_SECONDS: int
     SWEEP_SECONDS: int
+    OBJECTIVE_SECONDS: int
     REDISPATCH_SECONDS: int
     SENSOR_SECONDS: int
     PREPARED_STATEMENTS: bool
@@ -397,6 +398,8 @@ HARNESS: HarnessSettings = {
     # Seconds between scheduler ticks; the data migration installs the beat entry with it.
     "TICK_SECONDS": env.whole("HARNESS_TICK_SECONDS", default=1, low=1, high=3600, why_low="a busy loop"),
     "SWEEP_SECONDS": env.whole("HARNESS_SWEEP_SECONDS", default=1, low=1, high=3600, why_low="a busy loop"),
+    # At most this often the sweeper evaluates the freshness objectives of open slots (runs/objectives.py).
+    "OBJECTIVE_SECONDS": env.whole("HARNESS_OBJECTIVE_SECONDS", default=15, low=1, high=3600),
     # A message is sent again only after it has been nowhere (neither queued nor held by a worker)
     # this long since it was sent: the commit-to-publish delay and a consumer's reporting delay.
     "REDISPATCH_SECONDS": env.whole("HARNESS_REDISPATCH_SECONDS", default=10, low=1, high=86400),
@@ -524,6 +527,7 @@ for _entry in HARNESS_AGENT_URL_ALLOW:
 _KNOWN_HARNESS_VARS = {
     "HARNESS_TICK_SECONDS",
     "HARNESS_SWEEP_SECONDS",
+    "HARNESS_OBJECTIVE_SECONDS",
     "HARNESS_REDISPATCH_SECONDS",
     "HARNESS_MAX_SLOTS_PER_TICK",
     "HARNESS_SLOT_GRACE_SECONDS",

@@ -16,6 +16,7 @@ from django.utils.translation import gettext as _
 
 from deadletters.models import DeadLetter
 from runs.models import TaskRun
+from runs.objectives import objective_counts
 from runs.rollup import BIN_RATIO, LIVE, REFRESH_CYCLE, Summary, histogram_percentile, rollup_read
 from runs.selectors import flow_saturation, scheduler_health
 from runs.status import decisions_by_reason, missed_of, reason_items
@@ -49,6 +50,7 @@ class Dashboard:
     scheduler: dict = field(default_factory=dict)
     next_fires: list = field(default_factory=list)
     flow: dict = field(default_factory=dict)
+    objectives: dict = field(default_factory=dict)  # open slots by objective status
     rollup_refreshed_at: datetime | None = None  # the oldest summary read from the rollup
     decisions_24h: dict[str, int] = field(default_factory=dict)  # slots and triggers decided, by reason
     missed_24h: int = 0  # slots missed beyond the catch-up window or its max count
@@ -139,6 +141,8 @@ def dashboard_build(*, now: datetime) -> Dashboard:
     # 9. Slots decided without a run, by reason, and the missed ones among them (decision_created_idx).
     d.decisions_24h = decisions_by_reason(since=since)
     d.missed_24h = missed_of(d.decisions_24h)
+    # 10. Freshness objectives: open slots at risk, breached and on track, as the last pass saw them.
+    d.objectives = objective_counts()
     return d
 
 

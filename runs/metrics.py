@@ -19,7 +19,16 @@ from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Histo
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from deadletters.models import Alert, DeadLetter
-from runs.models import Attempt, Decision, DecisionTally, PoolSlot, PoolWaiter, TaskRun, WorkerHeartbeat
+from runs.models import (
+    Attempt,
+    Decision,
+    DecisionTally,
+    PoolSlot,
+    PoolWaiter,
+    SlotObjective,
+    TaskRun,
+    WorkerHeartbeat,
+)
 from runs.selectors import scheduler_health
 from runs.status import MISSED_REASONS
 from runs.store import store
@@ -30,11 +39,13 @@ from tasks.models import EventMetric, Pool
 # (trigger to success) spans a no-op's milliseconds to a model call's minutes.
 QUEUE_DELAY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600)
 LATENCY_BUCKETS = (0.1, 0.5, 1, 2.5, 5, 10, 30, 60, 300, 900, 3600, 4 * 3600, 24 * 3600)
+# Seconds past a slot's freshness objective at its finish (0: met in time).
+LATENESS_BUCKETS = (0, 60, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600)
 # Event outcomes that are not refusals (tasks.triggers.events); every other outcome is a refusal reason.
 EVENT_ADMITTED = frozenset({"accepted", "duplicate", "redelivery", "shed", "coalesced"})
 NEW_WINDOW = timedelta(hours=24)
 # What one scrape costs, asserted by tests/runs/test_metrics.py.
-SCRAPE_QUERIES = 16
+SCRAPE_QUERIES = 17
 
 
 class HarnessCollector(Collector):
@@ -55,6 +66,7 @@ class HarnessCollector(Collector):
         yield from _alerts()
         yield from _pools(now)
         yield from _workers(now)
+        yield from _objectives()
 
 
 def metrics_registry(clock=None) -> CollectorRegistry:
@@ -312,7 +324,7 @@ def _pools(now: datetime):
 
 
 def _workers(now: datetime):
-    # 14. Each responding worker process as its last heartbeat reported it (runs/workers.py): runs in
+    # 15. Each responding worker process as its last heartbeat reported it (runs/workers.py): runs in
     # flight, and where its runs share a connection pool (a threads worker), the pool's use and waits.
     labels = ["worker", "queues", "pool"]
     in_flight = GaugeMetricFamily(
@@ -357,3 +369,57 @@ def _workers(now: datetime):
             wait.add_metric(key, stats.get("requests_wait_ms", 0) / 1000)
             requests.add_metric(key, stats.get("requests_num", 0))
     yield from (in_flight, waiting, concurrency, in_use, size, waiters, wait, requests)
+
+
+def _objectives():
+    # 16. Freshness objectives (runs/objectives.py): slots by rule, status and closed, with the lateness
+    # buckets of the finished ones, in one grouped scan of the retained slots (35 days).
+    buckets = {f"le{i}": Count("id", filter=Q(lateness_seconds__lte=b)) for i, b in enumerate(LATENESS_BUCKETS)}
+    rows = (
+        SlotObjective.objects.values("rule__name", "status", "closed")
+        .annotate(n=Count("id"), late=Sum("lateness_seconds"), **buckets)
+        .order_by("rule__name")
+    )
+    at_risk = GaugeMetricFamily(
+        "harness_objective_at_risk", "Open slots expected to miss their freshness objective.", labels=["rule"]
+    )
+    breached = GaugeMetricFamily(
+        "harness_objective_breached",
+        "Slots that missed their freshness objective (finished late, or not done by it), last 35 days.",
+        labels=["rule"],
+    )
+    met = GaugeMetricFamily(
+        "harness_objective_met", "Slots done by their freshness objective, last 35 days.", labels=["rule"]
+    )
+    per_rule: dict[str, dict] = defaultdict(
+        lambda: {"risk": 0, "breached": 0, "met": 0, "n": 0, "sum": 0.0, "le": None}
+    )
+    for row in rows:
+        r = per_rule[row["rule__name"]]
+        if row["status"] == "at_risk" and not row["closed"]:
+            r["risk"] += row["n"]
+        if row["status"] == "breached":
+            r["breached"] += row["n"]
+        if row["status"] == "met":
+            r["met"] += row["n"]
+        if row["closed"] and row["status"] in ("met", "breached"):
+            counts = [row[f"le{i}"] for i in range(len(LATENESS_BUCKETS))]  # type: ignore[literal-required]
+            r["le"] = counts if r["le"] is None else [a + b for a, b in zip(r["le"], counts, strict=True)]
+            r["n"] += row["n"]
+            r["sum"] += row["late"] or 0.0
+    lateness = HistogramMetricFamily(
+        "harness_objective_lateness_seconds",
+        "Seconds past the freshness objective at each finished slot's end (0: in time), last 35 days.",
+        labels=["rule"],
+    )
+    for rule, r in sorted(per_rule.items()):
+        at_risk.add_metric([rule], r["risk"])
+        breached.add_metric([rule], r["breached"])
+        met.add_metric([rule], r["met"])
+        if r["le"] is not None:
+            buckets_out = [(_le(b), int(n)) for b, n in zip(LATENESS_BUCKETS, r["le"], strict=True)]
+            lateness.add_metric([rule], [*buckets_out, ("+Inf", r["n"])], sum_value=float(r["sum"]))
+    yield at_risk
+    yield breached
+    yield met
+    yield lateness

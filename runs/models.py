@@ -768,3 +768,59 @@ class WorkerHeartbeat(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class SlotObjective(models.Model):
+    """One slot's freshness objective and how it is going (tasks/rules/objectives.py): written by the
+    objective pass (runs/objectives.py) each time it looks, closed once the slot's outcome is final.
+
+    One row per slot (unique), so each alert (at risk, breached, recovered) goes out once per slot,
+    and the last 30 days of met/missed are a read of closed rows.
+    """
+
+    class Status(models.TextChoices):
+        # Values are tasks.rules.objectives' statuses.
+        MET = "met", _("Met")
+        ON_TRACK = "on_track", _("On track")
+        AT_RISK = "at_risk", _("At risk")
+        BREACHED = "breached", _("Breached")
+        EXCUSED = "excused", _("Excused (not meant to run)")
+
+    rule = models.ForeignKey(
+        "tasks.TriggerRule",
+        on_delete=models.CASCADE,
+        related_name="slot_objectives",
+        db_index=False,  # slot_objective_one_per_slot leads with it
+        verbose_name=_("rule"),
+    )
+    slot = models.DateTimeField(_("slot"))
+    deadline = models.DateTimeField(_("objective deadline"))
+    status = models.CharField(_("status"), max_length=10, choices=Status.choices)
+    # The cause as a reason code and its parameters (tasks/sentences.py words it in the reader's language).
+    cause = models.JSONField(_("cause"), default=dict, blank=True)
+    expected_finish = models.DateTimeField(_("expected finish"), null=True, blank=True)
+    finished_at = models.DateTimeField(_("finished at"), null=True, blank=True)
+    lateness_seconds = models.FloatField(_("lateness seconds"), null=True, blank=True)
+    # Final: the slot finished, or will not run; the pass no longer looks at it.
+    closed = models.BooleanField(_("closed"), default=False)
+    alerted_at_risk = models.BooleanField(_("at-risk alert sent"), default=False)
+    alerted_breached = models.BooleanField(_("breach alert sent"), default=False)
+    acknowledged_by = models.CharField(_("acknowledged by"), max_length=150, blank=True)
+    acknowledged_at = models.DateTimeField(_("acknowledged at"), null=True, blank=True)
+    checked_at = models.DateTimeField(_("checked at"))
+
+    class Meta:
+        verbose_name = _("slot objective")
+        verbose_name_plural = _("slot objectives")
+        ordering = ["-slot", "rule_id"]
+        constraints = [models.UniqueConstraint(fields=["rule", "slot"], name="slot_objective_one_per_slot")]
+        permissions = [("acknowledge_slotobjective", "Can acknowledge a slot objective (no more alerts for it)")]
+        indexes = [
+            # objective_status_for_rules and the metrics: each rule's open slots.
+            models.Index(fields=["rule", "-slot"], condition=Q(closed=False), name="slot_objective_open_idx"),
+            # objective_prune (retention).
+            models.Index(fields=["slot"], name="slot_objective_slot_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.rule_id}@{self.slot:%Y-%m-%dT%H:%M:%SZ}: {self.status}"

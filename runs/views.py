@@ -29,6 +29,7 @@ from runs import status as board
 from runs.dashboard import dashboard_build
 from runs.metrics import metrics_registry
 from runs.models import TaskRun
+from runs.objectives import objective_status_for_rules
 from runs.workers import worker_health
 from tasks.models.calendar import calendar_gaps
 
@@ -233,9 +234,20 @@ def _bars(values: dict) -> list[dict]:
 
 # The status board shows rules, their runs and decisions, and their open dead letters.
 STATUS_PERMS = ("tasks.view_triggerrule", "runs.view_taskrun", "deadletters.view_deadletter")
-# Freshness objectives (issue 28) plug in here: one selector call, rule ids in, a status per rule id
-# out ({"state": "ok"|"at_risk"|"breached", "label": str}). None: no objective column.
-STATUS_OBJECTIVES = None
+# The status page's badge for each freshness objective status: calm unless the slot is at risk or late.
+OBJECTIVE_BADGE = {"met": "ok", "on_track": "ok", "excused": "ok", "at_risk": "at_risk", "breached": "breached"}
+
+
+def status_objectives(rule_ids: list[int]) -> dict[int, dict]:
+    """Each rule's freshness objective on the status page: its worst open slot, else its last one,
+    as of the last objective pass (two queries for the rows shown)."""
+    return {
+        rule_id: {"state": OBJECTIVE_BADGE[o.status], "label": o.label, "cause": o.cause}
+        for rule_id, o in objective_status_for_rules(rule_ids).items()
+    }
+
+
+STATUS_OBJECTIVES = status_objectives
 
 
 def status_view(request):

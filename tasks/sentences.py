@@ -18,7 +18,7 @@ from django.utils.text import capfirst
 from django.utils.translation import get_language, gettext_lazy
 from django.utils.translation import gettext as _
 
-from tasks.rules import backpressure, evaluation, guards, lint, preview, schedule
+from tasks.rules import backpressure, evaluation, guards, lint, objectives, preview, schedule
 from tasks.rules import explain as explained
 from tasks.rules import plan as planned
 from tasks.rules.reasons import Reason
@@ -236,6 +236,29 @@ CATALOGUE = {
     planned.FIRST_DIFFERENCE: gettext_lazy("the fires first differ on %(day)s"),
     planned.PAST_DIFFERS: gettext_lazy("%(n)s of %(total)s past slots would have gone otherwise"),
     planned.PAST_SAME: gettext_lazy("all %(total)s past slots would have gone the same"),
+    # --- freshness objectives: what holds a slot (the cause of its status) ---
+    objectives.CAUSE_NOT_CLAIMED: gettext_lazy("slot due since %(since)s, not yet taken by the scheduler"),
+    objectives.CAUSE_WAITING_READY: gettext_lazy("waiting for readiness flag %(flags)s (not set since %(since)s)"),
+    objectives.CAUSE_WAITING_OVERLAP: gettext_lazy("buffered behind an active run of this rule since %(since)s"),
+    objectives.CAUSE_WAITING_POOL: gettext_lazy("pool %(pool)s full (%(in_use)s of %(limit)s), %(ahead)s runs ahead"),
+    objectives.CAUSE_WAITING_RATE: gettext_lazy("pool %(pool)s paces its starts; next start at %(until)s"),
+    objectives.CAUSE_AWAITING_APPROVAL: gettext_lazy("catch-up run waiting for operator approval"),
+    objectives.CAUSE_QUEUED: gettext_lazy("queued, may start at %(at)s"),
+    objectives.CAUSE_QUEUE_STALLED: gettext_lazy("no worker has consumed queue %(queue)s for %(minutes)s min"),
+    objectives.CAUSE_QUEUE_NO_WORKER: gettext_lazy("no worker consumes queue %(queue)s"),
+    objectives.CAUSE_RETRYING: gettext_lazy("attempt %(attempt)s of %(max)s failed with %(kind)s; next try %(next)s"),
+    objectives.CAUSE_RUNNING: gettext_lazy("running for %(seconds)s s (usually %(usual)s s)"),
+    objectives.CAUSE_FAILED: gettext_lazy("attempt %(attempt)s of %(max)s failed with %(kind)s; no retry left"),
+    objectives.CAUSE_NOT_RUN: gettext_lazy("did not run: %(decision)s"),
+    objectives.CAUSE_PAUSED: gettext_lazy("rule paused at %(at)s"),
+    objectives.CAUSE_PAUSED_BY: gettext_lazy("rule paused by %(actor)s at %(at)s: '%(why)s'"),
+    objectives.CAUSE_FINISHED: gettext_lazy("finished at %(at)s"),
+    objectives.CAUSE_FINISHED_LATE: gettext_lazy("finished at %(at)s, %(minutes)s min late"),
+    objectives.OFFSET_NEEDED: gettext_lazy("Give the offset in seconds after the slot, e.g. 1800 for 30 minutes."),
+    objectives.WALL_NEEDED: gettext_lazy("Give the local time of day the work must be done by, e.g. 09:30."),
+    objectives.NEEDS_SCHEDULE: gettext_lazy(
+        "Only scheduled rules (cron, interval, one time) have slots to keep a freshness objective for."
+    ),
     # --- the lint checklist: each check's name, then what it found ---
     lint.CHECK_TIMEZONE: gettext_lazy("timezone explicit"),
     lint.CHECK_DEPENDENCIES: gettext_lazy("dependencies have a source"),

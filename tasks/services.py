@@ -74,10 +74,13 @@ EXPORT_FIELDS = (
     "identity",
     "heartbeat_every_seconds",
     "heartbeat_grace_seconds",
+    "objective",
+    "objective_offset_seconds",
+    "objective_time",
     "pools",
 )
 # Local times of day, written as "HH:MM:SS".
-TIME_FIELDS = ("ready_deadline", "hours_start", "hours_end")
+TIME_FIELDS = ("ready_deadline", "hours_start", "hours_end", "objective_time")
 REQUIRED_IMPORT_FIELDS = ("name", "reason", "kind", "timezone", "skill")
 
 
@@ -384,6 +387,9 @@ IMPORT_TYPES = {
     "identity": str,
     "heartbeat_every_seconds": int,
     "heartbeat_grace_seconds": int,
+    "objective": str,
+    "objective_offset_seconds": int,
+    "objective_time": str,
     "pools": list,
 }
 NULLABLE_IMPORT_FIELDS = {
@@ -400,6 +406,8 @@ NULLABLE_IMPORT_FIELDS = {
     "identity",
     "business_calendar",
     "heartbeat_every_seconds",
+    "objective_offset_seconds",
+    "objective_time",
     "pools",
 }
 _TYPE_NAMES = {

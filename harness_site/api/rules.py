@@ -32,6 +32,8 @@ from harness_site.api.serializers import (
     RuleUpdateSerializer,
     RunNowSerializer,
 )
+from runs.models import SlotObjective
+from runs.objectives import objective_filter_rules, objective_status_for_rules
 from tasks import sentences
 from tasks.models import TriggerRule
 from tasks.rules.preview import rule_preview
@@ -121,6 +123,12 @@ class RuleListView(DeskView):
             OpenApiParameter("kind", str, enum=[c for c, _ in TriggerRule.Kind.choices]),
             OpenApiParameter("enabled", bool),
             OpenApiParameter("q", str, description="name contains"),
+            OpenApiParameter(
+                "objective",
+                str,
+                enum=list(SlotObjective.Status.values),
+                description="rules whose freshness objective status is this now",
+            ),
         ],
         responses={200: RuleSerializer(many=True), **problems(*COMMON)},
     )
@@ -143,7 +151,14 @@ class RuleListView(DeskView):
         q = query_text(request, "q")
         if q:
             rules = rules.filter(name__icontains=q)
-        return Response(RuleSerializer(rules, many=True).data)
+        objective = query_text(request, "objective")
+        if objective:
+            if objective not in SlotObjective.Status.values:
+                raise invalid("objective", f"{objective!r} is not one of {', '.join(SlotObjective.Status.values)}")
+            rules = objective_filter_rules(rules, objective)
+        rules = list(rules)
+        found = objective_status_for_rules([r.id for r in rules if r.objective])
+        return Response(RuleSerializer(rules, many=True, context={"objectives": found}).data)
 
     @extend_schema(
         operation_id="rules_create",

@@ -2,10 +2,12 @@
 only document the shape (the rules import checks and words every refusal, tasks/services.py)."""
 
 from django.contrib.auth import get_user_model
+from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from deadletters.models import DeadLetter
-from runs.models import Attempt, Decision, TaskRun
+from runs.models import Attempt, Decision, SlotObjective, TaskRun
+from runs.objectives import RuleObjective, objective_status_for_rules
 from tasks.models import TriggerRule
 from tasks.services import EXPORT_FIELDS, IMPORT_TYPES, NULLABLE_IMPORT_FIELDS, REQUIRED_IMPORT_FIELDS
 
@@ -95,13 +97,48 @@ RuleCreateSerializer = _rule_input("RuleCreate", creating=True)
 RuleUpdateSerializer = _rule_input("RuleUpdate", creating=False)
 
 
+class ObjectiveStatusSerializer(serializers.Serializer):
+    """The rule's freshness objective now: its worst open slot, else its last finished one."""
+
+    status = serializers.ChoiceField(choices=SlotObjective.Status.choices)
+    cause = serializers.CharField(help_text="What holds the slot, in the request's language.")
+    slot = serializers.DateTimeField(allow_null=True)
+    deadline = serializers.DateTimeField(allow_null=True)
+    expected_finish = serializers.DateTimeField(allow_null=True)
+    acknowledged = serializers.BooleanField()
+    checked_at = serializers.DateTimeField(allow_null=True, help_text="When the objective pass last looked.")
+
+
 class RuleSerializer(serializers.ModelSerializer):
-    """A rule as `rules export` writes it, plus its id, version (also the ETag) and schedule state."""
+    """A rule as `rules export` writes it, plus its id, version (also the ETag), schedule state and
+    objective status. A list passes `objectives` (rule id -> RuleObjective) in the context, read in
+    two queries for the whole page."""
 
     agent = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     identity = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     business_calendar = serializers.SlugRelatedField(slug_field="name", read_only=True, allow_null=True)
     pools = serializers.SlugRelatedField(slug_field="name", read_only=True, many=True)
+    objective_status = serializers.SerializerMethodField()
+
+    @extend_schema_field(ObjectiveStatusSerializer(allow_null=True))
+    def get_objective_status(self, rule: TriggerRule) -> dict | None:
+        found: dict[int, RuleObjective] | None = self.context.get("objectives")
+        if found is None:
+            found = objective_status_for_rules([rule.id]) if rule.objective else {}
+        status = found.get(rule.id)
+        if status is None:
+            return None
+        return ObjectiveStatusSerializer(
+            {
+                "status": status.status,
+                "cause": status.cause,
+                "slot": status.slot,
+                "deadline": status.deadline,
+                "expected_finish": status.expected_finish,
+                "acknowledged": status.acknowledged,
+                "checked_at": status.checked_at,
+            }
+        ).data
 
     class Meta:
         model = TriggerRule
@@ -115,6 +152,7 @@ class RuleSerializer(serializers.ModelSerializer):
             "pause_reason",
             "created_at",
             "updated_at",
+            "objective_status",
         )
         read_only_fields = fields
 

@@ -31,6 +31,7 @@ VIEW = [
             "lease",
             "decision",
             "slothold",
+            "slotobjective",
             "schedulertick",
             "runstep",
             "externalcall",
@@ -77,6 +78,7 @@ GROUPS = {
         "runs.approve_catchup",
         # Approve or reject a risky action a skill proposed (runs/approvals.py).
         "runs.decide_actionproposal",
+        "runs.acknowledge_slotobjective",
     ],
     "On-call": [
         *VIEW,
@@ -89,6 +91,8 @@ GROUPS = {
         "runs.cancel_run",
         "runs.decide_actionproposal",
         "deadletters.change_alertchannel",
+        # On-call has it in hand: no more objective alerts for those slots.
+        "runs.acknowledge_slotobjective",
     ],
 }
 

@@ -8,6 +8,7 @@ from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import ngettext
 
 from harness_site.templatetags.harness import ago_html, key_html, when_html
 from runs.admin.desk import (  # also registers the live run leases desk
@@ -19,7 +20,8 @@ from runs.admin.scale import ErrorKindFilter, EstimatedCountPaginator
 from runs.admin.steps import ActionProposalInline, ExternalCallInline, RunStepInline
 from runs.backpressure import pending_count, watermarks_set
 from runs.key_search import key_search
-from runs.models import Attempt, Backpressure, Decision, Lease, SchedulerTick, SlotHold, TaskRun
+from runs.models import Attempt, Backpressure, Decision, Lease, SchedulerTick, SlotHold, SlotObjective, TaskRun
+from runs.objectives import cause_text, objective_acknowledge
 from runs.selectors import duration_text, run_wait_explain
 
 # A W3C trace id as log lines and trace viewers print it (harness_site/tracing.py).
@@ -282,3 +284,26 @@ class LeaseAdmin(LeaseDeskMixin, ReadOnlyAdmin):
 @admin.register(SchedulerTick)
 class SchedulerTickAdmin(ReadOnlyAdmin):
     list_display = ("name", "last_tick_at", "last_claimed", "last_dedupe_hits")
+
+
+@admin.register(SlotObjective)
+class SlotObjectiveAdmin(ReadOnlyAdmin):
+    """Each slot's freshness objective, as the objective pass last saw it (runs/objectives.py)."""
+
+    list_display = ("rule", "slot", "deadline", "status", "cause_text", "lateness_seconds", "acknowledged_by")
+    list_filter = ("status", "closed", "rule")
+    date_hierarchy = "slot"
+    list_select_related = ("rule",)
+    actions = ["acknowledge"]
+
+    @admin.display(description=_("cause"))
+    def cause_text(self, row: SlotObjective) -> str:
+        return cause_text(row.cause)
+
+    @admin.action(description=_("Acknowledge: no more alerts for these slots"), permissions=["acknowledge"])
+    def acknowledge(self, request, queryset):
+        n = objective_acknowledge(rows=queryset, actor=request.user.get_username(), now=timezone.now())
+        self.message_user(request, ngettext("%(n)s slot acknowledged.", "%(n)s slots acknowledged.", n) % {"n": n})
+
+    def has_acknowledge_permission(self, request) -> bool:
+        return request.user.has_perm("runs.acknowledge_slotobjective")

@@ -7,21 +7,32 @@ from simple_history.admin import SimpleHistoryAdmin
 from harness_site.desk import JSON_FORMFIELDS
 from tasks.admin import agents, calendars, events, pools  # noqa: F401  (register the Agent, calendar, event and pool admins)
 from tasks.admin.guards import GuardAdminMixin  # also registers flags, identities and API tokens
+from tasks.admin.objectives import OBJECTIVE_FIELDSET, ObjectiveAdminMixin, ObjectiveStatusFilter
 from tasks.admin.rules import RuleDeskMixin
 from tasks.models import DiagnosticRecord, TriggerRule
 from tasks.triggers.operator import rule_save
 
 
 @admin.register(TriggerRule)
-class TriggerRuleAdmin(GuardAdminMixin, RuleDeskMixin, SimpleHistoryAdmin):
+class TriggerRuleAdmin(GuardAdminMixin, ObjectiveAdminMixin, RuleDeskMixin, SimpleHistoryAdmin):
     """Rule pages: the desk mixin adds preview, lint and action buttons; SimpleHistoryAdmin adds the
     version history with a field diff ("History" button)."""
 
     formfield_overrides = JSON_FORMFIELDS  # deep, NUL or absurd JSON is a form message
-    list_display = ("name", "enabled", "kind", "schedule_text", "timezone", "skill", "next_fire_at", "version")
-    list_filter = ("enabled", "kind", "catchup", "timezone")
+    list_display = (
+        "name",
+        "enabled",
+        "kind",
+        "schedule_text",
+        "timezone",
+        "skill",
+        "next_fire_at",
+        "objective_column",
+        "version",
+    )
+    list_filter = ("enabled", "kind", "catchup", "timezone", ObjectiveStatusFilter)
     search_fields = ("name", "skill", "reason")
-    readonly_fields = ("next_fire_at", "last_slot_at", "version", "created_at", "updated_at")
+    readonly_fields = ("next_fire_at", "last_slot_at", "version", "created_at", "updated_at", "objective_panel")
     filter_horizontal = ("pools",)
     fieldsets = (
         (None, {"fields": ("name", "enabled", "reason")}),
@@ -47,6 +58,7 @@ class TriggerRuleAdmin(GuardAdminMixin, RuleDeskMixin, SimpleHistoryAdmin):
         (_("Lease"), {"fields": ("lease_ttl_seconds",)}),
         (_("Flow"), {"fields": ("pools",)}),
         (_("Catch-up"), {"fields": ("catchup", "catchup_max_delay_seconds")}),
+        OBJECTIVE_FIELDSET,
         (_("State"), {"fields": ("next_fire_at", "last_slot_at", "version", "created_at", "updated_at")}),
     )
 

@@ -14,6 +14,7 @@ from tasks import sentences
 from tasks.models.agent import rule_agent_errors
 from tasks.rules import events, keys, schedule
 from tasks.rules.guards import guard_errors
+from tasks.rules.objectives import Objective, objective_errors
 from tasks.rules.policy import DEFAULT_LEASE_TTL_SECONDS, RetryPolicy, RunPolicy
 from tasks.skills.sdk import RUN_QUEUES, registry
 
@@ -53,6 +54,12 @@ class TriggerRule(models.Model):
         ONE_TIME_INPUT = "one_time_input", _("One-time input: never shed")
         RECOMPUTABLE = "recomputable", _("Recomputable: shed above the high watermark")
         COALESCE = "coalesce", _("Coalesce: a newer trigger replaces its object's pending run")
+
+    class ObjectiveKind(models.TextChoices):
+        # Values are tasks.rules.objectives' kinds.
+        NONE = "", _("None: no freshness objective")
+        OFFSET = "offset", _("Slot + offset: done within this long after the slot")
+        WALL = "wall", _("Wall time: done by this local time on the slot's business day")
 
     class DstGap(models.TextChoices):
         SHIFT = "shift", _("Shift to the first valid time after the gap")
@@ -329,6 +336,28 @@ class TriggerRule(models.Model):
         default=0,
         help_text=_("Heartbeat: extra time before firing."),
     )
+    # --- Freshness objective: the latest finish of each slot (tasks/rules/objectives.py). ---
+    objective = models.CharField(
+        _("objective"),
+        max_length=10,
+        choices=ObjectiveKind.choices,
+        default=ObjectiveKind.NONE,
+        blank=True,
+        help_text=_("By when each slot's work must be done; on-call hears before it is missed."),
+    )
+    objective_offset_seconds = models.PositiveIntegerField(
+        _("objective offset seconds"),
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text=_("Slot + offset: e.g. 1800 for done within 30 minutes of the slot."),
+    )
+    objective_time = models.TimeField(
+        _("objective time"),
+        null=True,
+        blank=True,
+        help_text=_("Wall time (rule zone): e.g. 09:30, on the slot's business day."),
+    )
     last_ping_at = models.DateTimeField(_("last ping at"), null=True, blank=True, editable=False)
     # When the rule was last switched off; on resume its skipped slots become "paused" decisions.
     paused_at = models.DateTimeField(_("paused at"), null=True, blank=True, editable=False)
@@ -449,6 +478,19 @@ class TriggerRule(models.Model):
             dst_repeat=self.dst_repeat,
         )
 
+    def objective_spec(self) -> Objective | None:
+        """The rule's freshness objective as plain data, or None when it has none."""
+        if not self.objective:
+            return None
+        offset = self.objective_offset_seconds
+        return Objective(
+            kind=self.objective,
+            timezone=self.timezone,
+            offset=timedelta(seconds=offset) if offset else None,
+            wall=self.objective_time,
+            dst_repeat=self.dst_repeat,
+        )
+
     def run_policy(self) -> RunPolicy:
         """The engine policy its runs are triggered with (copied into each run's columns at claim)."""
         retry = RetryPolicy(
@@ -515,6 +557,13 @@ class TriggerRule(models.Model):
             )
         if not (self.reason or "").strip():
             errors.setdefault("reason", []).append(_("Say why this rule is configured so."))
+        for field, messages in objective_errors(
+            kind=self.objective or "",
+            offset_seconds=self.objective_offset_seconds,
+            wall=self.objective_time,
+            scheduled=self.kind in (self.Kind.CRON, self.Kind.INTERVAL, self.Kind.ONCE),
+        ).items():
+            errors.setdefault(field, []).extend(sentences.say(m) for m in messages)
         for field, messages in guard_errors(self).items():
             errors.setdefault(field, []).extend(sentences.say(m) for m in messages)
         if errors:

@@ -40,6 +40,7 @@ CASES = [
     ("HARNESS_TICK_SECONDS", "1.5", "not a whole number"),
     ("HARNESS_TICK_SECONDS", "\uff11", "not a whole number"),  # a full-width digit
     ("HARNESS_SWEEP_SECONDS", "0", "below 1"),
+    ("HARNESS_OBJECTIVE_SECONDS", "0", "below 1"),
     ("HARNESS_REDISPATCH_SECONDS", "ten", "not a whole number"),
     ("HARNESS_MAX_SLOTS_PER_TICK", "0", "below 1"),
     ("HARNESS_PREPARED_STATEMENTS", "maybe", "not a boolean"),
