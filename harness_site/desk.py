@@ -15,6 +15,7 @@ from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
@@ -22,6 +23,14 @@ from tasks.rules import json_limits
 
 CONFIRM_TEMPLATE = "admin/desk/confirm.html"
 FORM_TEMPLATE = "admin/desk/form.html"
+
+
+def quiet_flag(on: bool, label: str, *, off: str = "", tone: str = "") -> str:
+    """A yes/no column without Django's red ✗ for "no": `label` when on (in `tone`, a desk.css class),
+    `off` (plain) when not. Red is for what is wrong, and a run that is not a trial is not."""
+    if on:
+        return format_html('<span class="flag {}">{}</span>', tone, label)
+    return off
 
 
 # The longest reason any column keeps (TriggerRule.pause_reason); longer is a form message, not a

@@ -70,3 +70,20 @@ def test_only_a_superuser_mints_a_token_for_somebody_else(client, root):
     response = client.post(reverse("admin:tasks_apitoken_add"), {"name": "x", "user": root.pk, "scopes": ["*"]})
     assert response.status_code == 200 and "user" in response.context["adminform"].form.errors
     assert not ApiToken.objects.exists()
+
+
+def test_no_red_cross_for_a_run_that_is_not_a_trial_nor_for_a_pool_that_is_not_shedding(client, root):
+    from runs.models import Backpressure
+    from tasks.models import Pool
+    from tests.support.desk import make_failed_run
+
+    make_failed_run("report:a")
+    runs = client.get(reverse("admin:runs_taskrun_changelist")).content.decode()
+    assert "icon-no.svg" not in runs and "icon-yes.svg" not in runs
+    row = Backpressure.objects.first() or Backpressure.objects.create(pool=Pool.objects.first())
+    listed = client.get(reverse("admin:runs_backpressure_changelist")).content.decode()
+    page = client.get(reverse("admin:runs_backpressure_change", args=[row.pk])).content.decode()
+    assert "icon-no.svg" not in listed and "icon-no.svg" not in page
+    Backpressure.objects.filter(pk=row.pk).update(shedding=True)
+    listed = client.get(reverse("admin:runs_backpressure_changelist")).content.decode()
+    assert '<span class="flag warn">shedding</span>' in listed
