@@ -185,9 +185,10 @@ FINAL_STATES = (TaskRun.State.SUCCEEDED, TaskRun.State.FAILED, TaskRun.State.CAN
 def run_page_timeline(run: TaskRun) -> dict:
     """What the run and ticket pages show: the selector's timeline, the rule's zone for every time on
     the page, and whether the page keeps refreshing (until the run is final)."""
-    timeline = run_timeline(run)
+    at = now()
+    timeline = run_timeline(run, now=at)
     final = run.state in FINAL_STATES
-    waiting = None if run.start_at else run_wait_explain(run, now=now())
+    waiting = None if run.start_at else run_wait_explain(run, now=at)
     timeline.update(
         run=run,
         zone=run.rule.timezone if run.rule is not None else None,

@@ -6,6 +6,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
+from deadletters.models import DeadLetter
 from deadletters.services import deadletter_open
 from harness_site.audit.roles import roles_ensure
 from runs.models import Attempt, TaskRun
@@ -117,3 +118,34 @@ def make_failed_run(
     )
     deadletter_open(run=run, error=ClassifiedError(kind=kind, message="boom", digest=digest), reason="cap", now=now)
     return run
+
+
+def make_failed_replay(run: TaskRun, *, actor, replayed_at: datetime) -> DeadLetter:
+    """Replay `run`'s open ticket at `replayed_at` (the desk's one replay) and let the replay fail for
+    good three seconds later: attempt 2 and a new ticket. Returns the new ticket."""
+    from datetime import timedelta
+
+    from runs.operations import run_retry_now
+
+    ticket = DeadLetter.objects.get(run=run, state=DeadLetter.State.PENDING_MANUAL)
+    assert run_retry_now(run_id=run.pk, ticket_id=ticket.pk, actor=actor, now=replayed_at, reason="upstream is back")
+    failed_at = replayed_at + timedelta(seconds=3)
+    Attempt.objects.create(
+        run=run,
+        number=2,
+        fence=2,
+        worker="w2@host:2",
+        started_at=replayed_at,
+        finished_at=failed_at,
+        outcome=Attempt.Outcome.FAILED,
+        error_kind="timeout",
+        error_digest="def456",
+        error="still down",
+    )
+    TaskRun.objects.filter(pk=run.pk).update(
+        state=TaskRun.State.FAILED, attempts=2, finish_at=failed_at, last_error="still down", fence=2
+    )
+    run.refresh_from_db()
+    error = ClassifiedError(kind="timeout", message="still down", digest="def456")
+    deadletter_open(run=run, error=error, reason="cap", now=failed_at)
+    return DeadLetter.objects.get(run=run, state=DeadLetter.State.PENDING_MANUAL)
