@@ -131,6 +131,18 @@ CATALOGUE = {
         "%(pending)s pending runs in %(pool)s at or above the high watermark %(high)s, shedding until %(low)s; "
         "the rule is %(recoverability)s"
     ),
+    explained.LATE_TICK: gettext_lazy(
+        "no scheduler tick reached this slot until %(late)s s after its time, at %(at)s: the scheduler was "
+        "down or stalled until then"
+    ),
+    explained.CATCHUP_OFF: gettext_lazy("catch-up is off for this rule (none): a late slot is recorded, not run"),
+    explained.CATCHUP_TOO_LATE: gettext_lazy(
+        "it was %(late)s s late, beyond the catch-up max delay of %(max_delay)s s"
+    ),
+    explained.CATCHUP_LATEST_ONLY: gettext_lazy("catch-up latest runs only the most recent late slot"),
+    explained.CATCHUP_CAPPED_AT: gettext_lazy("catch-up all runs only the %(n)s most recent late slots of an outage"),
+    explained.PAUSED_NOW: gettext_lazy("the rule is paused since %(since)s (no reason recorded)"),
+    explained.PAUSED_NOW_WHY: gettext_lazy("the rule is paused since %(since)s (%(why)s)"),
     explained.ANSWERED_SO: gettext_lazy("%(n)s trigger(s) with this key were answered so"),
     explained.WAITING: gettext_lazy("not yet: %(hold)s; next check %(recheck)s"),
     explained.WAITING_UNTIL: gettext_lazy("not yet: %(hold)s; next check %(recheck)s, expires %(deadline)s"),
