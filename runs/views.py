@@ -164,6 +164,7 @@ def dashboard_view(request):
     columns = [
         {
             "hour": h["hour"],
+            "hour_label": _hour_label(h["hour"]),
             "total": h["total"],
             "segments": [
                 {
@@ -207,6 +208,12 @@ def dashboard_view(request):
         "build_ms": round((time.perf_counter() - started) * 1000, 1),
     }
     return TemplateResponse(request, "admin/dashboard.html", context)
+
+
+def _hour_label(hour) -> str:
+    """An hour of the chart on the display zone's clock, named: "21:00 CST", "13:00 UTC"."""
+    local = timezone.localtime(hour)
+    return f"{local:%H:%M} {local.tzname()}"
 
 
 def _runs_url(*, state: str, start, end) -> str:

@@ -175,3 +175,23 @@ def test_assign_to_me_on_the_desk(oncall, oncall_client):
     assert "1 ticket is now assigned to you." in _page(response)
     ticket.refresh_from_db()
     assert ticket.owner == oncall
+
+
+def test_the_dashboard_chart_names_the_zone_its_hours_are_in(viewer, viewer_client):
+    # Runs at 13:xx UTC, read by someone whose display zone is the browser's, Asia/Shanghai: 21:00 CST.
+    now = timezone.now().replace(minute=30, second=0, microsecond=0)
+    TaskRun.objects.create(
+        biz_key="k:chart", skill="harness.noop", source="scheduler", trigger_at=now, run_after=now, state="succeeded"
+    )
+    from django.contrib.auth.models import Permission
+
+    viewer.user_permissions.add(*Permission.objects.filter(codename__in=["view_pool", "view_alert"]))
+    viewer_client.post(reverse("harness-display-zone"), {"zone": "browser", "browser_zone": "Asia/Shanghai"})
+    page = _page(viewer_client.get(reverse("harness-dashboard")))
+    hour = now.replace(minute=0)
+    shanghai = (hour + timedelta(hours=8)).strftime("%H:%M")
+    assert f'title="{shanghai} CST: 1 runs"' in page, re.findall(r'title="[^"]*runs"', page)[-3:]
+    assert f"{hour:%H:%M} UTC: " not in page
+    viewer_client.post(reverse("harness-display-zone"), {"zone": "utc"})
+    page = _page(viewer_client.get(reverse("harness-dashboard")))
+    assert f'title="{hour:%H:%M} UTC: 1 runs"' in page
