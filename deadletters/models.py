@@ -121,6 +121,13 @@ class AlertChannel(models.Model):
         default=Severity.WARNING,
         help_text=_("Alerts below this severity are not sent to this channel."),
     )
+    language = models.CharField(
+        _("language"),
+        max_length=10,
+        choices=[("en", _("English")), ("zh-hans", _("Simplified Chinese"))],
+        default="en",
+        help_text=_("The language of the alert titles and texts this channel sends."),
+    )
     enabled = models.BooleanField(_("enabled"), default=True)
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
