@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 
 class DeadLetter(models.Model):
@@ -158,7 +159,7 @@ class Alert(models.Model):
     """
 
     class State(models.TextChoices):
-        PENDING = "pending", _("Pending")
+        PENDING = "pending", pgettext_lazy("alert state", "Pending")
         SENT = "sent", _("Sent")
         FOLDED = "folded", _("Folded into a summary")
         FAILED = "failed", _("Failed (retries exhausted)")

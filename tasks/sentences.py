@@ -10,6 +10,7 @@ that shows text (models' validation, triggers, admin, API, CLI) may use it.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 from cron_descriptor import ExpressionDescriptor, FormatException, Options
@@ -287,16 +288,52 @@ def utc_text(instant: datetime) -> str:
     return instant.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+# cron-descriptor's Chinese takes weekday and month names from Python's calendar, in English.
+ZH_CALENDAR_NAMES = {
+    **dict(
+        zip(
+            ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"),
+            "一二三四五六日",
+            strict=True,
+        )
+    ),
+}
+ZH_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
+_ZH_NAMES = re.compile(r"\b(" + "|".join((*ZH_CALENDAR_NAMES, *ZH_MONTHS)) + r")\b")
+
+
+def _zh_calendar_name(found: re.Match) -> str:
+    name = found.group(1)
+    if name in ZH_CALENDAR_NAMES:
+        return "周" + ZH_CALENDAR_NAMES[name]
+    return f"{ZH_MONTHS.index(name) + 1} 月"
+
+
 def cron_description(expr: str) -> str:
     """Human words for a cron expression, or "" if cron-descriptor cannot read it."""
     options = Options()
     options.use_24hour_time_format = True
     # cron-descriptor speaks Chinese too.
-    options.locale_code = "zh_CN" if (get_language() or "").startswith("zh") else "en_US"
+    zh = (get_language() or "").startswith("zh")
+    options.locale_code = "zh_CN" if zh else "en_US"
     try:
-        return ExpressionDescriptor(expr, options).get_description()
+        words = ExpressionDescriptor(expr, options).get_description()
     except (FormatException, ValueError, IndexError, KeyError):
         return ""
+    return _ZH_NAMES.sub(_zh_calendar_name, words) if zh else words
 
 
 def schedule_description(spec: schedule.ScheduleSpec, found: preview.Preview) -> str:
