@@ -78,6 +78,13 @@ def test_a_failed_replay_the_run_time_and_explain_after_an_outage_tell_the_truth
         browser.get(live_server.url + reverse("admin:deadletters_deadletter_changelist"))
         assert words["failed"] in browser.find_element(By.ID, "result_list").text
         _shot(browser, f"truth-desk{suffix}{tag}")
+        if size == PHONE:
+            # Sorted by two columns, the cards' labels are the columns' names, not "2 ID".
+            browser.get(live_server.url + reverse("admin:deadletters_deadletter_changelist") + "?o=-1.3")
+            labels = browser.execute_script(
+                "return Array.from(document.querySelectorAll('#result_list [data-label]')).map(e => e.dataset.label)"
+            )
+            assert labels and not [label for label in labels if label[:1].isdigit()], labels
         browser.get(live_server.url + reverse("admin:deadletters_deadletter_change", args=[first.pk]))
         assert browser.find_element(By.ID, "ticket-state").text == words["failed"]
         link = browser.find_element(By.CSS_SELECTOR, "#ticket-replay-failed a")

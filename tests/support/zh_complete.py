@@ -41,7 +41,7 @@ KEEP = {
     "p99",
     "biz_key",
     # Field names an operator reads in an alert's payload and writes in a key or pool template.
-    *("run_id", "error_kind", "ticket_id", "business_date", "triggered_by", "object_key"),
+    *("run_id", "error_kind", "ticket_id", "business_date", "triggered_by", "object_key", "link"),
     "Agent",
     "Harness",
     "Slack",
