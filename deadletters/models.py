@@ -222,4 +222,6 @@ class Alert(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.get_severity_display()} {self.kind} {self.dedupe_key}"
+        from deadletters.alert_texts import KIND_LABELS  # the words import the rules, not the models
+
+        return f"{self.get_severity_display()} {KIND_LABELS.get(self.kind, self.kind)} #{self.pk}"

@@ -15,7 +15,7 @@ from deadletters.alert_health import channel_failing, channel_problem, channels_
 from deadletters.alert_texts import KIND_LABELS, alert_title
 from deadletters.alerts import alert_send_test
 from deadletters.models import Alert, AlertChannel
-from harness_site.templatetags.harness import ago_html, clip_html
+from harness_site.templatetags.harness import ago_html, clip_html, pretty_json
 
 
 class AlertChannelForm(forms.ModelForm):
@@ -175,12 +175,12 @@ class AlertAdmin(admin.ModelAdmin):
     readonly_fields = (
         "channel",
         "severity",
-        "kind",
+        "kind_label",
         "state",
-        "dedupe_key",
-        "group_key",
+        "dedupe_key_code",
+        "group_key_code",
         "window_start",
-        "payload",
+        "payload_json",
         "summary",
         "created_at",
         "next_attempt_at",
@@ -188,10 +188,23 @@ class AlertAdmin(admin.ModelAdmin):
         "attempts",
         "last_error",
     )
+    fields = readonly_fields  # the page shows these, each worded for people, not the raw columns
 
     @admin.display(description=_("kind"), ordering="kind")
     def kind_label(self, obj: Alert) -> str:
         return str(KIND_LABELS.get(obj.kind, obj.kind))
+
+    @admin.display(description=_("dedupe key"))
+    def dedupe_key_code(self, obj: Alert) -> str:
+        return format_html("<code>{}</code>", obj.dedupe_key)
+
+    @admin.display(description=_("storm group"))
+    def group_key_code(self, obj: Alert) -> str:
+        return format_html("<code>{}</code>", obj.group_key)
+
+    @admin.display(description=_("payload"))
+    def payload_json(self, obj: Alert) -> str:
+        return format_html('<pre class="json">{}</pre>', pretty_json(obj.payload))
 
     @admin.display(description=_("channel"), ordering="channel__name")
     def channel_name(self, obj: Alert) -> str:

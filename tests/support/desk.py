@@ -116,7 +116,12 @@ def make_failed_run(
         error_digest=digest,
         error="boom",
     )
-    deadletter_open(run=run, error=ClassifiedError(kind=kind, message="boom", digest=digest), reason="cap", now=now)
+    deadletter_open(
+        run=run,
+        error=ClassifiedError(kind=kind, message="boom", digest=digest),
+        reason="attempt 1 of 1: attempts exhausted",
+        now=now,
+    )
     return run
 
 
@@ -147,7 +152,7 @@ def make_failed_replay(run: TaskRun, *, actor, replayed_at: datetime) -> DeadLet
     )
     run.refresh_from_db()
     error = ClassifiedError(kind="timeout", message="still down", digest="def456")
-    deadletter_open(run=run, error=error, reason="cap", now=failed_at)
+    deadletter_open(run=run, error=error, reason="attempt 2 of 2: attempts exhausted", now=failed_at)
     return DeadLetter.objects.get(run=run, state=DeadLetter.State.PENDING_MANUAL)
 
 
