@@ -71,7 +71,8 @@ class DeadLetter(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.biz_key} ({self.get_state_display()})"
+        # No state here: a replayed ticket's state alone would read as resolved (the page says the outcome).
+        return f"#{self.pk} {self.biz_key}"
 
 
 class Severity(models.TextChoices):

@@ -127,7 +127,8 @@ def test_confirmations_say_what_the_button_does_and_messages_the_new_state(oncal
     assert 'value="Close ticket"' in page and "Yes, closed" not in page
     done = oncall_client.post(url, {"note": "known upstream bug"}, follow=True)
     text = _page(done)
-    assert "Closed: report:a (Closed)." in text and "(Pending manual action)" not in text.split("messagelist")[1][:300]
+    message = text.split("messagelist")[1][:300]
+    assert f"Closed: #{ticket.pk} report:a." in text and "(Pending manual action)" not in message
     # The ticket page's own button does not read "Close" beside the page's Close (back to the list).
     ticket_page = _page(oncall_client.get(reverse("admin:deadletters_deadletter_change", args=[ticket.pk])))
     assert ">Close without replay<" not in ticket_page  # closed now: no button at all
