@@ -10,6 +10,7 @@ from django.conf import settings
 from django.core.mail import send_mail
 
 from deadletters import alert_rules as rules
+from deadletters.alert_texts import alert_message
 from deadletters.models import AlertChannel
 
 log = logging.getLogger("harness.alerts.channel")
@@ -32,7 +33,7 @@ def deliver(channel: AlertChannel, payload: dict) -> None:
     elif channel.kind == AlertChannel.Kind.WEBHOOK:
         _webhook(channel, payload)
     elif channel.kind == AlertChannel.Kind.LOG:
-        msg = rules.message_for(payload)
+        msg = alert_message(payload, language=channel.language)
         log.log(
             logging.ERROR if payload.get("severity") == rules.URGENT else logging.WARNING,
             "[%s] %s\n%s",
@@ -45,7 +46,7 @@ def deliver(channel: AlertChannel, payload: dict) -> None:
 
 
 def _email(channel: AlertChannel, payload: dict) -> None:
-    msg = rules.message_for(payload)
+    msg = alert_message(payload, language=channel.language)
     to = recipients_of(channel)
     try:
         # No recipients: the site ADMINS, as mail_admins would, but with our own "[harness]" subject.
@@ -60,7 +61,7 @@ def _email(channel: AlertChannel, payload: dict) -> None:
 
 
 def _webhook(channel: AlertChannel, payload: dict) -> None:
-    body = rules.webhook_body(payload, channel.format)
+    body = rules.webhook_body(payload, channel.format, alert_message(payload, language=channel.language))
     safe = rules.redact_url(channel.url)
     try:
         response = httpx.post(channel.url, json=body, timeout=WEBHOOK_TIMEOUT_SECONDS, follow_redirects=False)

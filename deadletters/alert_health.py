@@ -39,14 +39,21 @@ def channel_failing(channel) -> bool:
     return error_at is not None and (sent_at is None or error_at > sent_at)
 
 
-def urgent_undeliverable(*, now: datetime) -> int:
-    """Urgent alerts of the last 24 h that reached no channel: every delivery failed or keeps failing,
-    or no enabled channel that can deliver takes urgent alerts. One query (plus the channel list)."""
-    able = [c for c in AlertChannel.objects.filter(enabled=True) if not channel_problem(c)]
-    recent = Alert.objects.filter(severity="urgent", created_at__gte=now - URGENT_WINDOW)
+def able_channels() -> list[AlertChannel]:
+    """The enabled channels that can deliver, as far as their configuration shows."""
+    return [c for c in AlertChannel.objects.filter(enabled=True) if not channel_problem(c)]
+
+
+def urgent_undeliverable(*, now: datetime, able: list[AlertChannel] | None = None) -> int:
+    """Urgent alerts of the last 24 h whose delivery failed: every delivery to a channel that can deliver
+    failed or keeps failing. One query (plus the channel list).
+
+    With no channel able to deliver there is no delivery to fail: 0, and urgent_log_only says how many
+    reached only the log. A fresh install (its email channel off while ADMINS is unset) is not broken."""
+    able = able_channels() if able is None else able
     if not able:
-        # Nothing can carry them: every urgent alert (its log entry) is undeliverable.
-        return recent.filter(channel__isnull=True).count()
+        return 0
+    recent = Alert.objects.filter(severity="urgent", created_at__gte=now - URGENT_WINDOW)
     delivered = recent.filter(channel__in=able, state=Alert.State.SENT).values("dedupe_key")
     return (
         recent.filter(channel__isnull=True)
@@ -58,3 +65,12 @@ def urgent_undeliverable(*, now: datetime) -> int:
         )
         .count()
     )
+
+
+def urgent_log_only(*, now: datetime, able: list[AlertChannel] | None = None) -> int | None:
+    """Urgent alerts of the last 24 h that only the log received because no channel can deliver; None
+    when some channel can (then urgent_undeliverable is the figure)."""
+    able = able_channels() if able is None else able
+    if able:
+        return None
+    return Alert.objects.filter(severity="urgent", created_at__gte=now - URGENT_WINDOW, channel__isnull=True).count()

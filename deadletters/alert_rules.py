@@ -102,26 +102,6 @@ class Message:
     text: str
 
 
-def message_for(payload: dict) -> Message:
-    """The human text of an alert: a one-line title and the fields on-call needs, one per line."""
-    sev = payload.get("severity", "").upper()
-    # One line: it is also an email subject, where a newline is refused.
-    title = " ".join(f"[harness] {sev} {payload.get('title', payload.get('kind', 'alert'))}".split())
-    lines = [
-        f"run id:     {_dash(payload.get('run_id'))}",
-        f"biz_key:    {_dash(payload.get('biz_key'))}",
-        f"rule:       {_dash(payload.get('rule'))}",
-        f"error kind: {_dash(payload.get('error_kind'))}",
-    ]
-    for label, key in (("attempt", "attempt"), ("slot", "slot"), ("why", "reason"), ("last error", "error")):
-        if payload.get(key) not in (None, ""):
-            lines.append(f"{label + ':':<11} {_indented(payload[key])}")
-    if payload.get("count"):
-        lines.append(f"and {payload['count']} more like this: {payload.get('examples_text', '')}".rstrip(": "))
-    lines.append(f"{'link:':<11} {_dash(payload.get('link'))}")
-    return Message(title=title, text="\n".join(lines))
-
-
 def slack_text(text: str) -> str:
     """Text Slack shows as written: its mrkdwn reads <!channel>, <@U1> and <url|label> as controls,
     and &, <, > are the three characters it asks senders to escape."""
@@ -138,13 +118,13 @@ def feishu_text(text: str) -> str:
 DINGTALK_AT_NOBODY = {"isAtAll": False, "atMobiles": [], "atUserIds": []}
 
 
-def webhook_body(payload: dict, fmt: str) -> dict:
+def webhook_body(payload: dict, fmt: str, msg: Message) -> dict:
     """The JSON a receiver of format `fmt` expects. Generic: the whole alert plus its text.
 
     Every value in an alert may come from outside (an event's text, an error a provider sent), so a
     chat format gets plain text only: escaped for Slack and Feishu, and no markdown or mention for
-    DingTalk. Our labels hold none of those characters, so escaping the whole text escapes each value."""
-    msg = message_for(payload)
+    DingTalk. Our labels hold none of those characters, so escaping the whole text escapes each value.
+    `msg` is the alert in the channel's language (deadletters.alert_texts.alert_message)."""
     text = f"{msg.title}\n{msg.text}"
     if fmt == "slack":
         return {"text": slack_text(text)}
@@ -179,11 +159,11 @@ def redact_url(url: str) -> str:
     return f"{parts.scheme}://{parts.hostname or '?'}{':' + str(parts.port) if parts.port else ''}/…"
 
 
-def _dash(value: object) -> str:
-    return "-" if value in (None, "") else _indented(value)
+def dash(value: object) -> str:
+    return "-" if value in (None, "") else indented(value)
 
 
-def _indented(value: object) -> str:
+def indented(value: object) -> str:
     """A value on its line: a multi-line value (a traceback, an event's text) continues indented, so it
     cannot pass for another field ("link: …") of the alert, in a mail, a chat message or the log."""
     return "\n            ".join(str(value).splitlines()) or str(value)

@@ -17,6 +17,7 @@ from django.urls import reverse
 
 from deadletters import alert_rules as rules
 from deadletters.alert_delivery import DeliveryError, deliver
+from deadletters.alert_texts import alert_message
 from deadletters.models import Alert, AlertChannel, DeadLetter
 from tasks.models import TriggerRule
 
@@ -135,7 +136,7 @@ def _after_commit_many(payloads: list[dict], pending: list[int]) -> None:
 
 
 def _log_alert(payload: dict) -> None:
-    msg = rules.message_for(payload)
+    msg = alert_message(payload)  # the log speaks English, like the rest of the log
     fields = " ".join(
         f"{f}={payload.get(f)!r}" for f in rules.PAYLOAD_FIELDS
     )  # quoted: one line whatever a value holds
@@ -183,6 +184,8 @@ def alert_retry(*, run, attempt: int, max_attempts: int, error, now: datetime) -
             "rule": run.rule_name or None,
             "error_kind": error.kind,
             "attempt": f"{attempt} of {max_attempts}",
+            "attempt_n": attempt,
+            "attempt_max": max_attempts,
             "error": (error.message or "")[:500],
             "link": admin_link("admin:runs_taskrun_change", run.id),
         },
@@ -203,6 +206,8 @@ def alert_slot_expired(*, rule_name: str, slot: datetime, missing: list[str], no
             "rule": rule_name,
             "error_kind": "not_ready_expired",
             "slot": slot.isoformat(),
+            "slot_utc": f"{slot:%Y-%m-%dT%H:%M:%SZ}",
+            "missing": list(missing),
             "reason": f"missing: {', '.join(missing) or '-'}",
             "link": _rule_link(rule_name),
         },
@@ -235,6 +240,9 @@ def alert_decisions(decisions: list, *, now: datetime) -> int:
                     "rule": rule_name,
                     "error_kind": "missed",
                     "slot": d.slot.isoformat(),
+                    "slot_utc": f"{d.slot:%Y-%m-%dT%H:%M:%SZ}",
+                    "late": details.get("late_seconds"),
+                    "catchup": details.get("catchup"),
                     "reason": f"{details.get('late_seconds', '?')}s late, catch-up {details.get('catchup', '?')}",
                     "link": links[d.rule_id],
                 },
@@ -272,6 +280,9 @@ def alert_check_scheduler(*, health: dict, now: datetime) -> Alert | None:
             "title": f"scheduler stalled: no tick for {health['last_tick_age_seconds']:.0f}s",
             "error_kind": "scheduler_stalled",
             "last_tick_at": last.isoformat(),
+            "age": f"{health['last_tick_age_seconds']:.0f}",
+            "since": f"{last:%Y-%m-%dT%H:%M:%SZ}",
+            "stall": f"{health['stall_after_seconds']:.0f}",
             "reason": f"no tick since {last:%Y-%m-%dT%H:%M:%SZ}; stalled after {health['stall_after_seconds']:.0f}s",
             "link": admin_link("admin:index"),
         },
@@ -317,6 +328,7 @@ def alert_send_test(*, channel: AlertChannel, now: datetime) -> Alert:
         "kind": rules.TEST,
         "severity": rules.NOTICE,
         "title": f"test alert for channel {channel.name}",
+        "channel": channel.name,
         "at": now.isoformat(),
         "link": admin_link("admin:deadletters_alertchannel_change", channel.pk),
     }
@@ -465,6 +477,9 @@ def _summarise(channel_id: int, group: str, window: datetime, *, now: datetime) 
         "rule": first.get("rule"),
         "error_kind": first.get("error_kind"),
         "count": len(rows),
+        "summary_kind": first.get("kind"),
+        "from": f"{window:%H:%M}",
+        "until": f"{until:%H:%M}",
         "examples": examples,
         "examples_text": ", ".join(map(str, examples)),
         "link": admin_link("admin:deadletters_alert_changelist") + f"?q={group}",

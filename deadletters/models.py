@@ -4,6 +4,7 @@ from django.conf import settings
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
+from django.utils.translation import pgettext_lazy
 
 from tasks.rules import keys
 
@@ -72,7 +73,8 @@ class DeadLetter(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{keys.unescape(self.biz_key)} ({self.get_state_display()})"  # as the client wrote it
+        # No state here: a replayed ticket's state alone would read as resolved (the page says the outcome).
+        return f"#{self.pk} {keys.unescape(self.biz_key)}"  # the key as the client wrote it
 
 
 class Severity(models.TextChoices):
@@ -123,6 +125,13 @@ class AlertChannel(models.Model):
         default=Severity.WARNING,
         help_text=_("Alerts below this severity are not sent to this channel."),
     )
+    language = models.CharField(
+        _("language"),
+        max_length=10,
+        choices=[("en", _("English")), ("zh-hans", _("Simplified Chinese"))],
+        default="en",
+        help_text=_("The language of the alert titles and texts this channel sends."),
+    )
     enabled = models.BooleanField(_("enabled"), default=True)
     created_at = models.DateTimeField(_("created"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated"), auto_now=True)
@@ -153,7 +162,7 @@ class Alert(models.Model):
     """
 
     class State(models.TextChoices):
-        PENDING = "pending", _("Pending")
+        PENDING = "pending", pgettext_lazy("alert state", "Pending")
         SENT = "sent", _("Sent")
         FOLDED = "folded", _("Folded into a summary")
         FAILED = "failed", _("Failed (retries exhausted)")
@@ -216,4 +225,6 @@ class Alert(models.Model):
         ]
 
     def __str__(self) -> str:
-        return f"{self.get_severity_display()} {self.kind} {self.dedupe_key}"
+        from deadletters.alert_texts import KIND_LABELS  # the words import the rules, not the models
+
+        return f"{self.get_severity_display()} {KIND_LABELS.get(self.kind, self.kind)} #{self.pk}"

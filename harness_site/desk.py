@@ -2,7 +2,7 @@
 bulk actions and for single-object buttons. Views stay thin: a form, one service call, a message."""
 
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypeVar
 
 from django import forms
 from django.contrib import admin, messages
@@ -15,13 +15,25 @@ from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from tasks.rules import json_limits
 
+if TYPE_CHECKING:
+    from django.utils.functional import _StrOrPromise as StrOrPromise
+
 CONFIRM_TEMPLATE = "admin/desk/confirm.html"
 FORM_TEMPLATE = "admin/desk/form.html"
+
+
+def quiet_flag(on: bool, label: "str | StrOrPromise", *, off: "str | StrOrPromise" = "", tone: str = "") -> str:
+    """A yes/no column without Django's red ✗ for "no": `label` when on (in `tone`, a desk.css class),
+    `off` (plain) when not. Red is for what is wrong, and a run that is not a trial is not."""
+    if on:
+        return format_html('<span class="flag {}">{}</span>', tone, label)
+    return str(off)
 
 
 # The longest reason any column keeps (TriggerRule.pause_reason); longer is a form message, not a

@@ -52,17 +52,42 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(line, ensure_ascii=False, default=str)
 
 
-def logging_config(*, log_format: str, level: str) -> dict:
-    """The LOGGING dict of harness_site.settings for LOG_FORMAT `text` or `json`."""
+# The harness's own chores, sent by beat every second or so: their receipts and successes are routine.
+ROUTINE_TASKS = ("runs.scheduler_tick", "runs.sweep", "tasks.sensors_scan", "deadletters.alerts_check")
+
+
+class RoutineFilter(logging.Filter):
+    """Drops the INFO lines of the harness's own periodic chores (beat's "Sending due task", the
+    worker's "received" and "succeeded" of a tick or sweep): about nine a second, which scroll the
+    start-up lines (the admin login) away. Their warnings and errors, and every run's lines, stay."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if record.levelno > logging.INFO:
+            return True
+        if record.name == "celery.beat":
+            return not record.getMessage().startswith("Scheduler: Sending due task")
+        if record.name in ("celery.worker.strategy", "celery.app.trace"):
+            message = record.getMessage()
+            return not any(f"Task {task}[" in message for task in ROUTINE_TASKS)
+        return True
+
+
+def logging_config(*, log_format: str, level: str, routine: bool = False) -> dict:
+    """The LOGGING dict of harness_site.settings for LOG_FORMAT `text` or `json`; `routine` keeps
+    the periodic chores' INFO lines (LOG_ROUTINE)."""
+    filters = ["context"] if routine else ["routine", "context"]
     return {
         "version": 1,
         "disable_existing_loggers": False,
-        "filters": {"context": {"()": "harness_site.logs.ContextFilter"}},
+        "filters": {
+            "context": {"()": "harness_site.logs.ContextFilter"},
+            "routine": {"()": "harness_site.logs.RoutineFilter"},
+        },
         "formatters": {
             "text": {"format": "%(asctime)s %(levelname)s %(name)s %(message)s%(harness_context)s"},
             "json": {"()": "harness_site.logs.JsonFormatter"},
         },
-        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": log_format, "filters": ["context"]}},
+        "handlers": {"console": {"class": "logging.StreamHandler", "formatter": log_format, "filters": filters}},
         "root": {"handlers": ["console"], "level": level},
         # httpx logs every request's full URL at INFO; alert webhook URLs carry tokens (never log them).
         "loggers": {

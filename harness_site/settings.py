@@ -565,6 +565,7 @@ _KNOWN_HARNESS_VARS = {
     "HARNESS_DB_POOL_TIMEOUT",
     # Not under HARNESS_, so never refused here; listed so that this set names every setting of ours.
     "LOG_FORMAT",
+    "LOG_ROUTINE",
 }
 _unknown = sorted(
     k
@@ -580,7 +581,9 @@ LOG_FORMAT = env.one_of("LOG_FORMAT", default="text", choices=["text", "json"])
 LOG_LEVEL = env.one_of(
     "LOG_LEVEL", default="INFO", choices=["DEBUG", "INFO", "WARNING", "ERROR", "CRITICAL"], normalize=str.upper
 )
-LOGGING = logging_config(log_format=LOG_FORMAT, level=LOG_LEVEL)
+# The periodic chores' INFO lines (every tick and sweep, about nine a second) are left out unless asked for.
+LOG_ROUTINE = env.boolean("LOG_ROUTINE", default=False)
+LOGGING = logging_config(log_format=LOG_FORMAT, level=LOG_LEVEL, routine=LOG_ROUTINE)
 
 # Every value has been read: stop here, one line per bad one, before anything runs on them.
 env.finish()

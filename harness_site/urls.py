@@ -12,6 +12,26 @@ admin.site.site_title = "Agent Harness"
 admin.site.index_title = _("Operations")
 # The desk's tables need the width (on a 1440 px laptop): the index and breadcrumbs navigate.
 admin.site.enable_nav_sidebar = False
+# There is no public site: "View site" would lead to a 404 (with DEBUG on, Django's page listing the URLs).
+admin.site.site_url = None
+
+
+def _hide_beat_admin() -> None:
+    """django-celery-beat's pages are the tick's machinery, not a second way to schedule work: rules are."""
+    from django_celery_beat import models as beat
+
+    for model in (
+        beat.PeriodicTask,
+        beat.IntervalSchedule,
+        beat.CrontabSchedule,
+        beat.SolarSchedule,
+        beat.ClockedSchedule,
+    ):
+        if admin.site.is_registered(model):
+            admin.site.unregister(model)
+
+
+_hide_beat_admin()
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),

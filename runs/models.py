@@ -301,7 +301,7 @@ class Decision(models.Model):
     """
 
     class Reason(models.TextChoices):
-        MISSED = "missed", _("Missed beyond the catch-up window")
+        MISSED = "missed", _("Missed: late, not caught up")
         SUPERSEDED = "superseded", _("Superseded by a later slot (catch-up latest)")
         INVALID_RULE = "invalid_rule", _("Rule could not be evaluated")
         OUTSIDE_WINDOW = "outside_window", _("Outside the start window or business hours")

@@ -8,6 +8,7 @@ from django.utils.translation import gettext as _
 
 from deadletters.models import DeadLetter
 from harness_site.audit.models import AuditEntry
+from runs.durations import covered, worked
 from runs.models import Decision, PoolSlot, PoolWaiter, SchedulerTick, TaskRun
 from tasks.models import Pool, TriggerRule
 
@@ -80,14 +81,20 @@ def run_list_recent(*, limit: int = 50, rule_name: str | None = None):
     return qs[:limit]
 
 
-def run_timeline(run: TaskRun) -> dict:
-    """Everything the run page shows, in reading order (a handful of queries)."""
+def run_timeline(run: TaskRun, *, now: datetime) -> dict:
+    """Everything the run page shows, in reading order (a handful of queries). Execution time is the
+    attempts' running time; the time spent waiting for a human (approvals, a ticket's replay) is apart."""
     attempts = list(run.attempt_set.order_by("number"))
     decisions = list(Decision.objects.filter(rule_id=run.rule_id, slot=run.slot)) if run.rule_id and run.slot else []
     if run.state == TaskRun.State.COALESCED and run.rule_id:  # its trigger's decision: replaced by which run
         decisions += list(Decision.objects.filter(rule_id=run.rule_id, slot=None, biz_key=run.biz_key))
     audit = list(AuditEntry.objects.filter(target_type="run", target_id=str(run.id)).order_by("at"))
     tickets = list(DeadLetter.objects.filter(run=run).order_by("created_at"))
+    human_waits = [(p.proposed_at, p.decided_at) for p in run.proposals.all()] + [
+        (t.created_at, t.replayed_at or t.closed_at) for t in tickets
+    ]
+    started = [(a.started_at, a.finished_at) for a in attempts if a.started_at]
+    waited = covered(human_waits, now=now)
     return {
         "steps": [
             (
@@ -103,7 +110,8 @@ def run_timeline(run: TaskRun) -> dict:
             (_("finished"), run.finish_at, run.get_state_display()),
         ],
         "queue_delay": duration_text(run.start_at - run.trigger_at) if run.start_at else "-",
-        "execution_time": duration_text(run.finish_at - run.start_at) if run.finish_at and run.start_at else "-",
+        "execution_time": duration_text(worked(started, human_waits=human_waits, now=now)) if started else "-",
+        "human_wait": duration_text(waited) if waited else "",
         "attempts": [
             {"a": a, "duration": duration_text(a.finished_at - a.started_at) if a.finished_at else _("running")}
             for a in attempts

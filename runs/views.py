@@ -18,7 +18,7 @@ from django.views.decorators.csrf import csrf_exempt
 from prometheus_client.exposition import choose_encoder
 from rest_framework import exceptions
 
-from deadletters.alert_health import urgent_undeliverable
+from deadletters.alert_health import able_channels, urgent_log_only, urgent_undeliverable
 from harness_site.api.auth import BearerTokenAuthentication
 from harness_site.api.problems import ApiProblem, problem_json
 from harness_site.api.tokens import bearer_credential, secret_matches
@@ -173,6 +173,7 @@ def dashboard_view(request):
     columns = [
         {
             "hour": h["hour"],
+            "hour_label": _hour_label(h["hour"]),
             "total": h["total"],
             "segments": [
                 {
@@ -199,6 +200,7 @@ def dashboard_view(request):
         }
         for s, c in STATE_COLOURS.items()
     ]
+    able = able_channels()
     context = {
         **admin.site.each_context(request),
         "title": _("Dashboard"),
@@ -208,12 +210,19 @@ def dashboard_view(request):
         "delay_bars": _bars(d.queue_delay),
         "latency_bars": _bars(d.latency),
         "dedupe_pct": round(100 * d.dedupe_share, 2),
-        "urgent_undeliverable": urgent_undeliverable(now=d.now),
+        "urgent_undeliverable": urgent_undeliverable(now=d.now, able=able),
+        "urgent_log_only": urgent_log_only(now=d.now, able=able),
         "queues": queue_depths(),
         "workers": worker_health(now=d.now),
         "build_ms": round((time.perf_counter() - started) * 1000, 1),
     }
     return TemplateResponse(request, "admin/dashboard.html", context)
+
+
+def _hour_label(hour) -> str:
+    """An hour of the chart on the display zone's clock, named: "21:00 CST", "13:00 UTC"."""
+    local = timezone.localtime(hour)
+    return f"{local:%H:%M} {local.tzname()}"
 
 
 def _runs_url(*, state: str, start, end) -> str:

@@ -10,6 +10,7 @@ that shows text (models' validation, triggers, admin, API, CLI) may use it.
 
 from __future__ import annotations
 
+import re
 from datetime import UTC, datetime
 
 from cron_descriptor import ExpressionDescriptor, FormatException, Options
@@ -157,6 +158,18 @@ CATALOGUE = {
         "%(pending)s pending runs in %(pool)s at or above the high watermark %(high)s, shedding until %(low)s; "
         "the rule is %(recoverability)s"
     ),
+    explained.LATE_TICK: gettext_lazy(
+        "no scheduler tick reached this slot until %(late)s s after its time, at %(at)s: the scheduler was "
+        "down or stalled until then"
+    ),
+    explained.CATCHUP_OFF: gettext_lazy("catch-up is off for this rule (none): a late slot is recorded, not run"),
+    explained.CATCHUP_TOO_LATE: gettext_lazy(
+        "it was %(late)s s late, beyond the catch-up max delay of %(max_delay)s s"
+    ),
+    explained.CATCHUP_LATEST_ONLY: gettext_lazy("catch-up latest runs only the most recent late slot"),
+    explained.CATCHUP_CAPPED_AT: gettext_lazy("catch-up all runs only the %(n)s most recent late slots of an outage"),
+    explained.PAUSED_NOW: gettext_lazy("the rule is paused since %(since)s (no reason recorded)"),
+    explained.PAUSED_NOW_WHY: gettext_lazy("the rule is paused since %(since)s (%(why)s)"),
     explained.ANSWERED_SO: gettext_lazy("%(n)s trigger(s) with this key were answered so"),
     explained.WAITING: gettext_lazy("not yet: %(hold)s; next check %(recheck)s"),
     explained.WAITING_UNTIL: gettext_lazy("not yet: %(hold)s; next check %(recheck)s, expires %(deadline)s"),
@@ -373,16 +386,52 @@ def utc_text(instant: datetime) -> str:
     return instant.astimezone(UTC).strftime("%Y-%m-%d %H:%M:%S UTC")
 
 
+# cron-descriptor's Chinese takes weekday and month names from Python's calendar, in English.
+ZH_CALENDAR_NAMES = {
+    **dict(
+        zip(
+            ("Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sunday"),
+            "一二三四五六日",
+            strict=True,
+        )
+    ),
+}
+ZH_MONTHS = (
+    "January",
+    "February",
+    "March",
+    "April",
+    "May",
+    "June",
+    "July",
+    "August",
+    "September",
+    "October",
+    "November",
+    "December",
+)
+_ZH_NAMES = re.compile(r"\b(" + "|".join((*ZH_CALENDAR_NAMES, *ZH_MONTHS)) + r")\b")
+
+
+def _zh_calendar_name(found: re.Match) -> str:
+    name = found.group(1)
+    if name in ZH_CALENDAR_NAMES:
+        return "周" + ZH_CALENDAR_NAMES[name]
+    return f"{ZH_MONTHS.index(name) + 1} 月"
+
+
 def cron_description(expr: str) -> str:
     """Human words for a cron expression, or "" if cron-descriptor cannot read it."""
     options = Options()
     options.use_24hour_time_format = True
     # cron-descriptor speaks Chinese too.
-    options.locale_code = "zh_CN" if (get_language() or "").startswith("zh") else "en_US"
+    zh = (get_language() or "").startswith("zh")
+    options.locale_code = "zh_CN" if zh else "en_US"
     try:
-        return ExpressionDescriptor(expr, options).get_description()
+        words = ExpressionDescriptor(expr, options).get_description()
     except (FormatException, ValueError, IndexError, KeyError):
         return ""
+    return _ZH_NAMES.sub(_zh_calendar_name, words) if zh else words
 
 
 def schedule_description(spec: schedule.ScheduleSpec, found: preview.Preview) -> str:

@@ -1,4 +1,5 @@
 from django.contrib import admin
+from django.db.models import OuterRef, Subquery
 from django.urls import reverse
 from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
@@ -6,6 +7,7 @@ from django.utils.translation import gettext_lazy as _
 from deadletters.admin.alerts import AlertAdmin, AlertChannelAdmin  # noqa: F401  (registers the alert pages)
 from deadletters.admin.desk import DeadLetterDeskMixin
 from deadletters.models import DeadLetter
+from deadletters.replays import ticket_replay_outcome
 from harness_site.templatetags.harness import ago_html, key_html, pretty_json, when_html
 
 
@@ -16,7 +18,7 @@ class DeadLetterAdmin(DeadLetterDeskMixin, admin.ModelAdmin):
         "id",
         "key_column",
         "rule_name",
-        "state",
+        "state_column",
         "error_kind",
         "attempts",
         "last_failure_column",
@@ -45,6 +47,33 @@ class DeadLetterAdmin(DeadLetterDeskMixin, admin.ModelAdmin):
         "created_at",
         "updated_at",
     )
+
+    def get_queryset(self, request):
+        # The replay's outcome in the list: the run's state and its newer ticket, in the one list query.
+        newer = DeadLetter.objects.filter(run=OuterRef("run"), created_at__gt=OuterRef("created_at")).order_by(
+            "created_at", "id"
+        )
+        return (
+            super()
+            .get_queryset(request)
+            .select_related("run")
+            .annotate(newer_ticket_id=Subquery(newer.values("id")[:1]))
+        )
+
+    @admin.display(description=_("state"), ordering="state")
+    def state_column(self, ticket: DeadLetter) -> str:
+        outcome = ticket_replay_outcome(ticket)
+        if outcome is None:
+            return ticket.get_state_display()
+        if outcome.newer_ticket_id:
+            return format_html(
+                '<span class="{}">{}</span> <a href="{}">#{}</a>',
+                outcome.tone,
+                outcome.label,
+                reverse("admin:deadletters_deadletter_change", args=[outcome.newer_ticket_id]),
+                outcome.newer_ticket_id,
+            )
+        return format_html('<span class="{}">{}</span>', outcome.tone, outcome.label)
 
     @admin.display(description=_("biz key"), ordering="biz_key")
     def key_column(self, ticket: DeadLetter) -> str:

@@ -12,9 +12,10 @@ from django.utils.translation import ngettext
 from deadletters import alert_rules as rules
 from deadletters.alert_delivery import recipients_of
 from deadletters.alert_health import channel_failing, channel_problem, channels_with_health
+from deadletters.alert_texts import KIND_LABELS, alert_title
 from deadletters.alerts import alert_send_test
 from deadletters.models import Alert, AlertChannel
-from harness_site.templatetags.harness import ago_html, clip_html
+from harness_site.templatetags.harness import ago_html, clip_html, pretty_json
 
 
 class AlertChannelForm(forms.ModelForm):
@@ -33,7 +34,7 @@ class AlertChannelForm(forms.ModelForm):
 
     class Meta:
         model = AlertChannel
-        fields = ("name", "kind", "url", "format", "recipients", "min_severity", "enabled")
+        fields = ("name", "kind", "url", "format", "recipients", "min_severity", "language", "enabled")
 
     def clean_url(self) -> str:
         url = self.cleaned_data.get("url") or ""
@@ -139,6 +140,19 @@ class AlertChannelAdmin(admin.ModelAdmin):
         )
 
 
+class AlertKindFilter(admin.SimpleListFilter):
+    """The kinds by name, not by code."""
+
+    title = _("kind")
+    parameter_name = "kind"
+
+    def lookups(self, request, model_admin):
+        return [(code, label) for code, label in KIND_LABELS.items()]
+
+    def queryset(self, request, queryset):
+        return queryset.filter(kind=self.value()) if self.value() else queryset
+
+
 @admin.register(Alert)
 class AlertAdmin(admin.ModelAdmin):
     """The outbox, read-only: what was recorded, where it went, and why a delivery failed."""
@@ -154,19 +168,19 @@ class AlertAdmin(admin.ModelAdmin):
         "title",
         "last_error",
     )
-    list_filter = ("state", "severity", "kind", "channel")
+    list_filter = ("state", "severity", AlertKindFilter, "channel")
     search_fields = ("dedupe_key", "group_key", "payload__biz_key")
     date_hierarchy = "created_at"
     list_select_related = ("channel",)
     readonly_fields = (
         "channel",
         "severity",
-        "kind",
+        "kind_label",
         "state",
-        "dedupe_key",
-        "group_key",
+        "dedupe_key_code",
+        "group_key_code",
         "window_start",
-        "payload",
+        "payload_json",
         "summary",
         "created_at",
         "next_attempt_at",
@@ -174,20 +188,23 @@ class AlertAdmin(admin.ModelAdmin):
         "attempts",
         "last_error",
     )
-
-    KIND_LABELS = {
-        rules.RETRY: _("retry"),
-        rules.FINAL_FAILURE: _("final failure"),
-        rules.SLOT_EXPIRED: _("slot expired"),
-        rules.SLOT_MISSED: _("slot missed"),
-        rules.SCHEDULER_STALLED: _("scheduler stalled"),
-        rules.SUMMARY: _("summary"),
-        rules.TEST: _("test alert"),
-    }
+    fields = readonly_fields  # the page shows these, each worded for people, not the raw columns
 
     @admin.display(description=_("kind"), ordering="kind")
     def kind_label(self, obj: Alert) -> str:
-        return str(self.KIND_LABELS.get(obj.kind, obj.kind))
+        return str(KIND_LABELS.get(obj.kind, obj.kind))
+
+    @admin.display(description=_("dedupe key"))
+    def dedupe_key_code(self, obj: Alert) -> str:
+        return format_html("<code>{}</code>", obj.dedupe_key)
+
+    @admin.display(description=_("storm group"))
+    def group_key_code(self, obj: Alert) -> str:
+        return format_html("<code>{}</code>", obj.group_key)
+
+    @admin.display(description=_("payload"))
+    def payload_json(self, obj: Alert) -> str:
+        return format_html('<pre class="json">{}</pre>', pretty_json(obj.payload))
 
     @admin.display(description=_("channel"), ordering="channel__name")
     def channel_name(self, obj: Alert) -> str:
@@ -195,7 +212,7 @@ class AlertAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("title"))
     def title(self, obj: Alert) -> str:
-        return (obj.payload or {}).get("title", "")
+        return alert_title(obj.payload or {})  # in the reader's language
 
     def has_add_permission(self, request) -> bool:
         return False

@@ -9,6 +9,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy, ngettext
 
 from deadletters.models import DeadLetter
+from deadletters.replays import ticket_replay_outcome
 from deadletters.services import deadletter_assign, deadletter_close
 from harness_site.desk import OptionalReasonForm, confirm_bulk, confirm_object, desk_object, has_perm_method, now
 from harness_site.templatetags.harness import clip_html
@@ -238,6 +239,7 @@ class DeadLetterDeskMixin:
         ticket = self.get_object(request, object_id)
         extra = {**(extra_context or {})}
         if ticket is not None:
+            extra["replay"] = ticket_replay_outcome(ticket)
             extra["timeline"] = {**run_page_timeline(ticket.run), "in_ticket": True}
             extra["run_url"] = reverse("admin:runs_taskrun_change", args=[ticket.run_id])
             user, buttons = request.user, []

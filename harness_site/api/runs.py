@@ -82,7 +82,7 @@ def run_get(run_id) -> TaskRun:
 
 def run_detail(run: TaskRun) -> dict:
     """The run page's data (runs.selectors.run_timeline): attempts, decisions and tickets."""
-    timeline = run_timeline(run)
+    timeline = run_timeline(run, now=timezone.now())
     run.attempt_list = [row["a"] for row in timeline["attempts"]]
     run.decisions = timeline["decisions"]
     run.tickets = timeline["tickets"]

@@ -181,3 +181,24 @@ def live_attrs(context, on=True):
         request.get_full_path(),
         LIVE_SECONDS,
     )
+
+
+@register.filter
+def field_label(name: str, opts) -> str:
+    """A model field's label for its name (a history's changed field), or the name if it has none."""
+    try:
+        return str(opts.get_field(name).verbose_name)
+    except Exception:  # a field since removed from the model: its name is all there is
+        return name
+
+
+@register.filter
+def shown_value(value) -> str:
+    """A stored value as people read it: yes / no for booleans, "—" for nothing, not Python's words."""
+    if value is True:
+        return _("yes")
+    if value is False:
+        return _("no")
+    if value is None or value == "":
+        return "—"
+    return value

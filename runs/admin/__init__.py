@@ -10,6 +10,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
+from harness_site.desk import quiet_flag
 from harness_site.templatetags.harness import ago_html, key_html, when_html
 from runs.admin.desk import (  # also registers the live run leases desk
     CatchupApprovalMixin,
@@ -240,13 +241,17 @@ class BackpressureAdmin(admin.ModelAdmin):
     """Watermarks of pending runs per pool, edited at runtime; every edit is audited."""
 
     form = BackpressureForm
-    list_display = ("pool", "high_watermark", "low_watermark", "shedding", "changed_at", "pending_now")
+    list_display = ("pool", "high_watermark", "low_watermark", "shedding_flag", "changed_at", "pending_now")
     list_select_related = ("pool",)
-    readonly_fields = ("shedding", "changed_at", "pending_at_change", "pending_now", "updated_at")
+    readonly_fields = ("shedding_flag", "changed_at", "pending_at_change", "pending_now", "updated_at")
     fieldsets = (
         (None, {"fields": ("pool", "high_watermark", "low_watermark", "reason")}),
-        (_("State"), {"fields": ("shedding", "changed_at", "pending_at_change", "pending_now", "updated_at")}),
+        (_("State"), {"fields": ("shedding_flag", "changed_at", "pending_at_change", "pending_now", "updated_at")}),
     )
+
+    @admin.display(description=_("shedding"), ordering="shedding")
+    def shedding_flag(self, row: Backpressure) -> str:
+        return quiet_flag(row.shedding, _("shedding"), off=_("no"), tone="warn")
 
     @admin.display(description=_("pending now"))
     def pending_now(self, row: Backpressure) -> int | str:

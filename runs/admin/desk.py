@@ -23,6 +23,7 @@ from harness_site.desk import (
     form_reason,
     has_perm_method,
     now,
+    quiet_flag,
 )
 from runs.admin.scale import RuleFilter
 from runs.approvals import APPROVE_PERM, catchup_approve, catchup_reject
@@ -64,9 +65,9 @@ class RunDeskMixin(RunAdminBase):
         extra = ["is_trial", ("trigger_at", DateFieldListFilter), ("rule", RuleFilter)]
         return (*base, *[f for f in extra if f not in base])
 
-    @admin.display(description=gettext_lazy("trial"), boolean=True, ordering="is_trial")
-    def trial_flag(self, run: TaskRun) -> bool:
-        return run.is_trial
+    @admin.display(description=gettext_lazy("trial"), ordering="is_trial")
+    def trial_flag(self, run: TaskRun) -> str:
+        return quiet_flag(run.is_trial, _("trial"))
 
     @admin.action(description=gettext_lazy("Retry selected runs now (waiting or failed)"), permissions=["retry"])
     def retry_now(self, request, queryset):
@@ -184,9 +185,10 @@ FINAL_STATES = (TaskRun.State.SUCCEEDED, TaskRun.State.FAILED, TaskRun.State.CAN
 def run_page_timeline(run: TaskRun) -> dict:
     """What the run and ticket pages show: the selector's timeline, the rule's zone for every time on
     the page, and whether the page keeps refreshing (until the run is final)."""
-    timeline = run_timeline(run)
+    at = now()
+    timeline = run_timeline(run, now=at)
     final = run.state in FINAL_STATES
-    waiting = None if run.start_at else run_wait_explain(run, now=now())
+    waiting = None if run.start_at else run_wait_explain(run, now=at)
     timeline.update(
         run=run,
         zone=run.rule.timezone if run.rule is not None else None,

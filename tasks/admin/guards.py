@@ -3,17 +3,21 @@ that slot?" view; readiness flags, service identities and API tokens."""
 
 from django import forms
 from django.contrib import admin, messages
+from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
+from django.utils.html import format_html
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
+from harness_site.api.tokens import token_create, token_hash
 from harness_site.desk import JSON_FORMFIELDS, desk_object
 from tasks.admin.explain_html import explain_sentence
 from tasks.flags import FlagError, flag_clear, flag_set
 from tasks.models import ApiToken, ReadinessFlag, ServiceIdentity, TriggerRule
+from tasks.models.access import ALL_SCOPES, API_SCOPES
 from tasks.triggers.explain import SlotParseError, parse_slot, slot_explanation, trigger_explanation
 
 GUARD_FIELDSETS = (
@@ -199,12 +203,59 @@ class ServiceIdentityAdmin(admin.ModelAdmin):
     search_fields = ("name",)
 
 
+class ApiTokenForm(forms.ModelForm):
+    """A new token: a name, its user and the scopes it may use; the secret is made by token_create."""
+
+    scopes = forms.MultipleChoiceField(
+        label=_("scopes"),
+        choices=[(ALL_SCOPES, _("all of its user's permissions"))] + [(s, s) for s in API_SCOPES],
+        widget=forms.CheckboxSelectMultiple,
+        help_text=_("What the token may do in the API; never more than its user may."),
+    )
+
+    class Meta:
+        model = ApiToken
+        fields = ("name", "user", "scopes")
+
+
 @admin.register(ApiToken)
 class ApiTokenAdmin(admin.ModelAdmin):
-    """Tokens are created with `manage.py harness token create` (shown once); the admin lists and revokes."""
+    """Created here or with `manage.py harness token create`; the secret is shown once, only its hash is
+    kept. Revoking is deleting: the token stops working at once."""
 
     list_display = ("name", "user", "scopes", "created_at", "last_used_at")
+    search_fields = ("name", "user__username")
     readonly_fields = ("name", "user", "scopes", "created_at", "last_used_at")
+    actions = ["delete_selected"]
 
-    def has_add_permission(self, request) -> bool:
-        return False
+    def get_form(self, request, obj=None, change=False, **kwargs):
+        if obj is None:
+            kwargs["form"] = ApiTokenForm
+        return super().get_form(request, obj, change, **kwargs)
+
+    def get_readonly_fields(self, request, obj=None):
+        return self.readonly_fields if obj is not None else ()
+
+    def get_fields(self, request, obj=None):
+        return self.readonly_fields if obj is not None else ("name", "user", "scopes")
+
+    def has_change_permission(self, request, obj=None) -> bool:
+        return False  # a token is made or revoked, never edited into another one
+
+    def formfield_for_foreignkey(self, db_field, request, **kwargs):
+        # A token acts as its user: only a superuser may mint one for somebody else.
+        if db_field.name == "user" and not request.user.is_superuser:
+            kwargs["queryset"] = get_user_model().objects.filter(pk=request.user.pk)
+        return super().formfield_for_foreignkey(db_field, request, **kwargs)
+
+    def save_model(self, request, obj, form, change) -> None:
+        token = token_create(name=obj.name, user=obj.user, now=timezone.now(), scopes=list(form.cleaned_data["scopes"]))
+        obj.pk = ApiToken.objects.get(token_hash=token_hash(token)).pk
+        messages.warning(
+            request,
+            format_html(
+                '{} <code id="new-token">{}</code>',
+                gettext("Copy this token now: it is shown only once."),
+                token,
+            ),
+        )

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from tasks.rules import schedule
-from tasks.rules.reasons import code
+from tasks.rules.reasons import Reason, code
 
 # How far back explain looks for the slot before an instant that is not one. A week, so a weekly
 # schedule (cron on Mondays) still names its previous slot; the search widens step by step, so a
@@ -32,6 +32,14 @@ DID_NOT_RUN = code("explain.did_not_run")  # decision
 DID_NOT_RUN_WHY = code("explain.did_not_run_why")  # decision, why
 SHED = code("explain.shed")  # pending, pool, high, low, recoverability
 ANSWERED_SO = code("explain.answered_so")  # n
+# Why a late slot was not run: each cause the records show, one sentence each (missed_causes).
+LATE_TICK = code("explain.late_tick")  # late (seconds), at: the first tick that reached the slot
+CATCHUP_OFF = code("explain.catchup_off")
+CATCHUP_TOO_LATE = code("explain.catchup_too_late")  # late, max_delay (seconds)
+CATCHUP_LATEST_ONLY = code("explain.catchup_latest_only")
+CATCHUP_CAPPED_AT = code("explain.catchup_capped_at")  # n
+PAUSED_NOW = code("explain.paused_now")  # since
+PAUSED_NOW_WHY = code("explain.paused_now_why")  # since, why
 # A slot held back, or not (yet) a slot at all.
 WAITING = code("explain.waiting")  # hold, recheck
 WAITING_UNTIL = code("explain.waiting_until")  # hold, recheck, deadline
@@ -89,3 +97,31 @@ def nearest_slots(spec: schedule.ScheduleSpec, instant: datetime) -> tuple[datet
             before = earlier[-1]
             break
     return before, schedule.next_slot(spec, instant)
+
+
+def missed_causes(*, reason: str, details: dict, decided_at: datetime) -> list[Reason]:
+    """Every cause a late slot's decision records, in order: why it was late (no tick reached it in
+    time: the scheduler was down or stalled until the decision), then why it was not caught up (the
+    rule's catch-up policy, its max delay, its count). Empty for a decision that is not about lateness.
+
+    `details` is what the tick stored: late_seconds, catchup, max_delay_seconds, max_count."""
+    if reason not in ("missed", "superseded", "catchup_capped"):
+        return []
+    late = details.get("late_seconds")
+    said = []
+    if isinstance(late, int | float):
+        said.append(Reason.of(LATE_TICK, late=_seconds(late), at=decided_at))
+    policy, max_delay = details.get("catchup"), details.get("max_delay_seconds")
+    if reason == "superseded":
+        said.append(Reason.of(CATCHUP_LATEST_ONLY))
+    elif reason == "catchup_capped":
+        said.append(Reason.of(CATCHUP_CAPPED_AT, n=details.get("max_count")))
+    elif policy == "none":
+        said.append(Reason.of(CATCHUP_OFF))
+    elif isinstance(late, int | float) and isinstance(max_delay, int | float) and late > max_delay:
+        said.append(Reason.of(CATCHUP_TOO_LATE, late=_seconds(late), max_delay=_seconds(max_delay)))
+    return said
+
+
+def _seconds(n: float) -> str:
+    return f"{n:.0f}" if abs(n - round(n)) < 0.05 else f"{n:.1f}"

@@ -93,7 +93,7 @@ def slot_explanation(*, rule: TriggerRule, slot: datetime, now: datetime) -> Exp
             "details": decision.details,
             "decided_at": decision.created_at.isoformat(),
         }
-        return Explanation(result, [_did_not_run(decision)])
+        return Explanation(result, [_did_not_run(decision), *_paused_now(rule)])
     hold = SlotHold.objects.filter(rule=rule, slot=slot).first()
     if hold is not None:
         label = hold.get_reason_display()
@@ -244,6 +244,9 @@ def _did_not_run(decision: Decision) -> Reason:
             recoverability=details.get("recoverability"),
         )
         return Reason.of(words.DID_NOT_RUN_WHY, decision=ref, why=shed)
+    causes = words.missed_causes(reason=decision.reason, details=details, decided_at=decision.created_at)
+    if causes:
+        return Reason.of(words.DID_NOT_RUN_WHY, decision=ref, why=causes)
     why = details.get("why")
     if why == evaluation.WHY_NOT_BUSINESS_DAY:
         # Worded again from its details, so the holiday's name reads in the user's language.
@@ -251,6 +254,15 @@ def _did_not_run(decision: Decision) -> Reason:
     if why:
         return Reason.of(words.DID_NOT_RUN_WHY, decision=ref, why=why)
     return Reason.of(words.DID_NOT_RUN, decision=ref)
+
+
+def _paused_now(rule: TriggerRule) -> list[Reason]:
+    """The pause, when the rule is paused now: a cause the operator should know of beside any decision."""
+    if rule.enabled or rule.paused_at is None:
+        return []
+    if rule.pause_reason:
+        return [Reason.of(words.PAUSED_NOW_WHY, since=rule.paused_at, why=rule.pause_reason)]
+    return [Reason.of(words.PAUSED_NOW, since=rule.paused_at)]
 
 
 def _paused_details(rule: TriggerRule) -> dict:

@@ -75,6 +75,15 @@ def rss_mb(pid: int) -> float:
     return 0.0
 
 
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of a process so far (and of its children that have ended)."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    except OSError:
+        return 0.0
+    return sum(int(x) for x in fields[11:15]) / os.sysconf("SC_CLK_TCK")
+
+
 def free_port() -> int:
     from tests.support.servers import free_port as port
 
@@ -160,6 +169,7 @@ def case(n: int, k: int, pool_max: int, args: argparse.Namespace, log_dir: Path,
         )
         watched = [*(p.popen.pid for p in workers), *pids_of("--hostname=agents@")]
         time.sleep(2)
+        cpu_before = sum(cpu_seconds(pid) for pid in watched)
         now = timezone.now()
         started = time.monotonic()
         ids = [run_claim(work(tag, i, args), now=now, dispatch=False).run.id for i in range(n * k)]
@@ -177,6 +187,7 @@ def case(n: int, k: int, pool_max: int, args: argparse.Namespace, log_dir: Path,
             if not runs.exclude(state__in=TaskRun.FINISHED).exists():
                 break
             time.sleep(0.25)
+        cpu = sum(cpu_seconds(pid) for pid in watched) - cpu_before
         last = runs.aggregate(last=Max("finish_at"))["last"] or timezone.now()
         counts = {
             "succeeded": runs.filter(state=TaskRun.State.SUCCEEDED).count(),
@@ -189,6 +200,7 @@ def case(n: int, k: int, pool_max: int, args: argparse.Namespace, log_dir: Path,
             **peak,
             **counts,
             "refusals": refusals,
+            "cpu_ms_per_run": cpu * 1000 / (n * k),
             "claim_s": claimed,
             "drain_ratio": (last - dispatched).total_seconds() / args.seconds,
         }
@@ -281,7 +293,7 @@ def run(args: argparse.Namespace) -> None:
                 print(
                     f"{f'{n}x{k}':>10} {pool_max or '-':>8} {r['in_flight']:>9} {r['connections']:>11} "
                     f"{r['rss_mb']:>7.0f} {r['succeeded']:>9} {r['failed'] + r['unfinished']:>6} {r['refusals']:>8} "
-                    f"{r['claim_s']:>7.1f} {r['drain_ratio']:>13.2f}",
+                    f"{r['claim_s']:>7.1f} {r['cpu_ms_per_run']:>10.1f} {r['drain_ratio']:>13.2f}",
                     flush=True,
                 )
     finally:

@@ -1,3 +1,4 @@
+# ruff: noqa: RUF001  (Chinese text uses full-width punctuation)
 """The alert channel admin (bad input on the form, tokens never shown, "send test alert") and the
 read-only alert outbox."""
 
@@ -24,6 +25,7 @@ def form(**over) -> dict:
         "format": "dingtalk",
         "recipients": "",
         "min_severity": "warning",
+        "language": "zh-hans",
         "enabled": "on",
     }
     data.update(over)
@@ -116,3 +118,37 @@ def test_the_outbox_is_read_only(admin_client):
     response = admin_client.post(reverse("admin:deadletters_alert_change", args=[alert.pk]), {"kind": "x"})
     assert response.status_code == 403
     assert Alert.objects.get(id=alert.id).kind == "test"
+
+
+@pytest.fixture
+def receiver():
+    from tests.support.receiver import start_receiver
+
+    rec, server = start_receiver()
+    yield rec
+    server.shutdown()
+    server.server_close()
+
+
+def test_a_zh_hans_channel_gets_chinese_titles_and_text_and_the_outbox_names_kinds(admin_client, receiver):
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from deadletters.alerts import alert_deliver_due
+    from deadletters.models import Alert
+    from tests.support.desk import make_failed_run
+    from tests.support.zh_complete import assert_zh_complete
+
+    AlertChannel.objects.create(
+        name="feishu", kind="webhook", url=receiver.url, format="feishu", min_severity="urgent", language="zh-hans"
+    )
+    now = timezone.now()
+    run = make_failed_run("report:zh", now=now)
+    alert_deliver_due(now=now + timedelta(seconds=1))
+    text = receiver.requests[-1]["content"]["text"]
+    assert text.startswith(f"[harness] 紧急 运行 {run.pk} 最终失败：report:zh"), text
+    assert "错误类型" in text and "failed for good" not in text
+    assert_zh_complete(text, where="Feishu alert")
+    outbox = admin_client.get(reverse("admin:deadletters_alert_changelist") + "?kind=final_failure").content.decode()
+    assert "final failure" in outbox and Alert.objects.filter(kind="final_failure").exists()

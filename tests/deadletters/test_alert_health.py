@@ -11,7 +11,7 @@ from django.apps import apps
 from django.urls import reverse
 from django.utils import timezone
 
-from deadletters.alert_health import urgent_undeliverable
+from deadletters.alert_health import urgent_log_only, urgent_undeliverable
 from deadletters.alerts import alert_deliver_due
 from deadletters.models import Alert, AlertChannel
 from tests.support.desk import make_failed_run
@@ -61,9 +61,15 @@ def test_a_delivering_channel_is_green_and_nothing_is_undeliverable(admin_client
     assert urgent_undeliverable(now=now) == 0
 
 
-def test_with_no_channel_able_to_deliver_every_urgent_alert_is_undeliverable():
+def test_with_no_channel_set_up_urgent_alerts_are_log_only_not_undeliverable(admin_client):
     now = timezone.now()
     make_failed_run("report:a", now=now)
     make_failed_run("report:b", now=now)
-    # Only the seeded email channel, disabled: nobody hears of either failure.
-    assert urgent_undeliverable(now=now) == 2
+    # Only the seeded email channel, disabled (a fresh install): nothing failed to deliver, the log has them.
+    assert urgent_undeliverable(now=now) == 0
+    assert urgent_log_only(now=now) == 2
+    dash = html.unescape(admin_client.get(reverse("harness-dashboard")).content.decode())
+    assert 'id="dash-alerts-undeliverable"' not in dash
+    assert 'class="big warn" id="dash-alerts-log-only"' in dash
+    assert "No alert channel is set up: 2 urgent alerts went to the log only." in dash
+    assert 'class="big bad"' not in dash.split('id="dash-alerts"')[1].split('class="card"')[0]

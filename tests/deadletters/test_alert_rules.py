@@ -6,6 +6,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from deadletters import alert_rules as r
+from deadletters.alert_texts import alert_message
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -162,7 +163,7 @@ PAYLOAD = {
     [("slack", ("text",)), ("feishu", ("content", "text")), ("dingtalk", ("text", "content")), ("generic", ("text",))],
 )
 def test_every_format_carries_run_id_biz_key_rule_error_kind_and_link(fmt, path):
-    body = r.webhook_body(PAYLOAD, fmt)
+    body = r.webhook_body(PAYLOAD, fmt, alert_message(PAYLOAD))
     text = body
     for key in path:
         text = text[key]
@@ -177,12 +178,12 @@ def test_every_format_carries_run_id_biz_key_rule_error_kind_and_link(fmt, path)
 
 
 def test_a_summary_says_how_many_more():
-    text = r.message_for({**PAYLOAD, "kind": r.SUMMARY, "count": 497, "examples_text": "a, b"}).text
+    text = alert_message({**PAYLOAD, "kind": r.SUMMARY, "count": 497, "examples_text": "a, b"}).text
     assert "and 497 more like this: a, b" in text
 
 
 def test_a_missing_value_reads_as_a_dash():
-    text = r.message_for({"kind": r.SCHEDULER_STALLED, "severity": r.URGENT}).text
+    text = alert_message({"kind": r.SCHEDULER_STALLED, "severity": r.URGENT}).text
     assert "run id:     -" in text and "biz_key:    -" in text
 
 
@@ -235,7 +236,7 @@ HOSTILE = {
 
 
 def test_slack_text_escapes_mentions_and_links_in_every_value():
-    text = r.webhook_body(HOSTILE, "slack")["text"]
+    text = r.webhook_body(HOSTILE, "slack", alert_message(HOSTILE))["text"]
 
     assert "<" not in text and ">" not in text
     assert "&lt;!channel&gt;" in text and "&lt;http://evil.example/login|https://bank.example&gt;" in text
@@ -244,7 +245,7 @@ def test_slack_text_escapes_mentions_and_links_in_every_value():
 
 
 def test_feishu_text_cannot_mention_everyone():
-    body = r.webhook_body(HOSTILE, "feishu")
+    body = r.webhook_body(HOSTILE, "feishu", alert_message(HOSTILE))
     text = body["content"]["text"]
 
     assert body["msg_type"] == "text"
@@ -254,7 +255,7 @@ def test_feishu_text_cannot_mention_everyone():
 
 
 def test_dingtalk_text_mentions_nobody_and_parses_no_markdown():
-    body = r.webhook_body(HOSTILE, "dingtalk")
+    body = r.webhook_body(HOSTILE, "dingtalk", alert_message(HOSTILE))
 
     assert body["msgtype"] == "text"  # not "markdown": [label](url) stays literal text
     assert body["at"] == {"isAtAll": False, "atMobiles": [], "atUserIds": []}
@@ -262,12 +263,12 @@ def test_dingtalk_text_mentions_nobody_and_parses_no_markdown():
 
 
 def test_generic_json_keeps_the_values_as_they_were():
-    body = r.webhook_body(HOSTILE, "generic")
+    body = r.webhook_body(HOSTILE, "generic", alert_message(HOSTILE))
     assert body["error"] == HOSTILE["error"] and HOSTILE["error"] in body["text"]
 
 
 def test_a_multi_line_value_cannot_forge_another_field():
-    text = r.message_for({**PAYLOAD, "error": "boom\nlink:       http://evil.example", "biz_key": "k\r\nrule: x"}).text
+    text = alert_message({**PAYLOAD, "error": "boom\nlink:       http://evil.example", "biz_key": "k\r\nrule: x"}).text
 
     assert [line for line in text.splitlines() if line.startswith("link:")] == [f"link:       {PAYLOAD['link']}"]
     assert [line for line in text.splitlines() if line.startswith("rule:")] == ["rule:       daily"]

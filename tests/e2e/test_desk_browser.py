@@ -15,11 +15,9 @@ from django.utils import timezone
 
 from deadletters.models import DeadLetter
 from runs.models import Attempt, SchedulerTick, TaskRun
-from tests.support.desk import PASSWORD, daily_report, make_failed_run, make_user
+from tests.support.desk import CHROMEDRIVER, CHROMIUM, PASSWORD, daily_report, desk_driver, make_failed_run, make_user
 from tests.support.processes import wait_for
 
-CHROMIUM = "/usr/bin/chromium"
-CHROMEDRIVER = "/usr/bin/chromedriver"
 SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
 WAIT = 20
 
@@ -38,22 +36,7 @@ pytestmark = [
 
 @pytest.fixture
 def browser():
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-dev-shm-usage",
-        "--window-size=1400,1000",
-    ):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.implicitly_wait(0)
+    driver = desk_driver((1400, 1000))  # checks every page it visits (tests/support/desk.py)
     yield driver
     driver.quit()
 

@@ -14,7 +14,7 @@ from deadletters.models import DeadLetter
 from runs.models import Decision, SchedulerTick, TaskRun
 from tasks.triggers.operator import rule_pause
 from tests.e2e.test_desk_browser import CHROMEDRIVER, CHROMIUM, SCREENSHOTS, _login, _until, pytestmark  # noqa: F401
-from tests.support.desk import daily_report, make_failed_run, make_user
+from tests.support.desk import daily_report, desk_driver, make_failed_run, make_user
 
 LAPTOP = (1440, 900)
 PHONE = (390, 844)
@@ -24,45 +24,12 @@ LONG_ERROR = (
 )
 
 
-def _driver(size, *, lang="en-US", dark=False):
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = CHROMIUM
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-background-networking",
-        "--disable-dev-shm-usage",
-        "--hide-scrollbars",
-        f"--window-size={size[0]},{size[1]}",
-        f"--lang={lang}",
-    ):
-        options.add_argument(arg)
-    options.add_experimental_option("prefs", {"intl.accept_languages": lang})
-    driver = webdriver.Chrome(service=Service(executable_path=CHROMEDRIVER), options=options)
-    driver.implicitly_wait(0)
-    # The viewport, not the window, is what a phone has.
-    driver.execute_cdp_cmd(
-        "Emulation.setDeviceMetricsOverride",
-        {"width": size[0], "height": size[1], "deviceScaleFactor": 1, "mobile": size[0] < 600},
-    )
-    driver.desk_size = size
-    if dark:
-        driver.execute_cdp_cmd(
-            "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
-        )
-    return driver
-
-
 @pytest.fixture
 def make_browser():
     drivers = []
 
     def make(size, **kw):
-        drivers.append(_driver(size, **kw))
+        drivers.append(desk_driver(size, **kw))
         return drivers[-1]
 
     yield make

@@ -9,6 +9,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.db import connection
+from django.utils import timezone
 
 from runs.admission import pool_wake
 from runs.approvals import catchup_approve
@@ -234,7 +235,7 @@ def test_the_run_page_of_a_replaced_run_shows_its_coalesced_decision():
     first = send(rule, 1)
     send(rule, 2)
 
-    timeline = run_timeline(TaskRun.objects.get(pk=first.run_id))
+    timeline = run_timeline(TaskRun.objects.get(pk=first.run_id), now=timezone.now())
 
     assert [d.reason for d in timeline["decisions"]] == ["coalesced"]
 

@@ -127,7 +127,8 @@ def test_confirmations_say_what_the_button_does_and_messages_the_new_state(oncal
     assert 'value="Close ticket"' in page and "Yes, closed" not in page
     done = oncall_client.post(url, {"note": "known upstream bug"}, follow=True)
     text = _page(done)
-    assert "Closed: report:a (Closed)." in text and "(Pending manual action)" not in text.split("messagelist")[1][:300]
+    message = text.split("messagelist")[1][:300]
+    assert f"Closed: #{ticket.pk} report:a." in text and "(Pending manual action)" not in message
     # The ticket page's own button does not read "Close" beside the page's Close (back to the list).
     ticket_page = _page(oncall_client.get(reverse("admin:deadletters_deadletter_change", args=[ticket.pk])))
     assert ">Close without replay<" not in ticket_page  # closed now: no button at all
@@ -175,3 +176,23 @@ def test_assign_to_me_on_the_desk(oncall, oncall_client):
     assert "1 ticket is now assigned to you." in _page(response)
     ticket.refresh_from_db()
     assert ticket.owner == oncall
+
+
+def test_the_dashboard_chart_names_the_zone_its_hours_are_in(viewer, viewer_client):
+    # Runs at 13:xx UTC, read by someone whose display zone is the browser's, Asia/Shanghai: 21:00 CST.
+    now = timezone.now().replace(minute=30, second=0, microsecond=0)
+    TaskRun.objects.create(
+        biz_key="k:chart", skill="harness.noop", source="scheduler", trigger_at=now, run_after=now, state="succeeded"
+    )
+    from django.contrib.auth.models import Permission
+
+    viewer.user_permissions.add(*Permission.objects.filter(codename__in=["view_pool", "view_alert"]))
+    viewer_client.post(reverse("harness-display-zone"), {"zone": "browser", "browser_zone": "Asia/Shanghai"})
+    page = _page(viewer_client.get(reverse("harness-dashboard")))
+    hour = now.replace(minute=0)
+    shanghai = (hour + timedelta(hours=8)).strftime("%H:%M")
+    assert f'title="{shanghai} CST: 1 runs"' in page, re.findall(r'title="[^"]*runs"', page)[-3:]
+    assert f"{hour:%H:%M} UTC: " not in page
+    viewer_client.post(reverse("harness-display-zone"), {"zone": "utc"})
+    page = _page(viewer_client.get(reverse("harness-dashboard")))
+    assert f'title="{hour:%H:%M} UTC: 1 runs"' in page

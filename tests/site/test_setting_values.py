@@ -61,6 +61,7 @@ CASES = [
     ("HARNESS_BACKPRESSURE_CACHE_SECONDS", "inf", "not a number"),
     ("LOG_FORMAT", "xml", "not one of text, json"),
     ("LOG_LEVEL", "LOUD", "not one of DEBUG"),
+    ("LOG_ROUTINE", "sometimes", "not a boolean"),
     ("HARNESS_METRICS_TOKEN", "tok-7Qx", "shorter than 16 characters"),
     ("HARNESS_METRICS_BIND", "9464", "not host:port"),
     ("HARNESS_WORKER_HEARTBEAT_SECONDS", "0", "too small"),

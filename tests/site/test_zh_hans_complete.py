@@ -3,14 +3,10 @@ Simplified Chinese, shows no English UI string. Data values (names, keys, skills
 carries) are excepted: every string stored in the database is allowed, and so are identifiers
 (anything with _ . / : = { } or a digit) and the technical words of docs/glossary.md's keep list."""
 
-import re
 from datetime import UTC, datetime, timedelta
-from html.parser import HTMLParser
 
 import pytest
-from django.apps import apps
 from django.contrib import admin
-from django.db import models
 from django.urls import NoReverseMatch, reverse
 from django.utils import translation
 
@@ -18,145 +14,15 @@ from deadletters.models import DeadLetter
 from runs.models import Attempt, Decision, Lease, SchedulerTick, SlotHold, TaskRun
 from tasks.models import BusinessCalendar, CalendarOverride, DiagnosticRecord, ReadinessFlag
 from tests.support.desk import daily_report, make_failed_run
+from tests.support.zh_complete import KEEP, data_words, english_in
 
 pytestmark = pytest.mark.django_db
 
 NOW = datetime(2026, 3, 2, 8, 0, tzinfo=UTC)
-# Kept as they are in Chinese too (docs/glossary.md, "kept in English").
-KEEP = {
-    "UTC",
-    "CST",
-    "CET",
-    "JSON",
-    "cron",
-    "Cron",
-    "IANA",
-    "DST",
-    "URL",
-    "API",
-    "HTTP",
-    "HTTPS",
-    "ID",
-    "id",
-    "HMAC",
-    "SHA",
-    "p50",
-    "p95",
-    "p99",
-    "biz_key",
-    "Agent",
-    "Harness",
-    "Slack",
-    "Feishu",
-    "Lark",
-    "DingTalk",
-    "Python",
-    "Celery",
-    "OpenAI",
-    "echo",
-    "llm_json",
-    "webhook",
-    "Webhook",
-    "SQLite",
-    "PostgreSQL",
-    "Redis",
-    "ADMINS",
-    "TRIAL",
-    "ms",
-    "s",
-    "h",
-    "min",
-    "v",
-    "x",
-    "OK",
-    "ok",
-    "fence",
-    "Standard",
-    "Webhooks",
-    "Django",
-    "Axes",
-    "axes",
-    "SMTP",
-    *("mon", "tue", "wed", "thu", "fri", "sat", "sun", "mon-fri", "Control", "Command", "Mac", "True", "False"),
-    *("None", "YYYY-MM-DD", "Schema", "POST", "GET", "ISO", "TTL", "Worker", "fencing", "amount"),
-    # Error kinds are codes on-call searches for (the others carry an underscore, so read as identifiers).
-    "timeout",
-    *("webhook-id", "webhook-timestamp", "webhook-signature"),
-    "GMT",
-    "CEST",
-    "EST",
-    "EDT",
-    "PST",
-    "PDT",
-    "JST",
-    "KST",
-    "HKT",
-    "IST",
-    "BST",
-}
-WORD = re.compile(r"[A-Za-z][A-Za-z'\u2019-]*[A-Za-z]|[A-Za-z]")
-IDENTIFIER = re.compile(r"[_./:={}\d@#<>%$\\|]")
 # Our apps' admin pages. django-celery-beat's, django-axes' and auth's pages speak through those
 # packages' own catalogues (some of theirs are untranslated upstream); the header we add to them is
 # checked on every page of ours.
 OURS = {"tasks", "runs", "deadletters", "audit"}
-SKIP_TAGS = {"script", "style", "code", "pre", "textarea", "noscript", "svg", "symbol", "path"}
-
-
-class _Text(HTMLParser):
-    """The page's visible text and button labels, outside code, scripts and the user's typed values."""
-
-    def __init__(self):
-        super().__init__(convert_charrefs=True)
-        self.skip = 0
-        self.chunks: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        if tag in SKIP_TAGS:
-            self.skip += 1
-        a = dict(attrs)
-        if tag == "input" and a.get("type") in ("submit", "button") and a.get("value"):
-            self.chunks.append(a["value"])
-        for name in ("title", "placeholder", "aria-label"):
-            if a.get(name) and not self.skip:
-                self.chunks.append(a[name])
-
-    def handle_endtag(self, tag):
-        if tag in SKIP_TAGS and self.skip:
-            self.skip -= 1
-
-    def handle_data(self, data):
-        if not self.skip and data.strip():
-            self.chunks.append(data.strip())
-
-
-def data_words() -> set[str]:
-    """Every word of every string stored in our tables: data, not UI."""
-    words: set[str] = set()
-    for model in apps.get_models():
-        if model._meta.app_label not in {"tasks", "runs", "deadletters", "audit", "auth"}:
-            continue
-        fields = [
-            f.name
-            for f in model._meta.concrete_fields
-            if isinstance(f, (models.CharField, models.TextField, models.JSONField))
-        ]
-        for row in model._default_manager.values_list(*fields) if fields else ():
-            for value in row:
-                words.update(WORD.findall(str(value)))
-    return words
-
-
-def english_in(html: str, allowed: set[str]) -> list[str]:
-    parser = _Text()
-    parser.feed(html)
-    found = []
-    for chunk in parser.chunks:
-        tokens = [t for t in chunk.split() if not IDENTIFIER.search(t)]
-        words = [w for t in tokens for w in WORD.findall(t) if w not in allowed and w.lower() not in allowed]
-        if words:
-            found.append(f"{chunk[:120]!r} -> {words[:6]}")
-    return found
 
 
 @pytest.fixture

@@ -6,6 +6,7 @@ import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
 
+from deadletters.models import DeadLetter
 from deadletters.services import deadletter_open
 from harness_site.audit.roles import roles_ensure
 from runs.models import Attempt, TaskRun
@@ -115,5 +116,127 @@ def make_failed_run(
         error_digest=digest,
         error="boom",
     )
-    deadletter_open(run=run, error=ClassifiedError(kind=kind, message="boom", digest=digest), reason="cap", now=now)
+    deadletter_open(
+        run=run,
+        error=ClassifiedError(kind=kind, message="boom", digest=digest),
+        reason="attempt 1 of 1: attempts exhausted",
+        now=now,
+    )
     return run
+
+
+def make_failed_replay(run: TaskRun, *, actor, replayed_at: datetime) -> DeadLetter:
+    """Replay `run`'s open ticket at `replayed_at` (the desk's one replay) and let the replay fail for
+    good three seconds later: attempt 2 and a new ticket. Returns the new ticket."""
+    from datetime import timedelta
+
+    from runs.operations import run_retry_now
+
+    ticket = DeadLetter.objects.get(run=run, state=DeadLetter.State.PENDING_MANUAL)
+    assert run_retry_now(run_id=run.pk, ticket_id=ticket.pk, actor=actor, now=replayed_at, reason="upstream is back")
+    failed_at = replayed_at + timedelta(seconds=3)
+    Attempt.objects.create(
+        run=run,
+        number=2,
+        fence=2,
+        worker="w2@host:2",
+        started_at=replayed_at,
+        finished_at=failed_at,
+        outcome=Attempt.Outcome.FAILED,
+        error_kind="timeout",
+        error_digest="def456",
+        error="still down",
+    )
+    TaskRun.objects.filter(pk=run.pk).update(
+        state=TaskRun.State.FAILED, attempts=2, finish_at=failed_at, last_error="still down", fence=2
+    )
+    run.refresh_from_db()
+    error = ClassifiedError(kind="timeout", message="still down", digest="def456")
+    deadletter_open(run=run, error=error, reason="attempt 2 of 2: attempts exhausted", now=failed_at)
+    return DeadLetter.objects.get(run=run, state=DeadLetter.State.PENDING_MANUAL)
+
+
+# --- The shared browser: every page a browser test visits is checked ---------------------------
+
+PHONE_WIDTH = 390
+CHROMIUM = "/usr/bin/chromium"
+CHROMEDRIVER = "/usr/bin/chromedriver"
+
+
+# The page's visible text without code (pre, code: JSON, keys, errors), as the HTML checker reads it.
+VISIBLE_TEXT = """
+if (!document.body) return '';
+var code = Array.from(document.querySelectorAll('pre, code, textarea'));
+var shown = code.map(e => e.style.display);
+code.forEach(e => { e.style.display = 'none'; });
+var text = document.body.innerText;
+code.forEach((e, i) => { e.style.display = shown[i]; });
+return text;
+"""
+
+
+def page_problems(driver) -> list[str]:
+    """What is wrong with the page the driver shows, whatever the test came for: at phone width, a
+    page wider than the screen (sideways scrolling); in zh-Hans, English words, raw codes or Python
+    literals in its visible text (tests/support/zh_complete.py, data values allowed)."""
+    from tests.support.zh_complete import KEEP, data_words, english_words
+
+    problems = []
+    width = driver.desk_size[0]
+    if width <= PHONE_WIDTH:
+        scroll = driver.execute_script("return document.documentElement.scrollWidth")
+        if scroll > width:
+            wide = driver.execute_script(
+                "var w = document.documentElement.clientWidth; return Array.from(document.querySelectorAll('body *'))"
+                ".filter(e => e.getBoundingClientRect().right > w + 1).slice(-3)"
+                ".map(e => e.tagName + (e.id ? '#' + e.id : '') + '.' + e.className).join(', ')"
+            )
+            problems.append(f"{scroll} px wide at {width} px: {wide}")
+    if driver.desk_lang.startswith("zh"):
+        text = driver.execute_script(VISIBLE_TEXT)
+        words = english_words(text, KEEP | data_words())
+        if words:
+            problems.append(f"English on a zh-Hans page: {sorted(set(words))[:15]}")
+    return problems
+
+
+def desk_driver(size: tuple[int, int] = (1400, 1000), *, lang: str = "en-US", dark: bool = False):
+    """Headless Debian Chromium with a phone's or a laptop's viewport, in `lang`, whose every get()
+    fails the test when page_problems() finds something: so a page a test adds later is checked too."""
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    class CheckedChrome(webdriver.Chrome):
+        def get(self, url: str) -> None:
+            super().get(url)
+            problems = page_problems(self)
+            assert not problems, f"{self.current_url}: {problems}"
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = CHROMIUM
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-background-networking",
+        "--disable-dev-shm-usage",
+        "--hide-scrollbars",
+        f"--window-size={size[0]},{size[1]}",
+        f"--lang={lang}",
+    ):
+        options.add_argument(arg)
+    options.add_experimental_option("prefs", {"intl.accept_languages": lang})
+    driver = CheckedChrome(service=Service(executable_path=CHROMEDRIVER), options=options)
+    driver.implicitly_wait(0)
+    # The viewport, not the window, is what a phone has.
+    driver.execute_cdp_cmd(
+        "Emulation.setDeviceMetricsOverride",
+        {"width": size[0], "height": size[1], "deviceScaleFactor": 1, "mobile": size[0] < 600},
+    )
+    driver.desk_size = size
+    driver.desk_lang = lang.lower()
+    if dark:
+        driver.execute_cdp_cmd(
+            "Emulation.setEmulatedMedia", {"features": [{"name": "prefers-color-scheme", "value": "dark"}]}
+        )
+    return driver

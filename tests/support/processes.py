@@ -168,7 +168,8 @@ class Harness:
     def _start(self, name: str, args: list[str], extra_env: dict | None) -> Proc:
         # Children must see every row this process wrote: no open transaction may hide them.
         connection.close()
-        proc = Proc(name, args, child_env(**(extra_env or {})), self.log_dir)
+        # The tests read beat's sends and the chores' lines (LOG_ROUTINE): a failure report shows them.
+        proc = Proc(name, args, child_env(**{"LOG_ROUTINE": "true", **(extra_env or {})}), self.log_dir)
         self.procs.append(proc)
         return proc
 

@@ -17,14 +17,14 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 # Django's own admin strings and ours, as each language shows them on the index.
 INDEX_EN = (
     "Recent actions",
-    "View site",
+    "Change password",
     "Operations",
     "Trigger rules",
     "Dead letters",
     "Alert channels",
     "Live run leases",
 )
-INDEX_ZH = ("最近动作", "查看站点", "运维", "触发规则", "死信", "告警通道", "告警发件箱", "活动运行租约", "调度器心跳")
+INDEX_ZH = ("最近动作", "修改密码", "运维", "触发规则", "死信", "告警通道", "告警发件箱", "活动运行租约", "调度器心跳")
 # The rule page: Django's buttons and ours (fieldsets, help texts).
 RULE_EN = ("Save and continue editing", "Unique name; appears in business keys.", "Windows and calendar")
 RULE_ZH = (
@@ -141,9 +141,10 @@ def test_the_committed_catalogue_is_complete_and_compiled():
     assert len(entries) > 100
     with (folder / "django.mo").open("rb") as mo:
         compiled = gettext.GNUTranslations(mo)
-    for msgid, msgstr in entries.items():
+    for (context, msgid), msgstr in entries.items():
         assert msgstr, f"untranslated: {msgid!r}"
-        assert compiled.gettext(msgid) == msgstr, f"django.mo is stale for {msgid!r}; run compilemessages"
+        found = compiled.pgettext(context, msgid) if context else compiled.gettext(msgid)
+        assert found == msgstr, f"django.mo is stale for {msgid!r}; run compilemessages"
 
 
 def _po_entries(text: str) -> dict[str, str]:
@@ -153,9 +154,10 @@ def _po_entries(text: str) -> dict[str, str]:
     for line in [*text.splitlines(), ""]:
         if not line.strip():
             if current.get("msgid"):
-                entries[current["msgid"]] = current.get("msgstr", current.get("msgstr[0]", ""))
+                entry = (current.get("msgctxt"), current["msgid"])  # the same msgid may have contexts
+                entries[entry] = current.get("msgstr", current.get("msgstr[0]", ""))
             current, key = {}, None
-        elif line.startswith(("msgid ", "msgid_plural ", "msgstr ", "msgstr[0] ")):
+        elif line.startswith(("msgctxt ", "msgid ", "msgid_plural ", "msgstr ", "msgstr[0] ")):
             key, _, literal = line.partition(" ")
             current[key] = ast.literal_eval(literal)
         elif line.startswith('"') and key:

@@ -357,7 +357,7 @@ def operations_data():
     [
         ("admin:tasks_triggerrule_changelist", "report"),
         ("admin:runs_taskrun_changelist", "report:2026-03-02"),
-        ("admin:runs_decision_changelist", "Missed beyond the catch-up window"),
+        ("admin:runs_decision_changelist", "Missed: late, not caught up"),
         ("admin:runs_lease_changelist", "object:invoice-42"),
         ("admin:deadletters_deadletter_changelist", "report:2026-03-02"),
         ("admin:tasks_diagnosticrecord_changelist", "worker-a"),

@@ -115,3 +115,21 @@ def test_a_slot_that_is_not_a_date_time_is_refused_in_the_browsers_language(clie
     english = client.get(url, {"slot": "tomorrow-ish"}, headers={"accept_language": "en"}).content.decode()
     assert "不是日期时间" in chinese and "not a date-time" not in chinese
     assert "not a date-time" in english
+
+
+@pytest.mark.parametrize(
+    ("cron", "zh"),
+    [
+        ("0 9 * * 1-5", "在 09:00, 周一 到 周五"),
+        ("0 9 1 JAN *", "在 09:00, 每月的 1 号, 仅在 1 月"),
+        ("0 9 * * 1,3", "在 09:00, 仅在 周一 和 周三"),
+    ],
+)
+def test_a_cron_schedule_in_chinese_names_weekdays_and_months_in_chinese(cron, zh):
+    from django.utils import translation
+
+    from tasks.sentences import cron_description
+
+    with translation.override("zh-hans"):
+        assert cron_description(cron) == zh
+    assert cron_description("0 9 * * 1-5") == "At 09:00, Monday through Friday"  # English stays English

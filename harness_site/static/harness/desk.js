@@ -55,7 +55,8 @@
   function labelCells(root) {
     // Phones: tables stack into cards; each cell says which column it was.
     (root || document).querySelectorAll("table").forEach(function (table) {
-      var heads = Array.prototype.map.call(table.querySelectorAll("thead th"), function (th) { return th.textContent.trim(); });
+      // A sorted column's header also holds its sort priority ("2"): only its title names the column.
+      var heads = Array.prototype.map.call(table.querySelectorAll("thead th"), function (th) { return (th.querySelector(".text") || th).textContent.trim(); });
       if (!heads.length) { return; }
       table.querySelectorAll("tbody tr").forEach(function (tr) {
         Array.prototype.forEach.call(tr.children, function (td, i) { if (heads[i] && !td.dataset.label) { td.dataset.label = heads[i]; } });

@@ -1,0 +1,139 @@
+"""What an alert says, in a language: its title and its lines, worded from the alert's fields.
+
+An alert is recorded once and delivered to channels that may read different languages (an on-call
+email in English, a Feishu group in Chinese): the words are chosen at delivery, in the channel's
+language, from the payload's figures. One template per kind of alert and per field label, here.
+An alert recorded before a figure was kept (an old outbox row) falls back to its stored title.
+"""
+
+import re
+
+from django.utils import translation
+from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
+
+from deadletters import alert_rules as rules
+
+# The kinds as people read them: the outbox's column and filter, and a storm summary's title.
+KIND_LABELS = {
+    rules.RETRY: gettext_lazy("retry"),
+    rules.FINAL_FAILURE: gettext_lazy("final failure"),
+    rules.SLOT_EXPIRED: gettext_lazy("slot expired"),
+    rules.SLOT_MISSED: gettext_lazy("slot missed"),
+    rules.SCHEDULER_STALLED: gettext_lazy("scheduler stalled"),
+    rules.SUMMARY: gettext_lazy("summary"),
+    rules.TEST: gettext_lazy("test alert"),
+}
+SEVERITY_LABELS = {
+    rules.NOTICE: gettext_lazy("NOTICE"),
+    rules.WARNING: gettext_lazy("WARNING"),
+    rules.URGENT: gettext_lazy("URGENT"),
+}
+# Each title, and the payload fields it needs (all present, or the stored title is used).
+TITLES = {
+    rules.FINAL_FAILURE: (gettext_lazy("run %(run_id)s failed for good: %(biz_key)s"), ("run_id", "biz_key")),
+    rules.RETRY: (
+        gettext_lazy("run %(run_id)s attempt %(attempt_n)s of %(attempt_max)s failed, will retry: %(biz_key)s"),
+        ("run_id", "attempt_n", "attempt_max", "biz_key"),
+    ),
+    rules.SLOT_EXPIRED: (
+        gettext_lazy("rule %(rule)s slot %(slot_utc)s expired: dependencies not ready (missing %(missing)s)"),
+        ("rule", "slot_utc", "missing"),
+    ),
+    rules.SLOT_MISSED: (gettext_lazy("rule %(rule)s missed slot %(slot_utc)s"), ("rule", "slot_utc")),
+    rules.SCHEDULER_STALLED: (gettext_lazy("scheduler stalled: no tick for %(age)s s"), ("age",)),
+    rules.TEST: (gettext_lazy("test alert for channel %(channel)s"), ("channel",)),
+    rules.SUMMARY: (
+        gettext_lazy("%(count)s more %(kind_label)s alerts for rule %(rule)s between %(from)s and %(until)s UTC"),
+        ("count", "kind_label", "rule", "from", "until"),
+    ),
+}
+# The "why" of an alert, where it is worded from figures rather than carried as text.
+WHY = {
+    rules.SLOT_MISSED: (gettext_lazy("%(late)s s late, catch-up %(catchup)s"), ("late", "catchup")),
+    rules.SLOT_EXPIRED: (gettext_lazy("missing: %(missing)s"), ("missing",)),
+    rules.SCHEDULER_STALLED: (
+        gettext_lazy("no tick since %(since)s; stalled after %(stall)s s"),
+        ("since", "stall"),
+    ),
+}
+# A final failure's reason, as runs.retry words it (English, for the log): read back into a sentence.
+RETRY_REASONS = (
+    (re.compile(r"^error kind '(?P<kind>[^']*)' is not retried$"), gettext_lazy("error kind %(kind)s is not retried")),
+    (
+        re.compile(r"^attempt (?P<n>\d+) of (?P<max>\d+): attempts exhausted$"),
+        gettext_lazy("attempt %(n)s of %(max)s: attempts exhausted"),
+    ),
+    (
+        re.compile(r"^retry window of (?P<window>[\d.]+)s exhausted$"),
+        gettext_lazy("retry window of %(window)s s exhausted"),
+    ),
+    (re.compile(r"^readiness policy is fail$"), gettext_lazy("readiness policy is fail")),
+)
+FIELDS = (
+    ("run_id", gettext_lazy("run id")),
+    ("biz_key", "biz_key"),
+    ("rule", gettext_lazy("rule")),
+    ("error_kind", gettext_lazy("error kind")),
+)
+OPTIONAL_FIELDS = (
+    ("attempt", gettext_lazy("attempt")),
+    ("slot", gettext_lazy("slot")),
+    ("reason", gettext_lazy("why")),
+    ("error", gettext_lazy("last error")),
+)
+
+
+def alert_title(payload: dict) -> str:
+    """The alert's title in the active language (its stored one when a figure is missing)."""
+    template, needs = TITLES.get(payload.get("kind", ""), (None, ()))
+    params = _params(payload)
+    if template is None or any(params.get(n) in (None, "") for n in needs):
+        return str(payload.get("title") or payload.get("kind") or "alert")
+    return str(template) % params
+
+
+def alert_message(payload: dict, *, language: str = "en") -> rules.Message:
+    """The title and text of an alert in `language`: "[harness] URGENT run 7 failed for good: …"."""
+    with translation.override(language):
+        severity = str(SEVERITY_LABELS.get(payload.get("severity", ""), payload.get("severity", ""))).upper()
+        # One line: it is also an email subject, where a newline is refused.
+        title = " ".join(f"[harness] {severity} {alert_title(payload)}".split())
+        rows = [(str(label), rules.dash(payload.get(key))) for key, label in FIELDS]
+        why = _why(payload)
+        for key, label in OPTIONAL_FIELDS:
+            value = why if key == "reason" else payload.get(key)
+            if key == "attempt" and payload.get("attempt_n") and payload.get("attempt_max"):
+                value = f"{payload['attempt_n']}/{payload['attempt_max']}"
+            if value not in (None, ""):
+                rows.append((str(label), rules.indented(value)))
+        width = max(len(label) for label, _v in rows) + 2
+        lines = [f"{label + ':':<{width}}{value}" for label, value in rows]
+        if payload.get("count"):
+            more = _("and %(count)s more like this") % {"count": payload["count"]}
+            lines.append(f"{more}: {payload.get('examples_text', '')}".rstrip(": "))
+        lines.append(f"{'link:':<{width}}{rules.dash(payload.get('link'))}")
+        return rules.Message(title=title, text="\n".join(lines))
+
+
+def _params(payload: dict) -> dict:
+    params = {k: v for k, v in payload.items() if not isinstance(v, dict)}
+    if isinstance(payload.get("missing"), list):
+        params["missing"] = ", ".join(map(str, payload["missing"])) or "-"
+    kind = payload.get("summary_kind")
+    if kind:
+        params["kind_label"] = str(KIND_LABELS.get(kind, kind))
+    return params
+
+
+def _why(payload: dict):
+    template, needs = WHY.get(payload.get("kind", ""), (None, ()))
+    params = _params(payload)
+    if template is not None and all(params.get(n) not in (None, "") for n in needs):
+        return str(template) % params
+    reason = payload.get("reason")
+    if isinstance(reason, str):
+        for pattern, words in RETRY_REASONS:
+            if found := pattern.match(reason):
+                return str(words) % found.groupdict()
+    return reason

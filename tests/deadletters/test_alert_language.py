@@ -1,0 +1,121 @@
+# ruff: noqa: RUF001  (Chinese text uses full-width punctuation)
+"""Alerts speak their channel's language: titles and texts sent to a zh-Hans channel (a Feishu or
+DingTalk group) are Chinese, every kind of alert, checked by the zh-Hans completeness checker; an
+English channel reads as before. The checker itself fails on a planted English string."""
+
+from datetime import UTC, datetime
+
+import pytest
+
+from deadletters import alert_rules as r
+from deadletters.alert_texts import alert_message
+from tests.support.zh_complete import KEEP, assert_zh_complete
+
+AT = datetime(2026, 12, 1, 1, 0, tzinfo=UTC)
+# One payload of every kind, as deadletters.alerts records them (figures included).
+PAYLOADS = {
+    r.FINAL_FAILURE: {
+        "run_id": 75,
+        "biz_key": "report:2026-12-01",
+        "rule": "日报",
+        "error_kind": "timeout",
+        "attempt": 3,
+        "reason": "attempt 3 of 3: attempts exhausted",
+        "error": "TimeoutError: 30 s",
+        "link": "http://127.0.0.1:8000/admin/deadletters/deadletter/3/change/",
+    },
+    r.RETRY: {
+        "run_id": 75,
+        "biz_key": "report:2026-12-01",
+        "rule": "日报",
+        "error_kind": "timeout",
+        "attempt": "2 of 5",
+        "attempt_n": 2,
+        "attempt_max": 5,
+    },
+    r.SLOT_EXPIRED: {
+        "rule": "日报",
+        "error_kind": "not_ready_expired",
+        "slot": AT.isoformat(),
+        "slot_utc": "2026-12-01T01:00:00Z",
+        "missing": ["数据.就绪"],
+        "reason": "missing: 数据.就绪",
+    },
+    r.SLOT_MISSED: {
+        "rule": "日报",
+        "error_kind": "missed",
+        "slot": AT.isoformat(),
+        "slot_utc": "2026-12-01T01:00:00Z",
+        "late": 112.0,
+        "catchup": "none",
+        "reason": "112.0s late, catch-up none",
+    },
+    r.SCHEDULER_STALLED: {
+        "error_kind": "scheduler_stalled",
+        "age": "95",
+        "since": "2026-12-01T00:58:25Z",
+        "stall": "60",
+        "reason": "no tick since 2026-12-01T00:58:25Z; stalled after 60s",
+    },
+    r.TEST: {"channel": "飞书值班群"},
+    r.SUMMARY: {
+        "rule": "日报",
+        "error_kind": "timeout",
+        "count": 497,
+        "summary_kind": r.FINAL_FAILURE,
+        "from": "01:00",
+        "until": "01:05",
+        "examples_text": "report:1, report:2",
+    },
+}
+# What the alert carries as data: the rule, keys, the error, the catch-up policy's name.
+DATA = {"日报", "report:2026-12-01", "timeout", "TimeoutError", "none", "not_ready_expired", "missed"}
+DATA |= {"scheduler_stalled", "report:1", "report:2", "harness"}
+
+
+@pytest.mark.parametrize("kind", sorted(PAYLOADS))
+def test_every_kind_of_alert_is_chinese_on_a_zh_hans_channel(kind):
+    payload = {"kind": kind, "severity": r.URGENT, **PAYLOADS[kind]}
+    msg = alert_message(payload, language="zh-hans")
+    assert_zh_complete(f"{msg.title}\n{msg.text}", allowed=DATA, where=f"{kind} alert")
+    assert msg.title.startswith("[harness] 紧急 ")
+
+
+def test_the_final_failure_alert_reads_so_in_each_language():
+    payload = {"kind": r.FINAL_FAILURE, "severity": r.URGENT, **PAYLOADS[r.FINAL_FAILURE]}
+    zh = alert_message(payload, language="zh-hans")
+    assert zh.title == "[harness] 紧急 运行 75 最终失败：report:2026-12-01"
+    assert "第 3 次尝试（共 3 次）：尝试次数已用完" in zh.text
+    en = alert_message(payload, language="en")
+    assert en.title == "[harness] URGENT run 75 failed for good: report:2026-12-01"
+    assert "run id:     75" in en.text and "why:        attempt 3 of 3: attempts exhausted" in en.text
+
+
+def test_an_old_alert_without_its_figures_keeps_its_stored_title():
+    payload = {"kind": r.RETRY, "severity": r.WARNING, "title": "run 9 attempt 2 of 5 failed, will retry: k"}
+    assert (
+        alert_message(payload, language="zh-hans").title == "[harness] 警告 run 9 attempt 2 of 5 failed, will retry: k"
+    )
+
+
+@pytest.mark.parametrize(
+    "planted",
+    [
+        "失败 run 75 failed for good",
+        "筛选：final_failure",
+        "历史：True → False",
+        "值：None",
+        "Choose 资源池 by selecting them",
+    ],
+)
+def test_the_checker_fails_on_a_planted_english_string(planted):
+    with pytest.raises(AssertionError, match="English or raw codes"):
+        assert_zh_complete(planted, allowed=KEEP | DATA)
+
+
+def test_the_checker_lets_data_zones_units_and_identifiers_pass():
+    assert_zh_complete(
+        "规则 日报 于 2026-12-01 09:00:00 CST (01:00:00 UTC) 运行，Asia/Shanghai，耗时 3.2 s，"
+        "键 report:2026-12-01，链接 http://127.0.0.1:8000/admin/，占位符 {business_date}",
+        allowed=KEEP | DATA,
+    )
