@@ -160,6 +160,10 @@ DATABASES = {"default": env.database("DATABASE_URL", default=f"sqlite:///{VAR_DI
 CONN_MAX_AGE = env.whole("CONN_MAX_AGE", default=60, low=0, high=86400)
 # PostgreSQL: a bounded connection pool per process when HARNESS_DB_POOL_MAX > 0 (0: off).
 DB_POOL_MAX = env.whole("HARNESS_DB_POOL_MAX", default=0, low=0, high=1000)
+# Read by the Procfile's agents worker (threads, and its own pool); checked here so a bad value stops
+# that worker's start-up like any other setting instead of reaching Celery's command line.
+AGENT_CONCURRENCY = env.whole("HARNESS_AGENT_CONCURRENCY", default=16, low=1, high=10000)
+AGENT_DB_POOL_MAX = env.whole("HARNESS_AGENT_DB_POOL_MAX", default=4, low=0, high=1000)
 DB_POOL_MIN = env.whole("HARNESS_DB_POOL_MIN", default=1, low=0, high=1000)
 DB_POOL_TIMEOUT = env.number("HARNESS_DB_POOL_TIMEOUT", default=30.0, low=0, high=3600, low_open=True)
 if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":

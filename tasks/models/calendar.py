@@ -105,8 +105,13 @@ class CalendarOverride(models.Model):
         CLOSED = "closed", _("closed (no business)")
         WORKING = "working", _("extra working day")
 
+    # No index of its own: the (calendar, date) unique constraint's index leads with it.
     calendar = models.ForeignKey(
-        BusinessCalendar, on_delete=models.CASCADE, related_name="overrides", verbose_name=_("calendar")
+        BusinessCalendar,
+        on_delete=models.CASCADE,
+        related_name="overrides",
+        verbose_name=_("calendar"),
+        db_index=False,
     )
     date = models.DateField(_("date"))
     kind = models.CharField(_("kind"), max_length=10, choices=Kind.choices)

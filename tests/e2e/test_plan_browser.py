@@ -12,8 +12,8 @@ from tasks.models import TriggerRule
 from tasks.rules import schedule
 from tasks.triggers.scheduler import scheduler_tick
 from tests.e2e.test_desk_browser import CHROMEDRIVER, CHROMIUM, _login, _until, pytestmark  # noqa: F401
-from tests.e2e.test_desk_fit_browser import LAPTOP, PHONE, _driver, _overflow, _shot
-from tests.support.desk import daily_report, make_user
+from tests.e2e.test_desk_fit_browser import LAPTOP, PHONE, _overflow, _shot
+from tests.support.desk import daily_report, desk_driver, make_user
 
 
 @pytest.fixture
@@ -21,7 +21,7 @@ def make_browser():
     drivers = []
 
     def make(size, **kw):
-        drivers.append(_driver(size, **kw))
+        drivers.append(desk_driver(size, **kw))
         return drivers[-1]
 
     yield make

@@ -45,6 +45,8 @@ CASES = [
     ("HARNESS_MAX_SLOTS_PER_TICK", "0", "below 1"),
     ("HARNESS_PREPARED_STATEMENTS", "maybe", "not a boolean"),
     ("HARNESS_DB_POOL_MAX", "-1", "below 0"),
+    ("HARNESS_AGENT_CONCURRENCY", "0", "below 1"),
+    ("HARNESS_AGENT_DB_POOL_MAX", "lots", "not a whole number"),
     ("HARNESS_DB_POOL_MIN", "many", "not a whole number"),
     ("HARNESS_DB_POOL_TIMEOUT", "0", "too small"),
     ("HARNESS_SLOT_GRACE_SECONDS", "-60", "below 1"),

@@ -50,6 +50,8 @@ KEEP = {
     "DingTalk",
     "Python",
     "Celery",
+    # Queue and pool names an operator types on a worker's command line (-Q agents, --pool prefork).
+    *("celery", "agents", "harness_control", "prefork", "threads"),
     "OpenAI",
     "echo",
     "llm_json",

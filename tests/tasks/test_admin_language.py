@@ -2,6 +2,8 @@
 LocaleMiddleware) or by the LANGUAGE_CODE setting; Django's own admin strings and ours both switch."""
 # ruff: noqa: RUF001  (Chinese text uses full-width punctuation)
 
+import json
+import re
 from datetime import UTC, datetime
 
 import pytest
@@ -246,3 +248,15 @@ def test_a_desk_message_speaks_chinese(admin_client, failed_run):
     )
     assert response.status_code == 200
     assert "已排队重放：" in response.content.decode()
+
+
+def test_the_two_list_picker_speaks_chinese(admin_client):
+    """The pools and groups picker's scripts ask for strings Django 5.2's zh_Hans catalogue lacks
+    ("Choose %s by selecting them…"): the project's djangojs catalogue supplies them."""
+    script = page(admin_client, reverse("admin:jsi18n"), accept_language="zh-hans")
+    catalog = json.loads(re.search(r"const newcatalog = (\{.*?\});", script, re.S)[1])
+    assert (
+        catalog['Choose %s by selecting them and then select the "Choose" arrow button.']
+        == "选中要加入的%s，再点“选择”箭头按钮。"
+    )
+    assert catalog["Choose all %s"] == "全选%s" and catalog["Remove all %s"] == "删除全部%s"
