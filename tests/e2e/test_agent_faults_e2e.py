@@ -54,7 +54,7 @@ def agent_worker(harness: Harness, name: str, env: dict | None = None, **extra: 
     return harness.worker(
         name,
         concurrency=RUNS,
-        args=("--pool=threads", "--queues=celery"),
+        args=("--pool=threads", "--queues=celery,agents"),
         extra_env={**(env or {}), **AGENT_ENV, **extra},
     )
 
@@ -321,7 +321,7 @@ def test_agent_runs_on_a_threads_worker_keep_every_invariant_through_a_429_pause
     worker = harness.worker(
         "agents1",
         concurrency=MODEL_RUNS,
-        args=("--pool=threads", "--queues=celery"),
+        args=("--pool=threads", "--queues=celery,agents"),
         extra_env={"HARNESS_DB_POOL_MAX": "4", KEY_ENV: KEY},
     )
     first = model_claim(agent, 0, now=timezone.now())
