@@ -140,6 +140,8 @@ def case(n: int, k: int, pool_max: int, args: argparse.Namespace, log_dir: Path,
     os.environ.update({"HARNESS_DB_POOL_MAX": str(pool_max), **model_env})
     if args.embedded:
         os.environ.update({"HARNESS_AGENT_CONCURRENCY": str(n), "HARNESS_PORT": str(free_port()), "LOG_LEVEL": "INFO"})
+        # As ./harness up does: the Procfile's `python` is the virtualenv's.
+        os.environ["PATH"] = f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}"
         workers = [bench.Proc("harness-up", [str(Path(sys.executable).with_name("honcho")), "start"], log_dir)]
     else:
         workers = [
