@@ -8,7 +8,7 @@ import json
 
 from django.core.exceptions import ValidationError
 
-from tasks.file_items import STAGING_ERRORS, field_problems, file_entries, staging_errors
+from tasks.file_items import STAGING_ERRORS, field_problems, file_entries, named_resolve, staging_errors
 from tasks.models.agent import Agent
 from tasks.pool_io import Staged, pool_lookup
 
@@ -103,18 +103,7 @@ def agent_stage(items, pools: Staged | None = None) -> tuple[dict[str, tuple[Age
 def agent_resolve(item: dict, staged: dict[str, tuple[Agent, bool, bool]]) -> str | None:
     """Replace a rule item's agent name by the agent (from the file or the database); an error text
     if there is no such agent."""
-    if "agent" not in item or item["agent"] in (None, ""):
-        if "agent" in item:
-            item["agent"] = None
-        return None
-    name = item["agent"]
-    if not isinstance(name, str):
-        return f"give the agent's name, got {name!r}"
-    agent = staged[name][0] if name in staged else Agent.objects.filter(name=name).first()
-    if agent is None:
-        return f"no agent named {name!r} in the file or the database"
-    item["agent"] = agent
-    return None
+    return named_resolve(item, "agent", staged, Agent, "agent")
 
 
 def agent_save(staged: dict[str, tuple[Agent, bool, bool]]) -> None:

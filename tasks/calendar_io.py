@@ -6,7 +6,7 @@ from datetime import date
 
 from django.core.exceptions import ValidationError
 
-from tasks.file_items import STAGING_ERRORS, field_problems, file_entries, staging_errors
+from tasks.file_items import STAGING_ERRORS, field_problems, file_entries, named_resolve, staging_errors
 from tasks.models.calendar import BusinessCalendar, CalendarOverride
 
 CALENDAR_FIELDS = ("name", "country", "subdivision", "weekend", "description", "overrides")
@@ -77,18 +77,7 @@ def calendar_stage(items) -> tuple[Staged, list[str]]:
 
 def calendar_resolve(item: dict, staged: Staged) -> str | None:
     """Replace a rule item's calendar name by the calendar (file or database); an error text if none."""
-    if "business_calendar" not in item or item["business_calendar"] in (None, ""):
-        if "business_calendar" in item:
-            item["business_calendar"] = None
-        return None
-    name = item["business_calendar"]
-    if not isinstance(name, str):
-        return f"give the calendar's name, got {name!r}"
-    cal = staged[name][0] if name in staged else BusinessCalendar.objects.filter(name=name).first()
-    if cal is None:
-        return f"no business calendar named {name!r} in the file or the database"
-    item["business_calendar"] = cal
-    return None
+    return named_resolve(item, "business_calendar", staged, BusinessCalendar, "business calendar")
 
 
 def calendar_save(staged: Staged) -> None:

@@ -35,3 +35,20 @@ def staging_errors(label: str, exc: Exception) -> list[str]:
         pairs = exc.message_dict.items() if hasattr(exc, "error_dict") else [("", exc.messages)]
         return [f"{label} field {f}: {m}" if f else f"{label}: {m}" for f, messages in pairs for m in messages]
     return [f"{label}: {exc}"]
+
+
+def named_resolve(item: dict, field: str, staged: dict, model, what: str) -> str | None:
+    """Replace a rule item's `field`, a name, by the object it names: staged from the same file, or
+    saved already. None when resolved (or the field is empty, then None); else the error text."""
+    if field not in item or item[field] in (None, ""):
+        if field in item:
+            item[field] = None
+        return None
+    name = item[field]
+    if not isinstance(name, str):
+        return f"give the {what}'s name, got {name!r}"
+    found = staged[name][0] if name in staged else model.objects.filter(name=name).first()
+    if found is None:
+        return f"no {what} named {name!r} in the file or the database"
+    item[field] = found
+    return None
