@@ -85,3 +85,21 @@ def test_a_calendar_in_use_cannot_be_deleted(china):
     working_day_rule(china, due=SAT_MAKEUP)
     with pytest.raises(ProtectedError):
         china.delete()
+
+
+def test_a_change_plan_names_the_calendars_decisions_in_both_languages(china):
+    """Putting a daily rule on the China calendar: the plan's future says which fires the calendar
+    drops and why (23 Feb 2026 is still the Spring Festival) and that a make-up Saturday runs."""
+    import json
+
+    from tasks.triggers.plan import plan_json, rule_plan
+
+    now = datetime(2026, 2, 20, 2, 0, tzinfo=UTC)
+    rule = make_rule("cn-report", kind="cron", cron="0 9 * * *", timezone="Asia/Shanghai", due=now, now=now)
+    edited = type(rule).objects.get(pk=rule.pk)
+    edited.business_calendar = china
+    plan = rule_plan(rule, edited, now=now, days=14)
+    for language, holiday in (("en", "Spring Festival"), ("zh-hans", "春节")):
+        with translation.override(language):
+            text = json.dumps(plan_json(plan, zone="Asia/Shanghai"), ensure_ascii=False, default=str)
+        assert "2026-02-23" in text and holiday in text, (language, text[:2000])
