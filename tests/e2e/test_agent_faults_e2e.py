@@ -45,7 +45,7 @@ POLICY = {
     "lease_ttl_seconds": LEASE_TTL,
 }
 # Generous bounds for a loaded 2-core machine; the assertions are on end states.
-IN_FLIGHT_TIMEOUT = 180
+IN_FLIGHT_TIMEOUT = 360  # a ceiling for a loaded 2-core machine (both backends' e2e phases at once)
 SETTLE_TIMEOUT = 300
 AGENT_ENV = {"HARNESS_DB_POOL_MAX": str(POOL_MAX), "HARNESS_DB_POOL_MIN": "1"}
 
