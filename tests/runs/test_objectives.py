@@ -26,7 +26,7 @@ from runs.objectives import (
     objective_sweep,
 )
 from tasks.flags import flag_set
-from tasks.models import Pool, TriggerRule
+from tasks.models import BusinessCalendar, Pool, TriggerRule
 from tasks.triggers.operator import rule_pause
 from tasks.triggers.scheduler import scheduler_tick
 from tests.support.desk import client_for, make_user
@@ -263,8 +263,6 @@ def test_on_call_acknowledges_in_the_admin_and_a_viewer_cannot():
 def test_a_wall_time_objective_falls_on_the_rules_next_business_day():
     """ "09:30 on the slot's business day" by the rule's own calendar: a Friday 20:00 slot is due by
     Monday 09:30 on a China calendar (Saturday and Sunday are not working days that week)."""
-    from tasks.models import BusinessCalendar
-
     cn = BusinessCalendar.objects.create(name="cn", country="CN")
     friday_evening = datetime(2026, 12, 4, 12, 0, tzinfo=UTC)  # 20:00 in Shanghai
     rule = make_rule(

@@ -3,6 +3,7 @@
 a make-up Saturday runs (its key names the previous business day), a holiday Monday is a recorded
 calendar decision carrying the holiday's name, and an override's reason decides a day too."""
 
+import json
 from datetime import UTC, date, datetime
 
 import pytest
@@ -13,6 +14,7 @@ from tasks.models import BusinessCalendar, CalendarOverride
 from tasks.rules import evaluation
 from tasks.sentences import say_all
 from tasks.triggers.explain import slot_explanation
+from tasks.triggers.plan import plan_json, rule_plan
 from tasks.triggers.scheduler import scheduler_tick
 from tests.support.rules import make_rule
 
@@ -90,10 +92,6 @@ def test_a_calendar_in_use_cannot_be_deleted(china):
 def test_a_change_plan_names_the_calendars_decisions_in_both_languages(china):
     """Putting a daily rule on the China calendar: the plan's future says which fires the calendar
     drops and why (23 Feb 2026 is still the Spring Festival) and that a make-up Saturday runs."""
-    import json
-
-    from tasks.triggers.plan import plan_json, rule_plan
-
     now = datetime(2026, 2, 20, 2, 0, tzinfo=UTC)
     rule = make_rule("cn-report", kind="cron", cron="0 9 * * *", timezone="Asia/Shanghai", due=now, now=now)
     edited = type(rule).objects.get(pk=rule.pk)

@@ -5,6 +5,7 @@ usage is read from the response. No database: chat() is the HTTP edge only.
 """
 
 import json
+import threading
 import time
 from datetime import UTC, datetime, timedelta
 from email.utils import format_datetime
@@ -269,8 +270,6 @@ def test_a_cookie_the_provider_sets_is_never_sent_back(server):
 def test_calls_at_once_wait_together_not_in_turn(server):
     """Many runs wait on the provider at the same time: the shared client does not queue them
     behind a connection limit (httpx's default is 100)."""
-    import threading
-
     server.respond(Reply(200, completion("hi").body, {"Content-Type": "application/json"}, hang=30))
     threads = [threading.Thread(target=call, args=(server,), kwargs={"read_timeout_seconds": 60}) for _ in range(120)]
     for t in threads:
