@@ -33,7 +33,7 @@ POLICY = {
 }
 
 
-def claim(biz_key: str, *, seconds: float = 0.0) -> TaskRun:
+def claim(biz_key: str, *, seconds: float = 0.0, max_attempts: int = POLICY["max_attempts"]) -> TaskRun:
     """A run of harness.record (one DiagnosticRecord per success), dispatched at once."""
     work = Work(
         biz_key=biz_key,
@@ -41,7 +41,7 @@ def claim(biz_key: str, *, seconds: float = 0.0) -> TaskRun:
         source=TaskRun.Source.API,
         triggered_by="e2e",
         payload={"params": {"seconds": seconds}},
-        policy=run_policy(POLICY),
+        policy=run_policy({**POLICY, "max_attempts": max_attempts}),
     )
     return run_claim(work, now=timezone.now()).run
 
