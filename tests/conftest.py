@@ -45,9 +45,14 @@ def _is_backend(item) -> bool:
 # longest (--durations), so that under pytest-xdist they start early on different workers and the
 # short tests fill in around them; then every other e2e test.
 LONGEST_FIRST = (
+    "tests/e2e/test_pool_child_kills_e2e.py::",
     "tests/e2e/test_agent_faults_e2e.py::",
-    "tests/e2e/test_backlog_e2e.py::",
     "tests/e2e/test_catchup_e2e.py::",
+    "tests/e2e/test_plan_e2e.py::",
+    "tests/e2e/test_restarts_e2e.py::",
+    "tests/e2e/test_backlog_e2e.py::",
+    "tests/e2e/test_worker_faults_e2e.py::test_runs_held_by_a_killed_worker",
+    "tests/e2e/test_healthz_restarts_e2e.py::test_healthz_fails_only_while_redis_is_down",
     "tests/deadletters/test_alerts_e2e.py::test_a_receiver_that_was_down",
     "tests/e2e/test_schedule_e2e.py::test_two_beats_and_two_workers",
     "tests/runs/test_dashboard.py::test_it_renders_the_dashboard_within_a_fixed_number_of_queries_on_20k_runs",
@@ -85,9 +90,13 @@ def _run_order(item) -> tuple[int, int]:
 
 
 def pytest_collection_modifyitems(config, items):
+    vendor = connections["default"].vendor
     for item in items:
         if _is_backend(item) and not item.get_closest_marker("backend"):
             item.add_marker(pytest.mark.backend)
+        one_pass = item.get_closest_marker("one_pass")
+        if one_pass is not None and one_pass.args[0] != vendor:
+            item.add_marker(pytest.mark.skip(reason=f"decisions, not the backend: run in the {one_pass.args[0]} pass"))
     # Stable: otherwise the order pytest-django gave (itself stable: collection order within a group).
     items.sort(key=_run_order)
     if config.getoption("backend_only"):

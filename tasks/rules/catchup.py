@@ -1,5 +1,6 @@
 """What to do with the due slots of one rule: run, catch up, or record a decision. Pure."""
 
+from bisect import bisect_left
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -47,8 +48,8 @@ def plan_due_slots(
             slots, now=now, max_delay=max_delay, grace=grace, complete=complete, max_count=max_count, later=later
         )
     plans = []
-    on_time = [s for s in slots if now - s <= grace]
-    late = [s for s in slots if now - s > grace]
+    cut = bisect_left(slots, now - grace)  # ascending: the slots from here on are on time
+    late, on_time = slots[:cut], slots[cut:]
     chosen = None
     if catchup == "latest" and complete and not on_time:
         within = [s for s in late if now - s <= max_delay]
@@ -74,6 +75,7 @@ def _plan_all(slots, *, now, max_delay, grace, complete, max_count, later) -> li
     `max_count` most recent slots of the outage run. Only when that would plan nothing (a cap
     larger than a tick's bound) are they chosen here, counting the `later` ones."""
     within = [s for s in slots if grace < now - s <= max_delay]
+    within_set = set(within)
     plan_until = len(slots)
     if max_count is None:
         chosen = set(within)
@@ -91,7 +93,7 @@ def _plan_all(slots, *, now, max_delay, grace, complete, max_count, later) -> li
             plans.append(SlotPlan(slot, RUN))
         elif slot in chosen:
             plans.append(SlotPlan(slot, CATCHUP))
-        elif slot in within:
+        elif slot in within_set:
             plans.append(SlotPlan(slot, CAPPED))
         else:
             plans.append(SlotPlan(slot, MISSED))

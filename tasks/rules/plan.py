@@ -199,40 +199,55 @@ class Plan:
         return [r for r in self.past if r.differs]
 
 
-def replay(side: RuleSide, history: History, *, until: datetime, since: datetime) -> dict[datetime, Replayed]:
+def replay(
+    side: RuleSide,
+    history: History,
+    *,
+    until: datetime,
+    since: datetime,
+    slots: list[datetime] | None = None,
+    old_slots: set[datetime] | frozenset[datetime] = frozenset(),
+) -> dict[datetime, Replayed]:
     """What `side` would have decided for each of its slots in (since, until], from the records.
 
     The `since` of the window may be earlier than the records (`history.since`): those slots are
     UNKNOWN. Slots are read as the tick reads them; each is seen first at its own instant, or, in a
     recorded outage, by the tick that ended it (all of an outage's slots are planned together, as
-    that tick planned them).
+    that tick planned them). `slots`: the side's slots in the window, if known; `old_slots`: the
+    slots of the rule as it is (their rows say so).
     """
     if side.spec is None:
         return {}
-    slots = _slots(side.spec, since, until)
+    if slots is None:
+        slots = schedule.slots_between(side.spec, since, until, limit=MAX_SLOTS)
     outages = _outages(history)
     starts = [start for start, _end, _on_time in outages]
+    ends = {end for _start, end, _on_time in outages}
+    records, last_tick = history.records, history.last_tick
     out: dict[datetime, Replayed] = {}
     by_tick: dict[datetime, list[datetime]] = {}
     for slot in slots:
-        rec = history.records.get(slot)
+        rec = records.get(slot)
+        old = slot in old_slots
         if slot <= history.since:
-            out[slot] = Replayed(slot, UNKNOWN, rec, False, Reason.of(UNKNOWN_BEFORE_RECORDS, since=history.since))
-        elif _paused(history, slot):
-            out[slot] = Replayed(slot, PAUSED, rec, False)
-        elif history.last_tick is None or slot > history.last_tick:
-            out[slot] = Replayed(slot, PENDING, rec, False)
+            out[slot] = Replayed(slot, UNKNOWN, rec, old, Reason.of(UNKNOWN_BEFORE_RECORDS, since=history.since))
+        elif history.pauses and _paused(history, slot):
+            out[slot] = Replayed(slot, PAUSED, rec, old)
+        elif last_tick is None or slot > last_tick:
+            out[slot] = Replayed(slot, PENDING, rec, old)
         else:
-            seen, gap = _seen_at(slot, outages, starts)
+            seen, gap = _seen_at(slot, outages, starts) if outages else (slot, None)
             if seen is None:
-                out[slot] = Replayed(slot, UNKNOWN, rec, False, Reason.of(UNKNOWN_TICK, after=gap[0], before=gap[1]))
+                assert gap is not None
+                out[slot] = Replayed(slot, UNKNOWN, rec, old, Reason.of(UNKNOWN_TICK, after=gap[0], before=gap[1]))
+            elif seen == slot and slot not in ends:
+                # Seen at its own instant and by no tick ending an outage: on time, nothing for
+                # catch-up to decide.
+                outcome, why, at = _guarded(side, history, slot, seen=slot, recorded=rec)
+                out[slot] = Replayed(slot, outcome, rec, old, why, at)
             else:
                 by_tick.setdefault(seen, []).append(slot)
     for seen, group in by_tick.items():
-        if group == [seen]:  # seen at its own instant: on time, nothing for catch-up to decide
-            outcome, why, at = _guarded(side, history, seen, seen=seen, recorded=history.records.get(seen))
-            out[seen] = Replayed(seen, outcome, history.records.get(seen), False, why, at)
-            continue
         plans = catchup.plan_due_slots(
             group,
             now=seen,
@@ -243,14 +258,15 @@ def replay(side: RuleSide, history: History, *, until: datetime, since: datetime
             max_count=side.catchup_max_count,
         )
         for p in plans:
-            rec = history.records.get(p.slot)
+            rec = records.get(p.slot)
+            old = p.slot in old_slots
             if p.action in _CATCHUP_DECISIONS:
-                out[p.slot] = Replayed(p.slot, _CATCHUP_DECISIONS[p.action], rec, False)
+                out[p.slot] = Replayed(p.slot, _CATCHUP_DECISIONS[p.action], rec, old)
             else:
                 outcome, why, at = _guarded(side, history, p.slot, seen=seen, recorded=rec)
                 if outcome == RUN and p.action == catchup.CATCHUP:
                     outcome = CATCHUP
-                out[p.slot] = Replayed(p.slot, outcome, rec, False, why, at)
+                out[p.slot] = Replayed(p.slot, outcome, rec, old, why, at)
     return out
 
 
@@ -337,25 +353,19 @@ def past(old: RuleSide, new: RuleSide, history: History, *, now: datetime, days:
     """The last `days` days, slot by slot over both rules' slots: the edited rule's replayed outcome
     beside what was recorded for the rule as it is."""
     since = now - timedelta(days=days)
-    new_rows = replay(new, history, until=now, since=since)
-    old_slots = set(_slots(old.spec, since, now)) if old.spec else set()
-    rows = []
-    for slot in sorted(old_slots | set(new_rows)):
-        row = new_rows.get(slot)
-        rec = history.records.get(slot)
-        if row is None:
-            rows.append(Replayed(slot, NONE, rec, True))
-        else:
-            rows.append(Replayed(slot, row.new, rec, slot in old_slots, row.why, row.at))
-    return rows
+    old_slots = set(_span(old.spec, now, days)[0]) if old.spec else set()
+    new_slots = _span(new.spec, now, days)[0] if new.spec else []
+    rows = replay(new, history, until=now, since=since, slots=new_slots, old_slots=old_slots)
+    for slot in old_slots.difference(rows):
+        rows[slot] = Replayed(slot, NONE, history.records.get(slot), True)
+    return [rows[slot] for slot in sorted(rows)]
 
 
 def future(old: RuleSide, new: RuleSide, *, now: datetime, days: int) -> tuple[list[FutureFire], date | None]:
     """The next `days` days of fires of both, side by side, and the first local day (in the edited
     rule's zone) on which they differ (None: the same fires with the same guards)."""
-    until = now + timedelta(days=days)
-    old_fires = _fires(old, now, until)
-    new_fires = _fires(new, now, until)
+    old_fires = _fires(old, now, days)
+    new_fires = _fires(new, now, days)
     spec = new.spec or old.spec
     zone = schedule.validate_timezone(spec.timezone) if spec is not None else None
     # The same guards on both sides are one object, so a fire of both is told the same at once.
@@ -375,28 +385,32 @@ def future(old: RuleSide, new: RuleSide, *, now: datetime, days: int) -> tuple[l
     return rows, first
 
 
-def _fires(side: RuleSide, now: datetime, until: datetime) -> dict[datetime, Reason | None]:
-    """The side's fires in (now, until] and what DST did to each."""
+def _fires(side: RuleSide, now: datetime, days: int) -> dict[datetime, Reason | None]:
+    """The side's fires in (now, now + days] and what DST did to each."""
     if side.spec is None:
         return {}
-    return {row["utc"]: row["note"] for row in _preview(side.spec, now, until)}
+    return dict(_span(side.spec, now, days)[1])
 
 
-# Both sides of a plan usually share their schedule or their guards: each is worked out once.
+# Both sides of a plan usually share their schedule: it is stepped once, over the past and the
+# future together (the two ends of one window), and split at now.
 @lru_cache(maxsize=4)
-def _preview(spec: schedule.ScheduleSpec, after: datetime, until: datetime) -> list[dict]:
-    return schedule.preview_until(spec, after, until, MAX_SLOTS)
+def _span(spec: schedule.ScheduleSpec, now: datetime, days: int) -> tuple[list[datetime], list[schedule.Slot]]:
+    """The slots in (now - days, now] (at most MAX_SLOTS) and the fires with their DST notes in
+    (now, now + days] (at most MAX_SLOTS)."""
+    window = timedelta(days=days)
+    rows = schedule.slots_with_notes(spec, now - window, now + window, 2 * MAX_SLOTS)
+    k = bisect_right(rows, now, key=lambda row: row[0])
+    ahead = rows[k : k + MAX_SLOTS]
+    if len(rows) == 2 * MAX_SLOTS and len(ahead) < MAX_SLOTS:  # the window was cut before its end
+        ahead = schedule.slots_with_notes(spec, now, now + window, MAX_SLOTS)
+    return [slot for slot, _note in rows[: min(k, MAX_SLOTS)]], ahead
 
 
-@lru_cache(maxsize=4)
-def _slots(spec: schedule.ScheduleSpec, after: datetime, until: datetime) -> list[datetime]:
-    return schedule.slots_between(spec, after, until, limit=MAX_SLOTS)
-
-
-def due_slots(spec: schedule.ScheduleSpec, first: datetime, now: datetime, *, window_since: datetime) -> list[datetime]:
+def due_slots(spec: schedule.ScheduleSpec, first: datetime, now: datetime, *, days: int) -> list[datetime]:
     """The slots from `first` (a slot) to `now`; read from the past's slots when they cover them."""
-    if first > window_since:
-        return [s for s in _slots(spec, window_since, now) if s >= first]
+    if first > now - timedelta(days=days):
+        return [s for s in _span(spec, now, days)[0] if s >= first]
     return [first, *schedule.slots_between(spec, first, now, limit=MAX_SLOTS)]
 
 

@@ -13,7 +13,7 @@ from tasks.models import BusinessCalendar, DiagnosticRecord
 from tasks.triggers.scheduler import scheduler_tick
 from tests.e2e.helpers import recording_rule, wait_finished, wait_run_of
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.one_pass("postgresql")]
 
 SAT_MAKEUP = datetime(2026, 2, 14, 1, 0, tzinfo=UTC)  # 09:00 Asia/Shanghai
 MON_HOLIDAY = datetime(2026, 2, 16, 1, 0, tzinfo=UTC)

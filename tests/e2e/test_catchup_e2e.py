@@ -13,7 +13,7 @@ from tasks.triggers.scheduler import scheduler_tick
 from tests.e2e.helpers import RUN_TIMEOUT, START_TIMEOUT, freeze, recording_rule
 from tests.support.processes import wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.one_pass("sqlite")]
 
 # Interval rules, so that three slots pass in 45 s of real downtime: the catch-up policy does not
 # care how a slot was computed (cron minutes, across zones and DST days, are tests/tasks/test_catchup*.py).

@@ -110,6 +110,7 @@ def test_a_paused_worker_cannot_commit_after_its_lease_was_taken(harness):
     assert len(attempts) == 2, "A's late return must not start another attempt"
 
 
+@pytest.mark.one_pass("postgresql")
 def test_a_timeout_is_retried_with_growing_jittered_delays_then_succeeds(harness):
     harness.worker()
     harness.beat()
@@ -146,6 +147,7 @@ def test_a_timeout_is_retried_with_growing_jittered_delays_then_succeeds(harness
     assert not DeadLetter.objects.filter(run=run).exists()
 
 
+@pytest.mark.one_pass("postgresql")
 @pytest.mark.parametrize("error_kind", [ErrorKind.INVALID_PARAM, ErrorKind.UNCLASSIFIED])
 def test_a_non_retryable_failure_fails_at_once_with_one_dead_letter(harness, error_kind):
     harness.worker()

@@ -10,7 +10,7 @@ from runs.models import Attempt, Decision, SlotHold, TaskRun
 from tests.e2e.helpers import RUN_TIMEOUT, recording_rule, wait_ticking
 from tests.support.processes import wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.one_pass("sqlite")]
 
 
 def test_overlap_skip_with_a_slow_skill_records_skip_decisions(harness):

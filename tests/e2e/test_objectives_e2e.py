@@ -15,7 +15,7 @@ from tasks.models import Pool, TriggerRule
 from tests.e2e.helpers import RUN_TIMEOUT, recording_rule, wait_ticking
 from tests.support.processes import wait_for
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.one_pass("sqlite")]
 
 FLAG = "e2e.raw_data.ready"
 DAY = 24 * 3600

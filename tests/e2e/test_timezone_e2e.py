@@ -11,7 +11,7 @@ from runs.models import TaskRun
 from tasks.models import DiagnosticRecord, TriggerRule
 from tests.e2e.helpers import wait_finished, wait_run_of, wait_ticking
 
-pytestmark = pytest.mark.e2e
+pytestmark = [pytest.mark.e2e, pytest.mark.one_pass("sqlite")]
 
 HOST_ZONE = {"TZ": "America/New_York"}
 SHANGHAI = ZoneInfo("Asia/Shanghai")

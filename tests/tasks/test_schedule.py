@@ -794,3 +794,46 @@ def test_a_schedule_ends_with_the_calendar_instead_of_overflowing(spec):
     end = datetime.max.replace(tzinfo=UTC)
     last_days = schedule.slots_between(spec, near_the_end - timedelta(days=5), end)
     assert last_days and all(s <= schedule.CALENDAR_END for s in last_days)
+
+
+# Day-of-month and day-of-week specials, steps, ranges, a leap day, a day most months lack.
+WALL_EXPRESSIONS = [
+    "* * * * *",
+    "*/7 * * * *",
+    "0 9 * * 1-5",
+    "30 2 * * *",
+    "0 0 29 2 *",
+    "15,45 8-18/2 L * *",
+    "0 6 * * 5#2",
+    "0 6 * * 5L",
+    "*/15 * 1,15 * mon",
+    "0 0 31 * *",
+    "59 23 * * *",
+    "5 4 * * sun",
+    "0-59/13 1-3 * 3,10 *",
+    "0 * 10-12 * 1",
+    "1 1 LW * *",
+]
+
+
+def _walls_until_the_calendar_ends(walls, n: int) -> list:
+    out: list = []
+    try:
+        for wall in walls:
+            out.append(wall)
+            if len(out) == n:
+                break
+    except OverflowError:
+        out.append("the end of datetime")
+    return out
+
+
+@pytest.mark.parametrize("expr", WALL_EXPRESSIONS)
+@pytest.mark.parametrize(
+    "start",  # naive wall clocks, as the schedule gives cronsim
+    [datetime(2024, 2, 28, 23, 59), datetime(2025, 12, 31, 12, 7, 30), datetime(9999, 11, 30)],  # noqa: DTZ001
+)
+def test_the_walls_listed_day_by_day_are_exactly_cronsims(expr, start):
+    """The schedule lists a matching day's times itself (schedule._walls); cronsim is the reference."""
+    expected = _walls_until_the_calendar_ends(CronSim(expr, start), 3000)
+    assert _walls_until_the_calendar_ends(schedule._walls(expr, CronSim(expr, start)), 3000) == expected
