@@ -33,7 +33,10 @@ pytestmark = [
 
 RUNS = 500
 POOL_MAX = 10
-SECONDS = 12  # each run waits this long (checking its lease every 0.1 s): all 500 in flight at once, 2 leases
+# Each run waits this long (checking its lease every 0.1 s), so that all 500 are in flight at once even
+# when starting them takes a loaded 2-core machine many seconds (at 12 s the first finished before the
+# last started); a few leases each.
+SECONDS = 20
 LEASE_TTL = 6  # renewed every 2 s while the run waits; a dead worker's runs are retried 6 s on
 POLICY = {
     "max_attempts": 10,  # a database restart may cost a run several attempts; none may fail for good
@@ -100,7 +103,10 @@ class Census:
         return states
 
     def all_running(self) -> bool:
-        return self.states()[TaskRun.State.RUNNING] == len(self.ids)
+        states = self.states()
+        finished = sum(states[s] for s in TaskRun.FINISHED)
+        assert not finished, f"{finished} runs finished before all {len(self.ids)} were in flight: {dict(states)}"
+        return states[TaskRun.State.RUNNING] == len(self.ids)
 
     def settled(self) -> bool:
         states = self.states()
@@ -236,6 +242,8 @@ def test_a_postgres_restart_with_500_agent_runs_in_flight_loses_and_doubles_none
     assert claimed.returncode == 0, claimed.stderr
 
     def running() -> int:
+        (finished,) = _rows(pg, "SELECT count(*) FROM runs_taskrun WHERE state = 'succeeded'")[0]
+        assert not finished, f"{finished} runs finished before all {RUNS} were in flight"
         return _rows(pg, "SELECT count(*) FROM runs_taskrun WHERE state = 'running'")[0][0]
 
     peak = wait_for(lambda: (n := running()) == RUNS and n, timeout=IN_FLIGHT_TIMEOUT, what=f"{RUNS} in flight")
