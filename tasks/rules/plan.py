@@ -100,7 +100,8 @@ class RuleSide:
 @dataclass(frozen=True)
 class Recorded:
     """What the harness recorded for one slot of the rule: its outcome (RUN, CATCHUP, a decision
-    reason, WAITING), when it was recorded, and for a run its id, state and business key."""
+    reason, WAITING), when it was recorded (the replay only asks whether that was within the grace:
+    a decision recorded on time may give its slot), and for a run its id, state and business key."""
 
     outcome: str
     at: datetime

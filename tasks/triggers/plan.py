@@ -11,6 +11,8 @@ from __future__ import annotations
 from datetime import UTC, date, datetime, timedelta
 from itertools import islice
 
+from django.db.models import DateTimeField, ExpressionWrapper, F, Q
+
 from runs.models import Decision, SchedulerTick, SlotHold, TaskRun
 from runs.selectors import slot_grace
 from tasks import sentences
@@ -80,15 +82,17 @@ def rule_history_read(rule: TriggerRule | None, *, since: datetime, now: datetim
         return planned.History(since=now, last_tick=tick, flags=flag_facts, grace=grace)
     records: dict[datetime, planned.Recorded] = {}
     resumed: dict[str, datetime] = {}
-    # decision_one_per_slot's index: (rule, slot). Only the reasons whose details the replay reads
-    # (the missing flags, a pause's end) bring them: decoding every decision's was a third of a plan.
+    # decision_one_per_slot's index: (rule, slot). Most decisions were made on time and carry nothing
+    # the replay reads: for those the slot and reason are enough (the instant of an on-time record
+    # is taken as its slot). The instant and the details are read only for a decision made late (an
+    # outage's proof) or one whose details the replay reads (the missing flags, a pause's end):
+    # decoding every decision's details and instant was most of a plan's time.
     decisions = Decision.objects.filter(rule=rule, slot__gt=since, slot__lte=now)
-    with_details = (Decision.Reason.NOT_READY, Decision.Reason.NOT_READY_EXPIRED, Decision.Reason.PAUSED)
-    for pk, slot, reason, at in decisions.exclude(reason__in=with_details).values_list(
-        "id", "slot", "reason", "created_at"
-    ):
-        records[slot] = planned.Recorded(reason, at, decision_id=pk)
-    for pk, slot, reason, at, details in decisions.filter(reason__in=with_details).values_list(
+    with_details = Q(reason__in=(Decision.Reason.NOT_READY, Decision.Reason.NOT_READY_EXPIRED, Decision.Reason.PAUSED))
+    late = Q(created_at__gt=ExpressionWrapper(F("slot") + grace, output_field=DateTimeField()))
+    for pk, slot, reason in decisions.exclude(with_details | late).values_list("id", "slot", "reason"):
+        records[slot] = planned.Recorded(reason, slot, decision_id=pk)
+    for pk, slot, reason, at, details in decisions.filter(with_details | late).values_list(
         "id", "slot", "reason", "created_at", "details"
     ):
         details = details if isinstance(details, dict) else {}
