@@ -196,6 +196,92 @@ SELECT (SELECT count(*) FROM done), {freed_waiting}
 WITH {slots_freed}
 SELECT {freed_waiting}
 
+-- step_read --
+-- A run's checkpoint of one step; no row: not done yet (runstep_unique_name).
+SELECT * FROM runs_runstep WHERE run_id = %(run_id)s AND name = %(name)s
+
+-- step_fence --
+-- Inside a write step's transaction, one statement: the step's checkpoint (NULL columns: not done)
+-- and whether the attempt's fence still holds the run, with the run's row locked until commit (as
+-- fence_holds), so the sweeper cannot take the lease between the check and the step's writes.
+SELECT EXISTS (SELECT 1 FROM runs_taskrun
+                WHERE id = %(run_id)s AND fence = %(fence)s AND state = 'running' FOR UPDATE) AS holds, s.*
+  FROM (SELECT 1) AS one
+  LEFT JOIN runs_runstep s ON s.run_id = %(run_id)s AND s.name = %(name)s
+
+-- step_insert --
+-- Inside a write step's fenced transaction: its checkpoint (a second one for the run and name raises).
+INSERT INTO runs_runstep (run_id, name, attempt, output, digest, skipped, completed_at)
+VALUES (%(run_id)s, %(name)s, %(attempt)s, %(output)s, %(digest)s, %(skipped)s, %(completed_at)s)
+
+-- step_checkpoint --
+-- A step's checkpoint alone, in one statement: written only while the attempt's fence holds the
+-- run, whose row is locked for it (as fence_holds). No row written: fenced out.
+INSERT INTO runs_runstep (run_id, name, attempt, output, digest, skipped, completed_at)
+SELECT id, %(name)s, %(attempt)s, %(output)s, %(digest)s, %(skipped)s, %(completed_at)s
+  FROM runs_taskrun
+ WHERE id = %(run_id)s AND fence = %(fence)s AND state = 'running'
+   FOR UPDATE
+
+-- agent_read --
+-- The agent a skill calls, by name.
+SELECT * FROM tasks_agent WHERE name = %(name)s
+
+-- fragment call_columns --
+-- Every column of a call record but its id, in the model's order (the contract suite checks it).
+run_id, attempt, step, agent_id, agent_name, provider, endpoint, model, input_sha256, status, error_kind,
+    error_digest, latency_ms, prompt_tokens, completion_tokens, output_valid, prompt_text, started_at
+
+-- fragment call_values --
+%(run_id)s, %(attempt)s, %(step)s, %(agent_id)s, %(agent_name)s, %(provider)s, %(endpoint)s, %(model)s,
+    %(input_sha256)s, %(status)s, %(error_kind)s, %(error_digest)s, %(latency_ms)s, %(prompt_tokens)s,
+    %(completion_tokens)s, %(output_valid)s, %(prompt_text)s, %(started_at)s
+
+-- call_insert --
+-- A model call's record.
+INSERT INTO runs_externalcall ({call_columns}) VALUES ({call_values}) RETURNING id
+
+-- call_finish --
+-- What a call returned, on the record its budget inserted before it.
+UPDATE runs_externalcall
+   SET status = %(status)s, error_kind = %(error_kind)s, error_digest = %(error_digest)s,
+       latency_ms = %(latency_ms)s, prompt_tokens = %(prompt_tokens)s, completion_tokens = %(completion_tokens)s,
+       output_valid = %(output_valid)s
+ WHERE id = %(id)s
+
+-- call_delete --
+DELETE FROM runs_externalcall WHERE id = %(call_id)s
+
+-- call_mark_output --
+UPDATE runs_externalcall SET output_valid = %(valid)s WHERE id = %(call_id)s
+
+-- agent_limits_lock --
+-- Inside the budget's transaction: the agent's limits, its row locked until commit, so the budget
+-- counts of concurrent calls run one at a time (each sees the rows the ones before it inserted).
+SELECT max_calls_per_hour, max_tokens_per_hour FROM tasks_agent WHERE id = %(agent_id)s FOR UPDATE
+
+-- fragment window_spend --
+-- Calls and tokens an agent used in the window [start, end) (call_agent_window_idx).
+spend AS (
+    SELECT count(*) AS calls, coalesce(sum(prompt_tokens), 0) + coalesce(sum(completion_tokens), 0) AS tokens
+      FROM runs_externalcall
+     WHERE agent_id = %(agent_id)s AND started_at >= %(start)s AND started_at < %(end)s
+)
+
+-- agent_spend --
+WITH {window_spend}
+SELECT calls, tokens FROM spend
+
+-- call_insert_counting --
+-- Under agent_limits_lock, a new statement (so its snapshot holds every call counted before the
+-- lock was granted): the call's record inserted, and the spend before it (a statement does not
+-- see its own insert). The caller rolls back when the spend refuses the call.
+WITH {window_spend},
+inserted AS (
+    INSERT INTO runs_externalcall ({call_columns}) VALUES ({call_values}) RETURNING id
+)
+SELECT (SELECT id FROM inserted), calls, tokens FROM spend
+
 -- runs_insert_one --
 -- One run, unless its biz_key is taken (invariant 1: the unique index decides, never a read first).
 INSERT INTO runs_taskrun ({run_columns}) VALUES (
