@@ -2,9 +2,13 @@
 again; a checkpoint or a write step's writes commit only while this attempt holds the lease."""
 
 import logging
+import threading
+import time
 from datetime import UTC, datetime
 
 import pytest
+from django.db import connection, transaction
+from django.db.models import F
 
 from runs.claims import run_claim
 from runs.leases import LeaseLost, run_lease_claim
@@ -18,6 +22,7 @@ pytestmark = pytest.mark.django_db
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 LOG = logging.getLogger("tests.steps")
+JOIN_SECONDS = 30
 
 
 @pytest.fixture
@@ -120,3 +125,59 @@ def test_a_dry_run_records_a_write_step_as_skipped_without_running_it(run):
     take_lease(run)
     with pytest.raises(LeaseLost):
         run_step(context(run, dry_run=True), "other_write", lambda: ran.append(1), write=True)
+
+
+def waiting_on_a_row_lock() -> int:
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "SELECT count(*) FROM pg_stat_activity WHERE datname = current_database() AND wait_event_type = 'Lock'"
+        )
+        return cursor.fetchone()[0]
+
+
+@pytest.mark.django_db(transaction=True)
+@pytest.mark.skipif(connection.vendor != "postgresql", reason="a row lock to wait on is PostgreSQL's")
+@pytest.mark.parametrize("write", [False, True])
+def test_a_step_meeting_the_sweeper_as_it_moves_the_fence_waits_for_its_commit_and_writes_nothing(write):
+    """The fence check and the checkpoint are one statement (a read step) or open the write step's
+    transaction: either waits for the sweeper's uncommitted fence, then sees it moved."""
+    run = run_claim(api_work("steps:race", skill="harness.noop"), now=T0, dispatch=False).run
+    assert run_lease_claim(run, worker="w1", now=T0) is not None
+    moved, commit = threading.Event(), threading.Event()
+    outcome: list[str] = []
+
+    def sweeper() -> None:
+        try:
+            with transaction.atomic():
+                TaskRun.objects.filter(id=run.id).update(fence=F("fence") + 1)
+                moved.set()
+                commit.wait(JOIN_SECONDS)
+        finally:
+            connection.close()
+
+    def step() -> None:
+        try:
+            run_step(context(run), "s", lambda: {"n": 1}, write=write)
+            outcome.append("written")
+        except LeaseLost:
+            outcome.append("refused")
+        finally:
+            connection.close()
+
+    threads = [threading.Thread(target=sweeper, daemon=True), threading.Thread(target=step, daemon=True)]
+    threads[0].start()
+    assert moved.wait(JOIN_SECONDS)
+    threads[1].start()
+    try:
+        deadline = time.monotonic() + JOIN_SECONDS
+        waited = False
+        while not (waited or outcome) and time.monotonic() < deadline:
+            waited = waiting_on_a_row_lock() > 0
+            time.sleep(0.01)
+        assert waited and not outcome, f"the step did not wait for the sweeper's row lock: {outcome}"
+    finally:
+        commit.set()
+        for t in threads:
+            t.join(JOIN_SECONDS)
+    assert outcome == ["refused"]
+    assert not RunStep.objects.filter(run=run).exists()
