@@ -177,9 +177,10 @@ def run_take(run_id: int, *, worker: str, now: datetime) -> Taken:
     statement where the store can: PostgreSQL).
 
     Nothing stands in the way of a run that is claimable and due, names no object (the object gate
-    comes first), has no start window (run_cancel_late's check) and no agent, and whose pools all
-    limit nothing (runs.admission's plain admission, taken in the same statement). Any other run is
-    returned unclaimed, as read, for the executor's full path; nothing is written for it.
+    comes first), has no start window (run_cancel_late's check), and whose pools, its agent's
+    provider pool among them, all limit nothing (runs.admission's plain admission, taken in the same
+    statement). Any other run is returned unclaimed, as read, for the executor's full path; nothing
+    is written for it.
     """
     return store().run_take(run_id, worker=worker, now=now)
 

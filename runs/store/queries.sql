@@ -6,10 +6,11 @@
 -- literal is one parameter less; tests/runs/test_store_contract.py checks them against the models.
 
 -- fragment plain_admission --
--- Lock the pools the run draws from (FOR KEY SHARE, in id order: pool rows before the run row, the
--- order pool_wake and pool_admit use) and find whether they all limit nothing. "admit" is false
--- when one limits something, the run holds slots already, or there is no global pool: then
--- runs.admission.pool_admit decides, under the pool row locks.
+-- Lock the pools the run draws from (the global pool, its rule's and its agent's provider pool;
+-- FOR KEY SHARE, in id order: pool rows before the run row, the order pool_wake and pool_admit use)
+-- and find whether they all limit nothing. "admit" is false when one limits something (an agent's
+-- pool with a rate or a pause included), the run holds slots already, or there is no global pool:
+-- then runs.admission.pool_admit decides, under the pool row locks.
 plain AS MATERIALIZED (
     SELECT id, max_concurrency IS NULL AND coalesce(rate_count, 0) = 0
                AND (paused_until IS NULL OR paused_until <= %(now)s) AND key_template = '' AS free
@@ -17,7 +18,9 @@ plain AS MATERIALIZED (
      WHERE enabled
        AND (name = %(global_pool)s
             OR id IN (SELECT pool_id FROM tasks_triggerrule_pools
-                       WHERE triggerrule_id = (SELECT rule_id FROM runs_taskrun WHERE id = %(run_id)s)))
+                       WHERE triggerrule_id = (SELECT rule_id FROM runs_taskrun WHERE id = %(run_id)s))
+            OR id IN (SELECT a.pool_id FROM tasks_agent a JOIN runs_taskrun r ON a.name = r.agent
+                       WHERE r.id = %(run_id)s AND r.agent <> ''))
      ORDER BY id
        FOR KEY SHARE
 ),
@@ -110,8 +113,8 @@ SELECT * FROM runs_taskrun WHERE id = %(run_id)s
 
 -- run_take --
 -- Read the run and, when nothing stands in its way, claim it in the same statement: claimable and
--- due, no object (the object gate comes first), no start window (run_cancel_late checks it), no
--- agent (its pool counts model calls), and every pool it draws from limits nothing. Returns the
+-- due, no object (the object gate comes first), no start window (run_cancel_late checks it), and
+-- every pool it draws from limits nothing (its agent's provider pool among them). Returns the
 -- attempt's id (NULL: not claimed), whether the admission was plain, and the run row (as claimed,
 -- or as read when not claimed). Compare-and-set: no row claimed means another worker got there first.
 WITH {plain_admission},
@@ -122,7 +125,7 @@ claimed AS (
            lease_expires_at = %(now)s::timestamptz + make_interval(secs => r.lease_ttl_seconds),
            start_at = coalesce(r.start_at, %(now)s), executed_by = %(worker)s
      WHERE r.id = %(run_id)s AND r.state IN ('pending', 'waiting_retry') AND r.run_after <= %(now)s
-       AND r.object_key = '' AND r.start_by IS NULL AND r.agent = ''
+       AND r.object_key = '' AND r.start_by IS NULL
        AND (SELECT plain FROM admit)
  RETURNING r.*
 ),
