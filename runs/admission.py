@@ -112,14 +112,14 @@ def _limited(pool: Pool) -> bool:
 # Most runs draw only from pools that limit nothing (the global pool as installed): admission then
 # decides nothing and only records a slot row per pool, so that a limit set later counts the runs
 # already in. Where the store can (PostgreSQL: runs/store/queries.sql, fragment plain_admission), the
-# lease claim does that in its own statement; anything else (a limit, a pause, a key template, an
-# agent, slots already there, no global pool) is pool_admit's, under the pool row locks.
+# lease claim does that in its own statement; anything else (a limit, a pause, a key template, slots
+# already there, no global pool) is pool_admit's, under the pool row locks.
 
 
-def pool_admit_plain(run: TaskRun) -> bool:
-    """Whether the lease claim may try the plain admission: an agent's pool counts model calls and
-    may pause, so a run with an agent is always admitted by pool_admit."""
-    return store().plain_admission and not run.agent
+def pool_admit_plain() -> bool:
+    """Whether the lease claim may try the plain admission. A run's agent's provider pool is one of
+    its pools there: one with a rate (it counts model calls) or a pause leaves the run to pool_admit."""
+    return store().plain_admission
 
 
 def _key(pool: Pool, values: dict[str, str]) -> str:

@@ -9,8 +9,6 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.db import transaction
-from django.db.models import Count, Sum
-from django.db.models.functions import Coalesce
 
 from harness_site import tracing
 from runs.admission import pool_call_take, pool_pause
@@ -36,7 +34,7 @@ class SkillRuntime:
         return propose_action(ctx, action, args, step=step, risk=risk)
 
     def call_model(self, ctx: SkillContext, agent: str, prompt: str, *, step: str) -> tuple[ModelReply, int]:
-        found = Agent.objects.filter(name=agent).first()
+        found = store().agent_read(agent)
         if found is None:
             raise SkillError(ErrorKind.INVALID_PARAM, f"no agent named {agent!r}")
         return model_call(ctx, found, prompt, step=step)
@@ -80,7 +78,7 @@ def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model
         provider_pace(ctx, agent, now=now)
     except ProviderWait:
         if record.pk is not None:  # the budget's call was counted, but none is made
-            record.delete()
+            store().call_delete(record.pk)
         raise
     started = time.monotonic()
     store().connection_release()  # the call waits on the provider: hold no pooled connection meanwhile
@@ -106,7 +104,7 @@ def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model
     finally:
         record.latency_ms = round((time.monotonic() - started) * 1000)
         # Recorded whatever happens next: the call was made (and maybe paid for) even if the lease is lost.
-        record.save()
+        store().call_record(record)
     ctx.logger.info(
         "run %s: %s called %s in %sms (tokens %s+%s)",
         ctx.run_id,
@@ -126,19 +124,18 @@ def budget_take(agent, record: ExternalCall, *, now: datetime) -> None:
     call budget allows go ahead. The limits are read from the locked row: an edit counts at once."""
     if agent.max_calls_per_hour is None and agent.max_tokens_per_hour is None:
         return  # nothing to count against: the row is written once, after the call
-    with transaction.atomic():
-        limits = (
-            Agent.objects.select_for_update()
-            .filter(id=agent.id)
-            .values_list("max_calls_per_hour", "max_tokens_per_hour")
-        )
-        max_calls, max_tokens = limits.first() or (None, None)
-        decision = budget_decide(
-            max_calls=max_calls, max_tokens=max_tokens, spend=agent_spend(agent_id=agent.id, now=now), now=now
-        )
-        if not decision.allowed:
-            raise BudgetWait(agent=agent.name, until=decision.reset_at, reason=decision.reason)
-        record.save()
+    start, end = budget_window(now)
+    try:
+        with transaction.atomic():
+            max_calls, max_tokens = store().agent_limits_lock(agent.id)
+            # Inserted with the count, in one statement where the store can; rolled back if refused.
+            spend = store().call_insert_counting(record, start=start, end=end)
+            decision = budget_decide(max_calls=max_calls, max_tokens=max_tokens, spend=spend, now=now)
+            if not decision.allowed:
+                raise BudgetWait(agent=agent.name, until=decision.reset_at, reason=decision.reason)
+    except BudgetWait:
+        record.pk = None  # its row went with the rollback
+        raise
 
 
 def provider_pace(ctx: SkillContext, agent, *, now: datetime) -> None:
@@ -156,17 +153,13 @@ def provider_pace(ctx: SkillContext, agent, *, now: datetime) -> None:
 
 def call_mark_output(call_id: int, *, valid: bool) -> None:
     """Record whether the call's output passed validation."""
-    ExternalCall.objects.filter(id=call_id).update(output_valid=valid)
+    store().call_mark_output(call_id, valid=valid)
 
 
 def agent_spend(*, agent_id: int, now: datetime) -> Spend:
     """Calls and tokens the agent used in the current window (served by call_agent_window_idx)."""
     start, end = budget_window(now)
-    row = ExternalCall.objects.filter(agent_id=agent_id, started_at__gte=start, started_at__lt=end).aggregate(
-        calls=Count("id"),
-        tokens=Coalesce(Sum("prompt_tokens"), 0) + Coalesce(Sum("completion_tokens"), 0),
-    )
-    return Spend(calls=row["calls"], tokens=row["tokens"] or 0)
+    return store().agent_spend(agent_id=agent_id, start=start, end=end)
 
 
 def agent_budget_list(*, now: datetime) -> list[dict]:

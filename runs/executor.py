@@ -82,7 +82,7 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
                 return ExecuteOutcome(run_id, "object_busy")
             # Plain admission only where run_take did not find a pool that limits something.
             attempt, admission, refused = _admit_and_claim(
-                run, worker=worker, clock=clock, ttl=ttl, plain=taken.plain is not False and pool_admit_plain(run)
+                run, worker=worker, clock=clock, ttl=ttl, plain=taken.plain is not False and pool_admit_plain()
             )
             if refused is not None:
                 return refused

@@ -23,7 +23,7 @@ from django.db.models import F, Q
 
 from harness_site.forks import background_writes
 from runs.dispatch import run_dispatch_on_commit
-from runs.models import Attempt, Lease, TaskRun
+from runs.models import Attempt, Lease, RunStep, TaskRun
 from runs.store import Taken, store
 from tasks.skills.sdk import ErrorKind, SkillError
 
@@ -177,9 +177,10 @@ def run_take(run_id: int, *, worker: str, now: datetime) -> Taken:
     statement where the store can: PostgreSQL).
 
     Nothing stands in the way of a run that is claimable and due, names no object (the object gate
-    comes first), has no start window (run_cancel_late's check) and no agent, and whose pools all
-    limit nothing (runs.admission's plain admission, taken in the same statement). Any other run is
-    returned unclaimed, as read, for the executor's full path; nothing is written for it.
+    comes first), has no start window (run_cancel_late's check), and whose pools, its agent's
+    provider pool among them, all limit nothing (runs.admission's plain admission, taken in the same
+    statement). Any other run is returned unclaimed, as read, for the executor's full path; nothing
+    is written for it.
     """
     return store().run_take(run_id, worker=worker, now=now)
 
@@ -215,6 +216,20 @@ def fenced(*, run_id: int, fence: int, lost: threading.Event | None = None) -> I
         if not store().fence_holds(run_id=run_id, fence=fence):
             raise LeaseLost()
         yield
+
+
+@contextmanager
+def fenced_step(*, run_id: int, fence: int, name: str, lost: Callable[[], bool]) -> Iterator[RunStep | None]:
+    """fenced() for a write step: the same transaction first looks up the step's checkpoint, in
+    the statement that checks the fence. Yields the checkpoint when the step was done (the caller
+    returns it and writes nothing; found whatever the lease, as any finished step is), else None
+    once the fence is known to hold, with the row locked until commit."""
+    connection_refresh()  # a step may follow minutes of work: replace a connection the server dropped
+    with transaction.atomic():
+        done, holds = store().step_fence(run_id=run_id, fence=fence, name=name)
+        if done is None and (lost() or not holds):
+            raise LeaseLost()
+        yield done
 
 
 # --- Renewals: one thread per process renews every lease the process holds. ---

@@ -5,9 +5,11 @@ attempt finds the row and returns its output instead of doing the step again, so
 after `call_model` resumes at `write_result` without calling the model a second time.
 
 - A read step (`write=False`, e.g. a model call) runs outside any transaction (never hold a database
-  lock across a network call) and is checkpointed afterwards.
+  lock across a network call) and is checkpointed afterwards, in one statement that writes only
+  while this attempt holds the lease.
 - A write step runs inside the fenced transaction together with its checkpoint: the write and the
   record that it happened commit together or not at all, and only while this attempt holds the lease.
+  The same transaction looks the checkpoint up (runs.leases.fenced_step).
 """
 
 from collections.abc import Callable
@@ -15,7 +17,7 @@ from datetime import timedelta
 from typing import Any
 
 from harness_site import tracing
-from runs.leases import connection_refresh
+from runs.leases import LeaseLost, connection_refresh, fenced_step
 from runs.models import ActionProposal, RunStep
 from runs.store import store
 from tasks.skills.actions import APPROVAL_RISKS, action_get, effective_risk
@@ -25,8 +27,8 @@ from tasks.skills.sdk import AwaitApproval, ErrorKind, SkillContext, SkillError,
 DEFAULT_APPROVAL_TTL = timedelta(hours=24)
 
 
-def step_done(ctx: SkillContext, name: str):
-    return RunStep.objects.filter(run_id=ctx.run_id, name=name).first()
+def step_done(ctx: SkillContext, name: str) -> RunStep | None:
+    return store().step_read(ctx.run_id, name)
 
 
 @tracing.traced(
@@ -36,32 +38,45 @@ def run_step(ctx: SkillContext, name: str, fn: Callable[[], Any], *, write: bool
     """Run step `name` of this run once and checkpoint its output; return the checkpoint if it exists.
 
     A write step in a dry run is not run: it is recorded as skipped and returns None.
-    Raises LeaseLost (via ctx.fenced) if this attempt no longer holds the run: nothing is written.
+    Raises LeaseLost if this attempt no longer holds the run: nothing is written.
     """
+    if write and not ctx.dry_run:
+        with fenced_step(run_id=ctx.run_id, fence=ctx.fence, name=name, lost=ctx.lease_lost) as done:
+            if done is not None:
+                return _resumed(ctx, done)
+            output = fn()
+            store().step_insert(_step(ctx, name, output))
+        return output
     connection_refresh()  # a step may follow minutes of work: replace a connection the server dropped
     done = step_done(ctx, name)
     if done is not None:
-        ctx.logger.info("run %s: step %s completed in attempt %s; resuming after it", ctx.run_id, name, done.attempt)
-        return done.output
-    if write and ctx.dry_run:
-        with ctx.fenced():
-            _checkpoint(ctx, name, None, skipped=True)
+        return _resumed(ctx, done)
+    if write:
+        _checkpoint(ctx, name, None, skipped=True)
         ctx.logger.info("run %s: dry run, write step %s skipped", ctx.run_id, name)
         return None
-    if write:
-        with ctx.fenced():
-            output = fn()
-            _checkpoint(ctx, name, output)
-        return output
     store().connection_release()  # a read step may wait (a model call): hold no pooled connection meanwhile
     output = fn()
-    with ctx.fenced():
-        _checkpoint(ctx, name, output)
+    _checkpoint(ctx, name, output)
     return output
 
 
+def _resumed(ctx: SkillContext, done: RunStep) -> Any:
+    ctx.logger.info("run %s: step %s completed in attempt %s; resuming after it", ctx.run_id, done.name, done.attempt)
+    return done.output
+
+
 def _checkpoint(ctx: SkillContext, name: str, output: Any, *, skipped: bool = False) -> None:
-    RunStep.objects.create(
+    """The step's checkpoint alone, under the fence (one statement where the store can)."""
+    if ctx.lease_lost():
+        raise LeaseLost()
+    connection_refresh()  # after a read step's wait
+    if not store().step_checkpoint(_step(ctx, name, output, skipped=skipped), fence=ctx.fence):
+        raise LeaseLost()
+
+
+def _step(ctx: SkillContext, name: str, output: Any, *, skipped: bool = False) -> RunStep:
+    return RunStep(
         run_id=ctx.run_id,
         name=name,
         attempt=ctx.attempt,
@@ -84,7 +99,8 @@ def propose_action(
     step = step or f"action:{action}"
     handler = action_get(action)
     grade = effective_risk(handler.risk, risk)
-    if step_done(ctx, step) is None and not ctx.dry_run and grade in APPROVAL_RISKS:
+    # Only an action that needs approval looks its step up here: run_step looks it up anyway.
+    if not ctx.dry_run and grade in APPROVAL_RISKS and step_done(ctx, step) is None:
         proposal = ActionProposal.objects.filter(run_id=ctx.run_id, step=step).first()
         if proposal is None or proposal.status == ActionProposal.Status.PENDING:
             raise AwaitApproval(step=step, action=action, risk=grade, args=args, ttl=_approval_ttl(ctx))

@@ -1,5 +1,6 @@
 """The run store: every write of a run's lifecycle behind one interface (claim, batch claim, take
-with admission, renew, fenced outcome, release, and the report reads that differ by database).
+with admission, renew, fenced outcome, release, a skill's step checkpoints, its model calls'
+records and their budget count, and the report reads that differ by database).
 
 The domain modules (runs.claims, runs.admission, runs.leases, runs.outcome, the tick) decide; the
 store writes. Two backends: PostgreSQL, whose hot-path statements are named once in

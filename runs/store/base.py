@@ -5,11 +5,13 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, models, transaction
-from django.db.models import F
+from django.db.models import Count, F, Sum
+from django.db.models.functions import Coalesce
 from django.utils.dateparse import parse_datetime
 
-from runs.models import Attempt, Decision, Lease, PoolSlot, PoolWaiter, TaskRun
-from tasks.models import TriggerRule
+from runs.models import Attempt, Decision, ExternalCall, Lease, PoolSlot, PoolWaiter, RunStep, TaskRun
+from tasks.agents.budgets import Spend
+from tasks.models import Agent, TriggerRule
 
 
 @dataclass(frozen=True)
@@ -33,6 +35,18 @@ class Succeeded:
 
     written: bool
     waiting: list | None
+
+
+# What a call's record learns from the call (the rest is written before it).
+CALL_RESULT_FIELDS = (
+    "status",
+    "error_kind",
+    "error_digest",
+    "latency_ms",
+    "prompt_tokens",
+    "completion_tokens",
+    "output_valid",
+)
 
 
 def _db():
@@ -244,6 +258,77 @@ class OrmStore:
             .distinct()
         )
         return [(p, k) for _, p, k in freed if (p, k) in waiting]
+
+    # --- steps: checkpoints under the run's fence ---
+
+    def step_read(self, run_id: int, name: str) -> RunStep | None:
+        """The run's checkpoint of step `name`; None: not done yet (runstep_unique_name)."""
+        return RunStep.objects.filter(run_id=run_id, name=name).order_by("id").first()
+
+    def step_fence(self, *, run_id: int, fence: int, name: str) -> tuple[RunStep | None, bool]:
+        """Inside a write step's transaction: the step's checkpoint (None: not done), and whether
+        `fence` still holds the run, locked until commit as in fence_holds (False once done: a done
+        step writes nothing, so its fence is not asked)."""
+        done = self.step_read(run_id, name)
+        return done, done is None and self.fence_holds(run_id=run_id, fence=fence)
+
+    def step_insert(self, step: RunStep) -> None:
+        """Inside a fenced transaction: the checkpoint. A second one for the same (run, name) raises."""
+        step.save(force_insert=True)
+
+    def step_checkpoint(self, step: RunStep, *, fence: int) -> bool:
+        """The checkpoint written only while `fence` holds the run (False: fenced out, nothing written)."""
+        with transaction.atomic():
+            if not self.fence_holds(run_id=step.run_id, fence=fence):
+                return False
+            self.step_insert(step)
+        return True
+
+    # --- model calls: records and the agents' budgets ---
+
+    def agent_read(self, name: str) -> Agent | None:
+        return Agent.objects.filter(name=name).first()
+
+    def call_record(self, call: ExternalCall) -> None:
+        """Write a call's record: inserted (it gets its id), or, when the budget counted it before
+        the call, updated with what the call returned."""
+        if call.pk is None:
+            call.save(force_insert=True)
+        else:
+            ExternalCall.objects.filter(id=call.pk).update(**{f: getattr(call, f) for f in CALL_RESULT_FIELDS})
+
+    def call_delete(self, call_id: int) -> None:
+        ExternalCall.objects.filter(id=call_id).delete()
+
+    def call_mark_output(self, call_id: int, *, valid: bool) -> None:
+        ExternalCall.objects.filter(id=call_id).update(output_valid=valid)
+
+    def agent_limits_lock(self, agent_id: int) -> tuple[int | None, int | None]:
+        """Inside a transaction: the agent's (max calls, max tokens) per hour, its row locked until
+        commit, so budget counts under it are taken one at a time ((None, None): no such agent)."""
+        limits = (
+            Agent.objects.select_for_update()
+            .filter(id=agent_id)
+            .values_list("max_calls_per_hour", "max_tokens_per_hour")
+            .first()
+        )
+        return limits or (None, None)
+
+    def agent_spend(self, *, agent_id: int, start: datetime, end: datetime) -> Spend:
+        """Calls and tokens the agent used in [start, end) (served by call_agent_window_idx)."""
+        row = ExternalCall.objects.filter(agent_id=agent_id, started_at__gte=start, started_at__lt=end).aggregate(
+            calls=Count("id"),
+            tokens=Coalesce(Sum("prompt_tokens"), 0) + Coalesce(Sum("completion_tokens"), 0),
+        )
+        return Spend(calls=row["calls"], tokens=row["tokens"] or 0)
+
+    def call_insert_counting(self, call: ExternalCall, *, start: datetime, end: datetime) -> Spend:
+        """Under agent_limits_lock: insert the call's record and return the agent's spend in
+        [start, end) before it. The caller rolls the transaction back when the spend refuses it."""
+        assert call.agent_id is not None, "a budget counts an agent's calls"
+        spend = self.agent_spend(agent_id=call.agent_id, start=start, end=end)
+        self.call_record(call)
+        return spend
 
     # --- reports ---
 

@@ -18,8 +18,9 @@ from typing import Any
 from django.conf import settings
 from django.db.models import DateTimeField, JSONField, Model
 
-from runs.models import Attempt, Decision, TaskRun
+from runs.models import Attempt, Decision, ExternalCall, RunStep, TaskRun
 from runs.store.base import (
+    CALL_RESULT_FIELDS,
     NotPlain,
     OrmStore,
     Succeeded,
@@ -30,7 +31,8 @@ from runs.store.base import (
     _next_attempt,
     keyed_created,
 )
-from tasks.models import GLOBAL_POOL, TriggerRule
+from tasks.agents.budgets import Spend
+from tasks.models import GLOBAL_POOL, Agent, TriggerRule
 
 QUERIES_FILE = Path(__file__).with_name("queries.sql")
 _BLOCK = re.compile(r"^-- (fragment )?([a-z_]+) --$", re.MULTILINE)
@@ -119,6 +121,16 @@ def _run(names: tuple[str, ...], values: tuple) -> TaskRun:
     run = _instance(TaskRun, names, values)
     assert isinstance(run, TaskRun)
     return run
+
+
+def _step(names: tuple[str, ...], values: tuple) -> RunStep:
+    step = _instance(RunStep, names, values)
+    assert isinstance(step, RunStep)
+    return step
+
+
+def _step_values(step: RunStep) -> dict:
+    return _insert_values(RunStep, step)
 
 
 def _instance(model: type[Model], names: tuple[str, ...], values: tuple) -> Model:
@@ -307,6 +319,68 @@ class PostgresStore(OrmStore):
     def slots_release(self, *, run_id: int, fence: int, worker: str | None) -> list[tuple[int, str]]:
         (waiting,) = _one("slots_release", {"run_id": run_id, "fence": fence, "worker": worker})
         return [tuple(pair) for pair in waiting]
+
+    # --- steps ---
+
+    def step_read(self, run_id: int, name: str) -> RunStep | None:
+        with _execute("step_read", {"run_id": run_id, "name": name}) as cur:
+            row = cur.fetchone()
+            return _step(_names("step_read", cur), row) if row is not None else None
+
+    def step_fence(self, *, run_id: int, fence: int, name: str) -> tuple[RunStep | None, bool]:
+        with _execute("step_fence", {"run_id": run_id, "fence": fence, "name": name}) as cur:
+            row = cur.fetchone()
+            names = _names("step_fence", cur)
+        assert row is not None, "step_fence returns one row"
+        done = _step(names[1:], row[1:]) if row[names.index("id")] is not None else None
+        return done, bool(row[0])
+
+    def step_insert(self, step: RunStep) -> None:
+        _execute("step_insert", _step_values(step)).close()
+
+    def step_checkpoint(self, step: RunStep, *, fence: int) -> bool:
+        with _execute("step_checkpoint", {**_step_values(step), "fence": fence}) as cur:
+            return cur.rowcount == 1
+
+    # --- model calls ---
+
+    def agent_read(self, name: str) -> Agent | None:
+        with _execute("agent_read", {"name": name}) as cur:
+            row = cur.fetchone()
+            if row is None:
+                return None
+            agent = _instance(Agent, _names("agent_read", cur), row)
+        assert isinstance(agent, Agent)
+        return agent
+
+    def call_record(self, call: ExternalCall) -> None:
+        if call.pk is not None:
+            params = {f: getattr(call, f) for f in CALL_RESULT_FIELDS}
+            _execute("call_finish", {**params, "id": call.pk}).close()
+            return
+        (call.pk,) = _one("call_insert", _insert_values(ExternalCall, call))
+        call._state.adding, call._state.db = False, _db().alias
+
+    def call_delete(self, call_id: int) -> None:
+        _execute("call_delete", {"call_id": call_id}).close()
+
+    def call_mark_output(self, call_id: int, *, valid: bool) -> None:
+        _execute("call_mark_output", {"call_id": call_id, "valid": valid}).close()
+
+    def agent_limits_lock(self, agent_id: int) -> tuple[int | None, int | None]:
+        with _execute("agent_limits_lock", {"agent_id": agent_id}) as cur:
+            row = cur.fetchone()
+        return (row[0], row[1]) if row is not None else (None, None)
+
+    def agent_spend(self, *, agent_id: int, start: datetime, end: datetime) -> Spend:
+        calls, tokens = _one("agent_spend", {"agent_id": agent_id, "start": start, "end": end})
+        return Spend(calls=calls, tokens=tokens)
+
+    def call_insert_counting(self, call: ExternalCall, *, start: datetime, end: datetime) -> Spend:
+        params = {**_insert_values(ExternalCall, call), "start": start, "end": end}
+        call.pk, calls, tokens = _one("call_insert_counting", params)
+        call._state.adding, call._state.db = False, _db().alias
+        return Spend(calls=calls, tokens=tokens)
 
     # --- reports ---
 

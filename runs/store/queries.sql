@@ -6,10 +6,11 @@
 -- literal is one parameter less; tests/runs/test_store_contract.py checks them against the models.
 
 -- fragment plain_admission --
--- Lock the pools the run draws from (FOR KEY SHARE, in id order: pool rows before the run row, the
--- order pool_wake and pool_admit use) and find whether they all limit nothing. "admit" is false
--- when one limits something, the run holds slots already, or there is no global pool: then
--- runs.admission.pool_admit decides, under the pool row locks.
+-- Lock the pools the run draws from (the global pool, its rule's and its agent's provider pool;
+-- FOR KEY SHARE, in id order: pool rows before the run row, the order pool_wake and pool_admit use)
+-- and find whether they all limit nothing. "admit" is false when one limits something (an agent's
+-- pool with a rate or a pause included), the run holds slots already, or there is no global pool:
+-- then runs.admission.pool_admit decides, under the pool row locks.
 plain AS MATERIALIZED (
     SELECT id, max_concurrency IS NULL AND coalesce(rate_count, 0) = 0
                AND (paused_until IS NULL OR paused_until <= %(now)s) AND key_template = '' AS free
@@ -17,7 +18,9 @@ plain AS MATERIALIZED (
      WHERE enabled
        AND (name = %(global_pool)s
             OR id IN (SELECT pool_id FROM tasks_triggerrule_pools
-                       WHERE triggerrule_id = (SELECT rule_id FROM runs_taskrun WHERE id = %(run_id)s)))
+                       WHERE triggerrule_id = (SELECT rule_id FROM runs_taskrun WHERE id = %(run_id)s))
+            OR id IN (SELECT a.pool_id FROM tasks_agent a JOIN runs_taskrun r ON a.name = r.agent
+                       WHERE r.id = %(run_id)s AND r.agent <> ''))
      ORDER BY id
        FOR KEY SHARE
 ),
@@ -110,8 +113,8 @@ SELECT * FROM runs_taskrun WHERE id = %(run_id)s
 
 -- run_take --
 -- Read the run and, when nothing stands in its way, claim it in the same statement: claimable and
--- due, no object (the object gate comes first), no start window (run_cancel_late checks it), no
--- agent (its pool counts model calls), and every pool it draws from limits nothing. Returns the
+-- due, no object (the object gate comes first), no start window (run_cancel_late checks it), and
+-- every pool it draws from limits nothing (its agent's provider pool among them). Returns the
 -- attempt's id (NULL: not claimed), whether the admission was plain, and the run row (as claimed,
 -- or as read when not claimed). Compare-and-set: no row claimed means another worker got there first.
 WITH {plain_admission},
@@ -122,7 +125,7 @@ claimed AS (
            lease_expires_at = %(now)s::timestamptz + make_interval(secs => r.lease_ttl_seconds),
            start_at = coalesce(r.start_at, %(now)s), executed_by = %(worker)s
      WHERE r.id = %(run_id)s AND r.state IN ('pending', 'waiting_retry') AND r.run_after <= %(now)s
-       AND r.object_key = '' AND r.start_by IS NULL AND r.agent = ''
+       AND r.object_key = '' AND r.start_by IS NULL
        AND (SELECT plain FROM admit)
  RETURNING r.*
 ),
@@ -195,6 +198,92 @@ SELECT (SELECT count(*) FROM done), {freed_waiting}
 -- An attempt ended (any outcome): its slots given back; the freed pairs that runs wait for.
 WITH {slots_freed}
 SELECT {freed_waiting}
+
+-- step_read --
+-- A run's checkpoint of one step; no row: not done yet (runstep_unique_name).
+SELECT * FROM runs_runstep WHERE run_id = %(run_id)s AND name = %(name)s
+
+-- step_fence --
+-- Inside a write step's transaction, one statement: the step's checkpoint (NULL columns: not done)
+-- and whether the attempt's fence still holds the run, with the run's row locked until commit (as
+-- fence_holds), so the sweeper cannot take the lease between the check and the step's writes.
+SELECT EXISTS (SELECT 1 FROM runs_taskrun
+                WHERE id = %(run_id)s AND fence = %(fence)s AND state = 'running' FOR UPDATE) AS holds, s.*
+  FROM (SELECT 1) AS one
+  LEFT JOIN runs_runstep s ON s.run_id = %(run_id)s AND s.name = %(name)s
+
+-- step_insert --
+-- Inside a write step's fenced transaction: its checkpoint (a second one for the run and name raises).
+INSERT INTO runs_runstep (run_id, name, attempt, output, digest, skipped, completed_at)
+VALUES (%(run_id)s, %(name)s, %(attempt)s, %(output)s, %(digest)s, %(skipped)s, %(completed_at)s)
+
+-- step_checkpoint --
+-- A step's checkpoint alone, in one statement: written only while the attempt's fence holds the
+-- run, whose row is locked for it (as fence_holds). No row written: fenced out.
+INSERT INTO runs_runstep (run_id, name, attempt, output, digest, skipped, completed_at)
+SELECT id, %(name)s, %(attempt)s, %(output)s, %(digest)s, %(skipped)s, %(completed_at)s
+  FROM runs_taskrun
+ WHERE id = %(run_id)s AND fence = %(fence)s AND state = 'running'
+   FOR UPDATE
+
+-- agent_read --
+-- The agent a skill calls, by name.
+SELECT * FROM tasks_agent WHERE name = %(name)s
+
+-- fragment call_columns --
+-- Every column of a call record but its id, in the model's order (the contract suite checks it).
+run_id, attempt, step, agent_id, agent_name, provider, endpoint, model, input_sha256, status, error_kind,
+    error_digest, latency_ms, prompt_tokens, completion_tokens, output_valid, prompt_text, started_at
+
+-- fragment call_values --
+%(run_id)s, %(attempt)s, %(step)s, %(agent_id)s, %(agent_name)s, %(provider)s, %(endpoint)s, %(model)s,
+    %(input_sha256)s, %(status)s, %(error_kind)s, %(error_digest)s, %(latency_ms)s, %(prompt_tokens)s,
+    %(completion_tokens)s, %(output_valid)s, %(prompt_text)s, %(started_at)s
+
+-- call_insert --
+-- A model call's record.
+INSERT INTO runs_externalcall ({call_columns}) VALUES ({call_values}) RETURNING id
+
+-- call_finish --
+-- What a call returned, on the record its budget inserted before it.
+UPDATE runs_externalcall
+   SET status = %(status)s, error_kind = %(error_kind)s, error_digest = %(error_digest)s,
+       latency_ms = %(latency_ms)s, prompt_tokens = %(prompt_tokens)s, completion_tokens = %(completion_tokens)s,
+       output_valid = %(output_valid)s
+ WHERE id = %(id)s
+
+-- call_delete --
+DELETE FROM runs_externalcall WHERE id = %(call_id)s
+
+-- call_mark_output --
+UPDATE runs_externalcall SET output_valid = %(valid)s WHERE id = %(call_id)s
+
+-- agent_limits_lock --
+-- Inside the budget's transaction: the agent's limits, its row locked until commit, so the budget
+-- counts of concurrent calls run one at a time (each sees the rows the ones before it inserted).
+SELECT max_calls_per_hour, max_tokens_per_hour FROM tasks_agent WHERE id = %(agent_id)s FOR UPDATE
+
+-- fragment window_spend --
+-- Calls and tokens an agent used in the window [start, end) (call_agent_window_idx).
+spend AS (
+    SELECT count(*) AS calls, coalesce(sum(prompt_tokens), 0) + coalesce(sum(completion_tokens), 0) AS tokens
+      FROM runs_externalcall
+     WHERE agent_id = %(agent_id)s AND started_at >= %(start)s AND started_at < %(end)s
+)
+
+-- agent_spend --
+WITH {window_spend}
+SELECT calls, tokens FROM spend
+
+-- call_insert_counting --
+-- Under agent_limits_lock, a new statement (so its snapshot holds every call counted before the
+-- lock was granted): the call's record inserted, and the spend before it (a statement does not
+-- see its own insert). The caller rolls back when the spend refuses the call.
+WITH {window_spend},
+inserted AS (
+    INSERT INTO runs_externalcall ({call_columns}) VALUES ({call_values}) RETURNING id
+)
+SELECT (SELECT id FROM inserted), calls, tokens FROM spend
 
 -- runs_insert_one --
 -- One run, unless its biz_key is taken (invariant 1: the unique index decides, never a read first).

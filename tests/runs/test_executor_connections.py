@@ -29,12 +29,14 @@ SCHEMA = {"type": "object", "required": ["summary"], "properties": {"summary": {
 
 # Statements per run once its kind has run in the process, by database (BEGIN and COMMIT are
 # captured). PostgreSQL: a plain run is the prebuilt read-and-claim and the success. A write step
-# adds its checkpoint's look-up and its fenced transaction (BEGIN, the fence check, the row, the
-# checkpoint, COMMIT). llm_json adds three such steps, the agent's read, its budget, and the call's
-# record before and after. SQLite writes admission and the lease through the ORM.
+# adds its fenced transaction (BEGIN, the checkpoint's look-up with the fence check, the row, the
+# checkpoint, COMMIT). llm_json (an agent without a budget or a pool that limits it: claimed as a
+# plain run) adds two read steps (a look-up and a fenced checkpoint each), the agent's read, the
+# call's record and its output mark, and a write step. SQLite writes admission, the lease and each
+# checkpoint's fence check through the ORM.
 STATEMENTS = {
-    "postgresql": {"plain": 2, "steps": 8, "model": 30},
-    "sqlite": {"plain": 18, "steps": 24, "model": 39},
+    "postgresql": {"plain": 2, "steps": 7, "model": 14},
+    "sqlite": {"plain": 18, "steps": 24, "model": 38},
 }
 CHECKOUTS = {"plain": 2, "steps": 2, "model": 5}
 

@@ -12,14 +12,15 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
-from django.db import transaction
+from django.db import IntegrityError, transaction
 
 from runs.claims import Work, run_claim
 from runs.leases import lease_acquire
-from runs.models import Attempt, Decision, PoolSlot, PoolWaiter, TaskRun
+from runs.models import Attempt, Decision, ExternalCall, PoolSlot, PoolWaiter, RunStep, TaskRun
 from runs.store import NotPlain, store
 from runs.store.postgres import parse_queries, queries
-from tasks.models import GLOBAL_POOL, Pool, TriggerRule
+from tasks.agents.budgets import Spend
+from tasks.models import GLOBAL_POOL, Agent, Pool, TriggerRule
 from tasks.rules import keys
 from tests.support.desk import daily_report as make_rule
 from tests.support.runs import run_policy
@@ -50,11 +51,19 @@ def test_every_statement_the_postgres_store_runs_is_named_in_the_file():
 
 @pytest.mark.parametrize(
     ("statement", "model"),
-    [("runs_insert_one", TaskRun), ("runs_insert_many", TaskRun), ("decisions_insert_many", Decision)],
+    [
+        ("runs_insert_one", TaskRun),
+        ("runs_insert_many", TaskRun),
+        ("decisions_insert_many", Decision),
+        ("step_insert", RunStep),
+        ("step_checkpoint", RunStep),
+        ("call_insert", ExternalCall),
+        ("call_insert_counting", ExternalCall),
+    ],
 )
 def test_each_insert_names_every_column_of_its_model(statement, model):
     text = queries()[statement]
-    listed = re.search(r"\(([^()]*)\)", text).group(1)
+    listed = re.search(r"INSERT INTO \w+ \(([^()]*)\)", text).group(1)
     columns = [c.strip() for c in listed.split(",")]
     assert columns == [f.column for f in model._meta.concrete_fields if not f.primary_key]
     for column in columns:
@@ -240,6 +249,87 @@ def test_slots_release_frees_only_the_named_worker_s_and_names_only_pairs_runs_w
     assert list(PoolSlot.objects.filter(run=run).values_list("worker", flat=True)) == ["w2"]
     assert store().slots_release(run_id=run.id, fence=1, worker=None) == []
     assert not PoolSlot.objects.filter(run=run).exists()
+
+
+def checkpoint(run: TaskRun, name: str, output, *, attempt: int = 1) -> RunStep:
+    return RunStep(run_id=run.id, name=name, attempt=attempt, output=output, digest="d" * 64, completed_at=T0)
+
+
+@pytestmark_db
+def test_a_step_checkpoint_is_written_only_while_the_fence_holds_and_read_back_as_written():
+    run = claim("c:steps")
+    store().lease_claim(run, worker="w1", now=T0, plain=False)
+    assert store().step_read(run.id, "fetch") is None
+    assert store().step_checkpoint(checkpoint(run, "fetch", {"a": [1, "b"]}), fence=run.fence)
+    assert not store().step_checkpoint(checkpoint(run, "late", {"a": 1}), fence=run.fence - 1)
+    done = store().step_read(run.id, "fetch")
+    assert (done.name, done.attempt, done.output, done.skipped, done.completed_at) == (
+        "fetch",
+        1,
+        {"a": [1, "b"]},
+        False,
+        T0,
+    )
+    assert store().step_read(run.id, "late") is None
+    skipped = checkpoint(run, "none", None)
+    skipped.skipped = True
+    assert store().step_checkpoint(skipped, fence=run.fence)
+    assert store().step_read(run.id, "none").output is None and store().step_read(run.id, "none").skipped
+
+    TaskRun.objects.filter(id=run.id).update(fence=run.fence + 1)  # taken by the sweeper
+    assert not store().step_checkpoint(checkpoint(run, "write", 1), fence=run.fence)
+    assert not RunStep.objects.filter(run=run, name="write").exists()
+
+
+@pytestmark_db
+def test_a_write_step_reads_its_checkpoint_and_the_fence_in_its_transaction():
+    run = claim("c:write-step")
+    store().lease_claim(run, worker="w1", now=T0, plain=False)
+    with transaction.atomic():
+        assert store().step_fence(run_id=run.id, fence=run.fence, name="write") == (None, True)
+        store().step_insert(checkpoint(run, "write", {"id": 7}))
+    with transaction.atomic():
+        assert store().step_fence(run_id=run.id, fence=run.fence, name="other") == (None, True)
+        assert store().step_fence(run_id=run.id, fence=run.fence - 1, name="other") == (None, False)
+        done, _holds = store().step_fence(run_id=run.id, fence=run.fence - 1, name="write")
+        assert (done.name, done.output) == ("write", {"id": 7})  # a done step is found whatever the fence
+    with pytest.raises(IntegrityError), transaction.atomic():
+        store().step_insert(checkpoint(run, "write", {"id": 8}, attempt=2))
+    assert RunStep.objects.get(run=run, name="write").output == {"id": 7}
+
+
+def call(agent: Agent, run: TaskRun, at: datetime, **over) -> ExternalCall:
+    fields = {"agent_name": agent.name, "provider": "echo", "endpoint": "echo:", "model": "m", "input_sha256": "0" * 64}
+    return ExternalCall(run=run, attempt=1, step="call", agent=agent, started_at=at, **{**fields, **over})
+
+
+@pytestmark_db
+def test_call_records_are_inserted_finished_marked_and_counted_in_their_window():
+    agent = Agent.objects.create(name="c-agent", provider="echo", model="m", max_calls_per_hour=5)
+    run = claim("c:calls")
+    start, end = T0, T0 + timedelta(hours=1)
+    assert store().agent_read("c-agent") == agent and store().agent_read("nobody") is None
+    with transaction.atomic():
+        assert store().agent_limits_lock(agent.id) == (5, None)
+    assert store().agent_limits_lock(10**12) == (None, None)
+
+    before = call(agent, run, T0 - timedelta(seconds=1), prompt_tokens=100)  # the hour before: not counted
+    store().call_record(before)
+    first = call(agent, run, T0, status=200, prompt_tokens=3, completion_tokens=4)
+    store().call_record(first)
+    assert first.pk is not None and store().agent_spend(agent_id=agent.id, start=start, end=end) == Spend(1, 7)
+
+    counted = call(agent, run, T0 + timedelta(minutes=1))
+    assert store().call_insert_counting(counted, start=start, end=end) == Spend(1, 7)  # the spend before it
+    assert counted.pk is not None
+    counted.status, counted.prompt_tokens, counted.completion_tokens, counted.latency_ms = 200, 10, 1, 12
+    store().call_record(counted)  # what the call returned, on the row counted before it
+    store().call_mark_output(counted.pk, valid=False)
+    row = ExternalCall.objects.get(pk=counted.pk)
+    assert (row.status, row.total_tokens, row.latency_ms, row.output_valid) == (200, 11, 12, False)
+    assert store().agent_spend(agent_id=agent.id, start=start, end=end) == Spend(2, 18)
+    store().call_delete(counted.pk)
+    assert store().agent_spend(agent_id=agent.id, start=start, end=end) == Spend(1, 7)
 
 
 @pytestmark_db

@@ -14,7 +14,7 @@ from runs.claims import Work, run_claim
 from runs.executor import run_execute
 from runs.leases import run_lease_claim, run_lease_ttl, run_take
 from runs.models import Attempt, PoolSlot, TaskRun
-from tasks.models import GLOBAL_POOL, Pool
+from tasks.models import GLOBAL_POOL, Agent, Pool
 from tasks.rules import keys
 from tasks.rules.policy import DEFAULT_LEASE_TTL_SECONDS
 from tests.support.desk import daily_report
@@ -116,7 +116,16 @@ def test_the_lease_is_as_long_as_run_lease_ttl_says(policy):
         assert run_lease_ttl(taken.run) == timedelta(seconds=DEFAULT_LEASE_TTL_SECONDS)
 
 
-@pytest.mark.parametrize("obstacle", ["object key", "start window", "agent", "not due", "limited pool"])
+LIMITED_POOLS = {
+    "limited pool": {"max_concurrency": 5},
+    "agent's rate pool": {"rate_count": 10, "rate_period_seconds": 60},
+    "agent's paused pool": {"paused_until": T0 + timedelta(seconds=30)},
+}
+
+
+@pytest.mark.parametrize(
+    "obstacle", ["object key", "start window", "not due", "limited pool", "agent's rate pool", "agent's paused pool"]
+)
 def test_a_run_with_something_in_its_way_is_read_and_not_claimed(obstacle):
     rule = daily_report(name="take-rule")
     kwargs = {"rule": rule}
@@ -124,21 +133,35 @@ def test_a_run_with_something_in_its_way_is_read_and_not_claimed(obstacle):
         kwargs["object_key"] = "invoice-1"
     elif obstacle == "start window":
         kwargs["start_by"] = T0 + timedelta(minutes=5)
-    elif obstacle == "agent":
-        kwargs["policy"] = run_policy(agent="a")
     elif obstacle == "not due":
         kwargs["run_after"] = T0 + timedelta(seconds=1)
-    else:
-        limited = Pool.objects.create(name="limited", reason="test", max_concurrency=5)
-        rule.pools.set([limited])
+    elif obstacle == "limited pool":
+        rule.pools.set([Pool.objects.create(name="limited", reason="test", **LIMITED_POOLS[obstacle])])
+    else:  # an agent's provider pool counts its model calls: pool_admit decides
+        pool = Pool.objects.create(name="provider", reason="test", **LIMITED_POOLS[obstacle])
+        Agent.objects.create(name="a", provider="echo", model="echo", pool=pool)
+        kwargs["policy"] = run_policy(agent="a")
     run = claim(f"take:{obstacle}", **kwargs)
 
     taken = run_take(run.id, worker="w1", now=T0)
 
     assert taken.attempt is None
     assert taken.run == run and taken.run.fence == 0 and taken.run.state == TaskRun.State.PENDING
-    assert taken.plain is (obstacle != "limited pool")
+    assert taken.plain is (obstacle not in LIMITED_POOLS)
     assert untouched(run)
+
+
+@pytest.mark.parametrize("provider_pool", [False, True])
+def test_a_run_with_an_agent_whose_pool_limits_nothing_is_claimed_with_a_slot_in_that_pool(provider_pool):
+    pool = Pool.objects.create(name="provider", reason="test") if provider_pool else None
+    Agent.objects.create(name="a", provider="echo", model="echo", pool=pool)
+    run = claim("take:agent", policy=run_policy(agent="a"))
+
+    taken = run_take(run.id, worker="w1", now=T0)
+
+    assert taken.attempt is not None and taken.plain is True and taken.run.agent == "a"
+    slots = set(PoolSlot.objects.filter(run=run).values_list("pool__name", "fence", "worker"))
+    assert slots == {(GLOBAL_POOL, 1, "w1"), *([("provider", 1, "w1")] if provider_pool else [])}
 
 
 def test_a_run_executing_elsewhere_or_finished_is_read_and_left_alone():
