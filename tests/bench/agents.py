@@ -49,7 +49,7 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--seconds", type=float, default=10.0, help="how long each model call takes")
     p.add_argument("--pool-max", default="10", help="HARNESS_DB_POOL_MAX per case, comma-separated (0: no pool)")
     p.add_argument("--skill", choices=("model", "sleep"), default="model")
-    p.add_argument("--queues", default="celery,harness_control", help="the queues the workers consume")
+    p.add_argument("--queues", default="celery,agents,harness_control", help="the queues the workers consume")
     p.add_argument("--private-postgres", action="store_true", help="a server of the bench's own, max_connections=100")
     p.add_argument(
         "--embedded",
@@ -285,7 +285,7 @@ def run(args: argparse.Namespace) -> None:
     print(f"waiting runs: {what}; {where}; max_connections={ceiling}; cpus={os.cpu_count()}")
     print(
         f"{'runs':>10} {'pool max':>8} {'in flight':>9} {'connections':>11} {'RSS MB':>7} {'succeeded':>9} "
-        f"{'failed':>6} {'refusals':>8} {'claim s':>7} {'drain / ideal':>13}"
+        f"{'failed':>6} {'refusals':>8} {'claim s':>7} {'CPU ms/run':>10} {'drain / ideal':>13}"
     )
     try:
         for spec in args.cases.split(","):
