@@ -50,7 +50,7 @@ def test_a_hundred_pool_child_kills_idle_and_busy_never_stall_the_worker(harness
         if rounds % 2:  # busy: a run executes in one of them; both die
             # Its retries may be killed in later rounds too (each round kills both children): with an
             # attempt a round it never runs out of attempts, so it must end succeeded.
-            run = claim(f"interrupted-{rounds}", seconds=2, max_attempts=KILLS + 1)
+            run = claim(f"interrupted-{rounds}", seconds=1, max_attempts=KILLS + 1)
             wait_for(
                 lambda run=run: TaskRun.objects.get(id=run.id).state != TaskRun.State.PENDING,
                 timeout=RUN_AFTER_KILL_TIMEOUT,
