@@ -17,7 +17,7 @@ from tests.support.processes import wait_for
 pytestmark = pytest.mark.e2e
 
 
-@pytest.mark.one_pass("postgresql")
+@pytest.mark.one_pass("sqlite")
 def test_it_runs_an_interval_rule_every_two_seconds(harness):
     harness.worker()
     harness.beat()
@@ -49,7 +49,7 @@ def test_it_runs_an_interval_rule_every_two_seconds(harness):
     assert not Decision.objects.filter(rule=rule).exists()
 
 
-@pytest.mark.one_pass("postgresql")
+@pytest.mark.one_pass("sqlite")
 def test_it_starts_a_one_time_rule_within_a_second_of_its_instant(harness):
     harness.worker()
     harness.beat()
