@@ -11,7 +11,7 @@ from tests.e2e.helpers import RUN_TIMEOUT, next_whole_second, recording_rule, wa
 from tests.support.processes import wait_for
 from tests.support.receiver import start_receiver
 
-pytestmark = [pytest.mark.e2e, pytest.mark.one_pass("postgresql")]
+pytestmark = [pytest.mark.e2e, pytest.mark.one_pass("sqlite")]
 
 RETRY_SECONDS = 2  # HARNESS_ALERT_RETRY_SECONDS in the worker: retries after 2 s, then 4 s
 

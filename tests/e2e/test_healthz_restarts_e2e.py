@@ -168,6 +168,7 @@ class RedisServer:
         self.popen = None
 
 
+@pytest.mark.one_pass("postgresql")  # Redis is the production broker; the embedded default has none
 def test_healthz_fails_only_while_redis_is_down_and_no_heartbeat_waits_for_it(harness, own_redis, monkeypatch):
     broker = {"CELERY_BROKER_URL": own_redis.url, **FAST}
     # This process's /healthz looks at the same broker as the workers (configuration, not a mock).
