@@ -96,7 +96,8 @@ def pytest_collection_modifyitems(config, items):
             item.add_marker(pytest.mark.backend)
         one_pass = item.get_closest_marker("one_pass")
         if one_pass is not None and one_pass.args[0] != vendor:
-            item.add_marker(pytest.mark.skip(reason=f"decisions, not the backend: run in the {one_pass.args[0]} pass"))
+            reason = f"its subject does not depend on the database: run in the {one_pass.args[0]} pass"
+            item.add_marker(pytest.mark.skip(reason=reason))
     # Stable: otherwise the order pytest-django gave (itself stable: collection order within a group).
     items.sort(key=_run_order)
     if config.getoption("backend_only"):
