@@ -1,6 +1,7 @@
 from django.contrib import admin
 from django.urls import include, path
 from django.utils.translation import gettext_lazy as _
+from django_celery_beat import models as beat
 
 from harness_site.display import display_zone_view
 from runs.views import apps_view, dashboard_view, flow_view, healthz, metrics_view, status_view
@@ -18,8 +19,6 @@ admin.site.site_url = None
 
 def _hide_beat_admin() -> None:
     """django-celery-beat's pages are the tick's machinery, not a second way to schedule work: rules are."""
-    from django_celery_beat import models as beat
-
     for model in (
         beat.PeriodicTask,
         beat.IntervalSchedule,

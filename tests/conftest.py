@@ -8,6 +8,7 @@ from django.utils import translation
 
 from tests.support import test_databases
 from tests.support.processes import Harness
+from tests.support.receiver import start_receiver
 
 
 def pytest_addoption(parser):
@@ -182,6 +183,15 @@ def purged_broker():
         with app.connection_for_write() as conn:
             conn.default_channel.client.flushdb()
     yield
+
+
+@pytest.fixture
+def receiver():
+    """A webhook receiver on loopback (tests/support/receiver.py), stopped after the test."""
+    rec, server = start_receiver()
+    yield rec
+    server.shutdown()
+    server.server_close()
 
 
 @pytest.fixture

@@ -2,13 +2,17 @@
 """The alert channel admin (bad input on the form, tokens never shown, "send test alert") and the
 read-only alert outbox."""
 
+from datetime import timedelta
+
 import pytest
+from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from deadletters.alerts import alert_deliver_due
+from deadletters.alerts import alert_deliver_due, alert_send_test
 from deadletters.models import Alert, AlertChannel
-from tests.support.receiver import start_receiver
+from tests.support.desk import make_failed_run
+from tests.support.zh_complete import assert_zh_complete
 
 pytestmark = pytest.mark.django_db
 
@@ -79,36 +83,27 @@ def test_leaving_the_url_blank_on_edit_keeps_it(admin_client):
 
 
 def test_the_database_refuses_a_webhook_channel_without_a_url():
-    from django.db import IntegrityError, transaction
-
     with pytest.raises(IntegrityError), transaction.atomic():
         AlertChannel.objects.create(name="broken", kind="webhook", url="")
 
 
-def test_send_test_alert_queues_one_alert_per_channel_and_it_reaches_the_receiver(admin_client):
-    receiver, server = start_receiver()
-    try:
-        hook = AlertChannel.objects.create(
-            name="hook", kind="webhook", url=receiver.url, format="slack", min_severity="urgent"
-        )  # a test alert goes whatever the minimum
-        response = admin_client.post(LIST, {"action": "send_test_alert", "_selected_action": [hook.pk]}, follow=True)
-        assert "A test alert was queued for 1 channel" in response.content.decode()
-        [alert] = Alert.objects.filter(channel=hook)
-        assert (alert.kind, alert.state) == ("test", Alert.State.PENDING)
+def test_send_test_alert_queues_one_alert_per_channel_and_it_reaches_the_receiver(admin_client, receiver):
+    hook = AlertChannel.objects.create(
+        name="hook", kind="webhook", url=receiver.url, format="slack", min_severity="urgent"
+    )  # a test alert goes whatever the minimum
+    response = admin_client.post(LIST, {"action": "send_test_alert", "_selected_action": [hook.pk]}, follow=True)
+    assert "A test alert was queued for 1 channel" in response.content.decode()
+    [alert] = Alert.objects.filter(channel=hook)
+    assert (alert.kind, alert.state) == ("test", Alert.State.PENDING)
 
-        alert_deliver_due(now=timezone.now())
-        [body] = receiver.requests
-        assert "test alert for channel hook" in body["text"]
-        assert Alert.objects.get(id=alert.id).state == Alert.State.SENT
-    finally:
-        server.shutdown()
-        server.server_close()
+    alert_deliver_due(now=timezone.now())
+    [body] = receiver.requests
+    assert "test alert for channel hook" in body["text"]
+    assert Alert.objects.get(id=alert.id).state == Alert.State.SENT
 
 
 def test_the_outbox_is_read_only(admin_client):
     channel = AlertChannel.objects.create(name="log", kind="log")
-    from deadletters.alerts import alert_send_test
-
     alert = alert_send_test(channel=channel, now=timezone.now())
     listing = admin_client.get(reverse("admin:deadletters_alert_changelist"))
     assert listing.status_code == 200 and "test alert for channel log" in listing.content.decode()
@@ -120,26 +115,7 @@ def test_the_outbox_is_read_only(admin_client):
     assert Alert.objects.get(id=alert.id).kind == "test"
 
 
-@pytest.fixture
-def receiver():
-    from tests.support.receiver import start_receiver
-
-    rec, server = start_receiver()
-    yield rec
-    server.shutdown()
-    server.server_close()
-
-
 def test_a_zh_hans_channel_gets_chinese_titles_and_text_and_the_outbox_names_kinds(admin_client, receiver):
-    from datetime import timedelta
-
-    from django.utils import timezone
-
-    from deadletters.alerts import alert_deliver_due
-    from deadletters.models import Alert
-    from tests.support.desk import make_failed_run
-    from tests.support.zh_complete import assert_zh_complete
-
     AlertChannel.objects.create(
         name="feishu", kind="webhook", url=receiver.url, format="feishu", min_severity="urgent", language="zh-hans"
     )

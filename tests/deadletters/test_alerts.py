@@ -31,7 +31,6 @@ from tasks.models import TriggerRule
 from tasks.skills.errors import classify
 from tasks.skills.sdk import SkillError
 from tasks.triggers.scheduler import scheduler_tick
-from tests.support.receiver import start_receiver
 from tests.support.rules import make_rule
 from tests.support.runs import run_policy
 
@@ -45,14 +44,6 @@ SECRETS = ("T0K3N-SECRET", "SECRET-QUERY")
 @pytest.fixture(autouse=True)
 def no_channels():
     AlertChannel.objects.all().delete()  # the default one the data migration installs
-
-
-@pytest.fixture
-def receiver():
-    rec, server = start_receiver()
-    yield rec
-    server.shutdown()
-    server.server_close()
 
 
 def check_scheduler(at):

@@ -9,19 +9,10 @@ from deadletters.models import Alert, AlertChannel, DeadLetter
 from runs.models import TaskRun
 from tests.e2e.helpers import RUN_TIMEOUT, next_whole_second, recording_rule, wait_finished, wait_run_of, wait_ticking
 from tests.support.processes import wait_for
-from tests.support.receiver import start_receiver
 
 pytestmark = [pytest.mark.e2e, pytest.mark.one_pass("sqlite")]
 
 RETRY_SECONDS = 2  # HARNESS_ALERT_RETRY_SECONDS in the worker: retries after 2 s, then 4 s
-
-
-@pytest.fixture
-def receiver():
-    rec, server = start_receiver()
-    yield rec
-    server.shutdown()
-    server.server_close()
 
 
 def test_a_failing_rule_alerts_a_warning_then_urgent_through_the_worker(harness, receiver):

@@ -11,6 +11,7 @@ from django.urls import reverse
 from deadletters.models import DeadLetter
 from deadletters.replays import replay_outcome
 from runs.models import TaskRun
+from runs.operations import run_retry_now
 from tests.support.desk import make_failed_replay, make_failed_run, make_user
 
 pytestmark = pytest.mark.django_db
@@ -68,8 +69,6 @@ def test_a_replay_that_succeeded_says_so(client):
     client.force_login(user)
     run = make_failed_run(now=FAILED_AT)
     ticket = DeadLetter.objects.get(run=run)
-    from runs.operations import run_retry_now
-
     run_retry_now(run_id=run.pk, ticket_id=ticket.pk, actor=user, now=FAILED_AT + timedelta(minutes=5))
     page = html.unescape(client.get(reverse("admin:deadletters_deadletter_change", args=[ticket.pk])).content.decode())
     assert "Replayed: still running" in page and 'id="ticket-replay-running"' in page

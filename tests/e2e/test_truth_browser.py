@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.urls import reverse
 from django.utils import timezone
+from selenium.webdriver.common.by import By
 
 from deadletters.models import DeadLetter
 from runs.models import SchedulerTick
@@ -67,8 +68,6 @@ WORDS = {
 
 @pytest.mark.parametrize("lang", ["en-US", "zh-CN"], ids=["en", "zh"])
 def test_a_failed_replay_the_run_time_and_explain_after_an_outage_tell_the_truth(make_browser, live_server, lang):
-    from selenium.webdriver.common.by import By
-
     run, first, second, explain = _seed()
     words = WORDS[lang]
     suffix = "" if lang == "en-US" else "-zh"

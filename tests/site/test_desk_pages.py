@@ -8,6 +8,7 @@ import re
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from django.contrib.auth.models import Permission
 from django.urls import reverse
 from django.utils import timezone
 
@@ -184,8 +185,6 @@ def test_the_dashboard_chart_names_the_zone_its_hours_are_in(viewer, viewer_clie
     TaskRun.objects.create(
         biz_key="k:chart", skill="harness.noop", source="scheduler", trigger_at=now, run_after=now, state="succeeded"
     )
-    from django.contrib.auth.models import Permission
-
     viewer.user_permissions.add(*Permission.objects.filter(codename__in=["view_pool", "view_alert"]))
     viewer_client.post(reverse("harness-display-zone"), {"zone": "browser", "browser_zone": "Asia/Shanghai"})
     page = _page(viewer_client.get(reverse("harness-dashboard")))

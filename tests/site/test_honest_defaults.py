@@ -6,10 +6,12 @@ from django.contrib import admin
 from django.contrib.auth import get_user_model
 from django.contrib.auth.models import Permission
 from django.urls import reverse
+from django_celery_beat.models import CrontabSchedule, PeriodicTask
 
 from harness_site.api.tokens import token_hash
-from tasks.models import ApiToken
-from tests.support.desk import make_user
+from runs.models import Backpressure
+from tasks.models import ApiToken, Pool
+from tests.support.desk import make_failed_run, make_user
 
 pytestmark = pytest.mark.django_db
 
@@ -22,8 +24,6 @@ def root(client):
 
 
 def test_the_admin_links_to_no_public_site_and_hides_the_beat_schedules(client, root):
-    from django_celery_beat.models import CrontabSchedule, PeriodicTask
-
     page = client.get(reverse("admin:index")).content.decode()
     assert "View site" not in page and 'href="/"' not in page
     assert "django_celery_beat" not in page and "Periodic tasks" not in page
@@ -73,10 +73,6 @@ def test_only_a_superuser_mints_a_token_for_somebody_else(client, root):
 
 
 def test_no_red_cross_for_a_run_that_is_not_a_trial_nor_for_a_pool_that_is_not_shedding(client, root):
-    from runs.models import Backpressure
-    from tasks.models import Pool
-    from tests.support.desk import make_failed_run
-
     make_failed_run("report:a")
     runs = client.get(reverse("admin:runs_taskrun_changelist")).content.decode()
     assert "icon-no.svg" not in runs and "icon-yes.svg" not in runs

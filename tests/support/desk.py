@@ -1,18 +1,22 @@
 """Fixtures for the operator's desk tests: logged-in clients per role, rules, runs and tickets."""
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.contrib.auth.models import Group, User
 from django.test import Client
+from selenium import webdriver
+from selenium.webdriver.chrome.service import Service
 
 from deadletters.models import DeadLetter
 from deadletters.services import deadletter_open
 from harness_site.audit.roles import roles_ensure
 from runs.models import Attempt, TaskRun
+from runs.operations import run_retry_now
 from tasks.models import TriggerRule
 from tasks.skills.errors import ClassifiedError
 from tests.support.rules import make_rule
+from tests.support.zh_complete import KEEP, data_words, english_words
 
 PASSWORD = "desk-pass-123"
 
@@ -128,10 +132,6 @@ def make_failed_run(
 def make_failed_replay(run: TaskRun, *, actor, replayed_at: datetime) -> DeadLetter:
     """Replay `run`'s open ticket at `replayed_at` (the desk's one replay) and let the replay fail for
     good three seconds later: attempt 2 and a new ticket. Returns the new ticket."""
-    from datetime import timedelta
-
-    from runs.operations import run_retry_now
-
     ticket = DeadLetter.objects.get(run=run, state=DeadLetter.State.PENDING_MANUAL)
     assert run_retry_now(run_id=run.pk, ticket_id=ticket.pk, actor=actor, now=replayed_at, reason="upstream is back")
     failed_at = replayed_at + timedelta(seconds=3)
@@ -179,8 +179,6 @@ def page_problems(driver) -> list[str]:
     """What is wrong with the page the driver shows, whatever the test came for: at phone width, a
     page wider than the screen (sideways scrolling); in zh-Hans, English words, raw codes or Python
     literals in its visible text (tests/support/zh_complete.py, data values allowed)."""
-    from tests.support.zh_complete import KEEP, data_words, english_words
-
     problems = []
     width = driver.desk_size[0]
     if width <= PHONE_WIDTH:
@@ -203,8 +201,6 @@ def page_problems(driver) -> list[str]:
 def desk_driver(size: tuple[int, int] = (1400, 1000), *, lang: str = "en-US", dark: bool = False):
     """Headless Debian Chromium with a phone's or a laptop's viewport, in `lang`, whose every get()
     fails the test when page_problems() finds something: so a page a test adds later is checked too."""
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
 
     class CheckedChrome(webdriver.Chrome):
         def get(self, url: str) -> None:

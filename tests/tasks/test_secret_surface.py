@@ -32,7 +32,6 @@ from tasks.models import Agent, TriggerRule
 from tasks.rules import keys
 from tests.support.desk import client_for, make_user
 from tests.support.fake_model import FakeModelServer, Reply, completion
-from tests.support.receiver import start_receiver
 from tests.support.rules import make_rule
 from tests.support.runs import run_policy
 from tests.support.secret_forms import forms, found
@@ -55,14 +54,6 @@ def server():
     s = FakeModelServer().start()
     yield s
     s.stop()
-
-
-@pytest.fixture
-def receiver():
-    rec, httpd = start_receiver()
-    yield rec
-    httpd.shutdown()
-    httpd.server_close()
 
 
 def _claim(rule: TriggerRule, biz_key: str, *, action: str = "harness.record", max_attempts: int = 1) -> TaskRun:

@@ -126,10 +126,6 @@ def test_a_slot_that_is_not_a_date_time_is_refused_in_the_browsers_language(clie
     ],
 )
 def test_a_cron_schedule_in_chinese_names_weekdays_and_months_in_chinese(cron, zh):
-    from django.utils import translation
-
-    from tasks.sentences import cron_description
-
     with translation.override("zh-hans"):
-        assert cron_description(cron) == zh
-    assert cron_description("0 9 * * 1-5") == "At 09:00, Monday through Friday"  # English stays English
+        assert sentences.cron_description(cron) == zh
+    assert sentences.cron_description("0 9 * * 1-5") == "At 09:00, Monday through Friday"  # English stays English
