@@ -379,20 +379,21 @@ def publish_in_one_round_trip(producer) -> Iterator[None]:
 PROBE_TIMEOUT = 2.0
 
 
-def queue_probe(app, queue: str, *, timeout: float = PROBE_TIMEOUT) -> QueueProbe:
+def queue_probe(app, queue: str, *, timeout: float = PROBE_TIMEOUT, held: bool = True) -> QueueProbe:
     """Look at `queue` without taking anything from it. Raises on a broker that cannot be reached
-    within `timeout` seconds (one try, no retries)."""
+    within `timeout` seconds (one try, no retries). With held=False, what consumers hold is not read
+    (`held` stays empty): each held message is a document to parse, a thousand on a busy agent worker."""
     with app.connection_for_read() as conn:
         conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=timeout)
         channel = conn.default_channel
         if isinstance(channel, Channel):
-            return _file_probe(channel, queue)
+            return _file_probe(channel, queue, held=held)
         if hasattr(channel, "client") and hasattr(channel, "unacked_key"):
-            return _redis_probe(channel, queue)
+            return _redis_probe(channel, queue, held=held)
         return QueueProbe(queue=queue, depth=conn.SimpleQueue(queue).qsize(), oldest_age=None)
 
 
-def _file_probe(channel: Channel, queue: str) -> QueueProbe:
+def _file_probe(channel: Channel, queue: str, *, held: bool) -> QueueProbe:
     now_ms = monotonic() * 1000
     suffix = f".{queue}.msg"
     sent, runs = [], set()
@@ -401,10 +402,10 @@ def _file_probe(channel: Channel, queue: str) -> QueueProbe:
             sent.append(parsed[0])
             if parsed[1] is not None:
                 runs.add(parsed[1])
-    held: dict[int, float | None] = {}
+    holding: dict[int, float | None] = {}
     folder, wall = channel.claims_folder, time.time()
     with contextlib.suppress(FileNotFoundError):
-        for owner in os.listdir(folder):
+        for owner in os.listdir(folder) if held else ():
             if owner.startswith(".") or owner.endswith(".lock"):
                 continue
             alive = owner_alive(folder, owner)
@@ -417,18 +418,18 @@ def _file_probe(channel: Channel, queue: str) -> QueueProbe:
                         runs.add(parsed[1])
                         continue
                     with contextlib.suppress(FileNotFoundError):  # the rename into the claim set ctime
-                        held[parsed[1]] = wall - os.stat(os.path.join(folder, owner, name)).st_ctime
+                        holding[parsed[1]] = wall - os.stat(os.path.join(folder, owner, name)).st_ctime
     oldest = min(sent, default=None)
     return QueueProbe(
         queue=queue,
         depth=len(sent),
         oldest_age=(now_ms - oldest) / 1000 if oldest is not None else None,
         queued_runs=frozenset(runs),
-        held=held,
+        held=holding,
     )
 
 
-def _redis_probe(channel, queue: str) -> QueueProbe:
+def _redis_probe(channel, queue: str, *, held: bool) -> QueueProbe:
     client = channel.client
     now = time.time()
     depth = client.llen(queue)
@@ -441,18 +442,18 @@ def _redis_probe(channel, queue: str) -> QueueProbe:
                 oldest_sent = float(headers[SENT_AT_HEADER])
             if (at := headers.get(DISPATCHED_HEADER)) is not None:
                 oldest_dispatched = min(float(at), oldest_dispatched or float(at))
-    held: dict[int, float | None] = {}
-    delivered = dict(client.zrange(channel.unacked_index_key, 0, -1, withscores=True))
-    for tag, raw in client.hgetall(channel.unacked_key).items():
+    holding: dict[int, float | None] = {}
+    delivered = dict(client.zrange(channel.unacked_index_key, 0, -1, withscores=True)) if held else {}
+    for tag, raw in client.hgetall(channel.unacked_key).items() if held else ():
         with contextlib.suppress(ValueError, TypeError, KeyError, IndexError):
             run = _run_of(loads(bytes_to_str(raw))[0])
             if run is not None:
                 at = delivered.get(tag)
-                held[run] = now - at if at else None
+                holding[run] = now - at if at else None
     return QueueProbe(
         queue=queue,
         depth=depth,
         oldest_age=now - oldest_sent if oldest_sent else None,
         oldest_dispatched_at=oldest_dispatched,
-        held=held,
+        held=holding,
     )

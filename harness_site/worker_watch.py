@@ -101,7 +101,8 @@ class QueueWatch(threading.Thread):
                 return
             for queue in self.queues:
                 try:
-                    self.oldest_age[queue] = queue_probe(current_app, queue, timeout=PROBE_TIMEOUT).oldest_age
+                    look = queue_probe(current_app, queue, timeout=PROBE_TIMEOUT, held=False)
+                    self.oldest_age[queue] = look.oldest_age
                 except Exception:  # an unreachable broker is /healthz's business
                     self.oldest_age.pop(queue, None)
 

@@ -13,6 +13,7 @@ mixed escapings ("sk-\\u0070roj") are caught too. Over-redaction is harmless; a 
 
 import base64
 import re
+import threading
 from functools import lru_cache
 
 REDACTED = "[redacted]"
@@ -64,8 +65,18 @@ def secret_forms(secret: str) -> list[str]:
     return sorted(forms, key=len, reverse=True)
 
 
-@lru_cache(maxsize=64)
+# One build per key at a time: a pattern costs tens of milliseconds of CPU, and the runs waiting on one
+# provider get their answers together; lru_cache alone lets every thread that misses build it again.
+_building = threading.Lock()
+
+
 def _pattern(secrets: tuple[str, ...]) -> re.Pattern[str]:
+    with _building:
+        return _built(secrets)
+
+
+@lru_cache(maxsize=64)
+def _built(secrets: tuple[str, ...]) -> re.Pattern[str]:
     forms = sorted({f for s in secrets for f in secret_forms(s)}, key=len, reverse=True)
     hexes = {s.encode().hex() for s in secrets}  # hex may come in either case, or mixed
     return re.compile(

@@ -2,10 +2,12 @@
 
 import base64
 import json
+import threading
+from concurrent.futures import ThreadPoolExecutor
 
 import pytest
 
-from tasks.agents.redaction import REDACTED, redact
+from tasks.agents.redaction import REDACTED, _built, redact
 from tests.support.secret_forms import forms, found
 
 KEY = "sk-proj/Zq81+mXc0=VbN2lKj7HgF5dS3aP9oI"
@@ -57,3 +59,19 @@ def test_it_redacts_the_hex_form_in_either_case(case):
         "mixed": "".join(c.upper() if i % 2 else c for i, c in enumerate(hexed)),
     }
     assert redact(f"echo {shown[case]} end", key) == f"echo {REDACTED} end"
+
+
+def test_many_threads_meeting_a_new_key_build_its_pattern_once():
+    # Building the pattern of a key costs tens of milliseconds of CPU. A thousand runs waiting on one
+    # provider get their answers at the same moment: each must not build it again meanwhile.
+    _built.cache_clear()
+    start = threading.Barrier(40)
+
+    def answer() -> str:
+        start.wait()
+        return redact(f"echo {KEY}", "sk-thundering-herd-0123456789", KEY)
+
+    with ThreadPoolExecutor(max_workers=40) as pool:
+        texts = list(pool.map(lambda _: answer(), range(40)))
+    assert texts == [f"echo {REDACTED}"] * 40
+    assert _built.cache_info().misses == 1
