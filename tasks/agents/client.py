@@ -21,7 +21,9 @@ from anything the provider sends back before it can reach an error message, a lo
 import hashlib
 import json
 import os
+import ssl
 import threading
+import weakref
 from dataclasses import dataclass
 from datetime import datetime
 from email.utils import parsedate_to_datetime
@@ -38,37 +40,49 @@ from tasks.skills.sdk import ErrorKind, SkillError
 MAX_RAW_OUTPUT = 20_000
 MAX_ERROR_BODY = 500
 
-_http: httpx.Client | None = None
-_http_lock = threading.Lock()
+_tls: ssl.SSLContext | None = None
+_tls_lock = threading.Lock()
+_per_thread = threading.local()
 
 
 def http_client() -> httpx.Client:
-    """The process's one HTTP client for model calls. Building a client loads the CA bundle (tens of
-    milliseconds of CPU, far more on a busy box): paid per call, a thousand runs waiting at once
-    spend seconds of CPU before the first byte is sent. httpx.Client is thread-safe and keeps the
-    connection to the provider alive between calls. It keeps no cookies, so one agent's session
-    never rides along with another agent's key; each call sets its own timeouts and headers."""
-    global _http
-    if _http is None:
-        with _http_lock:
-            if _http is None:
-                _http = httpx.Client(
-                    follow_redirects=False,
-                    cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
-                    # Unbounded: every waiting run holds its own connection; the pool, rate limits
-                    # and budgets already bound how many calls run at once.
-                    limits=httpx.Limits(max_connections=None, max_keepalive_connections=100),
-                )
-    return _http
+    """This thread's HTTP client for model calls. A thread makes one call at a time, and keeps its
+    connection to the provider alive for its next call. One client per thread, not per process:
+    httpcore's pool scans every connection it holds on every call, and closes idle connections while
+    it holds more than its keep-alive limit (encode/httpcore#1035), so a thousand runs waiting on
+    one shared client cost milliseconds of CPU per call and reconnect. The clients share one TLS
+    context: loading the CA bundle costs about 20 ms of CPU. A client keeps no cookies, so one
+    agent's session never rides along with another agent's key; each call sets its own timeouts
+    and headers."""
+    client = getattr(_per_thread, "client", None)
+    if client is None:
+        client = _per_thread.client = httpx.Client(
+            verify=_tls_context(),
+            follow_redirects=False,
+            cookies=CookieJar(policy=DefaultCookiePolicy(allowed_domains=[])),
+            limits=httpx.Limits(max_connections=None, max_keepalive_connections=1),
+        )
+        # Closed with its thread (or at exit): a thread that ends leaves no connection open.
+        weakref.finalize(threading.current_thread(), client.close)
+    return client
 
 
-def _forget_http_client() -> None:
+def _tls_context() -> ssl.SSLContext:
+    global _tls
+    if _tls is None:
+        with _tls_lock:
+            if _tls is None:
+                _tls = httpx.create_ssl_context()
+    return _tls
+
+
+def _forget_http_clients() -> None:
     # A forked pool child must not share its parent's sockets.
-    global _http
-    _http = None
+    global _per_thread
+    _per_thread = threading.local()
 
 
-os.register_at_fork(after_in_child=_forget_http_client)
+os.register_at_fork(after_in_child=_forget_http_clients)
 
 
 class ModelCallError(SkillError):

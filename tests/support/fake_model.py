@@ -46,6 +46,11 @@ class _Server(ThreadingHTTPServer):
     # Thousands of runs may call at once (tests/bench/agents.py): the default backlog of 5 would
     # turn a burst of connects into SYN retries, a second or more each, measured as model latency.
     request_queue_size = 4096
+    connections = 0  # accepted so far: a client that keeps its connections alive opens few
+
+    def process_request(self, request, client_address) -> None:
+        self.connections += 1  # serve_forever's one thread accepts
+        super().process_request(request, client_address)
 
 
 class FakeModelServer:
@@ -59,6 +64,8 @@ class FakeModelServer:
         server = self
 
         class Handler(BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"  # keep-alive, as real providers
+
             def do_POST(self) -> None:
                 length = int(self.headers.get("Content-Length") or 0)
                 raw = self.rfile.read(length).decode()
@@ -98,6 +105,10 @@ class FakeModelServer:
         self.thread = threading.Thread(target=self.httpd.serve_forever, kwargs={"poll_interval": 0.02}, daemon=True)
 
     @property
+    def connections(self) -> int:
+        return self.httpd.connections
+
+    @property
     def base_url(self) -> str:
         host, port = self.httpd.server_address[:2]
         return f"http://{host}:{port}/v1"
@@ -109,6 +120,10 @@ class FakeModelServer:
 
     def release(self) -> None:
         self._released.set()
+
+    def hold(self) -> None:
+        """Hanging replies hang again, until the next release()."""
+        self._released.clear()
 
     def start(self) -> "FakeModelServer":
         self.thread.start()

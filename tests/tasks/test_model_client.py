@@ -256,7 +256,7 @@ def test_it_redacts_every_form_of_the_key_in_output_that_is_not_a_completion(ser
 
 
 def test_a_cookie_the_provider_sets_is_never_sent_back(server):
-    """The process shares one HTTP client across calls and agents: it must not carry one call's
+    """A thread's HTTP client serves all its calls, whatever the agent: it must not carry one call's
     session to the next, which may use another agent's key."""
     reply = completion("hi")
     reply.headers["Set-Cookie"] = "session=agent-a; Path=/"
@@ -282,3 +282,37 @@ def test_calls_at_once_wait_together_not_in_turn(server):
     for t in threads:
         t.join()
     assert arrived == 120
+
+
+def test_calls_from_many_threads_keep_their_connections_alive(server):
+    """A worker's threads call the provider again and again: each thread's next call reuses its
+    connection, however many call at once. (httpcore's shared pool closes idle connections while it
+    holds more than its keep-alive limit, and scans all of them on every call: encode/httpcore#1035.)"""
+    threads = 150
+    server.respond(Reply(200, completion("hi").body, {"Content-Type": "application/json"}, hang=30))
+    done, again = threading.Barrier(threads + 1), threading.Barrier(threads + 1)
+
+    def twice() -> None:
+        call(server, read_timeout_seconds=60)
+        done.wait()
+        again.wait()
+        call(server, read_timeout_seconds=60)
+
+    def all_waiting(count: int) -> None:  # every call of the round open at once, then answered
+        deadline = time.monotonic() + 30
+        while len(server.requests) < count and time.monotonic() < deadline:
+            time.sleep(0.05)
+        server.release()
+
+    workers = [threading.Thread(target=twice) for _ in range(threads)]
+    for t in workers:
+        t.start()
+    all_waiting(threads)
+    done.wait()
+    server.hold()
+    again.wait()
+    all_waiting(2 * threads)
+    for t in workers:
+        t.join()
+    assert len(server.requests) == 2 * threads
+    assert server.connections == threads
