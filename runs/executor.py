@@ -7,7 +7,6 @@ order: start window -> object gate -> pool admission -> run lease -> skill -> ou
 import logging
 import random
 import threading
-import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
@@ -37,9 +36,6 @@ log = logging.getLogger("harness.executor")
 
 Clock = Callable[[], datetime]
 ExecuteOutcome = outcome.ExecuteOutcome
-# A skill shorter than this is not followed by a connection check (a round trip): a connection that
-# died meanwhile makes the outcome write fail, and the sweeper expires the lease as for a lost worker.
-REFRESH_AFTER_SECONDS = 1.0
 
 
 @tracing.scoped
@@ -90,7 +86,6 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
         # Started lazily: its thread exists only once the first renewal (ttl/3) is due.
         renewer = LeaseRenewer(run_id=run.id, fence=run.fence, ttl=ttl, clock=clock, expires_at=run.lease_expires_at)
         renewer.start()
-        began = time.monotonic()
         # With a connection pool, the skill's wait (a model call) holds no connection: each of its
         # writes borrows one, and the outcome takes one again.
         store().connection_release()
@@ -98,8 +93,7 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
             result, error = _call_skill(run, attempt, worker, clock, lost=renewer.lost)
         finally:
             renewer.stop()
-        if time.monotonic() - began >= REFRESH_AFTER_SECONDS:
-            connection_refresh()  # the skill may have run for minutes; its connection may be gone
+        connection_refresh()  # the skill may have run for minutes; its connection may be gone
         now = clock()
         if error is None:
             done = outcome.run_succeed(run, attempt, result, now=now, release_worker=worker)

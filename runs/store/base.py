@@ -1,10 +1,13 @@
 """What every run-store backend returns, and the writes they share (the ORM's, on either database)."""
 
+import threading
+import time
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, models, transaction
+from django.db.backends.signals import connection_created
 from django.db.models import Count, F, Sum
 from django.db.models.functions import Coalesce
 from django.utils.dateparse import parse_datetime
@@ -55,6 +58,21 @@ def _db():
     return connections[DEFAULT_DB_ALIAS]
 
 
+# A connection idle for less than this is written on without a check (a SELECT 1 round trip): if it
+# died meanwhile the write fails, and the sweeper expires the lease as for a lost worker.
+CHECK_AFTER_IDLE_SECONDS = 1.0
+# When this thread's connection was last known good: opened or drawn from the pool, checked, or
+# last used before a wait began (connection_release).
+_known_good = threading.local()
+
+
+def _connected(sender, connection, **_kwargs) -> None:
+    _known_good.at = time.monotonic()
+
+
+connection_created.connect(_connected, dispatch_uid="runs.store.known_good")
+
+
 class OrmStore:
     """The writes both backends make through the ORM; a backend overrides what it does better."""
 
@@ -66,11 +84,18 @@ class OrmStore:
     # --- connections ---
 
     def connection_refresh(self) -> None:
-        """Before a write that follows a long wait (a skill's run), drop this thread's connection if
-        the server closed it meanwhile, so the write reconnects instead of failing. Never inside a
-        transaction (the transaction would be lost with it)."""
+        """Before a write that may follow a wait (a skill's run, a step's work): drop this thread's
+        connection if the server closed it meanwhile, so the write reconnects instead of failing.
+        Checked only when it has been idle CHECK_AFTER_IDLE_SECONDS or more: a connection just drawn
+        from the pool or used a moment ago is not. Never inside a transaction (it would be lost)."""
         db = _db()
-        if not db.in_atomic_block and db.connection is not None and not db.is_usable():
+        if db.in_atomic_block or db.connection is None:
+            return
+        now = time.monotonic()
+        if now - getattr(_known_good, "at", 0.0) < CHECK_AFTER_IDLE_SECONDS:
+            return
+        _known_good.at = now
+        if not db.is_usable():
             db.close()
 
     def connection_close(self) -> None:
@@ -78,11 +103,13 @@ class OrmStore:
         _db().close()
 
     def connection_release(self) -> None:
-        """Give this thread's connection back where a pool holds it (DATABASES OPTIONS "pool"), so a
-        thread that waits (a skill, a renewal period) holds none; elsewhere keep it for the next write."""
+        """This thread is about to wait (a skill, a model call, a renewal period): give its
+        connection back where a pool holds it (DATABASES OPTIONS "pool"), so a thread that waits
+        holds none; elsewhere keep it for the next write, checked then if the wait was long."""
         db = _db()
         if db.settings_dict.get("OPTIONS", {}).get("pool") and not db.in_atomic_block:
             db.close()
+        _known_good.at = time.monotonic()
 
     def connection_unpooled(self) -> None:
         """Where a pool holds the connections, give this thread a connection of its own outside it,

@@ -10,7 +10,7 @@ On SQLite there is no pool: the thread keeps its one connection (no new connecti
 from dataclasses import replace
 
 import pytest
-from django.db import connection
+from django.db import DEFAULT_DB_ALIAS, connection, connections
 from django.db.backends.signals import connection_created
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
@@ -87,23 +87,32 @@ def claimed(kind: str, n: int, model: FakeModelServer | None = None) -> TaskRun:
     return run_claim(work, now=timezone.now(), dispatch=False).run
 
 
-def measure(run: TaskRun, pool) -> tuple[int, int, int]:
-    """(statements, pool checkouts, new connections) of one execution of `run`."""
-    opened = []
+def measure(run: TaskRun, pool) -> tuple[int, int, int, int]:
+    """(statements, pool checkouts, new connections, connection checks) of one execution of `run`.
+    A connection check (is_usable: a SELECT 1 round trip on PostgreSQL) is not a captured query."""
+    opened, checks = [], []
 
     def count(**_kwargs):
         opened.append(1)
 
+    wrapper = type(connections[DEFAULT_DB_ALIAS])  # the backend class, not the thread-local proxy
+    usable = wrapper.is_usable
+
+    def checked(db) -> bool:
+        checks.append(1)
+        return usable(db)
+
     before = pool.get_stats().get("requests_num", 0) if pool is not None else 0
     connection_created.connect(count)
     try:
-        with CaptureQueriesContext(connection) as queries:
+        with pytest.MonkeyPatch.context() as spy, CaptureQueriesContext(connection) as queries:
+            spy.setattr(wrapper, "is_usable", checked)
             outcome = executor.run_execute(run_id=run.id, worker="w", clock=timezone.now)
     finally:
         connection_created.disconnect(count)
     assert outcome.status == "succeeded", outcome
     checkouts = pool.get_stats().get("requests_num", 0) - before if pool is not None else 0
-    return len(queries), checkouts, len(opened)
+    return len(queries), checkouts, len(opened), len(checks)
 
 
 @pytest.mark.parametrize("kind", ["plain", "steps", "model"])
@@ -113,14 +122,27 @@ def test_one_execution_costs_fixed_statements_and_checkouts(kind, pooled, model)
     run = claimed(kind, 2, model)
     connection.close()  # a pooled connection goes back; a kept one is reopened before the count
 
-    executor_statements, checkouts, opened = measure(run, pooled)
+    executor_statements, checkouts, opened, checks = measure(run, pooled)
 
     assert TaskRun.objects.get(pk=run.pk).state == TaskRun.State.SUCCEEDED
     if kind != "plain":
         assert DiagnosticRecord.objects.filter(run_id=run.pk).count() == 1  # the write step ran once
     assert executor_statements == STATEMENTS[connection.vendor][kind]
+    # Every wait here is short (the provider answers at once): no connection is checked. A pooled
+    # connection is fresh from the pool after each wait; a kept one was used a moment ago.
+    assert checks == 0
     if pooled is not None:
         assert checkouts == CHECKOUTS[kind]
         assert opened == checkouts  # every connection the run used came from the pool
     else:
         assert opened <= 1  # SQLite: the thread's one connection, kept across the run's waits
+
+
+def test_a_connection_kept_through_a_long_wait_is_checked_once_before_the_next_write():
+    """Without a pool the thread keeps its connection while the skill runs; after a wait of a second
+    or more the server may have closed it, so it is checked (and replaced if gone) before the outcome."""
+    run = run_claim(
+        api_work("qc:sleep", skill="harness.sleep", params={"seconds": 1.1}), now=timezone.now(), dispatch=False
+    ).run
+    _statements, _checkouts, _opened, checks = measure(run, None)
+    assert checks == 1
