@@ -48,7 +48,15 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--cases", default="100x1,1000x1", help="runs per worker x workers, comma-separated")
     p.add_argument("--seconds", type=float, default=10.0, help="how long each model call takes")
     p.add_argument("--pool-max", default="10", help="HARNESS_DB_POOL_MAX per case, comma-separated (0: no pool)")
-    p.add_argument("--skill", choices=("model", "sleep"), default="model")
+    p.add_argument(
+        "--skill",
+        choices=("model", "sleep", "bare"),
+        default="model",
+        help="bare: no harness, a plain Celery task making the same call (tests/bench/bench_tasks.py), the floor",
+    )
+    p.add_argument(
+        "--pool", choices=("threads", "gevent"), default="threads", help="the workers' Celery pool (gevent: installed?)"
+    )
     p.add_argument("--queues", default="celery,agents,harness_control", help="the queues the workers consume")
     p.add_argument("--private-postgres", action="store_true", help="a server of the bench's own, max_connections=100")
     p.add_argument(
@@ -149,11 +157,12 @@ def case(n: int, k: int, pool_max: int, args: argparse.Namespace, log_dir: Path,
                 f"agents-{pool_max}-{n}x{k}-{w}",
                 bench.celery_argv(
                     "worker",
-                    "--pool=threads",
+                    f"--pool={args.pool}",
                     f"--concurrency={n}",
                     "--loglevel=WARNING",
                     f"--hostname=agents{w}@%h",
                     f"--queues={args.queues}",
+                    *(["--include=tests.bench.bench_tasks"] if args.skill == "bare" else []),
                 ),
                 log_dir,
             )
@@ -172,6 +181,10 @@ def case(n: int, k: int, pool_max: int, args: argparse.Namespace, log_dir: Path,
         watched = [*(p.popen.pid for p in workers), *pids_of("--hostname=agents@")]
         time.sleep(2)
         cpu_before = sum(cpu_seconds(pid) for pid in watched)
+        if args.skill == "bare":
+            figures = bare_case(n * k, args, watched)
+            cpu = sum(cpu_seconds(pid) for pid in watched) - cpu_before
+            return {**figures, "cpu_ms_per_run": cpu * 1000 / (n * k)}
         now = timezone.now()
         started = time.monotonic()
         ids = [run_claim(work(tag, i, args), now=now, dispatch=False).run.id for i in range(n * k)]
@@ -211,9 +224,41 @@ def case(n: int, k: int, pool_max: int, args: argparse.Namespace, log_dir: Path,
             p.stop()
 
 
+def bare_case(total: int, args: argparse.Namespace, watched: list[int]) -> dict:
+    """The same calls as plain Celery tasks: in flight counted from the tasks' own Redis counters."""
+    import redis
+
+    from tests.bench.bench_tasks import bench_call_model
+
+    client = redis.Redis.from_url(args.broker_url)
+    counter = f"bare:{time.time_ns()}"
+    url = os.environ["BENCH_MODEL_URL"] + "/chat/completions"
+    dispatched = time.time()
+    for _ in range(total):
+        bench_call_model.apply_async(args=(url, counter, total, args.seconds + 60), queue="celery")
+    peak = {"in_flight": 0, "connections": 0, "rss_mb": 0.0}
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline and client.get(f"{counter}:done") is None:
+        started, done = (int(client.get(key) or 0) for key in (f"{counter}:started", counter))
+        peak["in_flight"] = max(peak["in_flight"], started - done)
+        peak["rss_mb"] = max([peak["rss_mb"], *(rss_mb(pid) for pid in watched)])
+        time.sleep(0.25)
+    stamp = client.get(f"{counter}:done")
+    done = int(client.get(counter) or 0)
+    return {
+        **peak,
+        "succeeded": done,
+        "failed": 0,
+        "unfinished": total - done,
+        "refusals": 0,
+        "claim_s": 0.0,
+        "drain_ratio": ((float(stamp) if stamp else time.time()) - dispatched) / args.seconds,
+    }
+
+
 def model_server(args: argparse.Namespace) -> tuple[object | None, dict]:
     """The fake provider and the worker environment that grants the bench's key for its URL alone."""
-    if args.skill != "model":
+    if args.skill not in ("model", "bare"):
         return None, {}
     from tasks.models import Agent
     from tests.support.fake_model import FakeModelServer, Reply, json_completion
@@ -233,6 +278,7 @@ def model_server(args: argparse.Namespace) -> tuple[object | None, dict]:
             "max_tokens_per_hour": None,
         },
     )
+    os.environ["BENCH_MODEL_URL"] = server.base_url
     return server, {
         KEY_ENV: "sk-bench-0123456789",
         "HARNESS_GRANTS": f"{KEY_ENV}=model@{server.base_url}",
@@ -280,7 +326,11 @@ def run(args: argparse.Namespace) -> None:
     server, model_env = model_server(args)
     log_dir = Path(tempfile.mkdtemp(prefix="harness-agents-"))
     wait = f"{args.seconds:g} s"
-    what = f"llm_json, fake provider answering after {wait}" if server else f"harness.sleep {wait}"
+    what = {
+        "model": f"llm_json, fake provider answering after {wait}",
+        "bare": f"no harness: a plain Celery task calling the fake provider, answering after {wait}",
+        "sleep": f"harness.sleep {wait}",
+    }[args.skill]
     where = "SQLite + file broker, the Procfile's processes" if args.embedded else "threads-pool workers"
     print(f"waiting runs: {what}; {where}; max_connections={ceiling}; cpus={os.cpu_count()}")
     print(

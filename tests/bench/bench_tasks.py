@@ -1,13 +1,17 @@
-"""The bare Celery no-op task for the baseline of tests/bench/benchmark.py.
+"""Bare Celery tasks, the baselines of the benchmarks: a no-op (tests/bench/benchmark.py) and a model
+call (tests/bench/agents.py --skill bare).
 
-The worker imports this module with ``--include scripts.bench_tasks`` (``scripts`` is a namespace
-package, importable because the worker's cwd is the project root).
+The worker imports this module with ``--include tests.bench.bench_tasks`` (importable because the
+worker's cwd is the project root).
 """
 
+import json
 import os
+import threading
 import time
 from functools import cache
 
+import httpx
 import redis
 from celery import shared_task
 from django.conf import settings
@@ -28,6 +32,32 @@ def bench_noop(counter: str, target: int) -> None:
         _count_in_file(counter.removeprefix("file:"), target)
         return
     client = _redis()
+    if client.incr(counter) >= target:
+        client.set(f"{counter}:done", repr(time.time()), nx=True)
+
+
+_http = threading.local()
+
+
+@cache
+def _tls():
+    return httpx.create_ssl_context()  # one CA bundle load per process, as the harness's client
+
+
+@shared_task(name="bench.call_model", ignore_result=True)
+def bench_call_model(url: str, counter: str, target: int, timeout: float) -> None:
+    """Bare Celery's floor for a run that waits on a model (tests/bench/agents.py --skill bare): one
+    chat-completions POST through the thread's own httpx client, as tasks/agents/client.py makes it,
+    and its answer parsed; nothing of the harness. Counts starts and ends in Redis."""
+    client = _redis()
+    client.incr(f"{counter}:started")
+    http = getattr(_http, "client", None)
+    if http is None:
+        limits = httpx.Limits(max_connections=None, max_keepalive_connections=1)
+        http = _http.client = httpx.Client(verify=_tls(), limits=limits)
+    body = {"model": "fake", "messages": [{"role": "user", "content": "Summarise."}]}
+    response = http.post(url, json=body, headers={"Authorization": "Bearer sk-bench"}, timeout=timeout)
+    json.loads(json.loads(response.text)["choices"][0]["message"]["content"])
     if client.incr(counter) >= target:
         client.set(f"{counter}:done", repr(time.time()), nx=True)
 
