@@ -1,8 +1,10 @@
-"""Profile the worker's execute path in process (cProfile): claim N harness.noop runs, then execute
-each as a worker would (runs.executor.run_execute), and print where the CPU went: the top functions
-by own time, and own time by package (Django, psycopg, the harness, ...). Not part of the suite.
+"""Profile the worker's execute path in process (cProfile): claim N harness.noop runs (or, with
+--skill llm_json, runs asking an agent whose provider is a fake model server on loopback that answers
+at once), then execute each as a worker would (runs.executor.run_execute), and print where the CPU
+went: the top functions by own time, and own time by package (Django, psycopg, the harness, ...).
+Not part of the suite.
 
-    .venv/bin/python tests/bench/profile_worker.py [--runs 500]
+    .venv/bin/python tests/bench/profile_worker.py [--runs 500] [--skill harness.noop|llm_json]
 
 Needs DATABASE_URL (PostgreSQL for the figures that matter); rows are left for inspection.
 """
@@ -15,6 +17,7 @@ import secrets
 import sys
 import time
 from collections import defaultdict
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,7 +38,21 @@ def main() -> None:
     p = argparse.ArgumentParser()
     p.add_argument("--runs", type=int, default=500)
     p.add_argument("--top", type=int, default=15)
+    p.add_argument("--skill", choices=("harness.noop", "llm_json"), default="harness.noop")
     args = p.parse_args()
+    server = None
+    if args.skill == "llm_json":
+        from tests.support.fake_model import FakeModelServer, json_completion
+
+        server = FakeModelServer().start()
+        server.respond(json_completion({"summary": "ok"}))
+        os.environ.update(
+            {
+                "HARNESS_SECRET_PROFILE_MODEL": "sk-profile-0123456789",
+                "HARNESS_GRANTS": f"HARNESS_SECRET_PROFILE_MODEL=model@{server.base_url}",
+                "HARNESS_AGENT_URL_ALLOW": server.base_url,
+            }
+        )
     os.environ.setdefault("SECRET_KEY", "profile-" + secrets.token_urlsafe(48))
     os.environ.setdefault("LOG_LEVEL", "ERROR")
     os.environ.setdefault("DJANGO_SETTINGS_MODULE", "harness_site.settings")
@@ -51,10 +68,31 @@ def main() -> None:
 
     call_command("migrate", verbosity=0)
     tag = f"profile:{time.time_ns()}"
+    if server is not None:
+        from tasks.models import Agent
+
+        Agent.objects.update_or_create(
+            name="profile-model",
+            defaults={
+                "provider": "openai",
+                "base_url": server.base_url,
+                "model": "fake",
+                "api_key_env": "HARNESS_SECRET_PROFILE_MODEL",
+                "max_calls_per_hour": None,
+                "max_tokens_per_hour": None,
+            },
+        )
     ids = []
     for i in range(args.runs):
         with transaction.atomic():
-            work = Work(biz_key=f"{tag}:{i}", skill="harness.noop", source="api", triggered_by="profile", payload={})
+            work = Work(biz_key=f"{tag}:{i}", skill=args.skill, source="api", triggered_by="profile", payload={})
+            if server is not None:
+                from tests.support.runs import api_work, run_policy
+
+                work = replace(
+                    api_work(f"{tag}:{i}", skill="llm_json", params={"prompt": "Summarise run {i}.", "i": i}),
+                    policy=run_policy({"max_attempts": 1}, agent="profile-model"),
+                )
             ids.append(run_claim(work, now=timezone.now(), dispatch=False).run.id)
     executor.run_execute(run_id=ids.pop(), worker="profile", clock=timezone.now)  # warm
     # CPU time, not wall: the worker is CPU-bound on a busy machine; waits on the server are not ours.
