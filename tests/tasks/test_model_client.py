@@ -5,6 +5,7 @@ usage is read from the response. No database: chat() is the HTTP edge only.
 """
 
 import json
+import os
 import threading
 import time
 from datetime import UTC, datetime, timedelta
@@ -13,7 +14,15 @@ from types import SimpleNamespace
 
 import pytest
 
-from tasks.agents.client import ModelCallError, build_messages, chat, input_sha256, kind_for_status, parse_retry_after
+from tasks.agents.client import (
+    ModelCallError,
+    build_messages,
+    chat,
+    http_client,
+    input_sha256,
+    kind_for_status,
+    parse_retry_after,
+)
 from tasks.skills.sdk import ErrorKind
 from tests.support.fake_model import FakeModelServer, Reply, completion
 from tests.support.secret_forms import forms, found
@@ -316,3 +325,22 @@ def test_calls_from_many_threads_keep_their_connections_alive(server):
         t.join()
     assert len(server.requests) == 2 * threads
     assert server.connections == threads
+
+
+def test_a_forked_child_calls_on_a_client_of_its_own(server):
+    """A prefork pool child must not share its parent's kept-alive connection to the provider."""
+    server.respond(completion("hi"))
+    call(server)
+    parents = http_client()
+    pid = os.fork()
+    if pid == 0:  # the child: never return into pytest
+        code = 1
+        try:
+            ours = http_client()
+            call(server)
+            code = 0 if ours is not parents and http_client() is ours else 1
+        finally:
+            os._exit(code)
+    _pid, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0
+    assert len(server.requests) == 2 and server.connections == 2
