@@ -382,7 +382,8 @@ PROBE_TIMEOUT = 2.0
 def queue_probe(app, queue: str, *, timeout: float = PROBE_TIMEOUT, held: bool = True) -> QueueProbe:
     """Look at `queue` without taking anything from it. Raises on a broker that cannot be reached
     within `timeout` seconds (one try, no retries). With held=False, what consumers hold is not read
-    (`held` stays empty): each held message is a document to parse, a thousand on a busy agent worker."""
+    (`held` stays empty, and on the file broker a dead consumer's messages are not yet in
+    `queued_runs`): each held message is a document to parse, a thousand on a busy agent worker."""
     with app.connection_for_read() as conn:
         conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=timeout)
         channel = conn.default_channel
@@ -442,18 +443,24 @@ def _redis_probe(channel, queue: str, *, held: bool) -> QueueProbe:
                 oldest_sent = float(headers[SENT_AT_HEADER])
             if (at := headers.get(DISPATCHED_HEADER)) is not None:
                 oldest_dispatched = min(float(at), oldest_dispatched or float(at))
-    holding: dict[int, float | None] = {}
-    delivered = dict(client.zrange(channel.unacked_index_key, 0, -1, withscores=True)) if held else {}
-    for tag, raw in client.hgetall(channel.unacked_key).items() if held else ():
-        with contextlib.suppress(ValueError, TypeError, KeyError, IndexError):
-            run = _run_of(loads(bytes_to_str(raw))[0])
-            if run is not None:
-                at = delivered.get(tag)
-                holding[run] = now - at if at else None
     return QueueProbe(
         queue=queue,
         depth=depth,
         oldest_age=now - oldest_sent if oldest_sent else None,
         oldest_dispatched_at=oldest_dispatched,
-        held=holding,
+        held=_redis_held(channel, now) if held else {},
     )
+
+
+def _redis_held(channel, now: float) -> dict[int, float | None]:
+    """The runs whose messages consumers hold (kombu's unacked hash), and for how long."""
+    client = channel.client
+    delivered = dict(client.zrange(channel.unacked_index_key, 0, -1, withscores=True))
+    holding: dict[int, float | None] = {}
+    for tag, raw in client.hgetall(channel.unacked_key).items():
+        with contextlib.suppress(ValueError, TypeError, KeyError, IndexError):
+            run = _run_of(loads(bytes_to_str(raw))[0])
+            if run is not None:
+                at = delivered.get(tag)
+                holding[run] = now - at if at else None
+    return holding

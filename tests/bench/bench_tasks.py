@@ -7,16 +7,15 @@ worker's cwd is the project root).
 
 import json
 import os
-import threading
 import time
 from functools import cache
 
-import httpx
 import redis
 from celery import shared_task
 from django.conf import settings
 
 from harness_site.celery import app
+from tasks.agents.client import http_client
 
 
 @cache
@@ -36,27 +35,15 @@ def bench_noop(counter: str, target: int) -> None:
         client.set(f"{counter}:done", repr(time.time()), nx=True)
 
 
-_http = threading.local()
-
-
-@cache
-def _tls():
-    return httpx.create_ssl_context()  # one CA bundle load per process, as the harness's client
-
-
 @shared_task(name="bench.call_model", ignore_result=True)
 def bench_call_model(url: str, counter: str, target: int, timeout: float) -> None:
     """Bare Celery's floor for a run that waits on a model (tests/bench/agents.py --skill bare): one
-    chat-completions POST through the thread's own httpx client, as tasks/agents/client.py makes it,
-    and its answer parsed; nothing of the harness. Counts starts and ends in Redis."""
+    chat-completions POST on the harness's own per-thread HTTP client, and its answer parsed; no run,
+    no statement, no step. Counts starts and ends in Redis."""
     client = _redis()
     client.incr(f"{counter}:started")
-    http = getattr(_http, "client", None)
-    if http is None:
-        limits = httpx.Limits(max_connections=None, max_keepalive_connections=1)
-        http = _http.client = httpx.Client(verify=_tls(), limits=limits)
     body = {"model": "fake", "messages": [{"role": "user", "content": "Summarise."}]}
-    response = http.post(url, json=body, headers={"Authorization": "Bearer sk-bench"}, timeout=timeout)
+    response = http_client().post(url, json=body, headers={"Authorization": "Bearer sk-bench"}, timeout=timeout)
     json.loads(json.loads(response.text)["choices"][0]["message"]["content"])
     if client.incr(counter) >= target:
         client.set(f"{counter}:done", repr(time.time()), nx=True)

@@ -38,7 +38,8 @@ def queue_with_one_held_and_one_waiting():
 def test_the_full_look_names_the_held_run(queue_with_one_held_and_one_waiting):
     probe = queue_probe(current_app, queue_with_one_held_and_one_waiting)
     assert probe.depth == 1 and probe.oldest_age is not None
-    assert set(probe.held) < {4242, 4243} and len(probe.held) == 1
+    # Held is per broker, not per queue: another test's held message may be there too.
+    assert len(set(probe.held) & {4242, 4243}) == 1
 
 
 def test_the_heartbeats_look_reads_the_queue_and_not_what_is_held(queue_with_one_held_and_one_waiting):
