@@ -65,12 +65,12 @@ def main() -> None:
 
     from runs import executor
     from runs.claims import Work, run_claim
+    from tasks.models import Agent
+    from tests.support.runs import api_work, run_policy
 
     call_command("migrate", verbosity=0)
     tag = f"profile:{time.time_ns()}"
     if server is not None:
-        from tasks.models import Agent
-
         Agent.objects.update_or_create(
             name="profile-model",
             defaults={
@@ -87,8 +87,6 @@ def main() -> None:
         with transaction.atomic():
             work = Work(biz_key=f"{tag}:{i}", skill=args.skill, source="api", triggered_by="profile", payload={})
             if server is not None:
-                from tests.support.runs import api_work, run_policy
-
                 work = replace(
                     api_work(f"{tag}:{i}", skill="llm_json", params={"prompt": "Summarise run {i}.", "i": i}),
                     policy=run_policy({"max_attempts": 1}, agent="profile-model"),
