@@ -27,6 +27,8 @@ from tasks.rules import business_days, evaluation
 from tasks.rules.business_days import LibraryDay
 
 CHINA = "CN"
+# The language holiday names are recorded in (the desk words them for its reader; tasks/sentences.py).
+HOLIDAY_LANGUAGE = "en_US"
 
 
 class BusinessCalendar(models.Model):
@@ -144,7 +146,10 @@ def library_lookup(country: str, subdivision: str = "") -> business_days.Lookup:
     if country == CHINA and not subdivision:
         return _china
     try:
-        table = holidays.country_holidays(country, subdiv=subdivision or None)
+        # A fixed language: unasked, the library names holidays after the process's locale
+        # (LANGUAGE, LC_*, LANG), so a decision's reason would change with how the server started.
+        # Every country speaks en_US or has English names of its own.
+        table = holidays.country_holidays(country, subdiv=subdivision or None, language=HOLIDAY_LANGUAGE)
     except NotImplementedError as exc:
         raise NotImplementedError(str(exc)) from None
     first, last = table.start_year, table.end_year

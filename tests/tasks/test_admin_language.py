@@ -143,20 +143,26 @@ def test_the_committed_catalogue_is_complete_and_compiled():
     assert len(entries) > 100
     with (folder / "django.mo").open("rb") as mo:
         compiled = gettext.GNUTranslations(mo)
-    for (context, msgid), msgstr in entries.items():
+    for (context, msgid, plural), msgstr in entries.items():
         assert msgstr, f"untranslated: {msgid!r}"
-        found = compiled.pgettext(context, msgid) if context else compiled.gettext(msgid)
+        # A plural entry is looked up as Django does, by ngettext: plain gettext() of its msgid
+        # finds it only on newer patch releases of Python 3.11 (3.11.7, not Debian's 3.11.2).
+        if plural is None:
+            found = compiled.pgettext(context, msgid) if context else compiled.gettext(msgid)
+        else:
+            found = compiled.npgettext(context, msgid, plural, 1) if context else compiled.ngettext(msgid, plural, 1)
         assert found == msgstr, f"django.mo is stale for {msgid!r}; run compilemessages"
 
 
-def _po_entries(text: str) -> dict[str, str]:
+def _po_entries(text: str) -> dict[tuple[str | None, str, str | None], str]:
     import ast
 
     entries, key, current = {}, None, {}
     for line in [*text.splitlines(), ""]:
         if not line.strip():
             if current.get("msgid"):
-                entry = (current.get("msgctxt"), current["msgid"])  # the same msgid may have contexts
+                # The same msgid may have contexts; a plural entry is found by its plural form too.
+                entry = (current.get("msgctxt"), current["msgid"], current.get("msgid_plural"))
                 entries[entry] = current.get("msgstr", current.get("msgstr[0]", ""))
             current, key = {}, None
         elif line.startswith(("msgctxt ", "msgid ", "msgid_plural ", "msgstr ", "msgstr[0] ")):

@@ -121,6 +121,22 @@ def test_it_knows_germanys_public_holidays(year):
     assert cal.reason(date(year, 10, 3)) == "German Unity Day"
 
 
+@pytest.mark.parametrize("environ", [{}, {"LANG": "C.UTF-8"}, {"LANG": "de_DE.UTF-8"}, {"LANGUAGE": "fr"}])
+def test_a_holidays_name_does_not_follow_the_process_locale(monkeypatch, environ):
+    """The library names holidays in the country's language unless asked, reading LANGUAGE, LC_ALL,
+    LC_MESSAGES and LANG: the name a decision records must not depend on how the server started."""
+    for name in ("LANGUAGE", "LC_ALL", "LC_MESSAGES", "LANG"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in environ.items():
+        monkeypatch.setenv(name, value)
+    library_lookup.cache_clear()
+    try:
+        assert library_lookup("DE")(date(2026, 10, 3)).name == "German Unity Day"
+        assert library_lookup("FR")(date(2026, 7, 14)).name == "National Day"
+    finally:
+        library_lookup.cache_clear()
+
+
 def test_china_has_no_data_for_2027_yet_and_says_so():
     cal = china()
     assert cal.covers(date(2026, 12, 31))
