@@ -261,6 +261,11 @@ CATALOGUE = {
     objectives.CAUSE_QUEUE_NO_WORKER: gettext_lazy("no worker consumes queue %(queue)s"),
     objectives.CAUSE_RETRYING: gettext_lazy("attempt %(attempt)s of %(max)s failed with %(kind)s; next try %(next)s"),
     objectives.CAUSE_RUNNING: gettext_lazy("running for %(seconds)s s (usually %(usual)s s)"),
+    objectives.CAUSE_OVERRUN: gettext_lazy("running for %(seconds)s s, over its usual %(usual)s s"),
+    objectives.CAUSE_SCHEDULER_DOWN: gettext_lazy(
+        "the scheduler has not ticked since %(since)s (paged once, as the scheduler-stalled alert)"
+    ),
+    objectives.CAUSE_NOT_STARTED: gettext_lazy("not started by %(by)s: %(cause)s"),
     objectives.CAUSE_FAILED: gettext_lazy("attempt %(attempt)s of %(max)s failed with %(kind)s; no retry left"),
     objectives.CAUSE_NOT_RUN: gettext_lazy("did not run: %(decision)s"),
     objectives.CAUSE_PAUSED: gettext_lazy("rule paused at %(at)s"),
@@ -269,6 +274,8 @@ CATALOGUE = {
     objectives.CAUSE_FINISHED_LATE: gettext_lazy("finished at %(at)s, %(minutes)s min late"),
     objectives.OFFSET_NEEDED: gettext_lazy("Give the offset in seconds after the slot, e.g. 1800 for 30 minutes."),
     objectives.WALL_NEEDED: gettext_lazy("Give the local time of day the work must be done by, e.g. 09:30."),
+    objectives.NEEDS_OBJECTIVE: gettext_lazy("Set a freshness objective first; this is measured from its deadline."),
+    objectives.WITHIN_OFFSET: gettext_lazy("Must be shorter than the objective's offset (%(seconds)s s)."),
     objectives.NEEDS_SCHEDULE: gettext_lazy(
         "Only scheduled rules (cron, interval, one time) have slots to keep a freshness objective for."
     ),
