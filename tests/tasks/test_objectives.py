@@ -320,7 +320,10 @@ def test_a_slot_held_by_a_stalled_scheduler_is_at_risk_at_once_and_says_the_outa
     down = obj.SlotState(obj.NOT_CLAIMED, since=SLOT, scheduler_down_since=SLOT - timedelta(minutes=3))
     s = status(down, SLOT + timedelta(seconds=1))
     assert s.status == obj.AT_RISK and s.cause is not None and s.cause.code == obj.CAUSE_SCHEDULER_DOWN
-    assert said(s) == "the scheduler has not ticked since Wed 2026-12-02 08:57:00 CST (UTC+0800) (paged once, as the scheduler-stalled alert)"
+    assert said(s) == (
+        "the scheduler has not ticked since Wed 2026-12-02 08:57:00 CST (UTC+0800) "
+        "(paged once, as the scheduler-stalled alert)"
+    )
     assert status(down, local(SH, 2026, 12, 2, 9, 31)).status == obj.BREACHED
 
 
@@ -331,7 +334,9 @@ def test_a_slot_not_started_by_the_latest_start_is_at_risk_with_what_holds_it():
     assert status(waiting, local(SH, 2026, 12, 2, 9, 14, 59), objective=objective).status == obj.ON_TRACK
     s = status(waiting, local(SH, 2026, 12, 2, 9, 15), objective=objective)
     assert s.status == obj.AT_RISK
-    assert said(s).startswith("not started by Wed 2026-12-02 09:15:00 CST (UTC+0800): waiting for readiness flag raw_data.ready")
+    assert said(s).startswith(
+        "not started by Wed 2026-12-02 09:15:00 CST (UTC+0800): waiting for readiness flag raw_data.ready"
+    )
     # A run that has started is judged by its estimate, not by the latest start.
     running = obj.SlotState(obj.RUNNING, since=local(SH, 2026, 12, 2, 9, 14))
     assert status(running, local(SH, 2026, 12, 2, 9, 16), objective=objective).status == obj.ON_TRACK
