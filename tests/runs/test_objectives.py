@@ -280,6 +280,35 @@ def test_a_test_days_history_and_metrics_agree_with_the_runs_table():
     assert value[("harness_objective_lateness_seconds_sum", None)] == sum(x for x in late if x > 0)
 
 
+def test_a_slot_that_never_ran_is_counted_apart_not_as_a_day_late():
+    """One slot finishes 5 min late; the next never runs and is closed a day after its deadline."""
+    rule = report(objective=TriggerRule.ObjectiveKind.OFFSET, objective_offset_seconds=600, objective_time=None)
+    scheduler_tick(now=sh(8, 0, 5))
+    execute(TaskRun.objects.get(rule=rule), sh(8, 15))
+    objective_evaluate(now=sh(8, 16))
+    # Switched off in the form (no reason given): its next slot is at risk, then breached, never run.
+    TriggerRule.objects.filter(id=rule.id).update(enabled=False, paused_at=sh(8, 30), pause_reason="")
+    for at in (sh(8, 0, 5) + timedelta(days=1), sh(8, 11) + timedelta(days=1), sh(8, 11) + timedelta(days=2)):
+        objective_evaluate(now=at)
+    never = row(rule, SLOT + timedelta(days=1))
+    assert (never.status, never.closed, never.finished_at) == ("breached", True, None)
+
+    text = generate_latest(metrics_registry(clock=lambda: sh(9, 0) + timedelta(days=2))).decode()
+    value = {
+        (s.name, s.labels.get("le")): s.value
+        for f in text_string_to_metric_families(text)
+        if f.name.startswith("harness_objective")
+        for s in f.samples
+        if s.labels.get("rule") == rule.name
+    }
+    # Breached: the late one, the one never run, and the next (open, still not run).
+    assert value[("harness_objective_breached", None)] == 3
+    assert value[("harness_objective_unfinished", None)] == 1
+    assert value[("harness_objective_lateness_seconds_count", None)] == 1
+    assert value[("harness_objective_lateness_seconds_sum", None)] == 300.0
+    assert value[("harness_objective_lateness_seconds_bucket", "+Inf")] == 1
+
+
 def test_on_call_acknowledges_in_the_admin_and_a_viewer_cannot():
     rule = report(depends_on=[FLAG], ready_deadline=time(12, 0))
     scheduler_tick(now=sh(8, 0, 5))
