@@ -29,7 +29,6 @@ from django.conf import settings
 from django.db.models import Exists, F, OuterRef, Window
 from django.db.models.functions import RowNumber
 from django.utils import translation
-from django.utils.dateparse import parse_datetime
 
 from deadletters import alert_rules
 from deadletters.alerts import admin_link, alert_record_many
@@ -50,7 +49,6 @@ from tasks import sentences
 from tasks.models import BusinessCalendar, TriggerRule
 from tasks.rules import objectives as obj
 from tasks.rules import schedule
-from tasks.rules.reasons import Reason
 
 log = logging.getLogger("harness.objectives")
 
@@ -70,9 +68,9 @@ CLOSING = (obj.MET, obj.EXCUSED)
 OBJECTIVE_PASS_QUERIES = 17
 
 # Alert kinds (deadletters.alert_rules knows the others); the severity of each.
-AT_RISK_ALERT = "objective_at_risk"
-BREACHED_ALERT = "objective_breached"
-RECOVERED_ALERT = "objective_recovered"
+AT_RISK_ALERT = alert_rules.OBJECTIVE_AT_RISK
+BREACHED_ALERT = alert_rules.OBJECTIVE_BREACHED
+RECOVERED_ALERT = alert_rules.OBJECTIVE_RECOVERED
 ALERT_SEVERITY = {
     AT_RISK_ALERT: alert_rules.WARNING,
     BREACHED_ALERT: alert_rules.URGENT,
@@ -227,7 +225,7 @@ def _row(rule, slot, status: obj.ObjectiveStatus, *, old, state: obj.SlotState, 
         slot=slot,
         deadline=status.deadline,
         status=status.status,
-        cause=cause_dump(status.cause),
+        cause=sentences.reason_dump(status.cause),
         expected_finish=status.expected_finish,
         finished_at=status.finished_at,
         lateness_seconds=status.lateness.total_seconds() if status.lateness is not None else None,
@@ -263,22 +261,28 @@ def _alerts_for(rule, row: SlotObjective, *, old, into: dict) -> None:
         kind = RECOVERED_ALERT
     if kind is None:
         return
+    into[kind].append((f"{kind}:{rule.name}:{row.slot.isoformat()}", objective_alert_payload(rule, row, kind=kind)))
+
+
+def objective_alert_payload(rule, row: SlotObjective, *, kind: str) -> dict:
+    """What an objective alert carries: figures (the slot and deadline as instants with the rule's zone,
+    the cause as data), so that delivery words it in each channel's language (deadletters.alert_texts);
+    the English title and reason are for the log and for readers of the raw payload."""
     words = cause_text(row.cause, lang="en")
     label = {AT_RISK_ALERT: "at risk", BREACHED_ALERT: "breached", RECOVERED_ALERT: "recovered"}[kind]
-    deadline = row.deadline.astimezone(ZoneInfo(rule.timezone))
-    into[kind].append(
-        (
-            f"{kind}:{rule.name}:{row.slot.isoformat()}",
-            {
-                "title": f"rule {rule.name} slot {row.slot:%Y-%m-%dT%H:%M:%SZ} objective {label}: {words}",
-                "rule": rule.name,
-                "error_kind": kind,
-                "slot": row.slot.isoformat(),
-                "reason": f"{label}: {words}; objective {deadline:%Y-%m-%d %H:%M %Z}",
-                "link": admin_link("admin:tasks_triggerrule_change", rule.id),
-            },
-        )
-    )
+    zone = ZoneInfo(rule.timezone)
+    slot, deadline = row.slot.astimezone(zone), row.deadline.astimezone(zone)
+    return {
+        "title": f"rule {rule.name} slot {slot:%Y-%m-%d %H:%M %Z} objective {label}: {words}",
+        "rule": rule.name,
+        "error_kind": kind,
+        "slot": row.slot.isoformat(),
+        "deadline": row.deadline.isoformat(),
+        "timezone": rule.timezone,
+        "cause": row.cause,
+        "reason": f"{label}: {words}; objective {deadline:%Y-%m-%d %H:%M %Z}",
+        "link": admin_link("admin:tasks_triggerrule_change", rule.id),
+    }
 
 
 # --- what the slots hold ---------------------------------------------------------------------
@@ -512,39 +516,9 @@ def objective_prune(*, now: datetime) -> int:
 # --- causes as stored data -------------------------------------------------------------------
 
 
-def cause_dump(reason: Reason | None) -> dict:
-    """A Reason as JSON: instants as ISO text with their zone, so a reader words them in that zone."""
-    if reason is None:
-        return {}
-    params: dict = {}
-    for name, value in reason.params.items():
-        if isinstance(value, datetime):
-            params[name] = {"at": value.isoformat(), "zone": str(getattr(value.tzinfo, "key", "UTC"))}
-        elif isinstance(value, Reason):
-            params[name] = cause_dump(value)  # a cause inside a cause ("not started by 09:15: …")
-        else:
-            params[name] = value
-    return {"code": reason.code, "params": params}
-
-
-def cause_load(data: dict) -> Reason | None:
-    if not data or "code" not in data:
-        return None
-    params = {}
-    for name, value in (data.get("params") or {}).items():
-        if isinstance(value, dict) and "at" in value:
-            at = parse_datetime(value["at"])
-            params[name] = at.astimezone(ZoneInfo(value.get("zone") or "UTC")) if at else value["at"]
-        elif isinstance(value, dict) and "code" in value:
-            params[name] = cause_load(value)
-        else:
-            params[name] = value
-    return Reason(data["code"], params)
-
-
 def cause_text(data: dict, *, lang: str | None = None) -> str:
     """The stored cause in words: the active language, or `lang`."""
-    reason = cause_load(data)
+    reason = sentences.reason_load(data)
     if lang is None:
         return sentences.say(reason)
     with translation.override(lang):

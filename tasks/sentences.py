@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 
 from cron_descriptor import ExpressionDescriptor, FormatException, Options
+from django.utils.dateparse import parse_datetime
 from django.utils.formats import date_format
 from django.utils.text import capfirst
 from django.utils.translation import get_language, gettext_lazy
@@ -382,6 +384,38 @@ def _value(v, value=None):
     if isinstance(v, datetime):
         return utc_text(v) if v.tzinfo is UTC else local_text(v)
     return v
+
+
+def reason_dump(reason: Reason | None) -> dict:
+    """A Reason as JSON, to store and word later (in the reader's language): instants as ISO text with
+    their zone, so they are worded in that zone; a Reason inside one nests."""
+    if reason is None:
+        return {}
+    params: dict = {}
+    for name, v in reason.params.items():
+        if isinstance(v, datetime):
+            params[name] = {"at": v.isoformat(), "zone": str(getattr(v.tzinfo, "key", "UTC"))}
+        elif isinstance(v, Reason):
+            params[name] = reason_dump(v)
+        else:
+            params[name] = v
+    return {"code": reason.code, "params": params}
+
+
+def reason_load(data: dict) -> Reason | None:
+    """reason_dump's Reason back; None for an empty or unknown record (one written by a later release)."""
+    if not isinstance(data, dict) or data.get("code") not in CATALOGUE:
+        return None
+    params = {}
+    for name, v in (data.get("params") or {}).items():
+        if isinstance(v, dict) and "at" in v:
+            at = parse_datetime(v["at"])
+            params[name] = at.astimezone(ZoneInfo(v.get("zone") or "UTC")) if at else v["at"]
+        elif isinstance(v, dict) and "code" in v:
+            params[name] = reason_load(v)
+        else:
+            params[name] = v
+    return Reason(data["code"], params)
 
 
 def local_text(local: datetime) -> str:
