@@ -7,12 +7,16 @@ An alert recorded before a figure was kept (an old outbox row) falls back to its
 """
 
 import re
+from datetime import datetime
+from zoneinfo import ZoneInfo
 
 from django.utils import translation
+from django.utils.dateparse import parse_datetime
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from deadletters import alert_rules as rules
+from tasks import sentences
 
 # The kinds as people read them: the outbox's column and filter, and a storm summary's title.
 KIND_LABELS = {
@@ -21,6 +25,10 @@ KIND_LABELS = {
     rules.SLOT_EXPIRED: gettext_lazy("slot expired"),
     rules.SLOT_MISSED: gettext_lazy("slot missed"),
     rules.SCHEDULER_STALLED: gettext_lazy("scheduler stalled"),
+    rules.CALENDAR_NO_DATA: gettext_lazy("calendar without data"),
+    rules.OBJECTIVE_AT_RISK: gettext_lazy("objective at risk"),
+    rules.OBJECTIVE_BREACHED: gettext_lazy("objective breached"),
+    rules.OBJECTIVE_RECOVERED: gettext_lazy("objective recovered"),
     rules.SUMMARY: gettext_lazy("summary"),
     rules.TEST: gettext_lazy("test alert"),
 }
@@ -43,6 +51,22 @@ TITLES = {
     rules.SLOT_MISSED: (gettext_lazy("rule %(rule)s missed slot %(slot_utc)s"), ("rule", "slot_utc")),
     rules.SCHEDULER_STALLED: (gettext_lazy("scheduler stalled: no tick for %(age)s s"), ("age",)),
     rules.TEST: (gettext_lazy("test alert for channel %(channel)s"), ("channel",)),
+    rules.CALENDAR_NO_DATA: (
+        gettext_lazy("business calendar %(calendar)s has no data from %(no_data_from)s (in %(days_left)s days)"),
+        ("calendar", "no_data_from", "days_left"),
+    ),
+    rules.OBJECTIVE_AT_RISK: (
+        gettext_lazy("rule %(rule)s slot %(slot_local)s: objective at risk"),
+        ("rule", "slot_local"),
+    ),
+    rules.OBJECTIVE_BREACHED: (
+        gettext_lazy("rule %(rule)s slot %(slot_local)s: objective breached"),
+        ("rule", "slot_local"),
+    ),
+    rules.OBJECTIVE_RECOVERED: (
+        gettext_lazy("rule %(rule)s slot %(slot_local)s: objective met after all"),
+        ("rule", "slot_local"),
+    ),
     rules.SUMMARY: (
         gettext_lazy("%(count)s more %(kind_label)s alerts for rule %(rule)s between %(from)s and %(until)s UTC"),
         ("count", "kind_label", "rule", "from", "until"),
@@ -56,7 +80,18 @@ WHY = {
         gettext_lazy("no tick since %(since)s; stalled after %(stall)s s"),
         ("since", "stall"),
     ),
+    rules.CALENDAR_NO_DATA: (
+        gettext_lazy(
+            "%(source_label)s has no holidays or make-up working days from %(no_data_from)s; rules on it would "
+            "count every weekday as a business day. Upgrade the library once the year is published, or add "
+            "overrides."
+        ),
+        ("source_label", "no_data_from"),
+    ),
 }
+# An objective alert's why: its cause (a stored Reason, worded by tasks.sentences) and its deadline.
+OBJECTIVE_KINDS = (rules.OBJECTIVE_AT_RISK, rules.OBJECTIVE_BREACHED, rules.OBJECTIVE_RECOVERED)
+OBJECTIVE_WHY = gettext_lazy("%(cause)s; objective %(deadline_local)s")
 # A final failure's reason, as runs.retry words it (English, for the log): read back into a sentence.
 RETRY_REASONS = (
     (re.compile(r"^error kind '(?P<kind>[^']*)' is not retried$"), gettext_lazy("error kind %(kind)s is not retried")),
@@ -96,6 +131,7 @@ def alert_title(payload: dict) -> str:
 def alert_message(payload: dict, *, language: str = "en") -> rules.Message:
     """The title and text of an alert in `language`: "[harness] URGENT run 7 failed for good: …"."""
     with translation.override(language):
+        payload = {**payload, **_local_times(payload)}
         severity = str(SEVERITY_LABELS.get(payload.get("severity", ""), payload.get("severity", ""))).upper()
         # One line: it is also an email subject, where a newline is refused.
         title = " ".join(f"[harness] {severity} {alert_title(payload)}".split())
@@ -116,8 +152,26 @@ def alert_message(payload: dict, *, language: str = "en") -> rules.Message:
         return rules.Message(title=title, text="\n".join(lines))
 
 
+def _local_times(payload: dict) -> dict:
+    """The slot and deadline in the rule's zone, where the alert carries the zone (objective alerts):
+    "slot" is shown so instead of its UTC instant."""
+    zone_name = payload.get("timezone")
+    if not zone_name:
+        return {}
+    found = {}
+    for key in ("slot", "deadline"):
+        at = parse_datetime(payload[key]) if isinstance(payload.get(key), str) else None
+        if isinstance(at, datetime) and at.tzinfo is not None:
+            found[f"{key}_local"] = sentences.local_text(at.astimezone(ZoneInfo(zone_name)))
+    if "slot_local" in found:
+        found["slot"] = found["slot_local"]
+    return found
+
+
 def _params(payload: dict) -> dict:
     params = {k: v for k, v in payload.items() if not isinstance(v, dict)}
+    if payload.get("kind") == rules.CALENDAR_NO_DATA:
+        params["source_label"] = payload.get("source") or _("no library")
     if isinstance(payload.get("missing"), list):
         params["missing"] = ", ".join(map(str, payload["missing"])) or "-"
     kind = payload.get("summary_kind")
@@ -129,6 +183,9 @@ def _params(payload: dict) -> dict:
 def _why(payload: dict):
     template, needs = WHY.get(payload.get("kind", ""), (None, ()))
     params = _params(payload)
+    cause = sentences.reason_load(payload.get("cause") or {})
+    if payload.get("kind") in OBJECTIVE_KINDS and cause is not None and params.get("deadline_local"):
+        return str(OBJECTIVE_WHY) % {"cause": sentences.say(cause), "deadline_local": params["deadline_local"]}
     if template is not None and all(params.get(n) not in (None, "") for n in needs):
         return str(template) % params
     reason = payload.get("reason")

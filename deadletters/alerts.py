@@ -301,6 +301,11 @@ def alert_check_calendars(*, gaps: list[dict], now: datetime) -> list[Alert]:
                 f"(in {gap['days_left']} days)",
                 "error_kind": CALENDAR_NO_DATA,
                 "rule": ", ".join(gap["rules"]),
+                # The figures, worded at delivery in each channel's language (alert_texts).
+                "calendar": gap["calendar"],
+                "no_data_from": str(gap["no_data_from"]),
+                "days_left": gap["days_left"],
+                "source": gap["source"] or "",
                 "reason": f"{gap['source'] or 'no library'} has no holidays or make-up working days from "
                 f"{gap['no_data_from']}; rules on it would count every weekday as a business day. "
                 "Upgrade the library once the year is published, or add overrides.",

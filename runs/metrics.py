@@ -373,11 +373,20 @@ def _workers(now: datetime):
 
 def _objectives():
     # 16. Freshness objectives (runs/objectives.py): slots by rule, status and closed, with the lateness
-    # buckets of the finished ones, in one grouped scan of the retained slots (35 days).
-    buckets = {f"le{i}": Count("id", filter=Q(lateness_seconds__lte=b)) for i, b in enumerate(LATENESS_BUCKETS)}
+    # buckets of the finished ones, in one grouped scan of the retained slots (35 days). A slot closed
+    # without finishing (never ran) has no lateness: it is counted apart, not as CLOSE_AFTER late.
+    finished = Q(finished_at__isnull=False)
+    buckets = {
+        f"le{i}": Count("id", filter=finished & Q(lateness_seconds__lte=b)) for i, b in enumerate(LATENESS_BUCKETS)
+    }
     rows = (
         SlotObjective.objects.values("rule__name", "status", "closed")
-        .annotate(n=Count("id"), late=Sum("lateness_seconds"), **buckets)
+        .annotate(
+            n=Count("id"),
+            done=Count("id", filter=finished),
+            late=Sum("lateness_seconds", filter=finished),
+            **buckets,
+        )
         .order_by("rule__name")
     )
     at_risk = GaugeMetricFamily(
@@ -391,8 +400,13 @@ def _objectives():
     met = GaugeMetricFamily(
         "harness_objective_met", "Slots done by their freshness objective, last 35 days.", labels=["rule"]
     )
+    unfinished = GaugeMetricFamily(
+        "harness_objective_unfinished",
+        "Slots closed as breached without ever finishing (never ran, or failed for good), last 35 days.",
+        labels=["rule"],
+    )
     per_rule: dict[str, dict] = defaultdict(
-        lambda: {"risk": 0, "breached": 0, "met": 0, "n": 0, "sum": 0.0, "le": None}
+        lambda: {"risk": 0, "breached": 0, "met": 0, "unfinished": 0, "n": 0, "sum": 0.0, "le": None}
     )
     for row in rows:
         r = per_rule[row["rule__name"]]
@@ -402,10 +416,12 @@ def _objectives():
             r["breached"] += row["n"]
         if row["status"] == "met":
             r["met"] += row["n"]
-        if row["closed"] and row["status"] in ("met", "breached"):
+        if row["closed"] and row["status"] == "breached":
+            r["unfinished"] += row["n"] - row["done"]
+        if row["closed"] and row["status"] in ("met", "breached") and row["done"]:
             counts = [row[f"le{i}"] for i in range(len(LATENESS_BUCKETS))]  # type: ignore[literal-required]
             r["le"] = counts if r["le"] is None else [a + b for a, b in zip(r["le"], counts, strict=True)]
-            r["n"] += row["n"]
+            r["n"] += row["done"]
             r["sum"] += row["late"] or 0.0
     lateness = HistogramMetricFamily(
         "harness_objective_lateness_seconds",
@@ -416,10 +432,12 @@ def _objectives():
         at_risk.add_metric([rule], r["risk"])
         breached.add_metric([rule], r["breached"])
         met.add_metric([rule], r["met"])
+        unfinished.add_metric([rule], r["unfinished"])
         if r["le"] is not None:
             buckets_out = [(_le(b), int(n)) for b, n in zip(LATENESS_BUCKETS, r["le"], strict=True)]
             lateness.add_metric([rule], [*buckets_out, ("+Inf", r["n"])], sum_value=float(r["sum"]))
     yield at_risk
     yield breached
     yield met
+    yield unfinished
     yield lateness

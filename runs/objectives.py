@@ -11,6 +11,10 @@ Which slots: every slot of the last OBJECTIVE_LOOKBACK with a run, a decision or
 slot no tick has taken yet, plus the slots a paused rule has skipped. A slot is closed (looked at no
 more) once it finished or will not run; a breached slot that is still running stays open, so its
 lateness is recorded when it ends.
+
+One page per incident: while the scheduler is stalled, the slots it holds are at risk and breached
+with that cause, and their alerts are folded into the one scheduler-stalled alert (not sent, marked
+as alerted, so no page follows for them either). A pause with a reason excuses its slots.
 """
 
 from __future__ import annotations
@@ -25,7 +29,6 @@ from django.conf import settings
 from django.db.models import Exists, F, OuterRef, Window
 from django.db.models.functions import RowNumber
 from django.utils import translation
-from django.utils.dateparse import parse_datetime
 
 from deadletters import alert_rules
 from deadletters.alerts import admin_link, alert_record_many
@@ -41,11 +44,11 @@ from runs.models import (
     TaskRun,
     WorkerHeartbeat,
 )
+from runs.selectors import scheduler_stall_after
 from tasks import sentences
 from tasks.models import BusinessCalendar, TriggerRule
 from tasks.rules import objectives as obj
 from tasks.rules import schedule
-from tasks.rules.reasons import Reason
 
 log = logging.getLogger("harness.objectives")
 
@@ -60,14 +63,14 @@ SCHEDULED = (TriggerRule.Kind.CRON, TriggerRule.Kind.INTERVAL, TriggerRule.Kind.
 TRIGGERED_BY_SCHEDULE = (TaskRun.Source.SCHEDULER, TaskRun.Source.CATCHUP)
 CLOSING = (obj.MET, obj.EXCUSED)
 # What a pass costs at most (asserted by the tests): tick claim, rules, rows, runs, decisions, holds,
-# waiters, waiting ahead, pool slots, attempts, estimates, workers, audit, and the upsert in its
-# transaction (plus the alerts' statements, when there are any).
-OBJECTIVE_PASS_QUERIES = 16
+# waiters, waiting ahead, pool slots, attempts, estimates, workers, audit, the scheduler's tick, and
+# the upsert in its transaction (plus the alerts' statements, when there are any).
+OBJECTIVE_PASS_QUERIES = 17
 
 # Alert kinds (deadletters.alert_rules knows the others); the severity of each.
-AT_RISK_ALERT = "objective_at_risk"
-BREACHED_ALERT = "objective_breached"
-RECOVERED_ALERT = "objective_recovered"
+AT_RISK_ALERT = alert_rules.OBJECTIVE_AT_RISK
+BREACHED_ALERT = alert_rules.OBJECTIVE_BREACHED
+RECOVERED_ALERT = alert_rules.OBJECTIVE_RECOVERED
 ALERT_SEVERITY = {
     AT_RISK_ALERT: alert_rules.WARNING,
     BREACHED_ALERT: alert_rules.URGENT,
@@ -189,6 +192,8 @@ _RULE_FIELDS = (
     "objective",
     "objective_offset_seconds",
     "objective_time",
+    "objective_start_before_seconds",
+    "objective_lead_seconds",
     "heartbeat_every_seconds",
 )
 
@@ -220,7 +225,7 @@ def _row(rule, slot, status: obj.ObjectiveStatus, *, old, state: obj.SlotState, 
         slot=slot,
         deadline=status.deadline,
         status=status.status,
-        cause=cause_dump(status.cause),
+        cause=sentences.reason_dump(status.cause),
         expected_finish=status.expected_finish,
         finished_at=status.finished_at,
         lateness_seconds=status.lateness.total_seconds() if status.lateness is not None else None,
@@ -235,34 +240,49 @@ def _row(rule, slot, status: obj.ObjectiveStatus, *, old, state: obj.SlotState, 
 
 def _alerts_for(rule, row: SlotObjective, *, old, into: dict) -> None:
     """At risk once per slot, breached once per slot, recovered when an at-risk slot ends met. An
-    acknowledged slot alerts no more."""
+    acknowledged slot alerts no more. A slot held by a stalled scheduler is the scheduler alert's: it
+    is marked as alerted for both, and sends nothing now or later (one page per incident)."""
     if row.acknowledged_at is not None:
+        return
+    if (row.cause or {}).get("code") == obj.CAUSE_SCHEDULER_DOWN and row.status in (obj.AT_RISK, obj.BREACHED):
+        row.alerted_at_risk = row.alerted_breached = True
         return
     kind = None
     if row.status == obj.AT_RISK and not row.alerted_at_risk:
         kind, row.alerted_at_risk = AT_RISK_ALERT, True
     elif row.status == obj.BREACHED and not row.alerted_breached:
         kind, row.alerted_breached = BREACHED_ALERT, True
-    elif row.status == obj.MET and row.alerted_at_risk and not (old and old.status == obj.MET):
+    elif (
+        row.status == obj.MET
+        and row.alerted_at_risk
+        and not row.alerted_breached
+        and not (old and old.status == obj.MET)
+    ):
         kind = RECOVERED_ALERT
     if kind is None:
         return
+    into[kind].append((f"{kind}:{rule.name}:{row.slot.isoformat()}", objective_alert_payload(rule, row, kind=kind)))
+
+
+def objective_alert_payload(rule, row: SlotObjective, *, kind: str) -> dict:
+    """What an objective alert carries: figures (the slot and deadline as instants with the rule's zone,
+    the cause as data), so that delivery words it in each channel's language (deadletters.alert_texts);
+    the English title and reason are for the log and for readers of the raw payload."""
     words = cause_text(row.cause, lang="en")
     label = {AT_RISK_ALERT: "at risk", BREACHED_ALERT: "breached", RECOVERED_ALERT: "recovered"}[kind]
-    deadline = row.deadline.astimezone(ZoneInfo(rule.timezone))
-    into[kind].append(
-        (
-            f"{kind}:{rule.name}:{row.slot.isoformat()}",
-            {
-                "title": f"rule {rule.name} slot {row.slot:%Y-%m-%dT%H:%M:%SZ} objective {label}: {words}",
-                "rule": rule.name,
-                "error_kind": kind,
-                "slot": row.slot.isoformat(),
-                "reason": f"{label}: {words}; objective {deadline:%Y-%m-%d %H:%M %Z}",
-                "link": admin_link("admin:tasks_triggerrule_change", rule.id),
-            },
-        )
-    )
+    zone = ZoneInfo(rule.timezone)
+    slot, deadline = row.slot.astimezone(zone), row.deadline.astimezone(zone)
+    return {
+        "title": f"rule {rule.name} slot {slot:%Y-%m-%d %H:%M %Z} objective {label}: {words}",
+        "rule": rule.name,
+        "error_kind": kind,
+        "slot": row.slot.isoformat(),
+        "deadline": row.deadline.isoformat(),
+        "timezone": rule.timezone,
+        "cause": row.cause,
+        "reason": f"{label}: {words}; objective {deadline:%Y-%m-%d %H:%M %Z}",
+        "link": admin_link("admin:tasks_triggerrule_change", rule.id),
+    }
 
 
 # --- what the slots hold ---------------------------------------------------------------------
@@ -282,6 +302,7 @@ class _Facts:
     estimates: dict[int, obj.Estimate]
     consumed_at: datetime | None
     paused_by: dict[int, str]
+    scheduler_down_since: datetime | None = None  # the last tick, when the scheduler is stalled
 
     def state(self, rule, slot: datetime, *, now: datetime) -> obj.SlotState:
         """The pure SlotState of one slot from the records read."""
@@ -307,7 +328,7 @@ class _Facts:
                 paused_by=self.paused_by.get(rule.id, ""),
                 pause_reason=rule.pause_reason,
             )
-        return obj.SlotState(obj.NOT_CLAIMED, since=slot)
+        return obj.SlotState(obj.NOT_CLAIMED, since=slot, scheduler_down_since=self.scheduler_down_since)
 
 
 def _run_state(run: TaskRun, facts: _Facts, *, now: datetime) -> obj.SlotState:
@@ -419,7 +440,15 @@ def _read_facts(rules: dict[int, TriggerRule], *, since: datetime, now: datetime
         estimates=objective_estimates(ids),
         consumed_at=_queue_consumed_at(EXECUTE_QUEUE, now=now),
         paused_by=_paused_by([r for r in rules.values() if not r.enabled]),
+        scheduler_down_since=_scheduler_down_since(now=now),
     )
+
+
+def _scheduler_down_since(*, now: datetime) -> datetime | None:
+    """The scheduler's last tick if it has stalled since (the stall alert's test); None while it ticks,
+    or before its first tick (starting, as the stall alert says)."""
+    last = SchedulerTick.objects.filter(name="scheduler").values_list("last_tick_at", flat=True).first()
+    return last if last is not None and now - last > scheduler_stall_after() else None
 
 
 def _unrecorded_slots(rule: TriggerRule, *, now: datetime) -> list[datetime]:
@@ -487,35 +516,9 @@ def objective_prune(*, now: datetime) -> int:
 # --- causes as stored data -------------------------------------------------------------------
 
 
-def cause_dump(reason: Reason | None) -> dict:
-    """A Reason as JSON: instants as ISO text with their zone, so a reader words them in that zone."""
-    if reason is None:
-        return {}
-    params = {}
-    for name, value in reason.params.items():
-        if isinstance(value, datetime):
-            params[name] = {"at": value.isoformat(), "zone": str(getattr(value.tzinfo, "key", "UTC"))}
-        else:
-            params[name] = value
-    return {"code": reason.code, "params": params}
-
-
-def cause_load(data: dict) -> Reason | None:
-    if not data or "code" not in data:
-        return None
-    params = {}
-    for name, value in (data.get("params") or {}).items():
-        if isinstance(value, dict) and "at" in value:
-            at = parse_datetime(value["at"])
-            params[name] = at.astimezone(ZoneInfo(value.get("zone") or "UTC")) if at else value["at"]
-        else:
-            params[name] = value
-    return Reason(data["code"], params)
-
-
 def cause_text(data: dict, *, lang: str | None = None) -> str:
     """The stored cause in words: the active language, or `lang`."""
-    reason = cause_load(data)
+    reason = sentences.reason_load(data)
     if lang is None:
         return sentences.say(reason)
     with translation.override(lang):

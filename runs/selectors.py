@@ -22,6 +22,12 @@ def slot_grace() -> timedelta:
     return timedelta(seconds=settings.HARNESS["SLOT_GRACE_SECONDS"])
 
 
+def scheduler_stall_after() -> timedelta:
+    """How long without a tick before the scheduler counts as stalled (the stall alert, /healthz and the
+    objective pass agree on it)."""
+    return max(timedelta(seconds=settings.HARNESS["TICK_SECONDS"] * STALL_FACTOR), MIN_STALL)
+
+
 def scheduler_health(*, now: datetime) -> dict:
     """The scheduler's health for /healthz and the stall alert.
 
@@ -31,7 +37,7 @@ def scheduler_health(*, now: datetime) -> dict:
     """
     tick = SchedulerTick.objects.filter(name="scheduler").first()
     age = (now - tick.last_tick_at).total_seconds() if tick else None
-    stall_after = max(timedelta(seconds=settings.HARNESS["TICK_SECONDS"] * STALL_FACTOR), MIN_STALL)
+    stall_after = scheduler_stall_after()
     oldest_due = (
         TaskRun.objects.filter(state=TaskRun.State.PENDING, run_after__lte=now)
         .order_by("run_after")

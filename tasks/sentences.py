@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import re
 from datetime import UTC, datetime
+from zoneinfo import ZoneInfo
 
 from cron_descriptor import ExpressionDescriptor, FormatException, Options
+from django.utils.dateparse import parse_datetime
 from django.utils.formats import date_format
 from django.utils.text import capfirst
 from django.utils.translation import get_language, gettext_lazy
@@ -261,6 +263,11 @@ CATALOGUE = {
     objectives.CAUSE_QUEUE_NO_WORKER: gettext_lazy("no worker consumes queue %(queue)s"),
     objectives.CAUSE_RETRYING: gettext_lazy("attempt %(attempt)s of %(max)s failed with %(kind)s; next try %(next)s"),
     objectives.CAUSE_RUNNING: gettext_lazy("running for %(seconds)s s (usually %(usual)s s)"),
+    objectives.CAUSE_OVERRUN: gettext_lazy("running for %(seconds)s s, over its usual %(usual)s s"),
+    objectives.CAUSE_SCHEDULER_DOWN: gettext_lazy(
+        "the scheduler has not ticked since %(since)s (paged once, as the scheduler-stalled alert)"
+    ),
+    objectives.CAUSE_NOT_STARTED: gettext_lazy("not started by %(by)s: %(cause)s"),
     objectives.CAUSE_FAILED: gettext_lazy("attempt %(attempt)s of %(max)s failed with %(kind)s; no retry left"),
     objectives.CAUSE_NOT_RUN: gettext_lazy("did not run: %(decision)s"),
     objectives.CAUSE_PAUSED: gettext_lazy("rule paused at %(at)s"),
@@ -269,6 +276,8 @@ CATALOGUE = {
     objectives.CAUSE_FINISHED_LATE: gettext_lazy("finished at %(at)s, %(minutes)s min late"),
     objectives.OFFSET_NEEDED: gettext_lazy("Give the offset in seconds after the slot, e.g. 1800 for 30 minutes."),
     objectives.WALL_NEEDED: gettext_lazy("Give the local time of day the work must be done by, e.g. 09:30."),
+    objectives.NEEDS_OBJECTIVE: gettext_lazy("Set a freshness objective first; this is measured from its deadline."),
+    objectives.WITHIN_OFFSET: gettext_lazy("Must be shorter than the objective's offset (%(seconds)s s)."),
     objectives.NEEDS_SCHEDULE: gettext_lazy(
         "Only scheduled rules (cron, interval, one time) have slots to keep a freshness objective for."
     ),
@@ -375,6 +384,38 @@ def _value(v, value=None):
     if isinstance(v, datetime):
         return utc_text(v) if v.tzinfo is UTC else local_text(v)
     return v
+
+
+def reason_dump(reason: Reason | None) -> dict:
+    """A Reason as JSON, to store and word later (in the reader's language): instants as ISO text with
+    their zone, so they are worded in that zone; a Reason inside one nests."""
+    if reason is None:
+        return {}
+    params: dict = {}
+    for name, v in reason.params.items():
+        if isinstance(v, datetime):
+            params[name] = {"at": v.isoformat(), "zone": str(getattr(v.tzinfo, "key", "UTC"))}
+        elif isinstance(v, Reason):
+            params[name] = reason_dump(v)
+        else:
+            params[name] = v
+    return {"code": reason.code, "params": params}
+
+
+def reason_load(data: dict) -> Reason | None:
+    """reason_dump's Reason back; None for an empty or unknown record (one written by a later release)."""
+    if not isinstance(data, dict) or data.get("code") not in CATALOGUE:
+        return None
+    params = {}
+    for name, v in (data.get("params") or {}).items():
+        if isinstance(v, dict) and "at" in v:
+            at = parse_datetime(v["at"])
+            params[name] = at.astimezone(ZoneInfo(v.get("zone") or "UTC")) if at else v["at"]
+        elif isinstance(v, dict) and "code" in v:
+            params[name] = reason_load(v)
+        else:
+            params[name] = v
+    return Reason(data["code"], params)
 
 
 def local_text(local: datetime) -> str:

@@ -77,6 +77,8 @@ EXPORT_FIELDS = (
     "objective",
     "objective_offset_seconds",
     "objective_time",
+    "objective_start_before_seconds",
+    "objective_lead_seconds",
     "pools",
 )
 # Local times of day, written as "HH:MM:SS".
@@ -390,6 +392,8 @@ IMPORT_TYPES = {
     "objective": str,
     "objective_offset_seconds": int,
     "objective_time": str,
+    "objective_start_before_seconds": int,
+    "objective_lead_seconds": int,
     "pools": list,
 }
 NULLABLE_IMPORT_FIELDS = {
@@ -408,6 +412,8 @@ NULLABLE_IMPORT_FIELDS = {
     "heartbeat_every_seconds",
     "objective_offset_seconds",
     "objective_time",
+    "objective_start_before_seconds",
+    "objective_lead_seconds",
     "pools",
 }
 _TYPE_NAMES = {

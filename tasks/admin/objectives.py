@@ -14,7 +14,16 @@ from tasks.models import TriggerRule
 
 OBJECTIVE_FIELDSET = (
     _("Freshness objective"),
-    {"fields": ("objective", "objective_offset_seconds", "objective_time", "objective_panel")},
+    {
+        "fields": (
+            "objective",
+            "objective_offset_seconds",
+            "objective_time",
+            "objective_start_before_seconds",
+            "objective_lead_seconds",
+            "objective_panel",
+        )
+    },
 )
 # The status's look: never red for what is fine, never calm for what is broken.
 STATUS_CLASS = {"met": "ok", "on_track": "ok", "at_risk": "warn", "breached": "bad", "excused": "quiet"}

@@ -358,6 +358,26 @@ class TriggerRule(models.Model):
         blank=True,
         help_text=_("Wall time (rule zone): e.g. 09:30, on the slot's business day."),
     )
+    objective_start_before_seconds = models.PositiveIntegerField(
+        _("latest start, seconds before the objective"),
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text=_(
+            "Warn if the run has not started this long before the objective: e.g. 900 with an objective "
+            "of 09:30 warns if not started by 09:15. Empty: no latest start."
+        ),
+    )
+    objective_lead_seconds = models.PositiveIntegerField(
+        _("lead time, seconds"),
+        null=True,
+        blank=True,
+        validators=[MinValueValidator(1)],
+        help_text=_(
+            "On-call hears at least this long before the objective of a slot not done yet: e.g. 1200 for "
+            "20 minutes to act. Empty: only the estimate from recent runs decides."
+        ),
+    )
     last_ping_at = models.DateTimeField(_("last ping at"), null=True, blank=True, editable=False)
     # When the rule was last switched off; on resume its skipped slots become "paused" decisions.
     paused_at = models.DateTimeField(_("paused at"), null=True, blank=True, editable=False)
@@ -489,6 +509,8 @@ class TriggerRule(models.Model):
             offset=timedelta(seconds=offset) if offset else None,
             wall=self.objective_time,
             dst_repeat=self.dst_repeat,
+            start_before=_seconds(self.objective_start_before_seconds),
+            lead=_seconds(self.objective_lead_seconds),
         )
 
     def run_policy(self) -> RunPolicy:
@@ -562,12 +584,18 @@ class TriggerRule(models.Model):
             offset_seconds=self.objective_offset_seconds,
             wall=self.objective_time,
             scheduled=self.kind in (self.Kind.CRON, self.Kind.INTERVAL, self.Kind.ONCE),
+            start_before_seconds=self.objective_start_before_seconds,
+            lead_seconds=self.objective_lead_seconds,
         ).items():
             errors.setdefault(field, []).extend(sentences.say(m) for m in messages)
         for field, messages in guard_errors(self).items():
             errors.setdefault(field, []).extend(sentences.say(m) for m in messages)
         if errors:
             raise ValidationError(errors)
+
+
+def _seconds(value: int | None) -> timedelta | None:
+    return timedelta(seconds=value) if value else None
 
 
 def _editable_values(rule: TriggerRule) -> dict:

@@ -9,8 +9,11 @@ first; "last" and "both": the second, since under "both" the slot runs in the se
 
 The status of an open slot is predicted, not only observed: expected finish = now + what remains of
 the rule's usual queue wait and run time (a high percentile of its recent successful runs), given
-where the slot's run is now. Expected after the objective: at risk, with the cause in a Reason
-(worded by tasks/sentences.py), before the objective has passed.
+where the slot's run is now; a run already past its usual time is expected to run as long again.
+Expected after the objective: at risk, with the cause in a Reason (worded by tasks/sentences.py),
+before the objective has passed. An objective may also say how long before its deadline on-call must
+hear (the lead time: at risk from deadline - lead whatever the estimate) and by when the run must
+have started (the latest start: a slot not started by then is at risk).
 """
 
 from __future__ import annotations
@@ -55,6 +58,8 @@ PAUSED = "paused"  # the rule is paused: the slot will not run
 
 # Decisions that excuse a slot (runs.models.Decision.Reason values).
 EXCUSING_DECISIONS = frozenset({"calendar", "outside_window", "superseded", "coalesced"})
+# Phases in which the slot's run has started (an attempt ran): the latest start no longer applies.
+STARTED = frozenset({RUNNING, RETRYING, SUCCEEDED})
 
 # The estimate: a high percentile of the recent successful runs; a rule with fewer than
 # MIN_SAMPLES of them gets the defaults (a minute's work after a short queue wait).
@@ -63,7 +68,8 @@ MIN_SAMPLES = 3
 SAMPLE_RUNS = 20
 DEFAULT_QUEUE_WAIT = timedelta(seconds=10)
 DEFAULT_RUN_TIME = timedelta(seconds=60)
-# A due run that no worker on its queue has taken for this long will not start by itself.
+# A due run that no worker on its queue has taken for this long will not start by itself; nor will a
+# due slot that no scheduler tick has taken for as long.
 QUEUE_STALL = timedelta(seconds=60)
 
 # Causes: what holds the slot (the same facts `explain` names), as Reasons.
@@ -78,6 +84,9 @@ CAUSE_QUEUE_STALLED = code("objective.queue_stalled")  # queue, minutes
 CAUSE_QUEUE_NO_WORKER = code("objective.queue_no_worker")  # queue
 CAUSE_RETRYING = code("objective.retrying")  # attempt, max, kind, next
 CAUSE_RUNNING = code("objective.running")  # seconds, usual
+CAUSE_OVERRUN = code("objective.overrun")  # seconds, usual
+CAUSE_SCHEDULER_DOWN = code("objective.scheduler_down")  # since
+CAUSE_NOT_STARTED = code("objective.not_started")  # by, cause (what holds it: a Reason)
 CAUSE_FAILED = code("objective.failed")  # attempt, max, kind
 CAUSE_NOT_RUN = code("objective.not_run")  # decision
 CAUSE_PAUSED = code("objective.paused")  # at
@@ -88,6 +97,8 @@ CAUSE_FINISHED_LATE = code("objective.finished_late")  # at, minutes
 OFFSET_NEEDED = code("objective.offset_needed")
 WALL_NEEDED = code("objective.wall_needed")
 NEEDS_SCHEDULE = code("objective.needs_schedule")
+NEEDS_OBJECTIVE = code("objective.needs_objective")
+WITHIN_OFFSET = code("objective.within_offset")  # seconds
 
 
 class Calendar(Protocol):
@@ -108,6 +119,8 @@ class Objective:
     offset: timedelta | None = None
     wall: time | None = None
     dst_repeat: str = "first"  # the rule's policy for a repeated hour
+    start_before: timedelta | None = None  # latest start: this long before the deadline
+    lead: timedelta | None = None  # on-call hears at least this long before the deadline
 
 
 def objective_deadline(obj: Objective, slot: datetime, *, calendar: Calendar | None = None) -> datetime:
@@ -183,6 +196,7 @@ class SlotState:
     paused_at: datetime | None = None
     paused_by: str = ""
     pause_reason: str = ""
+    scheduler_down_since: datetime | None = None  # NOT_CLAIMED: the scheduler's last tick, when it stalled
 
 
 @dataclass(frozen=True)
@@ -206,10 +220,13 @@ def objective_status(
 ) -> ObjectiveStatus:
     """The objective status of one slot at `now`: met, on track, at risk, breached or excused.
 
-    Finished: met when done by the deadline, else breached. Not finished: breached once the deadline
-    has passed; before it, at risk when the expected finish is after the deadline or the work will not
-    finish by itself (paused, failed, not run, no worker on its queue), else on track. The cause names
-    what holds the slot now.
+    Finished: met when done by the deadline, else breached. Excused: a decision that the slot was not
+    meant to run, or a pause an operator gave a reason for (the objective is held, as on a holiday).
+    Not finished: breached once the deadline has passed; before it, at risk when the work will not
+    finish by itself (paused, failed, not run, no worker on its queue, no scheduler tick for
+    QUEUE_STALL), when it has not started by the latest start, or when the expected finish (or
+    now + lead time, whichever is later) is after the deadline; else on track. The cause names what
+    holds the slot now.
     """
     deadline = objective_deadline(obj, slot, calendar=calendar)
     zone = ZoneInfo(obj.timezone)
@@ -224,12 +241,18 @@ def objective_status(
         return ObjectiveStatus(EXCUSED, deadline, Reason.of(CAUSE_NOT_RUN, decision=state.decision))
     est = estimate or Estimate()
     cause, remaining = _cause_and_remaining(state, slot, est, now=now, zone=zone)
+    if state.phase == PAUSED and state.pause_reason:
+        return ObjectiveStatus(EXCUSED, deadline, cause)
     if now >= deadline:
         return ObjectiveStatus(BREACHED, deadline, cause, lateness=now - deadline)
     if remaining is None:
         return ObjectiveStatus(AT_RISK, deadline, cause)
     expected = now + remaining
-    return ObjectiveStatus(AT_RISK if expected > deadline else ON_TRACK, deadline, cause, expected_finish=expected)
+    if obj.start_before and state.phase not in STARTED and now >= deadline - obj.start_before:
+        latest = (deadline - obj.start_before).astimezone(zone)
+        return ObjectiveStatus(AT_RISK, deadline, Reason.of(CAUSE_NOT_STARTED, by=latest, cause=cause), expected)
+    warn_from = max(expected, now + (obj.lead or _ZERO))
+    return ObjectiveStatus(AT_RISK if warn_from > deadline else ON_TRACK, deadline, cause, expected_finish=expected)
 
 
 def _cause_and_remaining(
@@ -274,9 +297,13 @@ def _cause_and_remaining(
         )
         return cause, max(next_try - now, _ZERO) + q + r
     if s.phase == RUNNING:
-        running = now - (s.since or now)
-        cause = Reason.of(CAUSE_RUNNING, seconds=int(running.total_seconds()), usual=int(r.total_seconds()))
-        return cause, max(r - running, _ZERO)
+        running = max(now - (s.since or now), _ZERO)
+        seconds, usual = int(running.total_seconds()), int(r.total_seconds())
+        if running <= r:
+            return Reason.of(CAUSE_RUNNING, seconds=seconds, usual=usual), r - running
+        # Past its usual time a run is not "about to finish": the longer it has overrun, the longer
+        # it is likely to go on, so expect it to run as long again (never zero, as r - running was).
+        return Reason.of(CAUSE_OVERRUN, seconds=seconds, usual=usual), running
     if s.phase == QUEUED:
         start = s.run_after or now
         if start <= now and s.queue:
@@ -287,7 +314,12 @@ def _cause_and_remaining(
                 return Reason.of(CAUSE_QUEUE_STALLED, queue=s.queue, minutes=_minutes(idle)), None
         waited = max(now - start, _ZERO)
         return Reason.of(CAUSE_QUEUED, at=start.astimezone(zone)), max(start - now, _ZERO) + max(q - waited, _ZERO) + r
-    # NOT_CLAIMED (and anything unknown): at best it starts now.
+    # NOT_CLAIMED (and anything unknown): at best it starts now. A stalled scheduler takes nothing:
+    # the slot will not run by itself, and neither will one no tick has taken for QUEUE_STALL.
+    if s.scheduler_down_since is not None:
+        return Reason.of(CAUSE_SCHEDULER_DOWN, since=s.scheduler_down_since.astimezone(zone)), None
+    if now - (s.since or slot) >= QUEUE_STALL:
+        return Reason.of(CAUSE_NOT_CLAIMED, since=since), None
     return Reason.of(CAUSE_NOT_CLAIMED, since=since), q + r
 
 
@@ -298,11 +330,29 @@ def _minutes(delta: timedelta) -> int:
     return max(1, round(delta.total_seconds() / 60))
 
 
-def objective_errors(*, kind: str, offset_seconds: int | None, wall: time | None, scheduled: bool) -> dict:
-    """Field -> Reasons for an objective that cannot be used; empty when none is set or all is well."""
+def objective_errors(
+    *,
+    kind: str,
+    offset_seconds: int | None,
+    wall: time | None,
+    scheduled: bool,
+    start_before_seconds: int | None = None,
+    lead_seconds: int | None = None,
+) -> dict:
+    """Field -> Reasons for an objective that cannot be used; empty when none is set or all is well.
+    A latest start or lead time needs an objective, and under an offset objective must be shorter than
+    the offset (else every slot would be at risk from its start)."""
     errors: dict[str, list[Reason]] = {}
+    extras = {"objective_start_before_seconds": start_before_seconds, "objective_lead_seconds": lead_seconds}
     if not kind:
+        for name, value in extras.items():
+            if value:
+                errors.setdefault(name, []).append(Reason.of(NEEDS_OBJECTIVE))
         return errors
+    if kind == OFFSET and offset_seconds:
+        for name, value in extras.items():
+            if value and value >= offset_seconds:
+                errors.setdefault(name, []).append(Reason.of(WITHIN_OFFSET, seconds=offset_seconds))
     if not scheduled:
         errors.setdefault("objective", []).append(Reason.of(NEEDS_SCHEDULE))
     if kind == OFFSET and not offset_seconds:

@@ -1,7 +1,7 @@
 """Freshness objectives over the API and in the admin: set and refused with a message, exported,
 each rule's status and cause in the list (a fixed number of queries), a filter by status."""
 
-from datetime import UTC, datetime, time
+from datetime import UTC, datetime, time, timedelta
 
 import pytest
 
@@ -57,6 +57,50 @@ def test_an_unusable_objective_is_refused_with_the_field_named(admin_api, over, 
         body["dedupe_key_template"] = "{rule}:{object_id}:{action}:{version}"
         body.pop("cron")
     assert_problem(admin_api.post("/api/v1/rules", body), 400, field=field)
+
+
+def test_a_latest_start_and_lead_time_are_set_exported_and_shown_in_the_rule_form(admin_api):
+    body = {
+        **RULE,
+        "objective": "wall",
+        "objective_time": "09:30:00",
+        "objective_start_before_seconds": 900,
+        "objective_lead_seconds": 1200,
+    }
+    response = admin_api.post("/api/v1/rules", body)
+    assert response.status_code == 201, response.content
+    got = response.json()
+    assert (got["objective_start_before_seconds"], got["objective_lead_seconds"]) == (900, 1200)
+    [exported] = rule_export()["rules"]
+    assert (exported["objective_start_before_seconds"], exported["objective_lead_seconds"]) == (900, 1200)
+    spec = TriggerRule.objects.get().objective_spec()
+    assert spec is not None and (spec.start_before, spec.lead) == (timedelta(minutes=15), timedelta(minutes=20))
+    browser = client_for(make_user("desk", superuser=True))
+    form = browser.get(f"/admin/tasks/triggerrule/{got['id']}/change/").content.decode()
+    assert 'name="objective_start_before_seconds"' in form and 'name="objective_lead_seconds"' in form
+    assert "warns if not started by 09:15" in form
+
+
+@pytest.mark.parametrize(
+    ("over", "field"),
+    [
+        ({"objective_start_before_seconds": 600}, "objective_start_before_seconds"),
+        (
+            {"objective": "offset", "objective_offset_seconds": 600, "objective_lead_seconds": 600},
+            "objective_lead_seconds",
+        ),
+        (
+            {"objective": "offset", "objective_offset_seconds": 600, "objective_lead_seconds": -1},
+            "objective_lead_seconds",
+        ),
+        (
+            {"objective": "offset", "objective_offset_seconds": 600, "objective_lead_seconds": "soon"},
+            "objective_lead_seconds",
+        ),
+    ],
+)
+def test_an_unusable_latest_start_or_lead_time_is_refused_with_the_field_named(admin_api, over, field):
+    assert_problem(admin_api.post("/api/v1/rules", {**RULE, **over}), 400, field=field)
 
 
 def test_the_list_carries_each_rules_status_and_filters_by_it(admin_api, django_assert_max_num_queries):

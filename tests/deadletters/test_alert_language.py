@@ -3,12 +3,19 @@
 DingTalk group) are Chinese, every kind of alert, checked by the zh-Hans completeness checker; an
 English channel reads as before. The checker itself fails on a planted English string."""
 
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
+from types import SimpleNamespace
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from deadletters import alert_rules as r
 from deadletters.alert_texts import alert_message
+from runs.models import SlotObjective
+from runs.objectives import objective_alert_payload
+from tasks.rules import objectives
+from tasks.rules.reasons import Reason
+from tasks.sentences import reason_dump
 from tests.support.zh_complete import KEEP, assert_zh_complete
 
 AT = datetime(2026, 12, 1, 1, 0, tzinfo=UTC)
@@ -68,9 +75,61 @@ PAYLOADS = {
         "examples_text": "report:1, report:2",
     },
 }
+
+
+def _objective_payload(kind: str, reason: Reason) -> dict:
+    """An objective alert's payload as the objective pass records it (runs.objectives)."""
+    rule = SimpleNamespace(id=1, name="日报", timezone="Asia/Shanghai")
+    row = SlotObjective(slot=AT, deadline=AT + timedelta(minutes=30), cause=reason_dump(reason))
+    return objective_alert_payload(rule, row, kind=kind)
+
+
+SINCE = AT.astimezone(ZoneInfo("Asia/Shanghai"))
+PAYLOADS[r.OBJECTIVE_AT_RISK] = _objective_payload(
+    r.OBJECTIVE_AT_RISK,
+    Reason.of(
+        objectives.CAUSE_NOT_STARTED,
+        by=SINCE,
+        cause=Reason.of(objectives.CAUSE_WAITING_READY, flags="数据.就绪", since=SINCE),
+    ),
+)
+PAYLOADS[r.OBJECTIVE_BREACHED] = _objective_payload(
+    r.OBJECTIVE_BREACHED, Reason.of(objectives.CAUSE_SCHEDULER_DOWN, since=SINCE)
+)
+PAYLOADS[r.OBJECTIVE_RECOVERED] = _objective_payload(
+    r.OBJECTIVE_RECOVERED, Reason.of(objectives.CAUSE_FINISHED, at=SINCE)
+)
+PAYLOADS[r.CALENDAR_NO_DATA] = {
+    "error_kind": r.CALENDAR_NO_DATA,
+    "rule": "日报, 周报",
+    "calendar": "中国大陆",
+    "no_data_from": "2027-01-01",
+    "days_left": 27,
+    "source": "chinesecalendar 1.11.0",
+}
 # What the alert carries as data: the rule, keys, the error, the catch-up policy's name.
 DATA = {"日报", "report:2026-12-01", "timeout", "TimeoutError", "none", "not_ready_expired", "missed"}
 DATA |= {"scheduler_stalled", "report:1", "report:2", "harness"}
+DATA |= {r.OBJECTIVE_AT_RISK, r.OBJECTIVE_BREACHED, r.OBJECTIVE_RECOVERED, r.CALENDAR_NO_DATA, "chinesecalendar"}
+KINDS = {
+    v for k, v in vars(r).items() if k.isupper() and isinstance(v, str) and k not in ("NOTICE", "WARNING", "URGENT")
+}
+
+
+def test_every_kind_of_alert_has_a_payload_here():
+    assert set(PAYLOADS) == KINDS
+
+
+def test_an_objective_alert_names_its_slot_and_deadline_in_the_rules_zone_in_each_language():
+    payload = {"kind": r.OBJECTIVE_BREACHED, "severity": r.URGENT, **PAYLOADS[r.OBJECTIVE_BREACHED]}
+    zh = alert_message(payload, language="zh-hans")
+    assert "2026-12-01 09:00:00 CST" in zh.title and "T01:00" not in zh.title + zh.text
+    assert "2026-12-01 09:30:00 CST" in zh.text and "调度器" in zh.text
+    en = alert_message(payload, language="en")
+    assert en.title.startswith(
+        "[harness] URGENT rule 日报 slot Tue 2026-12-01 09:00:00 CST (UTC+0800): objective breached"
+    )
+    assert "the scheduler has not ticked since" in en.text and "objective Tue 2026-12-01 09:30:00 CST" in en.text
 
 
 @pytest.mark.parametrize("kind", sorted(PAYLOADS))
@@ -119,3 +178,12 @@ def test_the_checker_lets_data_zones_units_and_identifiers_pass():
         "键 report:2026-12-01，链接 http://127.0.0.1:8000/admin/，占位符 {business_date}",
         allowed=KEEP | DATA,
     )
+
+
+def test_a_calendar_alert_is_worded_from_its_figures_in_each_language():
+    payload = {"kind": r.CALENDAR_NO_DATA, "severity": r.WARNING, **PAYLOADS[r.CALENDAR_NO_DATA]}
+    zh = alert_message(payload, language="zh-hans")
+    assert "中国大陆" in zh.title and "2027-01-01" in zh.title and "27" in zh.title
+    assert "chinesecalendar 1.11.0" in zh.text
+    en = alert_message(payload, language="en")
+    assert en.title == "[harness] WARNING business calendar 中国大陆 has no data from 2027-01-01 (in 27 days)"

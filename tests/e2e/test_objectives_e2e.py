@@ -121,3 +121,43 @@ def test_late_readiness_and_a_full_pool_go_at_risk_before_the_objective_and_a_ru
     assert "pool e2e-llm full" in risk_b.payload["reason"]
     assert not log.filter(payload__rule="in-time").exists()
     print(f"\n[e2e objectives] A at risk {(deadline_a - risk_a.created_at).total_seconds():.1f}s before its objective")
+
+
+def test_an_overrunning_run_is_warned_before_its_deadline(harness):
+    """Usually 2 s of work, this time 45 s, done within 40 s of its slot: once running longer than
+    usual it is expected to run as long again, so it goes at risk (cause: overrun) and alerts while the
+    deadline is still ahead; then it breaches once."""
+    harness.worker(concurrency=2, extra_env={"HARNESS_OBJECTIVE_SECONDS": "1"})
+    harness.beat()
+    wait_ticking()
+
+    rule = recording_rule(
+        "overrun",
+        kind="interval",
+        interval_seconds=DAY,
+        skill="harness.sleep",
+        params={"seconds": 45},
+        objective="offset",
+        objective_offset_seconds=40,
+    )
+    history(rule, run_seconds=2)
+    slot = due_now(rule)
+    deadline = slot + timedelta(seconds=40)
+
+    wait_for(lambda: TaskRun.objects.filter(rule=rule, slot=slot, state="running").exists(), timeout=RUN_TIMEOUT)
+    at_risk = wait_for(
+        lambda: (o := objective_of(rule, slot)) is not None and o.status not in ("on_track", "") and o,
+        timeout=RUN_TIMEOUT,
+        what="the overrun at risk",
+    )
+    assert at_risk.status == "at_risk" and at_risk.checked_at < deadline
+    assert cause_text(at_risk.cause, lang="en").endswith("over its usual 2 s")
+    wait_for(lambda: objective_of(rule, slot).status == "breached", timeout=RUN_TIMEOUT + 60, what="breached")
+
+    log = Alert.objects.filter(channel=None, payload__rule="overrun")
+    [risk] = log.filter(kind=AT_RISK_ALERT)
+    assert risk.created_at < deadline and "over its usual 2 s" in risk.payload["reason"]
+    wait_for(lambda: log.filter(kind=BREACHED_ALERT).count() == 1, timeout=RUN_TIMEOUT, what="one breached alert")
+    print(
+        f"\n[e2e objectives] overrun at risk {(deadline - risk.created_at).total_seconds():.1f}s before its objective"
+    )

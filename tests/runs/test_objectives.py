@@ -10,21 +10,24 @@ from django.test.utils import CaptureQueriesContext
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
+from deadletters.alerts import alert_check_scheduler
 from deadletters.models import Alert
 from runs.executor import run_execute
 from runs.metrics import metrics_registry
-from runs.models import PoolSlot, PoolWaiter, SlotObjective, TaskRun
+from runs.models import PoolSlot, PoolWaiter, SchedulerTick, SlotObjective, TaskRun
 from runs.objectives import (
     AT_RISK_ALERT,
     BREACHED_ALERT,
     OBJECTIVE_PASS_QUERIES,
     RECOVERED_ALERT,
+    cause_text,
     objective_acknowledge,
     objective_evaluate,
     objective_history,
     objective_status_for_rules,
     objective_sweep,
 )
+from runs.selectors import scheduler_health
 from tasks.flags import flag_set
 from tasks.models import BusinessCalendar, Pool, TriggerRule
 from tasks.triggers.operator import rule_pause
@@ -145,13 +148,49 @@ def test_a_full_pool_puts_another_rule_at_risk_with_the_pool_named():
     assert alerts(AT_RISK_ALERT) == 1
 
 
-def test_a_paused_rule_is_at_risk_and_names_who_paused_it():
+def test_a_rule_paused_with_a_reason_holds_its_objective_and_pages_at_no_deadline_of_the_pause():
     rule = report()
     rule_pause(rule=rule, actor="alice", now=SLOT - timedelta(minutes=5), reason="maintenance")
-    objective_evaluate(now=sh(8, 0, 5))
+    for day in range(3):  # each day's 08:00 slot, before and after its 09:30 deadline
+        objective_evaluate(now=sh(8, 0, 5) + timedelta(days=day))
+        objective_evaluate(now=sh(9, 31) + timedelta(days=day))
+    rows = SlotObjective.objects.filter(rule=rule).order_by("slot")
+    assert [(r.status, r.closed) for r in rows] == [("excused", True)] * 3
+    cause = cause_text(rows[0].cause)
+    assert cause.startswith("rule paused by alice at ") and cause.endswith(": 'maintenance'")
+    assert Alert.objects.filter(kind__startswith="objective_").count() == 0
+
+
+def test_a_scheduler_outage_pages_once_for_the_outage_not_once_per_rule():
+    rules = [report(f"report-{i}") for i in range(3)]
+    scheduler_tick(now=SLOT - timedelta(minutes=1))  # the last tick before the outage: nothing is due yet
+    for at in (sh(8, 1), sh(8, 30), sh(9, 31), sh(9, 45)):
+        objective_evaluate(now=at)
+        alert_check_scheduler(health=scheduler_health(now=at), now=at)
+    assert Alert.objects.filter(channel=None, kind="scheduler_stalled").count() == 1
+    assert Alert.objects.filter(kind__startswith="objective_").count() == 0
+    for rule in rules:
+        found = objective_status_for_rules([rule.id])[rule.id]
+        assert found.status == "breached"
+        assert found.cause.startswith("the scheduler has not ticked since ")
+        assert found.cause.endswith("(paged once, as the scheduler-stalled alert)")
+    # The scheduler comes back: the slots it missed are the outage's, no page for them follows.
+    scheduler_tick(now=sh(9, 50))
+    objective_evaluate(now=sh(9, 50, 5))
+    objective_evaluate(now=sh(9, 51))
+    assert Alert.objects.filter(kind__startswith="objective_").count() == 0
+
+
+def test_a_slot_a_ticking_scheduler_has_not_taken_is_at_risk_after_a_minute_and_pages():
+    rule = report()
+    # The scheduler ticks (it is not stalled) but is behind: the slot is due and nobody took it.
+    SchedulerTick.objects.update_or_create(name="scheduler", defaults={"last_tick_at": SLOT + timedelta(seconds=55)})
+    objective_evaluate(now=SLOT + timedelta(seconds=59))
+    assert row(rule).status == "on_track"
+    objective_evaluate(now=SLOT + timedelta(seconds=60))
     found = objective_status_for_rules([rule.id])[rule.id]
-    assert found.status == "at_risk"
-    assert found.cause.startswith("rule paused by alice at ") and found.cause.endswith(": 'maintenance'")
+    assert found.status == "at_risk" and "not yet taken by the scheduler" in found.cause
+    assert alerts(AT_RISK_ALERT) == 1
 
 
 def test_an_acknowledged_slot_alerts_no_more():
@@ -239,6 +278,35 @@ def test_a_test_days_history_and_metrics_agree_with_the_runs_table():
     assert value[("harness_objective_lateness_seconds_count", None)] == 24
     assert value[("harness_objective_lateness_seconds_bucket", "0.0")] == met
     assert value[("harness_objective_lateness_seconds_sum", None)] == sum(x for x in late if x > 0)
+
+
+def test_a_slot_that_never_ran_is_counted_apart_not_as_a_day_late():
+    """One slot finishes 5 min late; the next never runs and is closed a day after its deadline."""
+    rule = report(objective=TriggerRule.ObjectiveKind.OFFSET, objective_offset_seconds=600, objective_time=None)
+    scheduler_tick(now=sh(8, 0, 5))
+    execute(TaskRun.objects.get(rule=rule), sh(8, 15))
+    objective_evaluate(now=sh(8, 16))
+    # Switched off in the form (no reason given): its next slot is at risk, then breached, never run.
+    TriggerRule.objects.filter(id=rule.id).update(enabled=False, paused_at=sh(8, 30), pause_reason="")
+    for at in (sh(8, 0, 5) + timedelta(days=1), sh(8, 11) + timedelta(days=1), sh(8, 11) + timedelta(days=2)):
+        objective_evaluate(now=at)
+    never = row(rule, SLOT + timedelta(days=1))
+    assert (never.status, never.closed, never.finished_at) == ("breached", True, None)
+
+    text = generate_latest(metrics_registry(clock=lambda: sh(9, 0) + timedelta(days=2))).decode()
+    value = {
+        (s.name, s.labels.get("le")): s.value
+        for f in text_string_to_metric_families(text)
+        if f.name.startswith("harness_objective")
+        for s in f.samples
+        if s.labels.get("rule") == rule.name
+    }
+    # Breached: the late one, the one never run, and the next (open, still not run).
+    assert value[("harness_objective_breached", None)] == 3
+    assert value[("harness_objective_unfinished", None)] == 1
+    assert value[("harness_objective_lateness_seconds_count", None)] == 1
+    assert value[("harness_objective_lateness_seconds_sum", None)] == 300.0
+    assert value[("harness_objective_lateness_seconds_bucket", "+Inf")] == 1
 
 
 def test_on_call_acknowledges_in_the_admin_and_a_viewer_cannot():

@@ -195,13 +195,11 @@ def test_a_running_run_counts_what_is_left_of_its_usual_time():
     assert status(running, local(SH, 2026, 12, 2, 9, 22), objective=offset(SH, 24)).status == obj.AT_RISK
 
 
-def test_a_paused_rule_is_at_risk_at_once_and_says_who_paused_it():
-    paused = obj.SlotState(
-        obj.PAUSED, paused_at=local(SH, 2026, 12, 2, 8, 55), paused_by="alice", pause_reason="maintenance"
-    )
+def test_a_rule_paused_without_a_reason_is_at_risk_at_once_and_says_who_paused_it():
+    paused = obj.SlotState(obj.PAUSED, paused_at=local(SH, 2026, 12, 2, 8, 55), paused_by="alice")
     s = status(paused, local(SH, 2026, 12, 2, 9, 0))
     assert s.status == obj.AT_RISK and s.expected_finish is None
-    assert said(s).startswith("rule paused by alice at ") and said(s).endswith(": 'maintenance'")
+    assert said(s).startswith("rule paused by alice at ") and said(s).endswith(": '-'")
 
 
 def test_a_due_run_no_worker_takes_is_at_risk_with_the_queue_named():
@@ -287,3 +285,115 @@ def test_history_counts_met_and_missed_per_local_day():
         (2, 1, 1, "missed"),
         (3, 0, 0, ""),
     ]
+
+
+# --- overruns, unclaimed slots, latest start and lead time, pauses --------------------------------
+
+
+def test_a_run_over_its_usual_time_is_expected_to_run_as_long_again_and_goes_at_risk_before_the_deadline():
+    """Usual 60 s, started 09:00:05, deadline 09:30: an overrun is not "about to finish"."""
+    usual = obj.Estimate(queue_wait=timedelta(seconds=1), run_time=timedelta(seconds=60), samples=10)
+    running = obj.SlotState(obj.RUNNING, since=local(SH, 2026, 12, 2, 9, 0, 5))
+    seen = {}
+    at = SLOT
+    while at < local(SH, 2026, 12, 2, 9, 30):
+        s = obj.objective_status(REPORT, SLOT, running, now=at, estimate=usual)
+        seen.setdefault(s.status, at)
+        at += timedelta(seconds=15)
+    assert seen[obj.AT_RISK] < local(SH, 2026, 12, 2, 9, 30)
+    # Running 14 min 55 s at 09:15: expected as long again, 09:29:55, in time; at 09:15:15 not.
+    assert seen[obj.AT_RISK] == local(SH, 2026, 12, 2, 9, 15, 15)
+    s = obj.objective_status(REPORT, SLOT, running, now=local(SH, 2026, 12, 2, 9, 20), estimate=usual)
+    assert s.status == obj.AT_RISK and s.expected_finish == local(SH, 2026, 12, 2, 9, 39, 55)
+    assert said(s) == "running for 1195 s, over its usual 60 s"
+
+
+def test_an_unclaimed_slot_is_at_risk_once_overdue_as_long_as_a_queued_run_with_no_worker():
+    unclaimed = obj.SlotState(obj.NOT_CLAIMED, since=SLOT)
+    assert status(unclaimed, SLOT + obj.QUEUE_STALL - timedelta(seconds=1)).status == obj.ON_TRACK
+    s = status(unclaimed, SLOT + obj.QUEUE_STALL)
+    assert s.status == obj.AT_RISK and s.expected_finish is None
+    assert said(s).startswith("slot due since ") and "not yet taken by the scheduler" in said(s)
+
+
+def test_a_slot_held_by_a_stalled_scheduler_is_at_risk_at_once_and_says_the_outage_is_paged_once():
+    down = obj.SlotState(obj.NOT_CLAIMED, since=SLOT, scheduler_down_since=SLOT - timedelta(minutes=3))
+    s = status(down, SLOT + timedelta(seconds=1))
+    assert s.status == obj.AT_RISK and s.cause is not None and s.cause.code == obj.CAUSE_SCHEDULER_DOWN
+    assert said(s) == (
+        "the scheduler has not ticked since Wed 2026-12-02 08:57:00 CST (UTC+0800) "
+        "(paged once, as the scheduler-stalled alert)"
+    )
+    assert status(down, local(SH, 2026, 12, 2, 9, 31)).status == obj.BREACHED
+
+
+def test_a_slot_not_started_by_the_latest_start_is_at_risk_with_what_holds_it():
+    # "Warn if not started by 09:15": 15 min before the 09:30 objective.
+    objective = obj.Objective(kind=obj.WALL, timezone=SH, wall=time(9, 30), start_before=timedelta(minutes=15))
+    waiting = obj.SlotState(obj.WAITING_READY, since=SLOT, flags=("raw_data.ready",))
+    assert status(waiting, local(SH, 2026, 12, 2, 9, 14, 59), objective=objective).status == obj.ON_TRACK
+    s = status(waiting, local(SH, 2026, 12, 2, 9, 15), objective=objective)
+    assert s.status == obj.AT_RISK
+    assert said(s).startswith(
+        "not started by Wed 2026-12-02 09:15:00 CST (UTC+0800): waiting for readiness flag raw_data.ready"
+    )
+    # A run that has started is judged by its estimate, not by the latest start.
+    running = obj.SlotState(obj.RUNNING, since=local(SH, 2026, 12, 2, 9, 14))
+    assert status(running, local(SH, 2026, 12, 2, 9, 16), objective=objective).status == obj.ON_TRACK
+
+
+def test_a_lead_time_warns_that_long_before_the_objective_for_a_rule_without_history():
+    """Fewer than three successful runs: the defaults (70 s) would warn 70 s ahead; the lead time wins."""
+    objective = obj.Objective(kind=obj.WALL, timezone=SH, wall=time(9, 30), lead=timedelta(minutes=20))
+    waiting = obj.SlotState(obj.WAITING_READY, since=SLOT, flags=("raw_data.ready",))
+    new_rule = obj.estimate_duration([])
+    at = SLOT
+    while obj.objective_status(objective, SLOT, waiting, now=at, estimate=new_rule).status == obj.ON_TRACK:
+        at += timedelta(seconds=15)
+    assert at == local(SH, 2026, 12, 2, 9, 10, 15)
+    # Without a lead time: 70 s ahead, as before.
+    at = SLOT
+    while obj.objective_status(REPORT, SLOT, waiting, now=at, estimate=new_rule).status == obj.ON_TRACK:
+        at += timedelta(seconds=15)
+    assert at == local(SH, 2026, 12, 2, 9, 29)
+
+
+def test_a_longer_estimate_still_warns_earlier_than_the_lead_time():
+    objective = obj.Objective(kind=obj.WALL, timezone=SH, wall=time(9, 30), lead=timedelta(minutes=2))
+    waiting = obj.SlotState(obj.WAITING_READY, since=SLOT, flags=("x",))
+    # EST: 5 min 30 s of work, more than the 2 min lead.
+    assert status(waiting, local(SH, 2026, 12, 2, 9, 24, 31), objective=objective).status == obj.AT_RISK
+
+
+def test_a_rule_paused_with_a_reason_holds_its_objective_and_without_one_is_at_risk():
+    paused = obj.SlotState(
+        obj.PAUSED, paused_at=local(SH, 2026, 12, 2, 8, 55), paused_by="alice", pause_reason="maintenance"
+    )
+    for at in (local(SH, 2026, 12, 2, 9, 0), local(SH, 2026, 12, 2, 9, 45)):
+        s = status(paused, at)
+        assert s.status == obj.EXCUSED
+        assert said(s).startswith("rule paused by alice at ") and said(s).endswith(": 'maintenance'")
+    unexplained = obj.SlotState(obj.PAUSED, paused_at=local(SH, 2026, 12, 2, 8, 55))
+    assert status(unexplained, local(SH, 2026, 12, 2, 9, 0)).status == obj.AT_RISK
+
+
+@pytest.mark.parametrize(
+    ("kind", "offset_s", "start", "lead", "field"),
+    [
+        (obj.OFFSET, 1800, 1800, None, "objective_start_before_seconds"),
+        (obj.OFFSET, 1800, None, 2400, "objective_lead_seconds"),
+    ],
+)
+def test_a_latest_start_or_lead_time_as_long_as_an_offset_objective_is_refused(kind, offset_s, start, lead, field):
+    errors = obj.objective_errors(
+        kind=kind, offset_seconds=offset_s, wall=None, scheduled=True, start_before_seconds=start, lead_seconds=lead
+    )
+    assert list(errors) == [field]
+    assert sentences.say(errors[field][0])
+
+
+def test_a_latest_start_or_lead_time_without_an_objective_is_refused():
+    errors = obj.objective_errors(
+        kind="", offset_seconds=None, wall=None, scheduled=True, start_before_seconds=60, lead_seconds=60
+    )
+    assert set(errors) == {"objective_start_before_seconds", "objective_lead_seconds"}
