@@ -4,6 +4,7 @@ with a reason that never contains a webhook URL (they carry tokens)."""
 import json
 import logging
 import re
+from urllib.parse import urlsplit
 
 import httpx
 from django.conf import settings
@@ -11,7 +12,9 @@ from django.core.mail import send_mail
 
 from deadletters import alert_rules as rules
 from deadletters.alert_texts import alert_message
+from deadletters.alert_urls import alert_url_error
 from deadletters.models import AlertChannel
+from tasks import outbound
 
 log = logging.getLogger("harness.alerts.channel")
 
@@ -63,10 +66,19 @@ def _email(channel: AlertChannel, payload: dict) -> None:
 def _webhook(channel: AlertChannel, payload: dict) -> None:
     body = rules.webhook_body(payload, channel.format, alert_message(payload, language=channel.language))
     safe = rules.redact_url(channel.url)
+    # Checked again here, not only on save: a row edited behind the admin's back sends nothing.
+    if (why := alert_url_error(channel.url)) is not None:
+        raise DeliveryError(f"webhook {safe}: refused, {why}")
     try:
-        response = httpx.post(channel.url, json=body, timeout=WEBHOOK_TIMEOUT_SECONDS, follow_redirects=False)
+        with httpx.Client(timeout=WEBHOOK_TIMEOUT_SECONDS) as client:
+            response = outbound.send(client, "POST", channel.url, json=body)
+    except outbound.OutboundRefused as exc:
+        raise DeliveryError(f"webhook {safe}: refused, {exc}") from exc
     except httpx.HTTPError as exc:
         raise DeliveryError(f"webhook {safe}: {type(exc).__name__}: {_scrub(str(exc), channel.url)}") from exc
+    if response.is_redirect:
+        # The Location may carry another token; the alert goes to the channel's own URL or nowhere.
+        raise DeliveryError(f"webhook {safe}: HTTP {response.status_code}, a redirect: not followed")
     try:
         answer = response.json()
     except (json.JSONDecodeError, UnicodeDecodeError):
@@ -77,4 +89,13 @@ def _webhook(channel: AlertChannel, payload: dict) -> None:
 
 
 def _scrub(text: str, url: str) -> str:
-    return text.replace(url, rules.redact_url(url)) if url else text
+    """`text` without the URL's path and query, where tokens live (also inside the address-pinned
+    URL a transport error may quote)."""
+    if not url:
+        return text
+    text = text.replace(url, rules.redact_url(url))
+    parts = urlsplit(url)
+    for token in (parts.query, parts.path):
+        if len(token) > 1:
+            text = text.replace(token, "/…")
+    return text

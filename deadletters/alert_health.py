@@ -1,5 +1,6 @@
 """Can alerts reach anyone? Per channel: when it last delivered, its last error, and whether it can
-deliver at all (an email channel with no recipients while ADMINS is unset cannot). For the alert
+deliver at all (an email channel with no recipients while ADMINS is unset cannot, nor a webhook
+channel whose URL HARNESS_ALERT_URL_ALLOW does not allow). For the alert
 channel list and the dashboard card "urgent alerts undeliverable": an alert nobody can receive is
 only noticed here. Read-only."""
 
@@ -9,6 +10,7 @@ from django.conf import settings
 from django.db.models import Max, OuterRef, Q, QuerySet, Subquery
 
 from deadletters.alert_delivery import recipients_of
+from deadletters.alert_urls import alert_url_error
 from deadletters.models import Alert, AlertChannel
 
 URGENT_WINDOW = timedelta(hours=24)
@@ -28,6 +30,8 @@ def channel_problem(channel: AlertChannel) -> str:
     """Why this channel cannot deliver now ("" when it can, as far as the configuration shows)."""
     if channel.kind == AlertChannel.Kind.EMAIL and not recipients_of(channel) and not settings.ADMINS:
         return "no_recipients"
+    if channel.kind == AlertChannel.Kind.WEBHOOK and alert_url_error(channel.url) is not None:
+        return "url_not_allowed"  # delivery refuses it (HARNESS_ALERT_URL_ALLOW), however often retried
     return ""
 
 

@@ -1,11 +1,13 @@
 """Dead-letter tickets: what a human needs to act on a run that failed for good."""
 
 from django.conf import settings
+from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import pgettext_lazy
 
+from deadletters.alert_urls import alert_url_error, alert_url_message
 from tasks.rules import keys
 
 
@@ -151,6 +153,11 @@ class AlertChannel(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+    def clean(self) -> None:
+        # Delivery checks again (deadletters.alert_delivery): a row saved without validation sends nothing.
+        if self.kind == self.Kind.WEBHOOK and self.url and alert_url_error(self.url) is not None:
+            raise ValidationError({"url": alert_url_message(self.url)})
 
 
 class Alert(models.Model):

@@ -379,12 +379,24 @@ def publish_in_one_round_trip(producer) -> Iterator[None]:
 PROBE_TIMEOUT = 2.0
 
 
+def probe_options(timeout: float) -> dict:
+    """Connection arguments that bound a probe's every command, not only its connect: a Redis that
+    accepts connections and never answers would otherwise hold the caller (a heartbeat, /healthz) on
+    its first read forever (kombu's Redis channel sets no socket timeout). Other transports ignore
+    the options they do not know."""
+    return {
+        "connect_timeout": timeout,
+        "transport_options": {"socket_timeout": timeout, "socket_connect_timeout": timeout},
+    }
+
+
 def queue_probe(app, queue: str, *, timeout: float = PROBE_TIMEOUT, held: bool = True) -> QueueProbe:
     """Look at `queue` without taking anything from it. Raises on a broker that cannot be reached
-    within `timeout` seconds (one try, no retries). With held=False, what consumers hold is not read
-    (`held` stays empty, and on the file broker a dead consumer's messages are not yet in
-    `queued_runs`): each held message is a document to parse, a thousand on a busy agent worker."""
-    with app.connection_for_read() as conn:
+    within `timeout` seconds (one try, no retries), or whose any one command takes longer. With
+    held=False, what consumers hold is not read (`held` stays empty, and on the file broker a dead
+    consumer's messages are not yet in `queued_runs`): each held message is a document to parse, a
+    thousand on a busy agent worker."""
+    with app.connection_for_read(**probe_options(timeout)) as conn:
         conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=timeout)
         channel = conn.default_channel
         if isinstance(channel, Channel):

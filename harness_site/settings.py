@@ -14,7 +14,8 @@ import environ
 
 from harness_site.environment import Environment
 from harness_site.logs import logging_config
-from tasks.secrets import GRANTS_EXAMPLE, grant_name_error, grants_parse, plain_url_error
+from tasks.outbound import plain_url_error
+from tasks.secrets import GRANTS_EXAMPLE, grant_name_error, grants_parse
 
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = BASE_DIR / "var"
@@ -530,6 +531,26 @@ for _entry in HARNESS_AGENT_URL_ALLOW:
             "https://api.openai.com/v1,http://127.0.0.1:11434/v1",
         )
 
+# Where alert channels may send (tasks/outbound.py, docs/secrets.md): webhook URLs under these roots,
+# same matching as HARNESS_AGENT_URL_ALLOW (a query string is allowed: webhook tokens ride in it).
+# Unset: the public webhook hosts of Feishu / Lark, DingTalk, Slack and WeCom, nothing else. An empty
+# value allows no webhook at all.
+HARNESS_ALERT_URL_ALLOW_DEFAULT = [
+    "https://open.feishu.cn",
+    "https://open.larksuite.com",
+    "https://oapi.dingtalk.com",
+    "https://hooks.slack.com",
+    "https://qyapi.weixin.qq.com",
+]
+HARNESS_ALERT_URL_ALLOW = env.items("HARNESS_ALERT_URL_ALLOW", default=HARNESS_ALERT_URL_ALLOW_DEFAULT)
+for _entry in HARNESS_ALERT_URL_ALLOW:
+    if _why := plain_url_error(_entry):
+        env.refuse(
+            "HARNESS_ALERT_URL_ALLOW",
+            f"entry {_entry!r} is {_why}",
+            "https://hooks.slack.com,https://alerts.internal.example:8443/hooks",
+        )
+
 # A mistyped HARNESS_* variable would otherwise be ignored silently.
 _KNOWN_HARNESS_VARS = {
     "HARNESS_TICK_SECONDS",
@@ -562,6 +583,7 @@ _KNOWN_HARNESS_VARS = {
     "HARNESS_SECRETS",
     "HARNESS_GRANTS",
     "HARNESS_AGENT_URL_ALLOW",
+    "HARNESS_ALERT_URL_ALLOW",
     "HARNESS_LOGIN_FAILURE_LIMIT",
     "HARNESS_LOGIN_COOLOFF_MINUTES",
     "HARNESS_METRICS_TOKEN",

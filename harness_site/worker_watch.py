@@ -91,6 +91,7 @@ class QueueWatch(threading.Thread):
         self.queues = queues
         self.oldest_age: dict[str, float | None] = {}  # the last answer per queue; absent: unknown
         self._wanted = threading.Event()
+        self.looked = threading.Event()  # set after each round of looks (what a caller may wait for)
         self._halt = False
 
     def run(self) -> None:
@@ -103,8 +104,9 @@ class QueueWatch(threading.Thread):
                 try:
                     look = queue_probe(current_app, queue, timeout=PROBE_TIMEOUT, held=False)
                     self.oldest_age[queue] = look.oldest_age
-                except Exception:  # an unreachable broker is /healthz's business
+                except Exception:  # an unreachable or hung broker is /healthz's business
                     self.oldest_age.pop(queue, None)
+            self.looked.set()
 
     def ask(self) -> None:
         self._wanted.set()

@@ -22,7 +22,7 @@ from deadletters.alert_health import able_channels, urgent_log_only, urgent_unde
 from harness_site.api.auth import BearerTokenAuthentication
 from harness_site.api.problems import ApiProblem, problem_json
 from harness_site.api.tokens import bearer_credential, secret_matches
-from harness_site.broker import queue_probe
+from harness_site.broker import probe_options, queue_probe
 from harness_site.desk import now, require_perm
 from runs import selectors
 from runs import status as board
@@ -127,7 +127,7 @@ def queue_depths() -> dict[str, dict]:
 def _broker_error() -> str:
     """ "" when a connection to the broker can be made now, else why not (one line)."""
     try:
-        with current_app.connection_for_write() as conn:
+        with current_app.connection_for_write(**probe_options(BROKER_TIMEOUT)) as conn:
             conn.ensure_connection(max_retries=1, interval_start=0, interval_step=0, timeout=BROKER_TIMEOUT)
     except Exception as exc:  # any transport's failure: the probe reports it, never raises
         return _one_line(exc)

@@ -17,13 +17,13 @@ import os
 import re
 from collections.abc import Collection, Iterable
 from dataclasses import dataclass
-from urllib.parse import unquote, urlsplit
 
 from django.conf import settings
 from django.utils.translation import gettext
 
+from tasks.outbound import plain_url_error, url_allow_error, url_under_root
+
 NAME = re.compile(r"[A-Z_][A-Z0-9_]{0,127}")
-DEFAULT_PORTS = {"http": 80, "https": 443}
 
 
 # What a granted secret may be used for (HARNESS_GRANTS): one purpose per secret.
@@ -156,64 +156,6 @@ def secret_value(name: str, purpose: str, *, url: str | None = None) -> str | No
     return os.environ.get(name) or None
 
 
-# Percent-encoding is decoded until it stops changing; a path still changing after this many rounds
-# is refused rather than decoded further.
-MAX_DECODE_ROUNDS = 4
-# Characters a server may read as path structure even when encoded (/ \ . ; and % itself, which
-# starts a second round of decoding): an allowed root must not be escaped through any of them.
-_ENCODED_STRUCTURE = re.compile(r"%(2f|5c|2e|3b|25)", re.IGNORECASE)
-_PLAIN_SEGMENT = re.compile(r"[A-Za-z0-9\-._~!$&'()*+,=:@]+")
-
-
-def plain_url_path(path: str) -> str | None:
-    """`path` as a server would finally read it, or None when servers may read it differently.
-
-    Decoded until it stops changing, it must be ASCII segments of unreserved characters (no ; path
-    parameters, backslashes, whitespace or controls), with no `.`/`..` and no empty segment but a
-    trailing one; and the raw text must not encode a separator, a dot, a ; or a %. Then what is
-    compared with an allowed root is what any server on the way sees: Tomcat's `..;`, a proxy that
-    decodes twice, one that folds full-width dots or backslashes."""
-    if _ENCODED_STRUCTURE.search(path):
-        return None
-    decoded = path
-    for _round in range(MAX_DECODE_ROUNDS):
-        try:
-            once = unquote(decoded, errors="strict")
-        except UnicodeDecodeError:
-            return None
-        if once == decoded:
-            break
-        decoded = once
-    else:
-        return None
-    if decoded and not decoded.startswith("/"):
-        return None
-    inner = decoded.removeprefix("/").removesuffix("/")
-    segments = inner.split("/") if inner else []
-    if any(not _PLAIN_SEGMENT.fullmatch(s) or s in {".", ".."} for s in segments):
-        return None
-    return decoded
-
-
-def plain_url_error(url: str) -> str | None:
-    """Why `url` is not a plain http(s) URL that every server reads the same way, or None."""
-    parts = urlsplit(url or "")
-    try:
-        parts.port  # noqa: B018  (raises on a port that is not a number)
-    except ValueError:
-        return "not a URL"
-    if parts.scheme not in DEFAULT_PORTS or not parts.hostname or "%" in parts.netloc:
-        return "not a URL (http or https and a host)"
-    if parts.username is not None or parts.password is not None or parts.query or parts.fragment:
-        return "not a plain URL (no user, query string or fragment)"
-    if plain_url_path(parts.path) is None:
-        return (
-            "not a plain URL (no ; path parameters, backslashes, encoded separators or dots, "
-            ". or .. segments, or characters outside ASCII)"
-        )
-    return None
-
-
 def agent_url_error(url: str) -> str | None:
     """Why an agent may not send its key to `url`, or None when the deployment allows it.
 
@@ -221,24 +163,4 @@ def agent_url_error(url: str) -> str | None:
     same host, the entry's port if it names one (any port if not), and a decoded path equal to the
     entry's path or below it by whole segments. A host is compared whole, never as a string prefix
     (api.example.com.attacker.test)."""
-    refused = plain_url_error(url)
-    if refused is not None:
-        return refused
-    if any(url_under_root(url, entry) for entry in settings.HARNESS_AGENT_URL_ALLOW):
-        return None
-    return "not allowed: this deployment sends agent keys only to the URLs in HARNESS_AGENT_URL_ALLOW"
-
-
-def url_under_root(url: str, root: str) -> bool:
-    """Whether the plain URL `url` lies under `root`: same scheme and host, the root's port if it names
-    one (any port if not), and a decoded path equal to the root's or below it by whole segments."""
-    if plain_url_error(url) is not None:
-        return False
-    parts, allow = urlsplit(url), urlsplit(root)
-    if allow.scheme != parts.scheme or allow.hostname != parts.hostname:
-        return False
-    if allow.port is not None and (parts.port or DEFAULT_PORTS.get(parts.scheme)) != allow.port:
-        return False
-    path = (plain_url_path(parts.path) or "").rstrip("/")
-    prefix = allow.path.rstrip("/")
-    return path == prefix or path.startswith(prefix + "/")
+    return url_allow_error(url, settings.HARNESS_AGENT_URL_ALLOW, setting="HARNESS_AGENT_URL_ALLOW", what="agent keys")

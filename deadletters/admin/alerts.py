@@ -91,6 +91,8 @@ class AlertChannelAdmin(admin.ModelAdmin):
     def error_column(self, obj: AlertChannel) -> str:
         if channel_problem(obj) == "no_recipients":
             return format_html('<span class="bad">{}</span>', _("no recipients and ADMINS is unset"))
+        if channel_problem(obj) == "url_not_allowed":
+            return format_html('<span class="bad">{}</span>', _("URL not in HARNESS_ALERT_URL_ALLOW"))
         if not obj.last_error:
             return "—"
         return format_html(
@@ -105,6 +107,14 @@ class AlertChannelAdmin(admin.ModelAdmin):
                 _(
                     "This email channel names no recipients and ADMINS is not set: it cannot deliver. "
                     "Set ADMINS (or list recipients here), then enable it."
+                ),
+            )
+        if channel_problem(obj) == "url_not_allowed":
+            return format_html(
+                '<p class="errornote">{}</p>',
+                _(
+                    "This webhook URL is not under HARNESS_ALERT_URL_ALLOW: every delivery is refused. "
+                    "Ask whoever runs the harness to add the receiver's host there, or point the channel elsewhere."
                 ),
             )
         if channel_failing(obj):

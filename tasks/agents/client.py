@@ -14,7 +14,8 @@
 runs/calls.py wraps it for a run: checks the agent's budget, then records one ExternalCall row per
 call, with a SHA-256 of the input and never the key (nor the prompt, unless the agent opts in).
 The API key is read at call time from the variable the agent names, only if the deployment granted
-that variable, and sent only to a base URL the deployment allows (tasks/secrets.py); it is redacted
+that variable, and sent only to a base URL the deployment allows (tasks/secrets.py), connected to an
+address checked at call time (tasks/outbound.py); it is redacted
 from anything the provider sends back before it can reach an error message, a log or a ticket.
 """
 
@@ -33,6 +34,7 @@ from typing import Any
 import httpx
 
 from harness_site.tracing import outgoing_headers
+from tasks import outbound
 from tasks.agents.redaction import redact
 from tasks.secrets import MODEL, NAME, agent_url_error, secret_use_refusal, secret_value
 from tasks.skills.sdk import ErrorKind, SkillError
@@ -190,7 +192,11 @@ def chat(agent, messages: list[dict[str, str]], *, now: datetime) -> ModelReply:
     try:
         # traceparent: the provider's logs and traces can name the run's trace (W3C Trace Context).
         headers = {**outgoing_headers(), "Authorization": f"Bearer {key}"}
-        response = http_client().post(url, json=body, headers=headers, timeout=timeout)
+        # Connected to the address checked for the host (tasks/outbound.py): no name may lead to
+        # loopback or a metadata service, however it resolves on a second lookup.
+        response = outbound.send(http_client(), "POST", url, json=body, headers=headers, timeout=timeout)
+    except outbound.OutboundRefused as exc:
+        raise ModelCallError(ErrorKind.INVALID_PARAM, f"{url}: refused, {exc}") from None
     except httpx.ReadTimeout:
         raise ModelCallError(
             ErrorKind.TIMEOUT, f"{url}: no response within the read timeout of {agent.read_timeout_seconds:g}s"

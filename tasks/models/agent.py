@@ -17,10 +17,10 @@ from django.utils.translation import gettext_lazy as _
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
 
+from tasks.outbound import plain_url_error
 from tasks.secrets import (
     MODEL,
     agent_url_error,
-    plain_url_error,
     secret_name_error,
     secret_use_message,
     secret_use_refusal,

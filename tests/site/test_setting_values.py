@@ -82,6 +82,8 @@ CASES = [
     ("HARNESS_GRANTS", "SECRET_KEY=webhook", "not granted, ever"),
     ("HARNESS_AGENT_URL_ALLOW", "ftp://files.example.com", "not a URL"),
     ("HARNESS_AGENT_URL_ALLOW", "https://api.example.com/v1/..;/x", "not a plain URL"),
+    ("HARNESS_ALERT_URL_ALLOW", "hooks.slack.com", "not a URL"),
+    ("HARNESS_ALERT_URL_ALLOW", "https://hooks.slack.com/services/..;/x", "not a plain URL"),
     ("HARNESS_LOGIN_FAILURE_LIMIT", "abc", "not a whole number"),
     ("HARNESS_LOGIN_FAILURE_LIMIT", "0", "below 1"),
     ("HARNESS_LOGIN_COOLOFF_MINUTES", "0", "below 1 (no lockout at all)"),

@@ -12,11 +12,14 @@ class Receiver:
     url: str
     requests: list[dict] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
+    hosts: list[str] = field(default_factory=list)  # the Host header of each request
     # What to answer: HTTP status and JSON body; tests change them between deliveries.
     status: int = 200
     answer: dict = field(default_factory=lambda: {"ok": True})
     # Answer 500 to this many requests first (a receiver that is down, then back).
     fail_first: int = 0
+    # Further headers of the answer (a Location, with status 302 or 307).
+    headers: dict[str, str] = field(default_factory=dict)
 
 
 def start_receiver(token_path: str = "/hook/T0K3N-SECRET") -> tuple[Receiver, ThreadingHTTPServer]:
@@ -31,6 +34,7 @@ def start_receiver(token_path: str = "/hook/T0K3N-SECRET") -> tuple[Receiver, Th
             with lock:
                 receiver.requests.append(body)
                 receiver.paths.append(self.path)
+                receiver.hosts.append(self.headers.get("Host", ""))
                 status = receiver.status
                 if receiver.fail_first > 0:
                     receiver.fail_first -= 1
@@ -39,6 +43,8 @@ def start_receiver(token_path: str = "/hook/T0K3N-SECRET") -> tuple[Receiver, Th
             self.send_response(status)
             self.send_header("Content-Type", "application/json")
             self.send_header("Content-Length", str(len(data)))
+            for name, value in receiver.headers.items():
+                self.send_header(name, value)
             self.end_headers()
             self.wfile.write(data)
 

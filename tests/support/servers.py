@@ -6,6 +6,7 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -19,6 +20,30 @@ def free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
+
+
+class SilentServer:
+    """A TCP server on loopback that accepts every connection and never answers (a hung Redis: the
+    process alive, its event loop stuck). Closed with `close()`."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self.port = self._listener.getsockname()[1]
+        self._held: list[socket.socket] = []
+        threading.Thread(target=self._accept, name="silent-server", daemon=True).start()
+
+    def _accept(self) -> None:
+        while True:
+            try:
+                conn, _addr = self._listener.accept()
+            except OSError:  # closed
+                return
+            self._held.append(conn)  # kept open, never read, never written
+
+    def close(self) -> None:
+        self._listener.close()
+        for conn in self._held:
+            conn.close()
 
 
 def _wait(check, *, timeout: float, what: str) -> None:

@@ -49,6 +49,13 @@ os.environ.setdefault("HARNESS_SLOT_GRACE_SECONDS", "10")
 
 # The fake model server listens on loopback (any port); x.example is the validation tests' provider.
 os.environ.setdefault("HARNESS_AGENT_URL_ALLOW", "http://127.0.0.1,https://x.example/v1")
+# Alert channels post to the suite's webhook receiver on loopback (tests/support/receiver.py), named by
+# its address: no name may stand in for 127.0.0.1 (tasks/outbound.py). The public hosts stay allowed
+# for the admin tests' DingTalk and Slack URLs.
+os.environ.setdefault(
+    "HARNESS_ALERT_URL_ALLOW",
+    "http://127.0.0.1,https://open.feishu.cn,https://oapi.dingtalk.com,https://hooks.slack.com",
+)
 
 # What each test secret is for (HARNESS_GRANTS, tasks/secrets.py): a secret serves only its declared
 # purpose, so a test naming a new secret declares it here. Model keys go to the fake model server on

@@ -12,7 +12,7 @@ from django.core.exceptions import ValidationError
 
 from tasks.agents.client import ModelCallError, build_messages, chat
 from tasks.models import Agent
-from tasks.secrets import agent_url_error
+from tasks.secrets import Grant, agent_url_error
 from tests.support.fake_model import FakeModelServer, completion
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -109,6 +109,40 @@ def test_it_never_sends_the_key_to_an_odd_url_at_call_time(monkeypatch):
             chat(agent, build_messages(agent, "hi"), now=NOW)
 
         assert "plain URL" in str(info.value)
+        assert server.requests == []
+    finally:
+        server.stop()
+
+
+def test_a_name_that_resolves_to_loopback_never_gets_the_key(monkeypatch, settings):
+    """Allowed by name, yet resolving to this host at call time (DNS rebinding): refused before sending,
+    since only the address written out (http://127.0.0.1) may reach loopback (tasks/outbound.py)."""
+    server = FakeModelServer().start()
+    try:
+        monkeypatch.setenv(KEY_ENV, "sk-granted-value-0123456789abcdef")
+        server.respond(completion("{}"))
+        base_url = server.base_url.replace("127.0.0.1", "localhost")
+        settings.HARNESS_AGENT_URL_ALLOW = ["http://localhost"]
+        settings.HARNESS_SECRET_GRANTS = {
+            **settings.HARNESS_SECRET_GRANTS,
+            KEY_ENV: Grant("model", ("http://localhost",)),
+        }
+        agent = SimpleNamespace(
+            name="a",
+            provider="openai",
+            model="m",
+            base_url=base_url,
+            api_key_env=KEY_ENV,
+            system_prompt="",
+            connect_timeout_seconds=2.0,
+            read_timeout_seconds=5.0,
+        )
+
+        with pytest.raises(ModelCallError) as info:
+            chat(agent, build_messages(agent, "hi"), now=NOW)
+
+        assert info.value.kind == "invalid_param"
+        assert "refused" in str(info.value) and "loopback" in str(info.value)
         assert server.requests == []
     finally:
         server.stop()
