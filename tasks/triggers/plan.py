@@ -272,6 +272,8 @@ def plan_json(plan: planned.Plan, *, zone: str, rows: int | None = None) -> dict
             "fires_old": sum(1 for f in plan.future if f.old_guards is not None),
             "fires_new": sum(1 for f in plan.future if f.new_guards is not None),
             "first_difference": plan.first_difference.isoformat() if plan.first_difference else None,
+            # The first fire that goes otherwise, on the edited rule's clock.
+            "first_difference_at": future_diff[0].local.isoformat() if future_diff else None,
             "summary": sentences.say(future_summary(plan)),
             "rows": [_future_row(f) for f in future_diff],
         },

@@ -66,6 +66,8 @@ def test_after_a_retime_no_change_differs_nowhere_and_a_revert_only_since_the_re
     assert all(r.recorded.outcome == planned.RUN and not r.differs for r in ran_at_nine)
     data = plan_json(revert, zone=rule.timezone)
     assert data["past"]["differing"] == 8
+    # Tomorrow's 09:00 is the first fire that goes otherwise (today's 10:00 is past).
+    assert data["future"]["first_difference_at"] == "2026-03-11T09:00:00+08:00"
 
 
 @pytest.mark.django_db
