@@ -11,6 +11,7 @@ from django.utils import timezone
 from runs import executor, sweeper
 from runs.approvals import approval_expire_due
 from runs.objectives import objective_prune, objective_sweep
+from runs.outages import outage_sweep
 from runs.retention import decision_sweep
 from runs.store import store
 
@@ -43,6 +44,7 @@ def sweep_task() -> dict:
     result = vars(sweeper.sweep(now=now))
     result["approvals_expired"] = approval_expire_due(now=now)
     result["decisions_deleted"] = decision_sweep(now=now)
+    result["outages_deleted"] = outage_sweep(now=now)
     objectives = objective_sweep(now=now)  # at most every HARNESS_OBJECTIVE_SECONDS
     if objectives is not None:
         result["objectives"] = vars(objectives)

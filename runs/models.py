@@ -478,6 +478,8 @@ class SchedulerTick(models.Model):
     last_tick_at = models.DateTimeField(_("last tick at"))
     last_claimed = models.PositiveIntegerField(_("last claimed"), default=0)
     last_dedupe_hits = models.PositiveIntegerField(_("last dedupe hits"), default=0)
+    # From here on every outage of this beat identity is a SchedulerOutage row (None: no history yet).
+    history_since = models.DateTimeField(_("tick history since"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("scheduler tick")
@@ -485,6 +487,28 @@ class SchedulerTick(models.Model):
 
     def __str__(self) -> str:
         return self.name
+
+
+class SchedulerOutage(models.Model):
+    """A span in which no scheduler tick ran for longer than the slot grace: from the last tick before
+    to the first tick after (runs/outages.py). Slots in it were first seen late, by the tick that
+    ended it. One row per outage, written by that tick; none in steady state."""
+
+    name = models.CharField(_("name"), max_length=200)
+    started_at = models.DateTimeField(_("started at"))
+    ended_at = models.DateTimeField(_("ended at"))
+
+    class Meta:
+        verbose_name = _("scheduler outage")
+        verbose_name_plural = _("scheduler outages")
+        ordering = ["-ended_at"]
+        indexes = [
+            # outages_between and outage_sweep: by the tick that ended the outage.
+            models.Index(fields=["name", "ended_at"], name="outage_name_ended_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.started_at:%Y-%m-%dT%H:%M:%S}Z - {self.ended_at:%Y-%m-%dT%H:%M:%S}Z"
 
 
 class RunRollup(models.Model):

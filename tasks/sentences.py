@@ -224,6 +224,9 @@ CATALOGUE = {
     planned.OUTCOME_UNKNOWN: gettext_lazy("unknown"),
     planned.OUTCOME_NONE: gettext_lazy("not a slot"),
     planned.UNKNOWN_BEFORE_RECORDS: gettext_lazy("the records of this rule begin at %(since)s"),
+    planned.UNKNOWN_BEFORE_SCHEDULE: gettext_lazy(
+        "before %(since)s another schedule of this rule was in force: its slots are not compared"
+    ),
     planned.UNKNOWN_TICK: gettext_lazy(
         "no tick is recorded between %(after)s and %(before)s: an outage may have begun in that time"
     ),

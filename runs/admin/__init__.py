@@ -21,7 +21,17 @@ from runs.admin.scale import ErrorKindFilter, EstimatedCountPaginator
 from runs.admin.steps import ActionProposalInline, ExternalCallInline, RunStepInline
 from runs.backpressure import pending_count, watermarks_set
 from runs.key_search import key_search
-from runs.models import Attempt, Backpressure, Decision, Lease, SchedulerTick, SlotHold, SlotObjective, TaskRun
+from runs.models import (
+    Attempt,
+    Backpressure,
+    Decision,
+    Lease,
+    SchedulerOutage,
+    SchedulerTick,
+    SlotHold,
+    SlotObjective,
+    TaskRun,
+)
 from runs.objectives import cause_text, objective_acknowledge
 from runs.selectors import duration_text, run_wait_explain
 
@@ -288,7 +298,15 @@ class LeaseAdmin(LeaseDeskMixin, ReadOnlyAdmin):
 
 @admin.register(SchedulerTick)
 class SchedulerTickAdmin(ReadOnlyAdmin):
-    list_display = ("name", "last_tick_at", "last_claimed", "last_dedupe_hits")
+    list_display = ("name", "last_tick_at", "last_claimed", "last_dedupe_hits", "history_since")
+
+
+@admin.register(SchedulerOutage)
+class SchedulerOutageAdmin(ReadOnlyAdmin):
+    """Spans with no scheduler tick for longer than the slot grace (runs/outages.py)."""
+
+    list_display = ("name", "started_at", "ended_at")
+    date_hierarchy = "ended_at"
 
 
 @admin.register(SlotObjective)

@@ -438,6 +438,8 @@ class TriggerRule(models.Model):
         fixture) reads the clock once.
         """
         now = now or timezone.now()
+        # The history row is dated by the same instant, so a plan knows which schedule was in force when.
+        self._history_date = now
         with transaction.atomic():
             # Locked, so a tick that advanced next_fire_at meanwhile is not rolled back by this save.
             previous = type(self).objects.select_for_update().filter(pk=self.pk).first() if self.pk else None

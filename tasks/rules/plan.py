@@ -42,10 +42,14 @@ _LATE_PROOF = frozenset({CATCHUP, "missed", "superseded", "catchup_capped"})
 
 # Why a replayed slot is UNKNOWN.
 UNKNOWN_BEFORE_RECORDS = code("plan.unknown_before_records")  # since
+UNKNOWN_BEFORE_SCHEDULE = code("plan.unknown_before_schedule")  # since: the rule's schedule was set then
 UNKNOWN_TICK = code("plan.unknown_tick")  # after, before
 UNKNOWN_FLAG = code("plan.unknown_flag")  # flags
 # Consequences an operator must see before saving (dangerous ones stop `rules plan` without --allow).
 BURST = code("plan.burst")  # n, first, last
+# Catch-up runs at once that make a burst: one or two late slots are a catch-up, not a flood
+# an operator must approve on the command line (dangerous from this many on).
+BURST_AT = 3
 KEY_SHAPE = code("plan.key_shape")  # old, new
 DAY_AGAIN = code("plan.day_again")  # day, key
 IDENTITY = code("plan.identity")  # old, new
@@ -116,12 +120,18 @@ class Recorded:
 class History:
     """The recorded facts a replay stands on, read by tasks/triggers/plan.py."""
 
-    since: datetime  # the records begin here (the window start, or the rule's creation)
+    since: datetime  # the records begin here (the window start, or when the schedule was set)
     last_tick: datetime | None  # the scheduler's last tick: later slots are not decided yet
     records: dict[datetime, Recorded] = field(default_factory=dict)
     pauses: tuple[tuple[datetime, datetime | None], ...] = ()  # (switched off, switched on or None)
     flags: dict[tuple[str, str], datetime] = field(default_factory=dict)  # (name, scope) -> set_at, set now
     grace: timedelta = timedelta(seconds=60)
+    # The scheduler's own history (runs/outages.py): spans no tick ran in for longer than the grace,
+    # (last tick before, first tick after), complete from `ticks_since` on (None: no tick history).
+    outages: tuple[tuple[datetime, datetime], ...] = ()
+    ticks_since: datetime | None = None
+    # The schedule was set (edited) at `since`: earlier records belong to another schedule.
+    schedule_set: bool = False
 
 
 @dataclass(frozen=True)
@@ -134,16 +144,24 @@ class Replayed:
     old_slot: bool  # a slot of the rule as it is
     why: Reason | None = None  # for UNKNOWN, and the guard's words for a decision
     at: datetime | None = None  # when the edited rule would have started it (runs)
+    # What the rule as it is did with a slot of its own that has no record: PENDING after the last
+    # tick (nothing decided yet, on either side), else UNKNOWN.
+    unrecorded: str = UNKNOWN
+    # False before the records of the rule as it is begin (before its schedule was set): neither
+    # side can be told, whatever another schedule recorded then, so the two are not compared.
+    compared: bool = True
 
     @property
     def current(self) -> str:
+        if not self.compared:
+            return UNKNOWN
         if not self.old_slot:
             return NONE
-        return self.recorded.outcome if self.recorded else UNKNOWN
+        return self.recorded.outcome if self.recorded else self.unrecorded
 
     @property
     def differs(self) -> bool:
-        return self.new != self.current
+        return self.compared and self.new != self.current
 
 
 @dataclass(frozen=True)
@@ -168,11 +186,32 @@ class FutureFire:
             return self.old
         return evaluation.describe_slot(self.new_guards, self.utc) if self.new_guards is not None else None
 
+    @cached_property
+    def old_outcome(self) -> str:
+        """The outcome under the rule as it is, in the past half's words (RUN, a decision reason, NONE)."""
+        return fire_outcome(self.old_guards, self.utc)
+
+    @cached_property
+    def new_outcome(self) -> str:
+        if self.new_guards is self.old_guards:
+            return self.old_outcome
+        return fire_outcome(self.new_guards, self.utc)
+
     @property
     def differs(self) -> bool:
+        """Whether the fire goes otherwise: its outcome, as the past half compares it, not its words
+        (narrowed hours say other hours for a fire that is skipped either way)."""
         if (self.old_guards is None) != (self.new_guards is None):
             return True
-        return self.old_guards is not self.new_guards and self.old != self.new
+        return self.old_guards is not self.new_guards and self.old_outcome != self.new_outcome
+
+
+def fire_outcome(guards: evaluation.Guards | None, utc: datetime) -> str:
+    """What the static guards make of a fire ahead, as an outcome of the replay: RUN (on time,
+    deferred, or if ready), a decision reason, or NONE (not a fire)."""
+    if guards is None:
+        return NONE
+    return _outcome(evaluation.evaluate_slot(guards, utc, now=utc, facts=NO_FACTS))[0]
 
 
 @dataclass(frozen=True)
@@ -223,21 +262,35 @@ def replay(
         slots = schedule.slots_between(side.spec, since, until, limit=MAX_SLOTS)
     outages = _outages(history)
     starts = [start for start, _end, _on_time in outages]
-    ends = {end for _start, end, _on_time in outages}
+    ends = {end for _start, end, _on_time in outages} | {end for _start, end in history.outages}
+    ticked = [start for start, _end in history.outages]
+    proven = sorted(history.records)
     records, last_tick = history.records, history.last_tick
     out: dict[datetime, Replayed] = {}
     by_tick: dict[datetime, list[datetime]] = {}
+    before = Reason.of(UNKNOWN_BEFORE_SCHEDULE if history.schedule_set else UNKNOWN_BEFORE_RECORDS, since=history.since)
     for slot in slots:
         rec = records.get(slot)
         old = slot in old_slots
         if slot <= history.since:
-            out[slot] = Replayed(slot, UNKNOWN, rec, old, Reason.of(UNKNOWN_BEFORE_RECORDS, since=history.since))
+            out[slot] = Replayed(slot, UNKNOWN, rec, old, before, compared=False)
         elif history.pauses and _paused(history, slot):
-            out[slot] = Replayed(slot, PAUSED, rec, old)
+            # A slot skipped while off is recorded "paused" when the rule is switched back on.
+            out[slot] = Replayed(slot, PAUSED, rec, old, unrecorded=PAUSED)
         elif last_tick is None or slot > last_tick:
-            out[slot] = Replayed(slot, PENDING, rec, old)
+            # Nothing decided yet on either side: the tick that comes next decides (catch-up).
+            out[slot] = Replayed(slot, PENDING, rec, old, unrecorded=PENDING)
         else:
-            seen, gap = _seen_at(slot, outages, starts) if outages else (slot, None)
+            if history.ticks_since is not None and slot > history.ticks_since:
+                # The scheduler's own history says when a tick first saw the slot.
+                seen, gap = _seen_by_ticks(slot, history.outages, ticked), None
+            else:
+                seen, gap = _seen_at(slot, outages, starts) if outages else (slot, None)
+                if seen == slot and rec is None:
+                    # Before the tick history only the rule's own records prove a tick: a slot of
+                    # the edited rule alone (a retime) may have fallen in an outage no record shows.
+                    gap = _unproven(slot, proven, history)
+                    seen = None
             if seen is None:
                 assert gap is not None
                 out[slot] = Replayed(slot, UNKNOWN, rec, old, Reason.of(UNKNOWN_TICK, after=gap[0], before=gap[1]))
@@ -345,6 +398,23 @@ def _seen_at(slot: datetime, outages, starts: list[datetime]):
     return slot, None
 
 
+def _unproven(slot: datetime, proven: list[datetime], history: History) -> tuple[datetime, datetime]:
+    """The recorded slots either side of a slot no record proves a tick saw: (after, before)."""
+    k = bisect_left(proven, slot)
+    after = proven[k - 1] if k else history.since
+    before = proven[k] if k < len(proven) else (history.last_tick or slot)
+    return after, before
+
+
+def _seen_by_ticks(slot: datetime, outages: tuple[tuple[datetime, datetime], ...], starts: list[datetime]) -> datetime:
+    """When a tick first saw the slot, from the recorded outages (by start): the first tick after
+    the outage it fell in, or its own instant."""
+    i = bisect_left(starts, slot)  # outages that began before the slot
+    if i and slot <= outages[i - 1][1]:
+        return outages[i - 1][1]
+    return slot
+
+
 def _paused(history: History, slot: datetime) -> bool:
     # A resumed rule records its skipped slots as "paused": those in (switched off, switched on].
     return any(off < slot and (on is None or slot <= on) for off, on in history.pauses)
@@ -357,8 +427,15 @@ def past(old: RuleSide, new: RuleSide, history: History, *, now: datetime, days:
     old_slots = set(_span(old.spec, now, days)[0]) if old.spec else set()
     new_slots = _span(new.spec, now, days)[0] if new.spec else []
     rows = replay(new, history, until=now, since=since, slots=new_slots, old_slots=old_slots)
+    last_tick = history.last_tick
     for slot in old_slots.difference(rows):
-        rows[slot] = Replayed(slot, NONE, history.records.get(slot), True)
+        if history.pauses and _paused(history, slot):
+            unrecorded = PAUSED
+        else:
+            unrecorded = PENDING if last_tick is None or slot > last_tick else UNKNOWN
+        rows[slot] = Replayed(
+            slot, NONE, history.records.get(slot), True, unrecorded=unrecorded, compared=slot > history.since
+        )
     return [rows[slot] for slot in sorted(rows)]
 
 
@@ -429,6 +506,15 @@ def burst(side: RuleSide, *, due: list[datetime], now: datetime, grace: timedelt
         max_count=side.catchup_max_count,
     )
     return [p.slot for p in plans if p.action in (catchup.RUN, catchup.CATCHUP)]
+
+
+def burst_consequence(fresh: list[datetime]) -> Consequence | None:
+    """The catch-up an edit would newly start at once (`fresh`, by slot): said whenever there is
+    one, dangerous only from BURST_AT runs on (None: nothing new would run)."""
+    if not fresh:
+        return None
+    said = Reason.of(BURST, n=len(fresh), first=fresh[0], last=fresh[-1])
+    return Consequence(said, len(fresh) >= BURST_AT)
 
 
 def key_consequences(

@@ -13,7 +13,8 @@ from itertools import islice
 
 from django.db.models import DateTimeField, ExpressionWrapper, F, Q
 
-from runs.models import Decision, SchedulerTick, SlotHold, TaskRun
+from runs.models import Decision, SlotHold, TaskRun
+from runs.outages import outages_between
 from runs.selectors import slot_grace
 from tasks import sentences
 from tasks.models import ReadinessFlag, TriggerRule
@@ -69,17 +70,22 @@ def rule_side(rule: TriggerRule | None) -> planned.RuleSide:
 
 
 def rule_history_read(rule: TriggerRule | None, *, since: datetime, now: datetime, flags: set[str]) -> planned.History:
-    """What was recorded about the rule's slots in (since, now]: eight queries, however many slots.
+    """What was recorded about the rule's slots in (since, now]: ten queries, however many slots.
 
-    The records begin at the later of `since` and the rule's schedule last being set (created or
-    edited), unless a record is older (a record proves the slots were read then).
+    The records begin at the later of `since` and the rule's schedule last being set. An edit of
+    the schedule is a hard start: records before it belong to the schedule then in force (the rule's
+    history says which), not to the rule as it is. A rule whose schedule was set only at its creation
+    is read from its oldest record when that is older (a record proves the slots were read then).
+    The scheduler's own outages come from its tick history (runs/outages.py).
     """
     grace = slot_grace()
-    tick = SchedulerTick.objects.filter(name="scheduler").values_list("last_tick_at", flat=True).first()
+    ticks = outages_between(since, now, now=now)
+    tick = ticks.last_tick
+    outages = tuple((o.started_at, o.ended_at) for o in ticks.outages if o.ended_at is not None)
     flag_rows = ReadinessFlag.objects.filter(name__in=sorted(flags)).values_list("name", "scope", "set_at")
     flag_facts = {(name, scope): at for name, scope, at in flag_rows} if flags else {}
     if rule is None or rule.pk is None:
-        return planned.History(since=now, last_tick=tick, flags=flag_facts, grace=grace)
+        return planned.History(since=now, last_tick=tick, flags=flag_facts, grace=grace, ticks_since=ticks.since)
     records: dict[datetime, planned.Recorded] = {}
     resumed: dict[str, datetime] = {}
     # decision_one_per_slot's index: (rule, slot). Most decisions were made on time and carry nothing
@@ -127,11 +133,13 @@ def rule_history_read(rule: TriggerRule | None, *, since: datetime, now: datetim
         .first()
     )
     start = since
+    edited = False  # the schedule in force was set by an edit, not at the rule's creation
     pauses: list[tuple[datetime, datetime | None]] = []
     previous = before
     for row in rows:
         if previous is None or any(row[f] != previous[f] for f in TriggerRule.SCHEDULE_FIELDS if f != "enabled"):
             start = max(start, row["history_date"])  # the schedule was (re)set: read again from then
+            edited = previous is not None
         previous = row
     off = before["paused_at"] if before and not before["enabled"] else None
     for row in rows:
@@ -142,10 +150,18 @@ def rule_history_read(rule: TriggerRule | None, *, since: datetime, now: datetim
             off = None
     if off is not None:
         pauses.append((off, None))
-    if records:
+    if records and not edited:
         start = min(start, min(records) - timedelta(microseconds=1))
     return planned.History(
-        since=start, last_tick=tick, records=records, pauses=tuple(pauses), flags=flag_facts, grace=grace
+        since=start,
+        last_tick=tick,
+        records=records,
+        pauses=tuple(pauses),
+        flags=flag_facts,
+        grace=grace,
+        outages=outages,
+        ticks_since=ticks.since,
+        schedule_set=edited,
     )
 
 
@@ -221,11 +237,8 @@ def _burst(old, new, old_side, new_side, *, now: datetime, grace: timedelta, day
     due = planned.due_slots(new_side.spec, first, now, days=days)
     would = planned.burst(new_side, due=due, now=now, grace=grace)
     already = set(planned.burst(old_side, due=due, now=now, grace=grace))
-    fresh = [s for s in would if s not in already]
-    if not fresh:
-        return []
-    said = Reason.of(planned.BURST, n=len(fresh), first=fresh[0], last=fresh[-1])
-    return [planned.Consequence(said, True)]
+    found = planned.burst_consequence([s for s in would if s not in already])
+    return [found] if found is not None else []
 
 
 def outcome_label(outcome: str) -> str:
@@ -259,6 +272,8 @@ def plan_json(plan: planned.Plan, *, zone: str, rows: int | None = None) -> dict
             "fires_old": sum(1 for f in plan.future if f.old_guards is not None),
             "fires_new": sum(1 for f in plan.future if f.new_guards is not None),
             "first_difference": plan.first_difference.isoformat() if plan.first_difference else None,
+            # The first fire that goes otherwise, on the edited rule's clock.
+            "first_difference_at": future_diff[0].local.isoformat() if future_diff else None,
             "summary": sentences.say(future_summary(plan)),
             "rows": [_future_row(f) for f in future_diff],
         },

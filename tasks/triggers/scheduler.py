@@ -8,7 +8,8 @@ from django.conf import settings
 from django.db import transaction
 
 from runs.claims import ClaimBatch, ClaimCounts, claim_batch
-from runs.models import Decision, SchedulerTick, TaskRun
+from runs.models import Decision, TaskRun
+from runs.outages import scheduler_tick_record
 from runs.selectors import slot_grace
 from runs.store import store
 from tasks.models import TriggerRule
@@ -64,10 +65,8 @@ def scheduler_tick(*, now: datetime, max_slots: int | None = None) -> TickResult
             result.rules += len(rules)
         if len(rules) < RULE_BATCH:
             break
-    SchedulerTick.objects.update_or_create(
-        name=SCHEDULER_SOURCE,
-        defaults={"last_tick_at": now, "last_claimed": result.claimed, "last_dedupe_hits": result.dedupe_hits},
-    )
+    # The last tick, and an outage row when no tick ran for longer than the grace before this one.
+    scheduler_tick_record(now=now, claimed=result.claimed, dedupe_hits=result.dedupe_hits, name=SCHEDULER_SOURCE)
     return result
 
 

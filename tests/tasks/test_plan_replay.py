@@ -150,6 +150,14 @@ def test_a_denser_schedule_is_unknown_where_no_tick_is_recorded_before_an_outage
         assert rows[u(2026, 12, 1, 3, m)].new == plan.UNKNOWN
         assert rows[u(2026, 12, 1, 3, m)].why.code == plan.UNKNOWN_TICK
     assert rows[u(2026, 12, 1, 4, 15)].new == "missed"  # inside the proven outage
+    # Between two on-time records no record proves a tick ran: an outage may have fallen there.
+    assert rows[u(2026, 12, 1, 9, 15)].new == plan.UNKNOWN
+
+    # The scheduler's own tick history tells them all: ticks ran up to 03:30 and again from 08:10.
+    ticks = history(records, since=SINCE, last_tick=NOW, outages=DOWN, ticks_since=SINCE)
+    rows = {r.slot: r for r in plan.past(old, new, ticks, now=NOW, days=1)}
+    assert [rows[u(2026, 12, 1, 3, m)].new for m in (15, 30, 45)] == [plan.RUN, plan.RUN, "missed"]
+    assert rows[u(2026, 12, 1, 4, 15)].new == "missed"
     assert rows[u(2026, 12, 1, 9, 15)].new == plan.RUN
 
 
@@ -176,7 +184,8 @@ def test_paused_slots_replay_as_paused_and_slots_after_the_last_tick_are_pending
 
 def test_slots_before_the_records_begin_are_unknown():
     s = side(DAILY)
-    rows = plan.replay(s, history({}, since=u(2026, 11, 28), last_tick=NOW), until=NOW, since=u(2026, 11, 25))
+    h = history({}, since=u(2026, 11, 28), last_tick=NOW, ticks_since=u(2026, 11, 28))
+    rows = plan.replay(s, h, until=NOW, since=u(2026, 11, 25))
     assert [rows[u(2026, 11, d, 1)].new for d in (25, 26, 27)] == [plan.UNKNOWN] * 3
     assert rows[u(2026, 11, 27, 1)].why.code == plan.UNKNOWN_BEFORE_RECORDS
     assert rows[u(2026, 11, 28, 1)].new == plan.RUN
@@ -203,7 +212,9 @@ def waiting(spec, **kw) -> plan.RuleSide:
 )
 def test_a_late_flag_is_replayed_as_it_was_set(set_at, expected):
     s = waiting(DAILY)
-    h = history({}, since=u(2026, 11, 26), last_tick=NOW, flags={(FLAG, "2026-11-27"): set_at})
+    h = history(
+        {}, since=u(2026, 11, 26), last_tick=NOW, ticks_since=u(2026, 11, 26), flags={(FLAG, "2026-11-27"): set_at}
+    )
     row = plan.replay(s, h, until=u(2026, 11, 27, 12), since=u(2026, 11, 26))[u(2026, 11, 27, 1)]
     assert row.new == expected
     if expected == plan.RUN and set_at > u(2026, 11, 27, 1):
@@ -213,7 +224,8 @@ def test_a_late_flag_is_replayed_as_it_was_set(set_at, expected):
 
 def test_a_late_flag_past_the_start_window_is_outside_the_window():
     s = waiting(DAILY, start_window=timedelta(hours=1))
-    h = history({}, since=u(2026, 11, 26), last_tick=NOW, flags={(FLAG, "2026-11-27"): u(2026, 11, 27, 2, 17)})
+    flags = {(FLAG, "2026-11-27"): u(2026, 11, 27, 2, 17)}
+    h = history({}, since=u(2026, 11, 26), last_tick=NOW, ticks_since=u(2026, 11, 26), flags=flags)
     row = plan.replay(s, h, until=u(2026, 11, 27, 12), since=u(2026, 11, 26))[u(2026, 11, 27, 1)]
     assert row.new == "outside_window"
 
