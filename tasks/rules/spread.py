@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
 from tasks.rules import schedule
-from tasks.rules.reasons import code
+from tasks.rules.reasons import Reason, code
 
 ZERO = timedelta(0)
 # The shortest gap is measured over this many slots from now, and around each DST change of the next year.
@@ -32,6 +32,14 @@ NOT_SHORTER_THAN_INTERVAL = code("spread.not_shorter_than_interval")  # spread, 
 NOT_SHORTER_THAN_GAP = code("spread.not_shorter_than_gap")  # spread, gap, at
 NOT_SHORTER_THAN_START_WINDOW = code("spread.not_shorter_than_start_window")  # spread, window
 NEGATIVE = code("spread.negative")
+# How a spread is shown: beside a slot (explain, preview, status board) and in a change plan.
+SECONDS = code("spread.seconds")  # n
+SECONDS_FROM_POOL = code("spread.seconds_from_pool")  # n, pool
+DUE_STARTED = code("spread.due_started")  # slot, started, spread
+DUE_STARTS = code("spread.due_starts")  # slot, start, spread
+STARTS = code("spread.starts")  # start, spread
+STARTS_BETWEEN = code("spread.starts_between")  # first, last, spread
+MOVED_STARTS = code("spread.moved_starts")  # old, new
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,13 @@ class Spread:
 
     def __bool__(self) -> bool:
         return self.seconds > 0
+
+
+def words(spread: Spread) -> Reason:
+    """The spread as a person reads it: "300 s", or "300 s from pool openai"."""
+    if spread.pool:
+        return Reason.of(SECONDS_FROM_POOL, n=spread.seconds, pool=spread.pool)
+    return Reason.of(SECONDS, n=spread.seconds)
 
 
 def effective(rule_seconds: int | None, pools: list[tuple[str, int | None]], *, random: bool = False) -> Spread:
