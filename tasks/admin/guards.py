@@ -29,6 +29,8 @@ GUARD_FIELDSETS = (
         _("Windows and calendar"),
         {
             "fields": (
+                "spread_seconds",
+                "spread_random",
                 "start_window_seconds",
                 "hours_start",
                 "hours_end",
