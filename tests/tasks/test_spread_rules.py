@@ -3,6 +3,7 @@ label and business date; a pool's default applies; guards decide at the nominal 
 that does not fit the schedule is refused in both languages."""
 
 from datetime import UTC, datetime, time, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -149,3 +150,36 @@ def test_metrics_show_the_busiest_second_of_planned_starts_with_and_without_spre
     assert planned == 30
     TaskRun.objects.update(start_at=T0 + timedelta(minutes=1, milliseconds=300))
     assert scrape(T0 + timedelta(minutes=2))["harness_run_starts_peak_per_second"] == 30
+
+
+@pytest.mark.django_db
+def test_explain_says_when_the_slot_was_due_and_when_its_run_started():
+    from tasks.triggers.explain import slot_explain
+
+    rule = make_rule("report", kind="cron", cron="0 9 * * *", timezone="Asia/Shanghai", spread_seconds=300, due=T0)
+    scheduler_tick(now=T0)
+    run = TaskRun.objects.get(rule=rule)
+    with translation.override("en"):
+        pending = slot_explain(rule=rule, slot=T0, now=T0)["summary"]
+        started = run.run_after + timedelta(milliseconds=200)
+        TaskRun.objects.filter(pk=run.pk).update(start_at=started, state=TaskRun.State.SUCCEEDED)
+        done = slot_explain(rule=rule, slot=T0, now=started)["summary"]
+    local = started.astimezone(ZoneInfo("Asia/Shanghai"))
+    assert "due Tue 2026-12-01 09:00:00 CST (UTC+0800), starts " in pending and "(spread 300 s)" in pending
+    assert f"due Tue 2026-12-01 09:00:00 CST (UTC+0800), started {local:%H:%M:%S} (spread 300 s)" in done
+
+
+@pytest.mark.django_db
+def test_a_plan_shows_a_spread_edit_as_moved_starts_not_a_dangerous_change():
+    from tasks.models import TriggerRule
+    from tasks.rules import plan as planned
+    from tasks.triggers.plan import rule_plan
+
+    rule = make_rule("report", kind="cron", cron="0 9 * * *", now=T0)
+    edited = TriggerRule.objects.get(pk=rule.pk)
+    edited.spread_seconds = 300
+    plan = rule_plan(rule, edited, now=T0, days=1)
+    assert [c.said.code for c in plan.consequences] == [spread.MOVED_STARTS]
+    assert not plan.dangerous
+    assert ("spread_seconds", 0, 300) in plan.changes
+    assert planned.KEY_SHAPE not in {c.said.code for c in plan.consequences}
