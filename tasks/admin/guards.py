@@ -59,6 +59,7 @@ def _defaults() -> dict:
         "overlap",
         "recoverability",
         "coalesce_window_seconds",
+        "spread_seconds",
         "catchup_spacing_seconds",
         "heartbeat_grace_seconds",
         "depends_on",
