@@ -246,7 +246,7 @@ def rule_rows(*, now: datetime) -> list[RuleRow]:
         decided[rule_id][reason] = n
     kinds = dict(TriggerRule.Kind.choices)
     grace = slot_grace()
-    starts = _next_starts([r["id"] for r in rules if r["next_fire_at"] and r["kind"] in SPREAD_KINDS])
+    starts = _next_starts()
     out = []
     for r in rules:
         last = _last_outcome(r)
@@ -283,12 +283,12 @@ def rule_rows(*, now: datetime) -> list[RuleRow]:
 SPREAD_KINDS = (TriggerRule.Kind.CRON, TriggerRule.Kind.INTERVAL)
 
 
-def _next_starts(rule_ids: list[int]) -> dict[int, datetime]:
+def _next_starts() -> dict[int, datetime]:
     """When each spread rule's next slot starts (tasks.rules.spread, as the tick will start it):
-    a query for the rules with a spread of their own or from a pool, then pure math. A rule with a
-    random part has no one start to show."""
+    a query for the rules with a spread of their own or from a pool (and one for their pools), then
+    pure math. A rule with a random part has no one start to show."""
     spread_rules = (
-        TriggerRule.objects.filter(pk__in=rule_ids, spread_random=False)
+        TriggerRule.objects.filter(next_fire_at__isnull=False, kind__in=SPREAD_KINDS, spread_random=False)
         .filter(Q(spread_seconds__gt=0) | Q(pools__spread_seconds__gt=0))
         .distinct()
         .prefetch_related("pools")
