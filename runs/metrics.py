@@ -14,6 +14,7 @@ from collections import defaultdict
 from datetime import datetime, timedelta
 
 from django.db.models import Count, Min, Q, Sum
+from django.db.models.functions import TruncSecond
 from django.utils import timezone
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
 from prometheus_client.registry import Collector, CollectorRegistry
@@ -45,7 +46,7 @@ LATENESS_BUCKETS = (0, 60, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600)
 EVENT_ADMITTED = frozenset({"accepted", "duplicate", "redelivery", "shed", "coalesced"})
 NEW_WINDOW = timedelta(hours=24)
 # What one scrape costs, asserted by tests/runs/test_metrics.py.
-SCRAPE_QUERIES = 17
+SCRAPE_QUERIES = 19
 
 
 class HarnessCollector(Collector):
@@ -101,6 +102,42 @@ def _runs(now: datetime):
         "harness_oldest_due_run_age_seconds",
         "How long the oldest due, unstarted run has waited (0: none).",
         value=(now - due["oldest"]).total_seconds() if due["oldest"] else 0.0,
+    )
+    yield from _start_peaks(now)
+
+
+# The window the busiest second of starts is looked for in, behind and ahead of now.
+START_PEAK_WINDOW = timedelta(minutes=5)
+
+
+def _start_peaks(now: datetime):
+    """The most runs started in one second lately, and the most planned to start in one second
+    ahead (spread starts, retries): a cluster shows here before a provider answers it with 429s."""
+    # 3. Started lately, by second (run_recent_idx: a run starts after its trigger).
+    started = (
+        TaskRun.objects.filter(trigger_at__gte=now - START_PEAK_WINDOW, start_at__gte=now - START_PEAK_WINDOW)
+        .annotate(second=TruncSecond("start_at"))
+        .values("second")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    yield GaugeMetricFamily(
+        "harness_run_starts_peak_per_second",
+        "The most runs that started in one second during the last 5 minutes.",
+        value=max((row["n"] for row in started), default=0),
+    )
+    # 4. Planned ahead, by second (run_due_idx).
+    planned = (
+        TaskRun.objects.filter(state__in=TaskRun.CLAIMABLE, run_after__gt=now, run_after__lte=now + START_PEAK_WINDOW)
+        .annotate(second=TruncSecond("run_after"))
+        .values("second")
+        .annotate(n=Count("id"))
+        .order_by()
+    )
+    yield GaugeMetricFamily(
+        "harness_planned_starts_peak_per_second",
+        "The most runs due to start in one second during the next 5 minutes (spread, retries).",
+        value=max((row["n"] for row in planned), default=0),
     )
 
 

@@ -28,6 +28,7 @@ from deadletters.models import DeadLetter
 from runs.models import Decision, TaskRun
 from runs.selectors import slot_grace
 from tasks.models import TriggerRule
+from tasks.rules import schedule, spread
 
 WINDOW = timedelta(hours=24)
 HISTORY_CELLS = 48
@@ -116,6 +117,7 @@ class RuleRow:
     decided_24h: dict[str, int]  # reason -> decisions recorded in the last 24 h
     strip: list[dict] = field(default_factory=list)  # filled for the rows shown
     objective: Any = None  # a freshness objective's status, when objectives supply one
+    next_start: datetime | None = None  # a spread rule's next run starts then, not at its next fire
 
     @property
     def decided_total(self) -> int:
@@ -244,6 +246,7 @@ def rule_rows(*, now: datetime) -> list[RuleRow]:
         decided[rule_id][reason] = n
     kinds = dict(TriggerRule.Kind.choices)
     grace = slot_grace()
+    starts = _next_starts()
     out = []
     for r in rules:
         last = _last_outcome(r)
@@ -271,8 +274,32 @@ def rule_rows(*, now: datetime) -> list[RuleRow]:
                 open_tickets=open_tickets,
                 missed_24h=missed,
                 decided_24h=dict(decided[r["id"]]),
+                next_start=starts.get(r["id"]),
             )
         )
+    return out
+
+
+SPREAD_KINDS = (TriggerRule.Kind.CRON, TriggerRule.Kind.INTERVAL)
+
+
+def _next_starts() -> dict[int, datetime]:
+    """When each spread rule's next slot starts (tasks.rules.spread, as the tick will start it):
+    a query for the rules with a spread of their own or from a pool (and one for their pools), then
+    pure math. A rule with a random part has no one start to show."""
+    spread_rules = (
+        TriggerRule.objects.filter(next_fire_at__isnull=False, kind__in=SPREAD_KINDS, spread_random=False)
+        .filter(Q(spread_seconds__gt=0) | Q(pools__spread_seconds__gt=0))
+        .distinct()
+        .prefetch_related("pools")
+    )
+    out = {}
+    for rule in spread_rules:
+        chosen, slot = rule.start_spread(), rule.next_fire_at
+        if not chosen or slot is None:
+            continue
+        following = schedule.next_slot(rule.schedule_spec(), slot)
+        out[rule.pk] = spread.start(rule.name, slot, timedelta(seconds=chosen.seconds), next_slot=following)
     return out
 
 

@@ -17,6 +17,7 @@ POOL_FIELDS = (
     "rate_period_seconds",
     "rate_burst",
     "key_template",
+    "spread_seconds",
 )
 REQUIRED_POOL_FIELDS = ("name", "reason")
 

@@ -21,7 +21,7 @@ from django.utils.text import capfirst
 from django.utils.translation import get_language, gettext_lazy
 from django.utils.translation import gettext as _
 
-from tasks.rules import backpressure, evaluation, guards, lint, objectives, preview, schedule
+from tasks.rules import backpressure, evaluation, guards, lint, objectives, preview, schedule, spread
 from tasks.rules import explain as explained
 from tasks.rules import plan as planned
 from tasks.rules.reasons import Reason
@@ -277,6 +277,28 @@ CATALOGUE = {
     objectives.CAUSE_PAUSED_BY: gettext_lazy("rule paused by %(actor)s at %(at)s: '%(why)s'"),
     objectives.CAUSE_FINISHED: gettext_lazy("finished at %(at)s"),
     objectives.CAUSE_FINISHED_LATE: gettext_lazy("finished at %(at)s, %(minutes)s min late"),
+    spread.NOT_SHORTER_THAN_INTERVAL: gettext_lazy(
+        "A spread of %(spread)s s must be shorter than the interval (%(gap)s s), "
+        "so a start never reaches the next slot."
+    ),
+    spread.NOT_SHORTER_THAN_GAP: gettext_lazy(
+        "A spread of %(spread)s s must be shorter than the schedule's shortest gap between two slots "
+        "(%(gap)s s, from %(at)s), so a start never reaches the next slot."
+    ),
+    spread.NOT_SHORTER_THAN_START_WINDOW: gettext_lazy(
+        "A spread of %(spread)s s must be shorter than the start window (%(window)s s), or late starts "
+        "would be cancelled."
+    ),
+    spread.NEGATIVE: gettext_lazy("The spread cannot be negative."),
+    spread.SECONDS: gettext_lazy("spread %(n)s s"),
+    spread.SECONDS_FROM_POOL: gettext_lazy("spread %(n)s s, the default of pool %(pool)s"),
+    spread.DUE_STARTED: gettext_lazy("due %(slot)s, started %(started)s (%(spread)s)"),
+    spread.DUE_STARTS: gettext_lazy("due %(slot)s, starts %(start)s (%(spread)s)"),
+    spread.STARTS: gettext_lazy("starts %(start)s (%(spread)s)"),
+    spread.STARTS_BETWEEN: gettext_lazy("starts between %(first)s and %(last)s (%(spread)s, random)"),
+    spread.MOVED_STARTS: gettext_lazy(
+        "spread %(old)s s → %(new)s s: starts move within their slots; slots, keys and business dates stay"
+    ),
     objectives.OFFSET_NEEDED: gettext_lazy("Give the offset in seconds after the slot, e.g. 1800 for 30 minutes."),
     objectives.WALL_NEEDED: gettext_lazy("Give the local time of day the work must be done by, e.g. 09:30."),
     objectives.NEEDS_OBJECTIVE: gettext_lazy("Set a freshness objective first; this is measured from its deadline."),

@@ -373,7 +373,13 @@ class RulePreviewView(_RuleActionView):
             raise ApiProblem(409, "invalid-rule", f"cannot preview the rule: {exc}") from None
         return Response(
             [
-                {"utc": f.utc, "local": f.local, "note": sentences.say(f.note), "guards": sentences.say(f.guards)}
+                {
+                    "utc": f.utc,
+                    "local": f.local,
+                    "note": sentences.say(f.note),
+                    "guards": sentences.say(f.guards),
+                    "start": sentences.say(f.start),
+                }
                 for f in fires
             ]
         )

@@ -29,6 +29,8 @@ GUARD_FIELDSETS = (
         _("Windows and calendar"),
         {
             "fields": (
+                "spread_seconds",
+                "spread_random",
                 "start_window_seconds",
                 "hours_start",
                 "hours_end",
@@ -57,6 +59,7 @@ def _defaults() -> dict:
         "overlap",
         "recoverability",
         "coalesce_window_seconds",
+        "spread_seconds",
         "catchup_spacing_seconds",
         "heartbeat_grace_seconds",
         "depends_on",

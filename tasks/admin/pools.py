@@ -17,7 +17,7 @@ class PoolAdmin(SimpleHistoryAdmin):
     fieldsets = (
         (None, {"fields": ("name", "enabled", "reason")}),
         (_("Concurrency"), {"fields": ("max_concurrency", "key_template")}),
-        (_("Rate"), {"fields": ("rate_count", "rate_period_seconds", "rate_burst")}),
+        (_("Rate"), {"fields": ("rate_count", "rate_period_seconds", "rate_burst", "spread_seconds")}),
         (_("State"), {"fields": ("paused_until", "created_at", "updated_at")}),
     )
 

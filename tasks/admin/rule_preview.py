@@ -54,7 +54,10 @@ def schedule_preview(data: dict, *, at: datetime, count: int = PREVIEW_COUNT, ru
             same = saved and rule.kind == spec.kind and guards is not None
             found = preview.rule_preview(rule, at=at, count=count) if same else preview.unscheduled(spec.kind)
         else:
-            found = preview.schedule_preview(spec, at=at, count=count, guards=guards, paused=saved and not rule.enabled)
+            spread_of = (rule.name, rule.start_spread()) if saved and rule.kind == spec.kind else None
+            found = preview.schedule_preview(
+                spec, at=at, count=count, guards=guards, paused=saved and not rule.enabled, spread_of=spread_of
+            )
     except schedule.ScheduleError as exc:
         return {"ok": False, "errors": {exc.field: sentences.schedule_error(exc)}, "fires": []}
     except (OverflowError, ValueError, TypeError) as exc:
@@ -68,6 +71,7 @@ def schedule_preview(data: dict, *, at: datetime, count: int = PREVIEW_COUNT, ru
             "utc": sentences.utc_text(f.utc),
             "note": sentences.say(f.note),
             **({"guards": guards_error or sentences.say(f.guards)} if saved else {}),
+            **({"start": sentences.say(f.start)} if f.start else {}),
         }
         for f in found.fires
     ]

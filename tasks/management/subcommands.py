@@ -121,6 +121,7 @@ class GuardCommandsMixin:
             raise CommandError("--next must be between 1 and 1000")
         for fire in rule_preview(obj, at=timezone.now(), count=count).fires:
             note = f"  [{sentences.say(fire.note)}]" if fire.note else ""
+            note += f"  [{sentences.say(fire.start)}]" if fire.start else ""
             self.stdout.write(
                 f"{fire.local:%a %Y-%m-%d %H:%M %Z}  {fire.utc:%Y-%m-%dT%H:%MZ}  {sentences.say(fire.guards)}{note}"
             )

@@ -62,6 +62,15 @@ class Pool(models.Model):
             names=" ".join("{" + n + "}" for n in POOL_KEY_PLACEHOLDERS),
         ),
     )
+    spread_seconds = models.PositiveIntegerField(
+        _("spread seconds"),
+        null=True,
+        blank=True,
+        help_text=_(
+            "Default spread of the starts of its rules' slots (a rule's own spread wins; in several pools, "
+            "the largest). Shrunk to a rule's gap to its next slot. Empty: none."
+        ),
+    )
     # Provider pacing: a model provider's 429 Retry-After pauses the whole pool until then.
     paused_until = models.DateTimeField(_("paused until"), null=True, blank=True)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)

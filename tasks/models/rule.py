@@ -12,10 +12,11 @@ from simple_history.models import HistoricalRecords
 
 from tasks import sentences
 from tasks.models.agent import rule_agent_errors
-from tasks.rules import events, keys, schedule
+from tasks.rules import events, keys, schedule, spread
 from tasks.rules.guards import guard_errors
 from tasks.rules.objectives import Objective, objective_errors
 from tasks.rules.policy import DEFAULT_LEASE_TTL_SECONDS, RetryPolicy, RunPolicy
+from tasks.rules.reasons import Reason
 from tasks.skills.sdk import RUN_QUEUES, registry
 
 DEFAULT_DEDUPE_TEMPLATE = "{rule}:{slot}"
@@ -230,6 +231,24 @@ class TriggerRule(models.Model):
         null=True,
         blank=True,
         help_text=_("Wait policy: local time (rule zone) after which a waiting slot expires."),
+    )
+    # --- Spread: when the run starts within its slot (tasks/rules/spread.py); the slot itself stays. ---
+    spread_seconds = models.PositiveIntegerField(
+        _("spread seconds"),
+        default=0,
+        db_default=0,
+        help_text=_(
+            "Start each run up to this long after its slot, at a stable offset per rule and slot, so rules "
+            "due at one instant do not all start in the same second. The slot keeps its time for the key, "
+            "{business_date}, catch-up, windows and objectives; only the start moves. Must be shorter than "
+            "the interval (the cron's shortest gap) and the start window. 0: the default of the rule's pools."
+        ),
+    )
+    spread_random = models.BooleanField(
+        _("spread random"),
+        default=False,
+        db_default=False,
+        help_text=_("Add a random part to each slot's offset (then previews show only the range)."),
     )
     start_window_seconds = models.PositiveIntegerField(
         _("start window seconds"),
@@ -515,6 +534,26 @@ class TriggerRule(models.Model):
             lead=_seconds(self.objective_lead_seconds),
         )
 
+    def spread_refusal(self):
+        """Why the rule's own spread does not fit its schedule (a Reason), or None."""
+        if not self.spread_seconds or self.kind not in (self.Kind.CRON, self.Kind.INTERVAL):
+            return None
+        try:
+            found = spread.refusal(
+                self.schedule_spec(),
+                self.spread_seconds,
+                at=timezone.now(),
+                start_window_seconds=self.start_window_seconds,
+            )
+        except (schedule.ScheduleError, ValueError):
+            return None  # the schedule's own field says what is wrong
+        return Reason.of(found[0], **found[1]) if found else None
+
+    def start_spread(self) -> spread.Spread:
+        """The spread its slots start over: its own, else its pools' (prefetched by the tick)."""
+        pools = [(p.name, p.spread_seconds) for p in self.pools.all()] if self.pk and not self.spread_seconds else []
+        return spread.effective(self.spread_seconds, pools, random=self.spread_random)
+
     def run_policy(self) -> RunPolicy:
         """The engine policy its runs are triggered with (copied into each run's columns at claim)."""
         retry = RetryPolicy(
@@ -590,6 +629,9 @@ class TriggerRule(models.Model):
             lead_seconds=self.objective_lead_seconds,
         ).items():
             errors.setdefault(field, []).extend(sentences.say(m) for m in messages)
+        refused = self.spread_refusal()
+        if refused is not None:
+            errors.setdefault("spread_seconds", []).append(sentences.say(refused))
         for field, messages in guard_errors(self).items():
             errors.setdefault(field, []).extend(sentences.say(m) for m in messages)
         if errors:

@@ -130,8 +130,14 @@ class Verdict:
     details: dict = field(default_factory=dict)
 
 
-def evaluate_slot(g: Guards, slot: datetime, *, now: datetime, facts: Facts) -> Verdict:
-    """Decide what to do with one due slot at `now`. Never None: always one verdict."""
+def evaluate_slot(
+    g: Guards, slot: datetime, *, now: datetime, facts: Facts, spread: timedelta = timedelta(0)
+) -> Verdict:
+    """Decide what to do with one due slot at `now`. Never None: always one verdict.
+
+    Every guard decides at the nominal slot (or the opening it is deferred to); `spread` (the
+    slot's offset, tasks.rules.spread) only moves a RUN's start after that, never past the
+    start window."""
     zone = ZoneInfo(g.timezone)
     local = slot.astimezone(zone)
     day = local.date()
@@ -145,6 +151,7 @@ def evaluate_slot(g: Guards, slot: datetime, *, now: datetime, facts: Facts) -> 
         if not business.business:
             return Verdict(DECIDE, CALENDAR, details={"why": WHY_NOT_BUSINESS_DAY, **day_details(g.calendar, business)})
 
+    base = slot  # the nominal start the spread is added to: the slot, or the opening it is deferred to
     start = max(slot, now)
     details: dict = {}
     if not in_hours(g, local):
@@ -154,7 +161,7 @@ def evaluate_slot(g: Guards, slot: datetime, *, now: datetime, facts: Facts) -> 
             opening = next_opening(g, local)
             if opening is None:
                 return Verdict(DECIDE, OUTSIDE_WINDOW, details={"why": WHY_NO_OPENING, **_hours(g)})
-            start = max(opening, now)
+            base, start = opening, max(opening, now)
             details["deferred_to"] = opening.isoformat()
 
     if g.start_window is not None and start > slot + g.start_window:
@@ -187,6 +194,11 @@ def evaluate_slot(g: Guards, slot: datetime, *, now: datetime, facts: Facts) -> 
         why = "a run is active" if g.overlap == "skip" else "a run is active and one slot is already buffered"
         return Verdict(DECIDE, OVERLAP, details={"why": why, "active_runs": facts.active_runs})
 
+    if spread > timedelta(0):
+        planned = base + spread
+        if g.start_window is not None:
+            planned = min(planned, slot + g.start_window)
+        start = max(start, planned)
     return Verdict(RUN, run_after=start, details=details)
 
 

@@ -16,7 +16,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 
-from tasks.rules import evaluation, schedule
+from tasks.rules import evaluation, schedule, spread
 from tasks.rules.guards import rule_guards
 from tasks.rules.reasons import Reason, code
 
@@ -45,6 +45,7 @@ class Fire:
     local: datetime
     note: Reason | None = None  # what DST did to it
     guards: Reason | None = None  # what the pause, windows and calendar do to it (None: not asked)
+    start: Reason | None = None  # when its run starts, for a spread rule (None: at the slot)
 
 
 @dataclass(frozen=True)
@@ -63,14 +64,37 @@ def schedule_preview(
     count: int,
     guards: evaluation.Guards | None = None,
     paused: bool = False,
+    spread_of: tuple[str, spread.Spread] | None = None,
 ) -> Preview:
     """The next `count` fires after `at`. With `guards`, each fire says what they do to it (or, for
-    a `paused` rule, that it will not run). ScheduleError names the field of an unusable spec."""
+    a `paused` rule, that it will not run); with `spread_of` (the rule's name and spread), when its
+    run starts. ScheduleError names the field of an unusable spec."""
+    rows = schedule.preview(spec, at, count + 1)  # one more: a spread start is bounded by the next slot
     fires = [
-        Fire(row["utc"], row["local"], row["note"], _fire_guards(guards, row["utc"], paused))
-        for row in schedule.preview(spec, at, count)
+        Fire(
+            row["utc"],
+            row["local"],
+            row["note"],
+            _fire_guards(guards, row["utc"], paused),
+            _fire_start(spread_of, row["utc"], following["utc"] if following else None, row["local"].tzinfo),
+        )
+        for row, following in zip(rows[:count], [*rows[1:], None], strict=False)
     ]
     return Preview(fires, dst_changes(spec, at), _description(spec, at))
+
+
+def _fire_start(spread_of, slot: datetime, following: datetime | None, zone) -> Reason | None:
+    """A spread rule's start for one fire: the hash's instant, or the range when a random part is added."""
+    if spread_of is None or not spread_of[1]:
+        return None
+    name, chosen = spread_of
+    width = timedelta(seconds=chosen.seconds)
+    said = spread.words(chosen)
+    if chosen.random:
+        last = slot + (min(width, following - slot) if following else width)
+        return Reason.of(spread.STARTS_BETWEEN, first=slot.astimezone(zone), last=last.astimezone(zone), spread=said)
+    start = spread.start(name, slot, width, next_slot=following).astimezone(zone)
+    return Reason.of(spread.STARTS, start=start, spread=said)
 
 
 def rule_preview(rule, *, at: datetime, count: int) -> Preview:
@@ -89,7 +113,8 @@ def rule_preview(rule, *, at: datetime, count: int) -> Preview:
         return Preview(fires, dst_changes(spec, at), Reason.of(ON_HEARTBEAT))
     if rule.kind == EVENT:
         return unscheduled(EVENT)
-    return schedule_preview(spec, at=at, count=count, guards=guards, paused=paused)
+    spread_of = (rule.name, rule.start_spread()) if rule.kind in ("cron", "interval") else None
+    return schedule_preview(spec, at=at, count=count, guards=guards, paused=paused, spread_of=spread_of)
 
 
 def unscheduled(kind: str) -> Preview:

@@ -9,7 +9,7 @@ with the summary in the active language; the admin words the same Reasons with l
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 from zoneinfo import ZoneInfo
 
 from django.utils.dateparse import parse_datetime
@@ -18,7 +18,7 @@ from runs.models import Decision, SlotHold, TaskRun
 from runs.selectors import run_coalesced_into, run_wait_explain
 from tasks import sentences
 from tasks.models import TriggerRule
-from tasks.rules import evaluation, keys, schedule
+from tasks.rules import evaluation, keys, schedule, spread
 from tasks.rules import explain as words
 from tasks.rules.explain import DecisionRef, RunRef, SlotRef
 from tasks.rules.guards import rule_guards
@@ -150,6 +150,8 @@ def _slot_ran(base: dict, run: TaskRun, now: datetime) -> Explanation:
         said = [Reason.of(words.AWAITING_APPROVAL, run=RunRef(run.id))]
     elif run.state in (TaskRun.State.CANCELLED, TaskRun.State.FAILED) and run.last_error:
         said.append(Reason.of(words.LAST_ERROR, error=run.last_error))
+    elif spread_said := _spread_said(base, run, now):
+        said.append(spread_said)
     elif run.state == TaskRun.State.PENDING and run.run_after > now:
         said.append(Reason.of(words.STARTS_AT, at=run.run_after))
     waiting = run_wait_explain(run, now=now)  # not started: which pool it waits for, and why
@@ -166,6 +168,26 @@ def _slot_ran(base: dict, run: TaskRun, now: datetime) -> Explanation:
         **({"waiting_for": waiting["details"]} if waiting else {}),
     }
     return Explanation({**base, "outcome": "run", "reason": run.state, "details": details}, said)
+
+
+def _spread_said(base: dict, run: TaskRun, now: datetime) -> Reason | None:
+    """A spread run: "due 09:00, started 09:02:17 (spread 300 s)", both on the rule zone's clock."""
+    used = run.payload.get("spread") if isinstance(run.payload, dict) else None
+    if not isinstance(used, dict) or run.slot is None or not used.get("seconds"):
+        return None
+    zone = ZoneInfo(run.rule.timezone) if run.rule_id else UTC
+    width = spread.words(spread.Spread(int(used["seconds"]), str(used.get("pool") or "")))
+    slot = run.slot.astimezone(zone)
+
+    def same_day(at: datetime) -> datetime | str:  # the start is read beside the slot: its clock time is enough
+        local = at.astimezone(zone)
+        return f"{local:%H:%M:%S}" if local.date() == slot.date() else local
+
+    if run.start_at is not None:
+        return Reason.of(spread.DUE_STARTED, slot=slot, started=same_day(run.start_at), spread=width)
+    if run.state == TaskRun.State.PENDING and run.run_after > now:
+        return Reason.of(spread.DUE_STARTS, slot=slot, start=same_day(run.run_after), spread=width)
+    return None
 
 
 def trigger_explanation(*, rule: TriggerRule, biz_key: str, now: datetime) -> Explanation:

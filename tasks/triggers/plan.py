@@ -18,7 +18,7 @@ from runs.outages import outages_between
 from runs.selectors import slot_grace
 from tasks import sentences
 from tasks.models import ReadinessFlag, TriggerRule
-from tasks.rules import evaluation, schedule
+from tasks.rules import evaluation, schedule, spread
 from tasks.rules import plan as planned
 from tasks.rules.guards import rule_guards
 from tasks.rules.reasons import Reason
@@ -203,6 +203,10 @@ def rule_plan(
             consequences += planned.key_consequences(
                 old_side, new_side, slots=ahead, old_slots=old_ahead, ran=ran, day_of=lambda s: _day(new, s)
             )
+        if (old.spread_seconds, old.spread_random) != (new.spread_seconds, new.spread_random):
+            # Only starts move within their slots: keys, business dates and outcomes stay, so not dangerous.
+            moved = Reason.of(spread.MOVED_STARTS, old=old.spread_seconds, new=new.spread_seconds)
+            consequences.append(planned.Consequence(moved, False))
         if old.identity_id != new.identity_id:
             names = (old.identity.name if old.identity_id else "-", new.identity.name if new.identity_id else "-")
             consequences.append(planned.Consequence(Reason.of(planned.IDENTITY, old=names[0], new=names[1]), True))

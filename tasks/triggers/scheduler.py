@@ -52,7 +52,8 @@ def scheduler_tick(*, now: datetime, max_slots: int | None = None) -> TickResult
             rules = list(
                 TriggerRule.objects.select_for_update(skip_locked=True)
                 .filter(enabled=True, next_fire_at__lte=now)
-                .order_by("next_fire_at")[:RULE_BATCH]
+                .order_by("next_fire_at")
+                .prefetch_related("pools")[:RULE_BATCH]  # each slot's spread may be its pools' default
             )
             advanced: list[TriggerRule] = []
             # Plain claims of the whole batch are written together (one INSERT, one dispatch).

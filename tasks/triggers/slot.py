@@ -7,6 +7,7 @@ or a decision; resolving deletes the hold in the same transaction (invariant 3).
 """
 
 import logging
+import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -21,10 +22,11 @@ from runs.outcome import run_fail
 from tasks.models import ReadinessFlag, TriggerRule
 from tasks.rules import catchup, evaluation, keys, schedule
 from tasks.rules.guards import rule_guards
+from tasks.rules.spread import Spread
 from tasks.sentences import error_text
 from tasks.skills.errors import ClassifiedError
 from tasks.skills.sdk import ErrorKind
-from tasks.triggers.work import rule_flag_scope, slot_values, work_for_slot
+from tasks.triggers.work import rule_flag_scope, slot_spread, slot_values, work_for_slot
 
 log = logging.getLogger("harness.scheduler")
 
@@ -79,12 +81,13 @@ def slot_handle(
     try:
         guards = rule_guards(rule)
         facts = slot_facts(rule, slot, hold=hold)
+        spread_used, offset = slot_spread(rule, slot, draw=random.random())
     except (evaluation.GuardError, keys.KeyTemplateError, KeyError, ValueError) as exc:
         # A rule saved around full_clean (shell, fixture): say so for this slot, never drop it or stop the tick.
         _release(hold)
         _invalid_rule(rule, slot, exc, now=now, result=result, batch=batch)
         return evaluation.DECIDE
-    verdict = evaluation.evaluate_slot(guards, slot, now=now, facts=facts)
+    verdict = evaluation.evaluate_slot(guards, slot, now=now, facts=facts, spread=offset)
     details = {**verdict.details, "source": source}
     if verdict.action == evaluation.HOLD:
         _hold(rule, slot, verdict, source=source, now=now, hold=hold)
@@ -109,6 +112,7 @@ def slot_handle(
             run_after=start,
             state=TaskRun.State.AWAITING_APPROVAL if approval else None,
             batch=batch,
+            spread_used=spread_used,
         )
     elif verdict.action == evaluation.FAIL:
         _fail_slot(rule, slot, source=source, details=details, now=now, result=result, batch=batch)
@@ -272,12 +276,13 @@ def slot_claim(
     state: str | None = None,
     dispatch: bool = True,
     batch: ClaimBatch | None = None,
+    spread_used: Spread | None = None,
 ) -> SlotClaimed:
     """Claim the slot's run and say what became of it: created (with the run), a dedupe hit, shed
     by backpressure (run_claim records a "shed" decision), joined to `batch` (which writes and
     counts it), or decided (a rule whose key cannot be rendered: an invalid_rule decision)."""
     try:
-        work = work_for_slot(rule, slot, source=source, run_after=run_after)
+        work = work_for_slot(rule, slot, source=source, run_after=run_after, spread_used=spread_used)
     except (keys.KeyTemplateError, KeyError, ValueError) as exc:
         # Never drop a slot silently: the rule cannot be evaluated, so say so for this slot.
         log.error("rule %s slot %s: cannot render business key: %s", rule.name, slot, exc)

@@ -11,7 +11,7 @@ from datetime import datetime, timedelta
 from runs.claims import Work
 from runs.models import TaskRun
 from tasks.models import TriggerRule, TriggerSource
-from tasks.rules import business_days, events, keys, schedule
+from tasks.rules import business_days, events, keys, schedule, spread
 
 SCHEDULER_IDENTITY = "scheduler"
 
@@ -69,13 +69,35 @@ def rule_payload(rule: TriggerRule, slot: datetime | None) -> dict:
     return payload
 
 
-def work_for_slot(rule: TriggerRule, slot: datetime, *, source: str, run_after: datetime | None = None) -> Work:
+def slot_spread(rule: TriggerRule, slot: datetime, *, draw: float | None = None) -> tuple[spread.Spread, timedelta]:
+    """The rule's spread and this slot's start offset (tasks.rules.spread), bounded by the rule's
+    next slot. Cron and interval rules only: a heartbeat's or a one-time rule's start is its alarm.
+    `draw` is the random part, for a rule that asks for one (None: the hash alone)."""
+    if rule.kind not in (TriggerRule.Kind.CRON, TriggerRule.Kind.INTERVAL):
+        return spread.Spread(), spread.ZERO
+    chosen = rule.start_spread()
+    if not chosen:
+        return chosen, spread.ZERO
+    following = schedule.next_slot(rule.schedule_spec(), slot)
+    width = timedelta(seconds=chosen.seconds)
+    return chosen, spread.offset(rule.name, slot, width, next_slot=following, draw=draw if chosen.random else None)
+
+
+def work_for_slot(
+    rule: TriggerRule,
+    slot: datetime,
+    *,
+    source: str,
+    run_after: datetime | None = None,
+    spread_used: spread.Spread | None = None,
+) -> Work:
     """A scheduled slot's work (tick, catch-up, heartbeat, a held slot that became ready).
+    `spread_used` is recorded in the payload, so explain can say why the start moved.
 
     Raises keys.KeyTemplateError (or KeyError/ValueError) when the rule's templates cannot be rendered.
     """
     start_by = slot + timedelta(seconds=rule.start_window_seconds) if rule.start_window_seconds is not None else None
-    return _work(
+    work = _work(
         rule,
         biz_key=rule_render_key(rule, slot),
         slot=slot,
@@ -85,6 +107,9 @@ def work_for_slot(rule: TriggerRule, slot: datetime, *, source: str, run_after: 
         run_after=run_after,
         start_by=start_by,
     )
+    if spread_used:
+        work.payload["spread"] = {"seconds": spread_used.seconds, "pool": spread_used.pool}
+    return work
 
 
 def work_for_operator(
