@@ -12,6 +12,7 @@ from django.conf import settings
 from django.urls import reverse
 from django.utils.timesince import timesince
 from django.utils.translation import gettext as _
+from django.utils.translation import ngettext
 
 from deadletters.alert_health import able_channels
 from runs.selectors import scheduler_health
@@ -52,6 +53,15 @@ def health_figures(*, now: datetime) -> dict:
     return figures
 
 
+def _age(seconds: float, *, now: datetime) -> str:
+    """How long, as people say it: seconds for the first two minutes (an outage is young), then
+    Django's "3 minutes", "1 hour, 5 minutes"."""
+    if seconds < 120:
+        n = int(seconds)
+        return ngettext("%(n)s second", "%(n)s seconds", n) % {"n": n}
+    return timesince(now - timedelta(seconds=seconds), now)
+
+
 @dataclass(frozen=True)
 class Fact:
     code: str  # scheduler_stalled, slot_overdue, queue_without_worker, alerts_log_only, ...
@@ -68,18 +78,18 @@ def banner_facts(figures: dict, *, now: datetime) -> list[Fact]:
         tick = figures["last_tick_at"]
         sentence = (
             _("The scheduler has not ticked for %(age)s: no rule fires until it runs again.")
-            % {"age": timesince(tick, now)}
+            % {"age": _age((now - tick).total_seconds(), now=now)}
             if tick
             else _("The scheduler has never ticked: no rule fires until it runs.")
         )
         facts.append(Fact("scheduler_stalled", sentence, dashboard + "#dash-scheduler", _("Scheduler")))
     elif figures["code"] == "slot_overdue":
-        age = timedelta(seconds=figures["oldest_unclaimed_slot_age_seconds"] or 0)
+        age = figures["oldest_unclaimed_slot_age_seconds"] or 0
         facts.append(
             Fact(
                 "slot_overdue",
                 _("A slot of rule %(rule)s is %(age)s overdue: the scheduler is not keeping up.")
-                % {"rule": figures["oldest_unclaimed_slot_rule"], "age": timesince(now - age, now)},
+                % {"rule": figures["oldest_unclaimed_slot_rule"], "age": _age(age, now=now)},
                 reverse("harness-status") + "?health=overdue",
                 _("Overdue rules"),
             )

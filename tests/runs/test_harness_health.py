@@ -71,6 +71,8 @@ def test_each_fact_is_one_sentence_with_a_link(over, code):
 def test_a_stalled_scheduler_says_for_how_long_in_both_languages():
     stalled = figures(code="scheduler_stalled", last_tick_at=NOW - timedelta(minutes=3))
     assert "3\xa0minutes" in banner_facts(stalled, now=NOW)[0].sentence
+    young = figures(code="scheduler_stalled", last_tick_at=NOW - timedelta(seconds=45))
+    assert "45 seconds" in banner_facts(young, now=NOW)[0].sentence
     with translation.override("zh-hans"):
         sentence = banner_facts(stalled, now=NOW)[0].sentence
     assert "调度器" in sentence and "3\xa0分钟" in sentence
