@@ -1,4 +1,6 @@
 from django.contrib import admin
+from django.http import HttpResponsePermanentRedirect
+from django.templatetags.static import static
 from django.urls import include, path
 from django.utils.translation import gettext_lazy as _
 from django_celery_beat import models as beat
@@ -34,6 +36,8 @@ _hide_beat_admin()
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    # Browsers ask for /favicon.ico on every page whatever the page links: not a 404 in every log.
+    path("favicon.ico", lambda request: HttpResponsePermanentRedirect(static("harness/favicon.svg"))),
     # Prometheus (runs/metrics.py): off unless HARNESS_METRICS_TOKEN is set; a Bearer token then.
     path("metrics", metrics_view, name="metrics"),
     # Before admin/, so the admin's catch-all does not take it; admin_view requires a staff login.
