@@ -92,7 +92,7 @@ def run_timeline(run: TaskRun, *, now: datetime) -> dict:
     audit = list(AuditEntry.objects.filter(target_type="run", target_id=str(run.id)).order_by("at"))
     tickets = list(DeadLetter.objects.filter(run=run).order_by("created_at"))
     for ticket, newer in zip(tickets, [*tickets[1:], None], strict=True):  # words as the ticket page's
-        ticket.replay = replay_outcome(
+        ticket.replay = replay_outcome(  # type: ignore[attr-defined]
             ticket_state=ticket.state, run_state=run.state, newer_ticket_id=newer.pk if newer else None
         )
     human_waits = [(p.proposed_at, p.decided_at) for p in run.proposals.all()] + [
