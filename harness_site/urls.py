@@ -1,10 +1,12 @@
 from django.contrib import admin
+from django.http import HttpResponsePermanentRedirect
+from django.templatetags.static import static
 from django.urls import include, path
 from django.utils.translation import gettext_lazy as _
 from django_celery_beat import models as beat
 
 from harness_site.display import display_zone_view
-from runs.views import apps_view, dashboard_view, flow_view, healthz, metrics_view, status_view
+from runs.views import apps_view, dashboard_view, flow_view, healthz, metrics_view, status_view, system_banner_view
 from tasks.triggers.webhook import webhook
 from tasks.views import FlagClearView, FlagListView, FlagSetView, RulePingView
 
@@ -34,12 +36,15 @@ _hide_beat_admin()
 
 urlpatterns = [
     path("healthz", healthz, name="healthz"),
+    # Browsers ask for /favicon.ico on every page whatever the page links: not a 404 in every log.
+    path("favicon.ico", lambda request: HttpResponsePermanentRedirect(static("harness/favicon.svg"))),
     # Prometheus (runs/metrics.py): off unless HARNESS_METRICS_TOKEN is set; a Bearer token then.
     path("metrics", metrics_view, name="metrics"),
     # Before admin/, so the admin's catch-all does not take it; admin_view requires a staff login.
     path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="harness-dashboard"),
     path("admin/display-zone/", admin.site.admin_view(display_zone_view), name="harness-display-zone"),
     path("admin/flow/", admin.site.admin_view(flow_view), name="harness-flow"),
+    path("admin/system-banner/", admin.site.admin_view(system_banner_view), name="harness-system-banner"),
     # The staff landing page is the status board (runs/status.py); Django's list of pages moves one click away.
     path("admin/", admin.site.admin_view(status_view), name="harness-status"),
     path("admin/apps/", admin.site.admin_view(apps_view), name="harness-apps"),

@@ -7,6 +7,7 @@ from django.db.models import Count, Min
 from django.utils.translation import gettext as _
 
 from deadletters.models import DeadLetter
+from deadletters.replays import replay_outcome
 from harness_site.audit.models import AuditEntry
 from runs.durations import covered, worked
 from runs.models import Decision, PoolSlot, PoolWaiter, SchedulerTick, TaskRun
@@ -96,6 +97,10 @@ def run_timeline(run: TaskRun, *, now: datetime) -> dict:
         decisions += list(Decision.objects.filter(rule_id=run.rule_id, slot=None, biz_key=run.biz_key))
     audit = list(AuditEntry.objects.filter(target_type="run", target_id=str(run.id)).order_by("at"))
     tickets = list(DeadLetter.objects.filter(run=run).order_by("created_at"))
+    for ticket, newer in zip(tickets, [*tickets[1:], None], strict=True):  # words as the ticket page's
+        ticket.replay = replay_outcome(  # type: ignore[attr-defined]
+            ticket_state=ticket.state, run_state=run.state, newer_ticket_id=newer.pk if newer else None
+        )
     human_waits = [(p.proposed_at, p.decided_at) for p in run.proposals.all()] + [
         (t.created_at, t.replayed_at or t.closed_at) for t in tickets
     ]

@@ -27,11 +27,11 @@ from harness_site.desk import now, require_perm
 from runs import selectors
 from runs import status as board
 from runs.dashboard import dashboard_build
+from runs.harness_health import Fact, banner_facts, health_figures
 from runs.metrics import metrics_registry
 from runs.models import TaskRun
 from runs.objectives import objective_status_for_rules
 from runs.workers import worker_health
-from tasks.models.calendar import calendar_gaps
 
 log = logging.getLogger("harness.health")
 
@@ -51,7 +51,9 @@ def healthz(request):
         when it is unknown) also gets the details: `detail` (the reason in words, with names),
         `workers`, `queues` (depth and oldest message age), `flow` (pools at their limit, paused pools,
         runs waiting for a pool), `calendars_without_data` (business calendars in use that cannot answer
-    for a date within weeks: a warning, never a 503) and the scheduler's figures."""
+    for a date within weeks: a warning, never a 503), `queues_without_worker` (task queues no consuming
+    worker reads), `alerts_log_only` (no alert channel can deliver), `workers_older_than_schema` and
+    the scheduler's figures: the facts the desk's system banner shows (runs/harness_health.py)."""
     if request.method not in ("GET", "HEAD"):
         response = JsonResponse({"ok": False, "reason": "method_not_allowed", "detail": "GET /healthz"}, status=405)
         response["Allow"] = "GET, HEAD"
@@ -79,35 +81,40 @@ def _may_see_details(request) -> bool:
 
 
 def _health() -> dict:
-    """Every figure /healthz reports, `reason` the first code that is not ok and `detail` its words."""
+    """Every figure /healthz reports, `reason` the first code that is not ok and `detail` its words.
+    The database's figures come from runs.harness_health, the desk banner's one home."""
+    at = timezone.now()
     try:
-        status = selectors.scheduler_health(now=timezone.now())
+        status = health_figures(now=at)
     except DatabaseError as exc:
         log.warning("healthz: database unreachable: %s", _one_line(exc))
         return {"ok": False, "reason": "database_unreachable", "detail": _one_line(exc)}
     status["detail"], status["reason"] = status["reason"], status.pop("code")
+    worker_code, worker_reason = status.pop("worker_code"), status.pop("worker_reason")
     try:
-        status["flow"] = selectors.flow_saturation(now=timezone.now())  # pressure, not a fault: ok is unchanged
+        status["flow"] = selectors.flow_saturation(now=at)  # pressure, not a fault: ok is unchanged
     except DatabaseError as exc:
         status["flow"] = {"error": _one_line(exc)}
-    try:
-        workers = worker_health(now=timezone.now())
-    except DatabaseError as exc:
-        workers = {"ok": True, "reason": "", "code": "ok", "workers": [], "error": _one_line(exc)}
-    status["workers"] = workers["workers"]
-    if status["ok"] and not workers["ok"]:  # a worker alive but not taking work, or silent
-        status.update(ok=False, reason=workers["code"], detail=workers["reason"])
+    if status["ok"] and worker_code != "ok":  # a worker alive but not taking work, or silent
+        status.update(ok=False, reason=worker_code, detail=worker_reason)
     broker = _broker_error()
     if broker:
         status.update(ok=False, reason="broker_unreachable", detail=f"broker unreachable: {broker}")
     status["broker"] = "unreachable" if broker else "ok"
     status["queues"] = queue_depths() if not broker else {}
-    try:
-        # Weeks ahead, not an outage: named here and alerted, but `ok` is unchanged.
-        status["calendars_without_data"] = calendar_gaps(today=timezone.now().date())
-    except DatabaseError as exc:
-        status["calendars_without_data"] = {"error": _one_line(exc)}
     return status
+
+
+def system_banner_view(request):
+    """The system banner of every desk page (templates/admin/desk/system_banner.html): what is wrong
+    with the harness itself, re-read every few seconds by the page. Empty when all is well."""
+    at = now()
+    try:
+        facts = banner_facts(health_figures(now=at), now=at)
+    except DatabaseError as exc:
+        log.warning("banner: database unreachable: %s", _one_line(exc))
+        facts = [Fact("database_unreachable", _("The database does not answer."), reverse("healthz"), "/healthz")]
+    return TemplateResponse(request, "admin/desk/system_banner.html", {"facts": facts})
 
 
 def queue_depths() -> dict[str, dict]:
@@ -273,7 +280,9 @@ def status_view(request):
     except ValueError:
         page = 1
     started = time.perf_counter()
-    b = board.board_build(now=now(), health=health, q=q, page=page, objectives=STATUS_OBJECTIVES)
+    at = now()
+    b = board.board_build(now=at, health=health, q=q, page=page, objectives=STATUS_OBJECTIVES)
+    system_facts = banner_facts(health_figures(now=at), now=at)
     filters = [
         {
             "value": h,
@@ -288,6 +297,7 @@ def status_view(request):
         **admin.site.each_context(request),
         "title": _("Status"),
         "b": b,
+        "system_facts": system_facts,
         "health": health,
         "q": q,
         "filters": filters,

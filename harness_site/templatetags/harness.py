@@ -168,6 +168,12 @@ def zone_choices(context):
 LIVE_SECONDS = 5
 
 
+@register.simple_tag
+def live_seconds() -> int:
+    """How often live parts of a page re-read themselves."""
+    return LIVE_SECONDS
+
+
 @register.simple_tag(takes_context=True)
 def live_attrs(context, on=True):
     """The attributes that make an element re-read itself from the server every few seconds (htmx),

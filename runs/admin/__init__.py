@@ -10,13 +10,14 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from harness_site.desk import quiet_flag
+from harness_site.desk import has_perm_method, quiet_flag
 from harness_site.templatetags.harness import ago_html, key_html, when_html
 from runs.admin.desk import (  # also registers the live run leases desk
     CatchupApprovalMixin,
     LeaseDeskMixin,
     RunDeskMixin,
 )
+from runs.admin.rerun import rerun_slots
 from runs.admin.scale import ErrorKindFilter, EstimatedCountPaginator
 from runs.admin.steps import ActionProposalInline, ExternalCallInline, RunStepInline
 from runs.backpressure import pending_count, watermarks_set
@@ -220,6 +221,13 @@ class DecisionAdmin(ReadOnlyAdmin):
     date_hierarchy = "created_at"
     readonly_fields = ("rule", "slot", "biz_key", "reason", "survivor_link", "hits", "details", "created_at")
     list_select_related = ("rule", "survivor")
+    actions = ["rerun_slots"]
+
+    @admin.action(description=_("Re-run chosen slots (plan first)"), permissions=["backfill"])
+    def rerun_slots(self, request, queryset):
+        return rerun_slots(self, request, queryset)
+
+    has_backfill_permission = has_perm_method("tasks.backfill_rule")
 
     @admin.display(description=_("explain"))
     def explain_link(self, decision: Decision) -> str:

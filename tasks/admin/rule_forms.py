@@ -5,6 +5,7 @@ from datetime import UTC, datetime
 
 from django import forms
 from django.contrib.admin import widgets as admin_widgets
+from django.utils.html import escape
 from django.utils.text import capfirst, format_lazy
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -118,6 +119,10 @@ class TriggerRuleForm(forms.ModelForm):
         for name, rows in (("reason", 2), ("params", 4), ("output_schema", 4)):
             if name in self.fields:  # a shorter page: the boxes grow as the operator types (resize)
                 self.fields[name].widget.attrs["rows"] = rows
+        # The admin shows help text as HTML: its "rule/<id>/<kind>/" would vanish as unknown tags.
+        if "dedupe_key_template" in self.fields:
+            field = self.fields["dedupe_key_template"]
+            field.help_text = escape(field.help_text)
         self.run_at_note = ""
         self._shown_run_at = None
         stored = self.instance.run_at

@@ -14,11 +14,13 @@ published each November) reaches every rule without a data migration:
 from __future__ import annotations
 
 import functools
+from collections import defaultdict
 from datetime import date, timedelta
 from importlib.metadata import version
 
 import chinese_calendar
 import holidays
+from django.apps import apps
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.utils.translation import gettext_lazy as _
@@ -83,11 +85,14 @@ class BusinessCalendar(models.Model):
             except NotImplementedError as exc:
                 raise ValidationError({"country": str(exc)}) from None
 
-    def business_days(self) -> business_days.BusinessCalendar:
-        """The pure calendar: the library's days, the weekend and the overrides (one query)."""
+    def business_days(self, overrides: list[tuple[date, str, str]] | None = None) -> business_days.BusinessCalendar:
+        """The pure calendar: the library's days, the weekend and the overrides (one query, none when
+        `overrides` (date, kind, reason) are given, read for many calendars at once)."""
         closed: dict[date, str] = {}
         opened: dict[date, str] = {}
-        for day, kind, reason in self.overrides.values_list("date", "kind", "reason"):
+        if overrides is None:
+            overrides = list(self.overrides.values_list("date", "kind", "reason"))
+        for day, kind, reason in overrides:
             (opened if kind == CalendarOverride.Kind.WORKING else closed)[day] = reason
         return business_days.BusinessCalendar(
             name=self.name,
@@ -175,21 +180,36 @@ def _china(day: date) -> LibraryDay | None:
 
 def calendar_gaps(*, today: date, horizon: timedelta = business_days.DEFAULT_HORIZON) -> list[dict]:
     """Calendars an enabled rule runs by that have no data for some date from `today` to `today +
-    horizon`: {"calendar", "source", "no_data_from", "days_left", "rules"}, for /healthz, the alert
-    check and the rule page. Two queries per calendar in use (its overrides, its rules' names)."""
+    horizon`: {"id", "calendar", "source", "no_data_from", "days_left", "rules"}, for /healthz, the
+    system banner, the alert check and the rule page. Three queries, whatever the calendars in use
+    (they are read on every desk page)."""
+    calendars = list(BusinessCalendar.objects.filter(rules__enabled=True).distinct())
+    ids = [c.id for c in calendars]
+    overrides: dict[int, list] = defaultdict(list)
+    for cal_id, *row in CalendarOverride.objects.filter(calendar_id__in=ids).values_list(
+        "calendar_id", "date", "kind", "reason"
+    ):
+        overrides[cal_id].append(tuple(row))
+    rules: dict[int, list[str]] = defaultdict(list)
+    for cal_id, name in (
+        apps.get_model("tasks", "TriggerRule")
+        .objects.filter(business_calendar_id__in=ids, enabled=True)
+        .values_list("business_calendar_id", "name")
+    ):
+        rules[cal_id].append(name)
     gaps = []
-    for cal in BusinessCalendar.objects.filter(rules__enabled=True).distinct():
-        gap = business_days.calendar_gap(cal.business_days(), today=today, horizon=horizon)
+    for cal in calendars:
+        gap = business_days.calendar_gap(cal.business_days(overrides[cal.id]), today=today, horizon=horizon)
         if gap is None:
             continue
-        rules = sorted(cal.rules.filter(enabled=True).values_list("name", flat=True))
         gaps.append(
             {
+                "id": cal.id,
                 "calendar": cal.name,
                 "source": library_name(cal.country),
                 "no_data_from": gap.isoformat(),
                 "days_left": (gap - today).days,
-                "rules": rules,
+                "rules": sorted(rules[cal.id]),
             }
         )
     return gaps

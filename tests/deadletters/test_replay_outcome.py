@@ -55,6 +55,9 @@ def test_a_ticket_whose_replay_failed_says_so_and_links_the_new_ticket(client):
         f'<span class="bad">Replayed: failed again</span> <a href="/admin/deadletters/deadletter/{second.pk}/change/"'
         in listed
     )
+    # The run's own ticket list says it in the same words.
+    run_page = html.unescape(client.get(reverse("admin:runs_taskrun_change", args=[run.pk])).content.decode())
+    assert f'#{first.pk}</a> <span class="bad">Replayed: failed again</span>' in run_page
     # The newer ticket is closed an hour after it opened: three hours waiting for people in all.
     DeadLetter.objects.filter(pk=second.pk).update(state="closed", closed_at=second.created_at + timedelta(hours=1))
     # The run worked 3 s in all (two attempts of 0 s and 3 s), not the two hours the ticket waited for a human.

@@ -252,6 +252,7 @@ def test_only_calendars_in_use_by_enabled_rules_are_reported():
     make_rule("cn-report", kind="cron", cron="0 9 * * *", timezone="Asia/Shanghai", business_calendar=used)
     assert calendar_model.calendar_gaps(today=date(2026, 11, 20)) == [
         {
+            "id": used.id,
             "calendar": "cn",
             "source": "chinesecalendar 1.11.0",
             "no_data_from": "2027-01-01",
@@ -286,13 +287,15 @@ def test_healthz_names_a_calendar_running_out_and_stays_ok(client, monkeypatch):
         return lambda d: business_days.LibraryDay(None) if d <= end else None
 
     monkeypatch.setattr(calendar_model, "library_lookup", ending)
-    make_rule("cn-report", kind="cron", cron="0 9 * * *", timezone="Asia/Shanghai", business_calendar=china())
+    cal = china()
+    make_rule("cn-report", kind="cron", cron="0 9 * * *", timezone="Asia/Shanghai", business_calendar=cal)
     SchedulerTick.objects.update_or_create(name="scheduler", defaults={"last_tick_at": timezone.now()})
     client.force_login(get_user_model().objects.create_user("oncall", password="pw-123456789", is_staff=True))
     body = client.get("/healthz").json()
     assert body["ok"] is True, body
     assert body["calendars_without_data"] == [
         {
+            "id": cal.id,
             "calendar": "cn",
             "source": "chinesecalendar 1.11.0",
             "no_data_from": (end + timedelta(days=1)).isoformat(),

@@ -1,0 +1,79 @@
+# ruff: noqa: F811  (the browser fixture imported from the fit tests is redefined as an argument)
+"""The system banner in headless Chromium, English and zh-Hans, 1440 and 390 px: beat really stops,
+every open desk page says the scheduler is down without a reload, and says nothing once beat runs
+again. BANNER_SHOTS=dir saves screenshots."""
+
+import os
+from datetime import timedelta
+from pathlib import Path
+
+from django.urls import reverse
+
+from deadletters.models import AlertChannel
+from runs import selectors
+from runs.models import SchedulerTick
+from tests.e2e.test_desk_browser import _login, _until, pytestmark  # noqa: F401
+from tests.e2e.test_desk_fit_browser import LAPTOP, PHONE, _overflow, make_browser  # noqa: F401
+from tests.support.desk import make_user
+from tests.support.processes import wait_for
+
+SCREENS = [("en-US", LAPTOP), ("en-US", PHONE), ("zh-CN", LAPTOP), ("zh-CN", PHONE)]
+STALLED = {"en": "The scheduler has not ticked for", "zh": "调度器已"}
+FACTS = "#system-banner li[data-code]"
+OUTAGE = 120  # seconds: a loaded machine's worker and beat take a while to start and to notice
+
+
+def _shot(browser, name: str) -> None:
+    folder = os.environ.get("BANNER_SHOTS")
+    if folder:
+        Path(folder).mkdir(parents=True, exist_ok=True)
+        browser.save_screenshot(str(Path(folder) / f"{name}.png"))
+
+
+def _codes(browser) -> list[str]:
+    from selenium.webdriver.common.by import By
+
+    return [li.get_attribute("data-code") for li in browser.find_elements(By.CSS_SELECTOR, FACTS)]
+
+
+def test_the_banner_says_the_scheduler_is_down_on_every_page_while_beat_is_stopped(
+    make_browser, live_server, harness, monkeypatch
+):
+    from selenium.webdriver.common.by import By
+
+    # A stall is 10 tick periods (10 s at the default 1 s tick), not the 30 s floor: a shorter test.
+    monkeypatch.setattr(selectors, "MIN_STALL", timedelta(0))
+    make_user("omar", "On-call")
+    AlertChannel.objects.create(name="log", kind="log", min_severity="notice")  # alerts reach someone
+    harness.worker()
+    beat = harness.beat()
+    wait_for(lambda: SchedulerTick.objects.filter(name="scheduler").exists(), timeout=OUTAGE, what="beat's first tick")
+    pages = [reverse("harness-status"), reverse("admin:runs_taskrun_changelist")]
+    browsers = []
+    for i, (lang, size) in enumerate(SCREENS):
+        browser = make_browser(size, lang=lang)
+        _login(browser, live_server, "omar")
+        browser.get(live_server.url + pages[i % 2])
+        # The worker reports itself on every queue and beat ticks: nothing to say.
+        _until(browser, lambda d: d.find_elements(By.ID, "system-banner") and not _codes(d), "a quiet banner", OUTAGE)
+        browsers.append((browser, lang[:2], size[0], pages[i % 2]))
+
+    beat.stop()
+    for browser, lang, width, page in browsers:
+        browser.execute_script("window.__notReloaded = true")
+        _until(browser, lambda d: "scheduler_stalled" in _codes(d), "the stall, live", OUTAGE)
+        assert browser.execute_script("return window.__notReloaded === true"), "the page was reloaded"
+        fact = browser.find_element(By.CSS_SELECTOR, f"{FACTS}[data-code=scheduler_stalled]")
+        assert STALLED[lang] in fact.text
+        link = fact.find_element(By.TAG_NAME, "a").get_attribute("href")
+        assert link.endswith(reverse("harness-dashboard") + "#dash-scheduler")
+        scroll, client = _overflow(browser)
+        assert scroll <= client, f"{lang} {width}: {scroll} > {client}"
+        if page == reverse("harness-status"):
+            assert "scheduler" in browser.find_element(By.ID, "status-harness").get_attribute("innerHTML")
+        _shot(browser, f"banner-stalled-{lang}-{width}")
+
+    harness.beat("beat2")
+    for browser, lang, width, _page in browsers:
+        _until(browser, lambda d: not _codes(d), "the banner gone once beat ticks again", OUTAGE)
+        _shot(browser, f"banner-gone-{lang}-{width}")
