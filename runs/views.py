@@ -30,7 +30,7 @@ from runs.dashboard import dashboard_build
 from runs.metrics import metrics_registry
 from runs.models import TaskRun
 from runs.objectives import objective_status_for_rules
-from runs.workers import worker_health
+from runs.workers import worker_health, workers_older_than_schema
 from tasks.models.calendar import calendar_gaps
 
 log = logging.getLogger("harness.health")
@@ -95,6 +95,11 @@ def _health() -> dict:
     except DatabaseError as exc:
         workers = {"ok": True, "reason": "", "code": "ok", "workers": [], "error": _one_line(exc)}
     status["workers"] = workers["workers"]
+    try:
+        # A warning, not a fault: an older worker keeps working against an expanded schema.
+        status["workers_older_than_schema"] = [w["detail"] for w in workers_older_than_schema(now=timezone.now())]
+    except DatabaseError as exc:
+        status["workers_older_than_schema"] = {"error": _one_line(exc)}
     if status["ok"] and not workers["ok"]:  # a worker alive but not taking work, or silent
         status.update(ok=False, reason=workers["code"], detail=workers["reason"])
     broker = _broker_error()
