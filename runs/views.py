@@ -51,7 +51,9 @@ def healthz(request):
         when it is unknown) also gets the details: `detail` (the reason in words, with names),
         `workers`, `queues` (depth and oldest message age), `flow` (pools at their limit, paused pools,
         runs waiting for a pool), `calendars_without_data` (business calendars in use that cannot answer
-    for a date within weeks: a warning, never a 503) and the scheduler's figures."""
+    for a date within weeks: a warning, never a 503), `workers_older_than_schema` (workers whose code
+    is older than the migrations applied, docs/upgrading.md: a warning, never a 503) and the
+    scheduler's figures."""
     if request.method not in ("GET", "HEAD"):
         response = JsonResponse({"ok": False, "reason": "method_not_allowed", "detail": "GET /healthz"}, status=405)
         response["Allow"] = "GET, HEAD"
