@@ -39,6 +39,7 @@ from harness_site.forks import background_writes
 log = logging.getLogger("harness.worker")
 
 EXIT_STALLED = 70  # the exit status of a worker the watchdog ended (EX_SOFTWARE)
+EXIT_UNMIGRATED = 78  # a worker whose code needs migrations not yet applied (EX_CONFIG)
 
 _watch: "WorkerWatch | None" = None
 
@@ -50,6 +51,7 @@ def on_worker_init(sender=None, **_kwargs) -> None:
         return
     from runs.workers import worker_starting
 
+    _refuse_unmigrated()
     try:
         worker_starting(
             name=f"{sender.hostname}:{os.getpid()}",
@@ -62,6 +64,25 @@ def on_worker_init(sender=None, **_kwargs) -> None:
         log.warning("worker start report failed: %s: %s", type(exc).__name__, str(exc)[:200])
     finally:
         connection.close()  # the main thread forks the pool next: no connection of its own crosses
+
+
+def _refuse_unmigrated() -> None:
+    """A worker whose code needs migrations the database has not applied would fail on its first
+    statement that reads them: it ends at once, with one line that says what to do."""
+    from harness_site.release import migrations_missing
+
+    try:
+        missing = migrations_missing()
+    except Exception as exc:  # the database may still be starting: the worker's own retries cover it
+        log.warning("worker migration check failed: %s: %s", type(exc).__name__, str(exc)[:200])
+        return
+    finally:
+        connection.close()
+    if missing:
+        shown = ", ".join(missing[:3]) + (f" and {len(missing) - 3} more" if len(missing) > 3 else "")
+        log.error("worker not started: its code needs migrations not yet applied (%s); run manage.py migrate", shown)
+        logging.shutdown()
+        os._exit(EXIT_UNMIGRATED)
 
 
 def on_worker_ready(sender=None, **_kwargs) -> None:

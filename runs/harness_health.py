@@ -16,7 +16,7 @@ from django.utils.translation import ngettext
 
 from deadletters.alert_health import able_channels
 from runs.selectors import scheduler_health
-from runs.workers import worker_health
+from runs.workers import worker_health, workers_older_than_schema
 from tasks.models.calendar import calendar_gaps
 
 # A worker that reports one of these is taking work from its queues.
@@ -27,13 +27,6 @@ def queues_without_worker(workers: list[dict]) -> list[str]:
     """The task queues no consuming worker reads (every one of them with no worker at all)."""
     served = {q for w in workers if w["status"] in CONSUMING and not w["stopping"] for q in w["queue_list"]}
     return sorted(q for q in settings.CELERY_TASK_QUEUES if q not in served)
-
-
-def workers_older_than_schema(*, now: datetime) -> list[str]:
-    """Workers running a release older than the database schema, by name.
-
-    The one place that fact joins the others: the upgrade work supplies it (until then, none)."""
-    return []
 
 
 def health_figures(*, now: datetime) -> dict:
@@ -49,7 +42,7 @@ def health_figures(*, now: datetime) -> dict:
     figures["alerts_log_only"] = not able_channels()
     # Weeks ahead, not an outage: named and alerted, but never a 503.
     figures["calendars_without_data"] = calendar_gaps(today=now.date())
-    figures["workers_older_than_schema"] = workers_older_than_schema(now=now)
+    figures["workers_older_than_schema"] = workers_older_than_schema(now=now)  # name, release, schema
     return figures
 
 
@@ -107,7 +100,11 @@ def banner_facts(figures: dict, *, now: datetime) -> list[Fact]:
         facts.append(
             Fact(
                 "worker_older_than_schema",
-                _("Worker %(worker)s runs a release older than the database schema.") % {"worker": worker},
+                _(
+                    "Worker %(worker)s runs release %(release)s; the schema is at %(schema)s: "
+                    "restart it on the new release."
+                )
+                % {"worker": worker["name"], "release": worker["release"], "schema": worker["schema"]},
                 dashboard + "#dash-workers",
                 _("Workers"),
             )

@@ -13,7 +13,7 @@ from runs.approvals import approval_expire_due
 from runs.objectives import objective_prune, objective_sweep
 from runs.outages import outage_sweep
 from runs.retention import decision_sweep
-from runs.store import store
+from runs.store import StatementsStale, store
 
 log = logging.getLogger("harness.executor")
 DB_UNAVAILABLE = "db_unavailable"
@@ -32,7 +32,9 @@ def run_execute_task(self, run_id: int) -> str:
         # The database refused the connection, or the pool had none free in time: hand the run back
         # with one line, not a traceback. The row is the truth: a run not yet taken is sent again by
         # the sweeper; a taken one's lease runs out and it is retried like a lost worker's.
-        log.warning("run %s handed back: database unavailable (%s)", run_id, " ".join(str(exc).split())[:200])
+        # Or a migration left this connection's prepared statements stale, twice (runs/store/postgres.py).
+        why = "prepared statements stale" if isinstance(exc, StatementsStale) else "database unavailable"
+        log.warning("run %s handed back: %s (%s)", run_id, why, " ".join(str(exc).split())[:200])
         store().connection_close()
         return DB_UNAVAILABLE
 

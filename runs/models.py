@@ -784,6 +784,9 @@ class WorkerHeartbeat(models.Model):
     # The process's database connection pool at beat_at (runs.workers.POOL_STATS), where its runs
     # share it (a threads worker with HARNESS_DB_POOL_MAX); null elsewhere.
     db_pool = models.JSONField(_("database pool"), null=True, blank=True)
+    # The latest migration of each app in the worker's code (harness_site.release): the release it
+    # runs. Null from a release that did not report it.
+    migrations = models.JSONField(_("built for migrations"), null=True, blank=True)
 
     class Meta:
         verbose_name = _("worker heartbeat")

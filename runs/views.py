@@ -52,7 +52,8 @@ def healthz(request):
         `workers`, `queues` (depth and oldest message age), `flow` (pools at their limit, paused pools,
         runs waiting for a pool), `calendars_without_data` (business calendars in use that cannot answer
     for a date within weeks: a warning, never a 503), `queues_without_worker` (task queues no consuming
-    worker reads), `alerts_log_only` (no alert channel can deliver), `workers_older_than_schema` and
+    worker reads), `alerts_log_only` (no alert channel can deliver), `workers_older_than_schema` (workers whose
+    code is older than the migrations applied, docs/upgrading.md: a warning, never a 503) and
     the scheduler's figures: the facts the desk's system banner shows (runs/harness_health.py)."""
     if request.method not in ("GET", "HEAD"):
         response = JsonResponse({"ok": False, "reason": "method_not_allowed", "detail": "GET /healthz"}, status=405)
@@ -91,6 +92,8 @@ def _health() -> dict:
         return {"ok": False, "reason": "database_unreachable", "detail": _one_line(exc)}
     status["detail"], status["reason"] = status["reason"], status.pop("code")
     worker_code, worker_reason = status.pop("worker_code"), status.pop("worker_reason")
+    # A warning, not a fault: an older worker keeps working against an expanded schema.
+    status["workers_older_than_schema"] = [w["detail"] for w in status["workers_older_than_schema"]]
     try:
         status["flow"] = selectors.flow_saturation(now=at)  # pressure, not a fault: ok is unchanged
     except DatabaseError as exc:

@@ -18,6 +18,7 @@ from datetime import datetime, timedelta
 
 from django.conf import settings
 
+from harness_site.release import behind, code_migrations, label, schema_migrations
 from runs.models import TaskRun, WorkerHeartbeat
 
 WORKER_FORGET_AFTER = timedelta(minutes=2)
@@ -78,7 +79,8 @@ class WorkerReport:
 def worker_beat(report: WorkerReport, *, now: datetime) -> None:
     """Record one heartbeat (one upsert), and forget workers silent beyond WORKER_FORGET_AFTER."""
     fields = {k: v for k, v in vars(report).items() if k != "name"}
-    WorkerHeartbeat.objects.update_or_create(name=report.name, defaults={**fields, "beat_at": now})
+    defaults = {**fields, "beat_at": now, "migrations": code_migrations()}
+    WorkerHeartbeat.objects.update_or_create(name=report.name, defaults=defaults)
     WorkerHeartbeat.objects.filter(beat_at__lt=now - WORKER_FORGET_AFTER).delete()
 
 
@@ -94,6 +96,7 @@ def worker_starting(*, name: str, hostname: str, pid: int, stall_seconds: float,
             "beat_at": now,
             "progress_at": now,
             "stall_seconds": stall_seconds,
+            "migrations": code_migrations(),
         },
     )
 
@@ -183,6 +186,23 @@ def worker_health(*, now: datetime) -> dict:
         reason = f"worker {r['name']} {r['status']} for {age:.0f}s"
         code = "worker_" + str(r["status"]).replace(" ", "_")
     return {"ok": not bad, "reason": reason, "code": code, "workers": rows}
+
+
+def workers_older_than_schema(*, now: datetime) -> list[dict]:
+    """The workers reporting within WORKER_FORGET_AFTER whose code is older than the schema: each
+    with `name`, `release` (its migrations where the schema is past them), `schema` (the schema's)
+    and `detail` ("agents@host:1 runs release runs.0019_x; the schema is at runs.0020_y"). They keep
+    working (migrations are expand-only, docs/upgrading.md); restart them on the new release."""
+    schema = schema_migrations()
+    older = []
+    for w in WorkerHeartbeat.objects.filter(beat_at__gte=now - WORKER_FORGET_AFTER).order_by("name"):
+        past = behind(w.migrations, schema)
+        if not past:
+            continue
+        release = label({app: (w.migrations or {}).get(app, "?") for app in past}) if w.migrations else "unknown"
+        detail = f"{w.name} runs release {release}; the schema is at {label(past)}"
+        older.append({"name": w.name, "release": release, "schema": label(past), "detail": detail})
+    return older
 
 
 def worker_held_runs(*, now: datetime) -> set[int]:

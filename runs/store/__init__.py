@@ -14,10 +14,10 @@ from functools import cache
 from django.db import DEFAULT_DB_ALIAS, connections
 
 from runs.store.base import NotPlain, OrmStore, Succeeded, Taken
-from runs.store.postgres import PostgresStore
+from runs.store.postgres import PostgresStore, StatementsStale
 from runs.store.sqlite import SqliteStore
 
-__all__ = ["NotPlain", "OrmStore", "Succeeded", "Taken", "store"]
+__all__ = ["NotPlain", "OrmStore", "StatementsStale", "Succeeded", "Taken", "store"]
 
 
 @cache

@@ -168,10 +168,13 @@ class OrmStore:
 
     def dedupe_hit(self, biz_key: str) -> TaskRun | None:
         """Count a dedupe hit on the run holding `biz_key` and return it, in one statement."""
-        table = _db().ops.quote_name(TaskRun._meta.db_table)
+        quote = _db().ops.quote_name
+        table = quote(TaskRun._meta.db_table)
+        # Named columns, not `*`: a column a later release adds is none of this release's business.
+        columns = ", ".join(quote(str(f.column)) for f in TaskRun._meta.concrete_fields)
         found = list(
             TaskRun.objects.raw(
-                f"UPDATE {table} SET dedupe_hits = dedupe_hits + 1 WHERE biz_key = %s RETURNING *", [biz_key]
+                f"UPDATE {table} SET dedupe_hits = dedupe_hits + 1 WHERE biz_key = %s RETURNING {columns}", [biz_key]
             )
         )
         return found[0] if found else None

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from django.conf import settings
+from django.db import DatabaseError, OperationalError
 from django.db.models import DateTimeField, JSONField, Model
 
 from runs.models import Attempt, Decision, ExternalCall, RunStep, TaskRun
@@ -102,9 +103,48 @@ def _prepared_cursor_classes():
     return PreparedCursor, PreparedDebugWrapper
 
 
+class StatementsStale(OperationalError):
+    """PostgreSQL refused this connection's prepared statements after a schema change, and they
+    could not be prepared afresh here (inside a transaction, or a second time): the caller hands
+    the run back as for a database that went away (runs/jobs.py)."""
+
+
+# A prepared statement gone (a pooler or a DEALLOCATE behind psycopg's back), and a plan whose
+# result type a migration changed (a statement selecting `*` from a table that got a column).
+_GONE = "26000"
+_RESULT_TYPE_CHANGED = "0A000"
+
+
+def _stale(exc: BaseException) -> bool:
+    cause = exc.__cause__
+    state = getattr(cause, "sqlstate", None)
+    return state == _GONE or (state == _RESULT_TYPE_CHANGED and "cached plan" in str(cause))
+
+
 def _execute(name: str, params: dict):
+    """Run a named statement. If PostgreSQL says its prepared form is stale, drop every statement
+    this connection prepared and run it once more; inside a transaction (aborted by the error, and
+    its rollback drops them) or a second time, raise StatementsStale."""
     cur = _cursor()
-    cur.execute(queries()[name], params)
+    try:
+        cur.execute(queries()[name], params)
+    except DatabaseError as exc:
+        cur.close()
+        if not _stale(exc):
+            raise
+        db = _db()
+        if db.in_atomic_block:
+            raise StatementsStale(f"{name}: prepared statement stale ({exc})") from exc
+        # psycopg sees "DEALLOCATE ALL" go by and forgets its own names too: the retry prepares anew.
+        db.connection.execute("DEALLOCATE ALL")
+        cur = _cursor()
+        try:
+            cur.execute(queries()[name], params)
+        except DatabaseError as again:
+            cur.close()
+            if _stale(again):
+                raise StatementsStale(f"{name}: prepared statement stale twice ({again})") from again
+            raise
     return cur
 
 
@@ -134,7 +174,7 @@ def _step_values(step: RunStep) -> dict:
 
 
 def _instance(model: type[Model], names: tuple[str, ...], values: tuple) -> Model:
-    """A model from a row whose columns are `names` (any order, e.g. a table's `r.*`): the
+    """A model from a row whose columns are `names` (any order): the
     database's converters applied as the ORM would (JSON text to objects), then from_db."""
     db = _db()
     converters = _row_plan(model, names)

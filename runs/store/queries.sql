@@ -2,6 +2,10 @@
 -- parameters. A block "-- name --" holds one statement; a block "-- fragment name --" is text that
 -- statements include as {name} (the plain admission is part of two claims). Prepared once per
 -- connection (runs/store/postgres.py): these CTEs cost PostgreSQL more to plan than to run.
+-- Every statement names its columns, never `*`: a prepared statement's result type is fixed when it
+-- is prepared, and PostgreSQL refuses to run it once a migration has added a column to a table it
+-- selects `*` from ("cached plan must not change result type"), which would stop every worker of
+-- the running release until restarted. tests/runs/test_store_contract.py refuses a `*`.
 -- States and reasons are written as literals: they are code constants (runs/models.py), and a
 -- literal is one parameter less; tests/runs/test_store_contract.py checks them against the models.
 
@@ -98,6 +102,15 @@ attempt AS (
  RETURNING id
 )
 
+-- fragment step_row --
+-- A step checkpoint's columns, its id first (the contract suite checks them against the model).
+id, run_id, name, attempt, output, digest, skipped, completed_at
+
+-- fragment agent_row --
+-- An agent's columns, its id first (the contract suite checks them against the model).
+id, name, provider, base_url, model, api_key_env, system_prompt, allowed_tools, connect_timeout_seconds,
+    read_timeout_seconds, max_calls_per_hour, max_tokens_per_hour, pool_id, store_prompts, created_at, updated_at
+
 -- fragment run_columns --
 -- Every column of a run but its id, in the model's order (the contract suite checks it).
 biz_key, rule_id, rule_name, rule_version, skill, source, triggered_by, executed_by, slot, trigger_at,
@@ -109,7 +122,7 @@ biz_key, rule_id, rule_name, rule_version, skill, source, triggered_by, executed
 
 -- run_read --
 -- The run row an attempt works from.
-SELECT * FROM runs_taskrun WHERE id = %(run_id)s
+SELECT id, {run_columns} FROM runs_taskrun WHERE id = %(run_id)s
 
 -- run_take --
 -- Read the run and, when nothing stands in its way, claim it in the same statement: claimable and
@@ -127,16 +140,16 @@ claimed AS (
      WHERE r.id = %(run_id)s AND r.state IN ('pending', 'waiting_retry') AND r.run_after <= %(now)s
        AND r.object_key = '' AND r.start_by IS NULL
        AND (SELECT plain FROM admit)
- RETURNING r.*
+ RETURNING id, {run_columns}
 ),
 {attempt_started},
 {plain_slots}
-SELECT (SELECT id FROM attempt) AS attempt_id, (SELECT plain FROM admit) AS plain, c.*
-  FROM claimed c
+SELECT (SELECT id FROM attempt) AS attempt_id, (SELECT plain FROM admit) AS plain, id, {run_columns}
+  FROM claimed
  UNION ALL
-SELECT NULL, (SELECT plain FROM admit), r.*
-  FROM runs_taskrun r
- WHERE r.id = %(run_id)s AND NOT EXISTS (SELECT 1 FROM claimed)
+SELECT NULL, (SELECT plain FROM admit), id, {run_columns}
+  FROM runs_taskrun
+ WHERE id = %(run_id)s AND NOT EXISTS (SELECT 1 FROM claimed)
 
 -- lease_claim --
 -- Take the run's lease and start its next attempt, compare-and-set on the state, fence and attempt
@@ -201,16 +214,16 @@ SELECT {freed_waiting}
 
 -- step_read --
 -- A run's checkpoint of one step; no row: not done yet (runstep_unique_name).
-SELECT * FROM runs_runstep WHERE run_id = %(run_id)s AND name = %(name)s
+SELECT {step_row} FROM runs_runstep WHERE run_id = %(run_id)s AND name = %(name)s
 
 -- step_fence --
 -- Inside a write step's transaction, one statement: the step's checkpoint (NULL columns: not done)
 -- and whether the attempt's fence still holds the run, with the run's row locked until commit (as
 -- fence_holds), so the sweeper cannot take the lease between the check and the step's writes.
 SELECT EXISTS (SELECT 1 FROM runs_taskrun
-                WHERE id = %(run_id)s AND fence = %(fence)s AND state = 'running' FOR UPDATE) AS holds, s.*
-  FROM (SELECT 1) AS one
-  LEFT JOIN runs_runstep s ON s.run_id = %(run_id)s AND s.name = %(name)s
+                WHERE id = %(run_id)s AND fence = %(fence)s AND state = 'running' FOR UPDATE) AS holds, {step_row}
+  FROM (SELECT 1 AS one) AS one
+  LEFT JOIN runs_runstep ON run_id = %(run_id)s AND name = %(name)s
 
 -- step_insert --
 -- Inside a write step's fenced transaction: its checkpoint (a second one for the run and name raises).
@@ -228,7 +241,7 @@ SELECT id, %(name)s, %(attempt)s, %(output)s, %(digest)s, %(skipped)s, %(complet
 
 -- agent_read --
 -- The agent a skill calls, by name.
-SELECT * FROM tasks_agent WHERE name = %(name)s
+SELECT {agent_row} FROM tasks_agent WHERE name = %(name)s
 
 -- fragment call_columns --
 -- Every column of a call record but its id, in the model's order (the contract suite checks it).
@@ -305,7 +318,7 @@ RETURNING id, biz_key
 -- rows); of two runs with one key the first is inserted. A varchar is cast without its length: a
 -- cast to varchar(255) would cut a longer key, which the column must refuse instead.
 INSERT INTO runs_taskrun ({run_columns})
-SELECT * FROM unnest(
+SELECT {run_columns} FROM unnest(
     %(biz_key)s::varchar[], %(rule_id)s::bigint[], %(rule_name)s::varchar[], %(rule_version)s::integer[],
     %(skill)s::varchar[], %(source)s::varchar[], %(triggered_by)s::varchar[], %(executed_by)s::varchar[],
     %(slot)s::timestamptz[], %(trigger_at)s::timestamptz[], %(start_at)s::timestamptz[],
@@ -320,17 +333,17 @@ SELECT * FROM unnest(
     %(dispatches)s::integer[], %(lease_owner)s::varchar[], %(lease_expires_at)s::timestamptz[],
     %(fence)s::bigint[], %(trace_id)s::varchar[], %(queue)s::varchar[], %(created_at)s::timestamptz[],
     %(updated_at)s::timestamptz[]
-)
+) AS v({run_columns})
 ON CONFLICT (biz_key) DO NOTHING
 RETURNING id, biz_key
 
 -- decisions_insert_many --
 -- Slot decisions, one per (rule, slot): decision_one_per_slot decides; another tick's decision stands.
 INSERT INTO runs_decision (rule_id, slot, biz_key, reason, details, survivor_id, hits, created_at)
-SELECT * FROM unnest(
+SELECT rule_id, slot, biz_key, reason, details, survivor_id, hits, created_at FROM unnest(
     %(rule_id)s::bigint[], %(slot)s::timestamptz[], %(biz_key)s::varchar[], %(reason)s::varchar[],
     %(details)s::jsonb[], %(survivor_id)s::bigint[], %(hits)s::integer[], %(created_at)s::timestamptz[]
-)
+) AS v(rule_id, slot, biz_key, reason, details, survivor_id, hits, created_at)
 ON CONFLICT (rule_id, slot) DO NOTHING
 RETURNING id, rule_id, slot
 
@@ -343,7 +356,7 @@ UPDATE runs_taskrun AS t
 
 -- dedupe_hit --
 -- Count one dedupe hit on the run holding the key and return it.
-UPDATE runs_taskrun SET dedupe_hits = dedupe_hits + 1 WHERE biz_key = %(biz_key)s RETURNING *
+UPDATE runs_taskrun SET dedupe_hits = dedupe_hits + 1 WHERE biz_key = %(biz_key)s RETURNING id, {run_columns}
 
 -- rules_advance --
 -- Each rule's last handled slot and next fire time, one statement for a tick's batch of rules.

@@ -4,6 +4,9 @@ holds (pg_prepared_statements), that a statement is planned once and then reused
 turns it off, and that a rollback (which makes psycopg drop every prepared statement) loses nothing.
 """
 
+import logging
+
+import psycopg
 import pytest
 from django.conf import settings
 from django.db import connection, transaction
@@ -12,8 +15,10 @@ from django.utils import timezone
 
 from runs import executor
 from runs.claims import Work, run_claim
+from runs.jobs import DB_UNAVAILABLE, run_execute_task
 from runs.models import TaskRun
-from runs.store.postgres import queries
+from runs.store import StatementsStale, store
+from runs.store.postgres import _execute, queries
 
 pytestmark = [
     pytest.mark.django_db,
@@ -75,3 +80,75 @@ def test_a_rollback_drops_the_prepared_statements_and_the_next_run_prepares_them
     assert not TaskRun.objects.filter(biz_key="prep:rolled-back").exists()
     assert claim_and_execute("prep:after") == "succeeded"
     assert all(n >= 1 for n in prepared().values())
+
+
+# --- a stale prepared statement (issue 36: a migration while the worker runs) ---
+
+
+def forget_behind_psycopgs_back() -> None:
+    """Deallocate this connection's prepared statements one by one: psycopg notices only
+    DEALLOCATE ALL, so it still believes them prepared (as behind a pooler that reset a session)."""
+    with connection.cursor() as cur:
+        cur.execute("SELECT name FROM pg_prepared_statements")
+        for (name,) in cur.fetchall():
+            cur.execute(f'DEALLOCATE "{name}"')
+
+
+@pytest.mark.django_db(transaction=True)  # autocommit, as a worker's reads
+def test_a_statement_gone_from_the_server_is_prepared_again_and_answers():
+    run = run_claim(work("prep:gone"), now=timezone.now(), dispatch=False).run
+    assert store().run_read(run.id).biz_key == "prep:gone"  # prepared now
+    forget_behind_psycopgs_back()
+    assert store().run_read(run.id).biz_key == "prep:gone"
+    assert prepared_texts() & {queries()["run_read"].splitlines()[0]}
+
+
+def test_inside_a_transaction_a_stale_statement_raises_statements_stale_and_the_rollback_clears_them():
+    run = run_claim(work("prep:gone-in-tx"), now=timezone.now(), dispatch=False).run
+    store().run_read(run.id)
+    forget_behind_psycopgs_back()
+    with pytest.raises(StatementsStale, match="run_read: prepared statement stale"), transaction.atomic():
+        store().run_read(run.id)
+    assert store().run_read(run.id).biz_key == "prep:gone-in-tx"  # the rollback made psycopg forget them
+
+
+def prepared_texts() -> set[str]:
+    with connection.cursor() as cur:
+        cur.execute("SELECT statement FROM pg_prepared_statements")
+        return {text.splitlines()[0] for (text,) in cur.fetchall()}
+
+
+@pytest.mark.django_db(transaction=True)
+def test_a_plan_whose_result_type_a_migration_changed_is_prepared_again(monkeypatch):
+    """The failure of issue 36 itself, on a statement of its own that selects `*` (ours no longer
+    do): another session adds a column, PostgreSQL refuses the prepared plan (0A000), the store
+    prepares it again and the answer has the new column."""
+    monkeypatch.setitem(queries(), "test_star", "SELECT * FROM test_stale_plan")
+    other = psycopg.connect(**connection.get_connection_params(), autocommit=True)
+    try:
+        other.execute("CREATE TABLE test_stale_plan (a int)")
+        other.execute("INSERT INTO test_stale_plan VALUES (1)")
+        with _execute("test_star", {}) as cur:
+            assert cur.fetchall() == [(1,)]
+        other.execute("ALTER TABLE test_stale_plan ADD COLUMN b int")
+        with _execute("test_star", {}) as cur:
+            assert cur.fetchall() == [(1, None)]
+    finally:
+        other.execute("DROP TABLE IF EXISTS test_stale_plan")
+        other.close()
+
+
+def test_a_run_whose_statements_stay_stale_is_handed_back_with_one_line(monkeypatch, caplog):
+    """Inside the skill's write step, or stale twice: the run is handed back like a lost worker's,
+    with one log line and no traceback from Celery's trace."""
+    run = run_claim(work("prep:handback"), now=timezone.now(), dispatch=False).run
+
+    def stale(**_):
+        raise StatementsStale("run_take: prepared statement stale twice")
+
+    monkeypatch.setattr(executor, "run_execute", stale)
+    with caplog.at_level(logging.WARNING, logger="harness.executor"):
+        assert run_execute_task.run(run.id) == DB_UNAVAILABLE
+    lines = [r.getMessage() for r in caplog.records if r.name == "harness.executor"]
+    assert lines == [f"run {run.id} handed back: prepared statements stale (run_take: prepared statement stale twice)"]
+    assert all(r.exc_info is None for r in caplog.records)

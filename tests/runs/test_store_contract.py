@@ -18,7 +18,7 @@ from runs.claims import Work, run_claim
 from runs.leases import lease_acquire
 from runs.models import Attempt, Decision, ExternalCall, PoolSlot, PoolWaiter, RunStep, TaskRun
 from runs.store import NotPlain, store
-from runs.store.postgres import parse_queries, queries
+from runs.store.postgres import QUERIES_FILE, parse_queries, queries
 from tasks.agents.budgets import Spend
 from tasks.models import GLOBAL_POOL, Agent, Pool, TriggerRule
 from tasks.rules import keys
@@ -68,6 +68,34 @@ def test_each_insert_names_every_column_of_its_model(statement, model):
     assert columns == [f.column for f in model._meta.concrete_fields if not f.primary_key]
     for column in columns:
         assert f"%({column})s" in text, column
+
+
+def stars(text: str) -> list[str]:
+    """The lines of a statement that select or return `*` (count(*) aside)."""
+    return [line for line in text.splitlines() if "*" in line.replace("count(*)", "")]
+
+
+def test_no_statement_selects_or_returns_star():
+    """A prepared statement's result type is fixed when prepared: one selecting `*` from a table a
+    migration adds a column to fails on every later call ("cached plan must not change result type")."""
+    found = {name: stars(text) for name, text in queries().items() if stars(text)}
+    assert not found, found
+    ours = (ROOT / "runs/store/postgres.py").read_text() + (ROOT / "runs/store/base.py").read_text()
+    assert not re.search(r"(SELECT|RETURNING) \*|\b\w\.\*", ours)
+
+
+def test_the_star_check_finds_a_planted_star():
+    planted = parse_queries("-- q --\nUPDATE runs_taskrun SET fence = fence + 1\n RETURNING r.*\n")
+    assert stars(planted["q"]) == [" RETURNING r.*"]
+    assert stars("SELECT count(*) FROM runs_taskrun") == []
+
+
+@pytest.mark.parametrize(("fragment", "model"), [("step_row", RunStep), ("agent_row", Agent), ("run_row", TaskRun)])
+def test_each_row_a_statement_reads_names_every_column_of_its_model(fragment, model):
+    """Rows become models by column name (runs/store/postgres.py): each must name all of its model's."""
+    probe = {"run_row": "id, {run_columns}"}.get(fragment, "{" + fragment + "}")
+    text = parse_queries(QUERIES_FILE.read_text() + f"\n-- probe --\n{probe}\n")["probe"]
+    assert [c.strip() for c in text.split(",")] == [f.column for f in model._meta.concrete_fields]
 
 
 def test_the_state_literals_in_the_statements_are_the_models():

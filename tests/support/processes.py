@@ -47,13 +47,13 @@ def alive(fields: list[str] | None) -> bool:
 
 
 class Proc:
-    def __init__(self, name: str, args: list[str], env: dict[str, str], log_dir: Path):
+    def __init__(self, name: str, args: list[str], env: dict[str, str], log_dir: Path, cwd: Path = ROOT):
         self.name = name
         self.log_path = log_dir / f"{name}.log"
         self._log = self.log_path.open("wb")
         # A process group of its own, so that stop() also ends prefork children.
         self.popen = subprocess.Popen(
-            args, cwd=ROOT, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
+            args, cwd=cwd, env=env, stdout=self._log, stderr=subprocess.STDOUT, start_new_session=True
         )
         self.paused = False
         self.stopped = False
@@ -122,8 +122,15 @@ class Harness:
         self.procs: list[Proc] = []
 
     def worker(
-        self, name: str = "w1", *, concurrency: int = 2, extra_env: dict | None = None, args: tuple[str, ...] = ()
+        self,
+        name: str = "w1",
+        *,
+        concurrency: int = 2,
+        extra_env: dict | None = None,
+        args: tuple[str, ...] = (),
+        cwd: Path = ROOT,
     ) -> Proc:
+        """A Celery worker; `cwd` another checkout's root runs that checkout's code (same venv)."""
         argv = [
             sys.executable,
             "-m",
@@ -139,7 +146,7 @@ class Harness:
             "--without-heartbeat",
             *args,
         ]
-        return self._start(name, argv, extra_env)
+        return self._start(name, argv, extra_env, cwd)
 
     def beat(self, name: str = "beat1", *, extra_env: dict | None = None) -> Proc:
         args = [
@@ -165,11 +172,11 @@ class Harness:
             timeout=timeout,
         )
 
-    def _start(self, name: str, args: list[str], extra_env: dict | None) -> Proc:
+    def _start(self, name: str, args: list[str], extra_env: dict | None, cwd: Path = ROOT) -> Proc:
         # Children must see every row this process wrote: no open transaction may hide them.
         connection.close()
         # The tests read beat's sends and the chores' lines (LOG_ROUTINE): a failure report shows them.
-        proc = Proc(name, args, child_env(**{"LOG_ROUTINE": "true", **(extra_env or {})}), self.log_dir)
+        proc = Proc(name, args, child_env(**{"LOG_ROUTINE": "true", **(extra_env or {})}), self.log_dir, cwd)
         self.procs.append(proc)
         return proc
 
