@@ -305,7 +305,7 @@ class Decision(models.Model):
         SUPERSEDED = "superseded", _("Superseded by a later slot (catch-up latest)")
         INVALID_RULE = "invalid_rule", _("Rule could not be evaluated")
         OUTSIDE_WINDOW = "outside_window", _("Outside the start window or business hours")
-        CALENDAR = "calendar", _("Excluded by the calendar (weekday or excluded date)")
+        CALENDAR = "calendar", _("Not a business day (holiday, weekend or excluded date)")
         NOT_READY = "not_ready", _("Dependencies not ready (skip policy)")
         NOT_READY_EXPIRED = "not_ready_expired", _("Dependencies not ready by the deadline")
         OVERLAP = "overlap", _("A run of this rule was still active")

@@ -9,6 +9,11 @@ published each November) reaches every rule without a data migration:
   has no notice for: that is the calendar's "no data" (staleness) signal;
 - any other country reads the `holidays` package (rule-based: it computes any year, so only its
   own supported range ends coverage).
+
+A year's notice can also be imported as data (NoticeDay, `harness calendars import-notice`), once
+per country, before the library catches up: every calendar of the country reads it, and it wins
+over the library for its year. For a mainland-China year with neither, the holidays the law fixes
+are still known (lunar dates from lunar-python; tasks/rules/no_notice.py decides the rest).
 """
 
 from __future__ import annotations
@@ -21,9 +26,11 @@ import chinese_calendar
 import holidays
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+from lunar_python import Lunar, Solar
 
-from tasks.rules import business_days, evaluation
+from tasks.rules import business_days, evaluation, no_notice
 from tasks.rules.business_days import LibraryDay
 
 CHINA = "CN"
@@ -57,6 +64,23 @@ class BusinessCalendar(models.Model):
         help_text=_('Weekend days, written like a rule\'s weekdays, e.g. "sat-sun".'),
     )
     description = models.TextField(_("description"), blank=True)
+
+    class Uncertain(models.TextChoices):
+        HOLD = business_days.POLICY_HOLD, _("hold the run for approval")
+        SKIP = business_days.POLICY_SKIP, _("skip: no run")
+        RUN = business_days.POLICY_RUN, _("run")
+
+    uncertain_days = models.CharField(
+        _("uncertain days"),
+        max_length=10,
+        choices=Uncertain.choices,
+        default=Uncertain.HOLD,
+        db_default=Uncertain.HOLD,
+        help_text=_(
+            "In a year without the published notice (mainland China): what rules do on a day the notice "
+            "usually moves, a weekday bridged into a holiday or a weekend made a working day."
+        ),
+    )
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     class Meta:
@@ -82,18 +106,26 @@ class BusinessCalendar(models.Model):
                 raise ValidationError({"country": str(exc)}) from None
 
     def business_days(self) -> business_days.BusinessCalendar:
-        """The pure calendar: the library's days, the weekend and the overrides (one query)."""
+        """The pure calendar: an imported notice, the library's days, the law's holidays (mainland
+        China), the weekend and the overrides (two queries)."""
         closed: dict[date, str] = {}
         opened: dict[date, str] = {}
         for day, kind, reason in self.overrides.values_list("date", "kind", "reason"):
             (opened if kind == CalendarOverride.Kind.WORKING else closed)[day] = reason
+        weekend = evaluation.parse_weekdays(self.weekend) or business_days.DEFAULT_WEEKEND
+        lookup = library_lookup(self.country, self.subdivision) if self.country else business_days.no_library
+        if self.country:
+            lookup = notice_lookup(self.country, lookup)
+        china = self.country == CHINA and not self.subdivision
         return business_days.BusinessCalendar(
             name=self.name,
-            lookup=library_lookup(self.country, self.subdivision) if self.country else business_days.no_library,
-            weekend=evaluation.parse_weekdays(self.weekend) or business_days.DEFAULT_WEEKEND,
+            lookup=lookup,
+            weekend=weekend,
             closed=closed,
             opened=opened,
             source=library_name(self.country),
+            guess=functools.partial(china_guess, weekend=weekend) if china else None,
+            uncertain=self.uncertain_days,
         )
 
 
@@ -127,6 +159,52 @@ class CalendarOverride(models.Model):
 
     def __str__(self) -> str:
         return f"{self.date} {self.get_kind_display()}: {self.reason}"
+
+
+class NoticeDay(models.Model):
+    """One date of a country's published holiday notice (e.g. the State Council's for a year),
+    imported once for the country and read by every calendar of it: a day off with its holiday's
+    name, or a make-up working day. A year with any row counts as published: its other dates are
+    ordinary days, whatever the library says. A calendar's overrides still win."""
+
+    class Kind(models.TextChoices):
+        OFF = "off", _("day off")
+        WORKING = "working", _("make-up working day")
+
+    country = models.CharField(_("country"), max_length=10)
+    year = models.PositiveIntegerField(_("year"), help_text=_("The year of the notice the day belongs to."))
+    date = models.DateField(_("date"))
+    kind = models.CharField(_("kind"), max_length=10, choices=Kind.choices)
+    name = models.CharField(_("holiday"), max_length=100, help_text=_("The holiday the day belongs to."))
+    imported_at = models.DateTimeField(_("imported at"), default=timezone.now)  # typed in the admin: now
+
+    class Meta:
+        verbose_name = _("notice day")
+        verbose_name_plural = _("notice days")
+        ordering = ["country", "date"]
+        # notice_lookup reads a country's rows by this constraint's index.
+        constraints = [models.UniqueConstraint(fields=["country", "date"], name="notice_day_one_per_date")]
+
+    def __str__(self) -> str:
+        return f"{self.country} {self.date} {self.get_kind_display()}: {self.name}"
+
+
+def notice_lookup(country: str, library: business_days.Lookup) -> business_days.Lookup:
+    """`library`, with the country's imported notices over it for the years they cover (one query)."""
+    rows = list(NoticeDay.objects.filter(country=country).values_list("year", "date", "kind", "name"))
+    if not rows:
+        return library
+    years = {year for year, *_rest in rows}
+    days = {day: LibraryDay(kind == NoticeDay.Kind.WORKING, name) for _y, day, kind, name in rows}
+
+    def lookup(day: date) -> LibraryDay | None:
+        if day in days:
+            return days[day]
+        if day.year in years:
+            return LibraryDay(None)  # a published year: any other date is an ordinary day
+        return library(day)
+
+    return lookup
 
 
 def library_name(country: str) -> str:
@@ -166,6 +244,43 @@ def _china(day: date) -> LibraryDay | None:
     # get_holiday_detail names the holiday a make-up working day belongs to, too.
     _on_holiday, name = chinese_calendar.get_holiday_detail(day)
     return LibraryDay(working, name or "")
+
+
+# The law's current holidays (除夕 and a second May Day) apply from 2025; the upper end keeps the
+# lunar arithmetic inside the dates Python can name.
+LAW_YEARS = (2025, 9998)
+
+
+def china_guess(day: date, *, weekend: frozenset[int]) -> no_notice.Guess | None:
+    """For a mainland-China date without a notice: a holiday the law fixes, or an uncertain day."""
+    # A date near a year's edge can belong to the next or the previous year's breaks.
+    for year in (day.year, day.year + 1, day.year - 1):
+        if not LAW_YEARS[0] <= year <= LAW_YEARS[1]:
+            continue
+        found = _china_year(year, weekend).get(day)
+        if found is not None:
+            return found
+    return None
+
+
+@functools.lru_cache(maxsize=32)
+def _china_year(year: int, weekend: frozenset[int]) -> dict[date, no_notice.Guess]:
+    return no_notice.year_guesses(year, china_law_dates(year), weekend=weekend)
+
+
+def china_law_dates(year: int) -> no_notice.LawDates:
+    """The lunar and solar-term dates the law names in `year`, from lunar-python."""
+
+    def solar(s) -> date:
+        return date(s.getYear(), s.getMonth(), s.getDay())
+
+    return no_notice.LawDates(
+        new_years_eve=solar(Lunar.fromYmd(year, 1, 1).next(-1).getSolar()),
+        # The term table of the lunar year holding 20 April has this year's 清明 (early April).
+        tomb_sweeping=solar(Solar.fromYmd(year, 4, 20).getLunar().getJieQiTable()["清明"]),
+        dragon_boat=solar(Lunar.fromYmd(year, 5, 5).getSolar()),
+        mid_autumn=solar(Lunar.fromYmd(year, 8, 15).getSolar()),
+    )
 
 
 def calendar_gaps(*, today: date, horizon: timedelta = business_days.DEFAULT_HORIZON) -> list[dict]:
