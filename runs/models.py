@@ -576,6 +576,16 @@ class ExternalCall(models.Model):
     prompt_text = models.TextField(_("prompt text"), blank=True, help_text=_("Only when the agent stores prompts."))
     started_at = models.DateTimeField(_("started at"))
 
+    class State(models.TextChoices):
+        # Written before the request, so a call the provider may bill leaves a trace even if the
+        # worker dies mid-call; the sweeper marks it lost when its run's lease expires.
+        SENT = "sent", _("sent, no answer yet")
+        DONE = "done", _("answered or failed")
+        LOST = "lost", _("lost with its worker")
+
+    # db_default: the previous release's workers insert after the call, without this column.
+    state = models.CharField(_("state"), max_length=10, choices=State.choices, default=State.DONE, db_default="done")
+
     class Meta:
         app_label = "runs"
         ordering = ["-started_at", "-id"]
@@ -584,6 +594,8 @@ class ExternalCall(models.Model):
         indexes = [
             # agent_spend (budgets): one agent's calls in the current window.
             models.Index(fields=["agent", "started_at"], name="call_agent_window_idx"),
+            # call_mark_lost (sweeper): a run's calls still in flight; few rows, so a small partial index.
+            models.Index(fields=["run"], name="call_sent_idx", condition=models.Q(state="sent")),
         ]
 
     def __str__(self) -> str:
