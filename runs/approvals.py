@@ -126,11 +126,16 @@ def approval_expire_due(*, now: datetime) -> int:
 APPROVE_PERM = "runs.approve_catchup"
 
 
+# Runs the scheduler gates before they start: catch-up above a rule's threshold, and a slot on a
+# day its business calendar is uncertain of (no notice yet, hold policy).
+GATED_SOURCES = (TaskRun.Source.CATCHUP, TaskRun.Source.SCHEDULER)
+
+
 def _gated(ids: list[int]):
-    # Only gated catch-up runs: the same state is used by runs parked for an action approval,
-    # which have attempts and are approved elsewhere.
+    # Only runs gated before their first attempt: the same state is used by runs parked for an
+    # action approval, which have attempts and are approved elsewhere.
     return TaskRun.objects.filter(
-        id__in=ids, state=TaskRun.State.AWAITING_APPROVAL, source=TaskRun.Source.CATCHUP, attempts=0
+        id__in=ids, state=TaskRun.State.AWAITING_APPROVAL, source__in=GATED_SOURCES, attempts=0
     )
 
 

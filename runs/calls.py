@@ -54,6 +54,9 @@ class SkillRuntime:
 def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model") -> tuple[ModelReply, int]:
     """Call `agent` for run `ctx` and record the call; returns the reply and the ExternalCall id.
 
+    The call's row is written "sent" before the request (by the budget's count, or just before it)
+    and completed after, so a call in flight when the worker dies stays on record.
+
     Raises BudgetWait (before calling) when the agent's hourly budget is spent, ProviderWait when its
     provider's pool is paused or out of tokens, and ModelCallError (after recording the failed call)
     when the call fails.
@@ -72,6 +75,7 @@ def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model
         input_sha256=input_sha256(agent.model, messages),
         prompt_text=json.dumps(messages, ensure_ascii=False) if agent.store_prompts else "",
         started_at=now,
+        state=ExternalCall.State.SENT,
     )
     budget_take(agent, record, now=now)
     try:
@@ -80,6 +84,10 @@ def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model
         if record.pk is not None:  # the budget's call was counted, but none is made
             store().call_delete(record.pk)
         raise
+    if record.pk is None:
+        # Before the request: a worker killed mid-call still leaves the call (maybe billed) on record.
+        store().call_record(record)
+    record.state = ExternalCall.State.DONE
     started = time.monotonic()
     store().connection_release()  # the call waits on the provider: hold no pooled connection meanwhile
     try:
@@ -103,7 +111,7 @@ def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model
         record.completion_tokens = reply.completion_tokens
     finally:
         record.latency_ms = round((time.monotonic() - started) * 1000)
-        # Recorded whatever happens next: the call was made (and maybe paid for) even if the lease is lost.
+        # Completed whatever happens next: the call was made (and maybe paid for) even if the lease is lost.
         store().call_record(record)
     ctx.logger.info(
         "run %s: %s called %s in %sms (tokens %s+%s)",
@@ -123,7 +131,7 @@ def budget_take(agent, record: ExternalCall, *, now: datetime) -> None:
     lock on the agent's row, so of many threads and workers asking at once exactly as many as the
     call budget allows go ahead. The limits are read from the locked row: an edit counts at once."""
     if agent.max_calls_per_hour is None and agent.max_tokens_per_hour is None:
-        return  # nothing to count against: the row is written once, after the call
+        return  # nothing to count against: model_call writes the row just before the call
     start, end = budget_window(now)
     try:
         with transaction.atomic():

@@ -305,7 +305,7 @@ class Decision(models.Model):
         SUPERSEDED = "superseded", _("Superseded by a later slot (catch-up latest)")
         INVALID_RULE = "invalid_rule", _("Rule could not be evaluated")
         OUTSIDE_WINDOW = "outside_window", _("Outside the start window or business hours")
-        CALENDAR = "calendar", _("Excluded by the calendar (weekday or excluded date)")
+        CALENDAR = "calendar", _("Not a business day (holiday, weekend or excluded date)")
         NOT_READY = "not_ready", _("Dependencies not ready (skip policy)")
         NOT_READY_EXPIRED = "not_ready_expired", _("Dependencies not ready by the deadline")
         OVERLAP = "overlap", _("A run of this rule was still active")
@@ -600,6 +600,16 @@ class ExternalCall(models.Model):
     prompt_text = models.TextField(_("prompt text"), blank=True, help_text=_("Only when the agent stores prompts."))
     started_at = models.DateTimeField(_("started at"))
 
+    class State(models.TextChoices):
+        # Written before the request, so a call the provider may bill leaves a trace even if the
+        # worker dies mid-call; the sweeper marks it lost when its run's lease expires.
+        SENT = "sent", _("sent, no answer yet")
+        DONE = "done", _("answered or failed")
+        LOST = "lost", _("lost with its worker")
+
+    # db_default: the previous release's workers insert after the call, without this column.
+    state = models.CharField(_("state"), max_length=10, choices=State.choices, default=State.DONE, db_default="done")
+
     class Meta:
         app_label = "runs"
         ordering = ["-started_at", "-id"]
@@ -608,6 +618,8 @@ class ExternalCall(models.Model):
         indexes = [
             # agent_spend (budgets): one agent's calls in the current window.
             models.Index(fields=["agent", "started_at"], name="call_agent_window_idx"),
+            # call_mark_lost (sweeper): a run's calls still in flight; few rows, so a small partial index.
+            models.Index(fields=["run"], name="call_sent_idx", condition=models.Q(state="sent")),
         ]
 
     def __str__(self) -> str:

@@ -25,6 +25,7 @@ from runs.dispatch import run_dispatch_on_commit
 from runs.models import Attempt, PoolSlot, TaskRun
 from runs.outcome import run_record_failure
 from runs.rollup import rollup_refresh
+from runs.store import store
 from runs.workers import silent_after, worker_held_runs
 from tasks.skills.errors import ClassifiedError
 from tasks.skills.sdk import RUN_QUEUES, ErrorKind
@@ -123,6 +124,8 @@ def _expire_one(run_id: int, fence: int, *, now: datetime, draw: float) -> bool:
             return False
         # The lost attempt's pool slots go with its lease (pool_sweep hands them on).
         PoolSlot.objects.filter(run_id=run_id, fence=fence).delete()
+        # A model call it sent and never saw answered may still be billed: say so on its row.
+        store().call_mark_lost(run_id)
     log.warning("run %s: lease expired, %s", run_id, decision.reason)
     return True
 

@@ -9,7 +9,7 @@ from django.core.exceptions import ValidationError
 from tasks.file_items import STAGING_ERRORS, field_problems, file_entries, named_resolve, staging_errors
 from tasks.models.calendar import BusinessCalendar, CalendarOverride
 
-CALENDAR_FIELDS = ("name", "country", "subdivision", "weekend", "description", "overrides")
+CALENDAR_FIELDS = ("name", "country", "subdivision", "weekend", "uncertain_days", "description", "overrides")
 REQUIRED_CALENDAR_FIELDS = ("name",)
 OVERRIDE_FIELDS = ("date", "kind", "reason")
 
@@ -26,6 +26,7 @@ def calendar_export() -> list[dict]:
                 "country": cal.country,
                 "subdivision": cal.subdivision,
                 "weekend": cal.weekend,
+                "uncertain_days": cal.uncertain_days,
                 "description": cal.description,
                 "overrides": [
                     {"date": o.date.isoformat(), "kind": o.kind, "reason": o.reason} for o in cal.overrides.all()
@@ -45,7 +46,7 @@ def calendar_stage(items) -> tuple[Staged, list[str]]:
         return staged, ["file: calendars must be a list of objects"]
     for label, name, item in file_entries(items, "calendar", errors):
         problems = field_problems(item, CALENDAR_FIELDS, REQUIRED_CALENDAR_FIELDS)
-        for f in ("name", "country", "subdivision", "weekend", "description"):
+        for f in ("name", "country", "subdivision", "weekend", "uncertain_days", "description"):
             if f in item and not isinstance(item[f], str):
                 problems.append(f"field {f}: must be a string, got {item[f]!r}"[:160])
             elif "\x00" in item.get(f, ""):
@@ -94,7 +95,7 @@ def calendar_save(staged: Staged) -> None:
 
 
 def _state(cal: BusinessCalendar) -> tuple:
-    return (cal.country, cal.subdivision, cal.weekend, cal.description)
+    return (cal.country, cal.subdivision, cal.weekend, cal.uncertain_days, cal.description)
 
 
 def _overrides(value) -> tuple[list[tuple[date, str, str]] | None, list[str]]:

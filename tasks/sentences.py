@@ -100,6 +100,19 @@ CATALOGUE = {
     evaluation.SLOT_NO_DATA_OPEN: gettext_lazy(
         "%(runs)s as an ordinary weekday: calendar %(calendar)s has no data for %(date)s yet"
     ),
+    evaluation.SLOT_LAW_HOLIDAY: gettext_lazy(
+        "no run: %(date)s: %(name)s, a holiday fixed by law (calendar %(calendar)s has no notice for the year yet)"
+    ),
+    evaluation.SLOT_MAY_BE_OFF: gettext_lazy(
+        "%(runs)s: %(date)s may become a day off of %(name)s; calendar %(calendar)s has no notice for the year yet"
+    ),
+    evaluation.SLOT_MAY_BE_MAKEUP: gettext_lazy(
+        "%(runs)s: %(date)s may become a make-up working day of %(name)s; "
+        "calendar %(calendar)s has no notice for the year yet"
+    ),
+    evaluation.SLOT_UNCERTAIN_RUN: gettext_lazy("%(runs)s (the calendar runs uncertain days)"),
+    evaluation.SLOT_UNCERTAIN_SKIP: gettext_lazy("no run (the calendar skips uncertain days)"),
+    evaluation.SLOT_UNCERTAIN_HOLD: gettext_lazy("%(runs)s once approved (the calendar holds uncertain days)"),
     # --- guard settings the rule form refuses ---
     evaluation.BAD_WEEKDAYS: gettext_lazy(
         '"%(part)s" is not a weekday or range; write e.g. "mon-fri" or "mon,wed,fri"'

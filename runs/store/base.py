@@ -49,6 +49,7 @@ CALL_RESULT_FIELDS = (
     "prompt_tokens",
     "completion_tokens",
     "output_valid",
+    "state",
 )
 
 
@@ -329,6 +330,12 @@ class OrmStore:
 
     def call_delete(self, call_id: int) -> None:
         ExternalCall.objects.filter(id=call_id).delete()
+
+    def call_mark_lost(self, run_id: int) -> int:
+        """A run's calls still "sent" once its lease expired: their worker is gone (served by call_sent_idx)."""
+        return ExternalCall.objects.filter(run_id=run_id, state=ExternalCall.State.SENT).update(
+            state=ExternalCall.State.LOST
+        )
 
     def call_mark_output(self, call_id: int, *, valid: bool) -> None:
         ExternalCall.objects.filter(id=call_id).update(output_valid=valid)

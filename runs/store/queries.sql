@@ -246,23 +246,23 @@ SELECT {agent_row} FROM tasks_agent WHERE name = %(name)s
 -- fragment call_columns --
 -- Every column of a call record but its id, in the model's order (the contract suite checks it).
 run_id, attempt, step, agent_id, agent_name, provider, endpoint, model, input_sha256, status, error_kind,
-    error_digest, latency_ms, prompt_tokens, completion_tokens, output_valid, prompt_text, started_at
+    error_digest, latency_ms, prompt_tokens, completion_tokens, output_valid, prompt_text, started_at, state
 
 -- fragment call_values --
 %(run_id)s, %(attempt)s, %(step)s, %(agent_id)s, %(agent_name)s, %(provider)s, %(endpoint)s, %(model)s,
     %(input_sha256)s, %(status)s, %(error_kind)s, %(error_digest)s, %(latency_ms)s, %(prompt_tokens)s,
-    %(completion_tokens)s, %(output_valid)s, %(prompt_text)s, %(started_at)s
+    %(completion_tokens)s, %(output_valid)s, %(prompt_text)s, %(started_at)s, %(state)s
 
 -- call_insert --
 -- A model call's record.
 INSERT INTO runs_externalcall ({call_columns}) VALUES ({call_values}) RETURNING id
 
 -- call_finish --
--- What a call returned, on the record its budget inserted before it.
+-- What a call returned, on the record inserted before it was sent.
 UPDATE runs_externalcall
    SET status = %(status)s, error_kind = %(error_kind)s, error_digest = %(error_digest)s,
        latency_ms = %(latency_ms)s, prompt_tokens = %(prompt_tokens)s, completion_tokens = %(completion_tokens)s,
-       output_valid = %(output_valid)s
+       output_valid = %(output_valid)s, state = %(state)s
  WHERE id = %(id)s
 
 -- call_delete --

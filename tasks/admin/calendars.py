@@ -12,7 +12,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from tasks import sentences
-from tasks.models import BusinessCalendar, CalendarOverride
+from tasks.models import BusinessCalendar, CalendarOverride, NoticeDay
 from tasks.models.calendar import library_name
 from tasks.rules import business_days, evaluation
 
@@ -33,7 +33,7 @@ class BusinessCalendarAdmin(admin.ModelAdmin):
     readonly_fields = ("library", "coverage", "rules_using", "upcoming", "updated_at")
     inlines = (CalendarOverrideInline,)
     fieldsets = (
-        (None, {"fields": ("name", "country", "subdivision", "weekend", "description")}),
+        (None, {"fields": ("name", "country", "subdivision", "weekend", "uncertain_days", "description")}),
         (_("What it says"), {"fields": ("library", "coverage", "upcoming", "rules_using", "updated_at")}),
     )
 
@@ -78,13 +78,20 @@ class BusinessCalendarAdmin(admin.ModelAdmin):
         rows = []
         for n in range(UPCOMING_DAYS):
             day = pure.day(today + timedelta(days=n))
-            if not day.covered and day.kind in (business_days.WORKDAY, business_days.WEEKEND):
+            if not day.covered and pure.guess is None and day.kind in (business_days.WORKDAY, business_days.WEEKEND):
                 # One line for the rest: past its data the calendar knows nothing but weekdays.
                 since = gettext("from %(since)s on: no data; weekdays count as business days") % {
                     "since": day.date.isoformat()
                 }
                 rows.append(("⚠", since))
                 break
+            if not day.covered and not any(mark == "⚠" for mark, _said in rows):
+                # The law still names the holidays; the days a notice moves follow the policy, listed below.
+                since = gettext(
+                    "from %(since)s on: no notice yet; holidays fixed by law are skipped, "
+                    "uncertain days follow the calendar's policy"
+                ) % {"since": day.date.isoformat()}
+                rows.append(("⚠", since))
             if day.kind in (business_days.WORKDAY, business_days.WEEKEND):
                 continue
             rows.append((f"{day.date:%Y-%m-%d} {date_format(day.date, 'D')}", sentences.say(_day_reason(pure, day))))
@@ -100,3 +107,14 @@ def _day_reason(cal: business_days.BusinessCalendar, day: business_days.Day):
     if day.business:
         return evaluation.describe_day(cal, day)
     return evaluation.calendar_reason(evaluation.day_details(cal, day))
+
+
+@admin.register(NoticeDay)
+class NoticeDayAdmin(admin.ModelAdmin):
+    """A country's published notice, shared by its calendars (imported with `harness notice import`)."""
+
+    list_display = ("country", "year", "date", "kind", "name", "imported_at")
+    list_filter = ("country", "year", "kind")
+    search_fields = ("name",)
+    date_hierarchy = "date"
+    readonly_fields = ("imported_at",)

@@ -2,7 +2,7 @@
 
 from tasks.models.access import ApiToken, ServiceIdentity
 from tasks.models.agent import Agent
-from tasks.models.calendar import BusinessCalendar, CalendarOverride
+from tasks.models.calendar import BusinessCalendar, CalendarOverride, NoticeDay
 from tasks.models.diagnostic import DiagnosticRecord
 from tasks.models.event import EventDelivery, EventMetric, EventRefusal, RefusalCount, TriggerSource
 from tasks.models.flag import ReadinessFlag
@@ -19,6 +19,7 @@ __all__ = [
     "EventDelivery",
     "EventMetric",
     "EventRefusal",
+    "NoticeDay",
     "Pool",
     "ReadinessFlag",
     "RefusalCount",

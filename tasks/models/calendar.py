@@ -9,6 +9,11 @@ published each November) reaches every rule without a data migration:
   has no notice for: that is the calendar's "no data" (staleness) signal;
 - any other country reads the `holidays` package (rule-based: it computes any year, so only its
   own supported range ends coverage).
+
+A year's notice can also be imported as data (NoticeDay, `harness calendars import-notice`), once
+per country, before the library catches up: every calendar of the country reads it, and it wins
+over the library for its year. For a mainland-China year with neither, the holidays the law fixes
+are still known (lunar dates from lunar-python; tasks/rules/no_notice.py decides the rest).
 """
 
 from __future__ import annotations
@@ -23,9 +28,11 @@ import holidays
 from django.apps import apps
 from django.core.exceptions import ValidationError
 from django.db import models
+from django.utils import timezone
 from django.utils.translation import gettext_lazy as _
+from lunar_python import Lunar, Solar
 
-from tasks.rules import business_days, evaluation
+from tasks.rules import business_days, evaluation, no_notice
 from tasks.rules.business_days import LibraryDay
 
 CHINA = "CN"
@@ -61,6 +68,23 @@ class BusinessCalendar(models.Model):
         help_text=_('Weekend days, written like a rule\'s weekdays, e.g. "sat-sun".'),
     )
     description = models.TextField(_("description"), blank=True)
+
+    class Uncertain(models.TextChoices):
+        HOLD = business_days.POLICY_HOLD, _("hold the run for approval")
+        SKIP = business_days.POLICY_SKIP, _("skip: no run")
+        RUN = business_days.POLICY_RUN, _("run")
+
+    uncertain_days = models.CharField(
+        _("uncertain days"),
+        max_length=10,
+        choices=Uncertain.choices,
+        default=Uncertain.HOLD,
+        db_default=Uncertain.HOLD,
+        help_text=_(
+            "In a year without the published notice (mainland China): what rules do on a day the notice "
+            "usually moves, a weekday bridged into a holiday or a weekend made a working day."
+        ),
+    )
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
 
     class Meta:
@@ -85,22 +109,35 @@ class BusinessCalendar(models.Model):
             except NotImplementedError as exc:
                 raise ValidationError({"country": str(exc)}) from None
 
-    def business_days(self, overrides: list[tuple[date, str, str]] | None = None) -> business_days.BusinessCalendar:
-        """The pure calendar: the library's days, the weekend and the overrides (one query, none when
-        `overrides` (date, kind, reason) are given, read for many calendars at once)."""
+    def business_days(
+        self,
+        overrides: list[tuple[date, str, str]] | None = None,
+        notices: list[tuple[int, date, str, str]] | None = None,
+    ) -> business_days.BusinessCalendar:
+        """The pure calendar: an imported notice, the library's days, the law's holidays (mainland
+        China), the weekend and the overrides (two queries; none when the `overrides` (date, kind,
+        reason) and the country's `notices` (year, date, kind, name) are given, read for many
+        calendars at once)."""
         closed: dict[date, str] = {}
         opened: dict[date, str] = {}
         if overrides is None:
             overrides = list(self.overrides.values_list("date", "kind", "reason"))
         for day, kind, reason in overrides:
             (opened if kind == CalendarOverride.Kind.WORKING else closed)[day] = reason
+        weekend = evaluation.parse_weekdays(self.weekend) or business_days.DEFAULT_WEEKEND
+        lookup = library_lookup(self.country, self.subdivision) if self.country else business_days.no_library
+        if self.country:
+            lookup = notice_lookup(self.country, lookup, notices)
+        china = self.country == CHINA and not self.subdivision
         return business_days.BusinessCalendar(
             name=self.name,
-            lookup=library_lookup(self.country, self.subdivision) if self.country else business_days.no_library,
-            weekend=evaluation.parse_weekdays(self.weekend) or business_days.DEFAULT_WEEKEND,
+            lookup=lookup,
+            weekend=weekend,
             closed=closed,
             opened=opened,
             source=library_name(self.country),
+            guess=functools.partial(china_guess, weekend=weekend) if china else None,
+            uncertain=self.uncertain_days,
         )
 
 
@@ -134,6 +171,56 @@ class CalendarOverride(models.Model):
 
     def __str__(self) -> str:
         return f"{self.date} {self.get_kind_display()}: {self.reason}"
+
+
+class NoticeDay(models.Model):
+    """One date of a country's published holiday notice (e.g. the State Council's for a year),
+    imported once for the country and read by every calendar of it: a day off with its holiday's
+    name, or a make-up working day. A year with any row counts as published: its other dates are
+    ordinary days, whatever the library says. A calendar's overrides still win."""
+
+    class Kind(models.TextChoices):
+        OFF = "off", _("day off")
+        WORKING = "working", _("make-up working day")
+
+    country = models.CharField(_("country"), max_length=10)
+    year = models.PositiveIntegerField(_("year"), help_text=_("The year of the notice the day belongs to."))
+    date = models.DateField(_("date"))
+    kind = models.CharField(_("kind"), max_length=10, choices=Kind.choices)
+    name = models.CharField(_("holiday"), max_length=100, help_text=_("The holiday the day belongs to."))
+    imported_at = models.DateTimeField(_("imported at"), default=timezone.now)  # typed in the admin: now
+
+    class Meta:
+        verbose_name = _("notice day")
+        verbose_name_plural = _("notice days")
+        ordering = ["country", "date"]
+        # notice_lookup reads a country's rows by this constraint's index.
+        constraints = [models.UniqueConstraint(fields=["country", "date"], name="notice_day_one_per_date")]
+
+    def __str__(self) -> str:
+        return f"{self.country} {self.date} {self.get_kind_display()}: {self.name}"
+
+
+def notice_lookup(
+    country: str, library: business_days.Lookup, rows: list[tuple[int, date, str, str]] | None = None
+) -> business_days.Lookup:
+    """`library`, with the country's imported notices over it for the years they cover (one query;
+    none when their `rows` (year, date, kind, name) are given, read for many calendars at once)."""
+    if rows is None:
+        rows = list(NoticeDay.objects.filter(country=country).values_list("year", "date", "kind", "name"))
+    if not rows:
+        return library
+    years = {year for year, *_rest in rows}
+    days = {day: LibraryDay(kind == NoticeDay.Kind.WORKING, name) for _y, day, kind, name in rows}
+
+    def lookup(day: date) -> LibraryDay | None:
+        if day in days:
+            return days[day]
+        if day.year in years:
+            return LibraryDay(None)  # a published year: any other date is an ordinary day
+        return library(day)
+
+    return lookup
 
 
 def library_name(country: str) -> str:
@@ -178,10 +265,47 @@ def _china(day: date) -> LibraryDay | None:
     return LibraryDay(working, name or "")
 
 
+# The law's current holidays (除夕 and a second May Day) apply from 2025; the upper end keeps the
+# lunar arithmetic inside the dates Python can name.
+LAW_YEARS = (2025, 9998)
+
+
+def china_guess(day: date, *, weekend: frozenset[int]) -> no_notice.Guess | None:
+    """For a mainland-China date without a notice: a holiday the law fixes, or an uncertain day."""
+    # A date near a year's edge can belong to the next or the previous year's breaks.
+    for year in (day.year, day.year + 1, day.year - 1):
+        if not LAW_YEARS[0] <= year <= LAW_YEARS[1]:
+            continue
+        found = _china_year(year, weekend).get(day)
+        if found is not None:
+            return found
+    return None
+
+
+@functools.lru_cache(maxsize=32)
+def _china_year(year: int, weekend: frozenset[int]) -> dict[date, no_notice.Guess]:
+    return no_notice.year_guesses(year, china_law_dates(year), weekend=weekend)
+
+
+def china_law_dates(year: int) -> no_notice.LawDates:
+    """The lunar and solar-term dates the law names in `year`, from lunar-python."""
+
+    def solar(s) -> date:
+        return date(s.getYear(), s.getMonth(), s.getDay())
+
+    return no_notice.LawDates(
+        new_years_eve=solar(Lunar.fromYmd(year, 1, 1).next(-1).getSolar()),
+        # The term table of the lunar year holding 20 April has this year's 清明 (early April).
+        tomb_sweeping=solar(Solar.fromYmd(year, 4, 20).getLunar().getJieQiTable()["清明"]),
+        dragon_boat=solar(Lunar.fromYmd(year, 5, 5).getSolar()),
+        mid_autumn=solar(Lunar.fromYmd(year, 8, 15).getSolar()),
+    )
+
+
 def calendar_gaps(*, today: date, horizon: timedelta = business_days.DEFAULT_HORIZON) -> list[dict]:
     """Calendars an enabled rule runs by that have no data for some date from `today` to `today +
     horizon`: {"id", "calendar", "source", "no_data_from", "days_left", "rules"}, for /healthz, the
-    system banner, the alert check and the rule page. Three queries, whatever the calendars in use
+    system banner, the alert check and the rule page. Four queries, whatever the calendars in use
     (they are read on every desk page)."""
     calendars = list(BusinessCalendar.objects.filter(rules__enabled=True).distinct())
     ids = [c.id for c in calendars]
@@ -190,6 +314,11 @@ def calendar_gaps(*, today: date, horizon: timedelta = business_days.DEFAULT_HOR
         "calendar_id", "date", "kind", "reason"
     ):
         overrides[cal_id].append(tuple(row))
+    notices: dict[str, list] = defaultdict(list)
+    for country, *notice in NoticeDay.objects.filter(
+        country__in={c.country for c in calendars if c.country}
+    ).values_list("country", "year", "date", "kind", "name"):
+        notices[country].append(tuple(notice))
     rules: dict[int, list[str]] = defaultdict(list)
     for cal_id, name in (
         apps.get_model("tasks", "TriggerRule")
@@ -199,7 +328,8 @@ def calendar_gaps(*, today: date, horizon: timedelta = business_days.DEFAULT_HOR
         rules[cal_id].append(name)
     gaps = []
     for cal in calendars:
-        gap = business_days.calendar_gap(cal.business_days(overrides[cal.id]), today=today, horizon=horizon)
+        calendar = cal.business_days(overrides[cal.id], notices[cal.country])
+        gap = business_days.calendar_gap(calendar, today=today, horizon=horizon)
         if gap is None:
             continue
         gaps.append(

@@ -5,8 +5,11 @@ for a country, plus local overrides (company shutdown days, extra working days),
 reason. The library is asked through `lookup`, a function handed in by whoever builds the
 calendar (tasks/models/calendar.py), so this module imports none of them. A library that has no
 data for a date (mainland China's next year before the State Council publishes it) says so by
-returning None: the date is then judged by its weekday alone and `covers` is False for it, which
-the rule page, /healthz and an alert report weeks ahead (calendar_gap).
+returning None: `covers` is False for it, which the rule page, /healthz and an alert report weeks
+ahead (calendar_gap). Such a date is then judged by `guess` where the calendar has one (mainland
+China: the holidays the law fixes, and the days a notice usually moves, tasks/rules/no_notice.py),
+else by its weekday alone. A day the notice may move is UNCERTAIN, and the calendar's policy for
+uncertain days decides: run it, skip it, or hold its runs for approval.
 
 One day's verdict, in the order it is decided:
 
@@ -19,6 +22,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import date, timedelta
 
+from tasks.rules.no_notice import Guess
+
 # What kind of day a date is, in a calendar (Day.kind; stored in a decision's details).
 WORKDAY = "workday"  # an ordinary working day
 WEEKEND = "weekend"
@@ -26,7 +31,14 @@ HOLIDAY = "holiday"  # a public holiday (or a day off in lieu), named by the lib
 MAKEUP = "makeup"  # a weekend day that is an official working day (调休), named after its holiday
 CLOSED = "closed"  # a local override: closed on a working day (company shutdown), with a reason
 OPENED = "opened"  # a local override: an extra working day, with a reason
-KINDS = (WORKDAY, WEEKEND, HOLIDAY, MAKEUP, CLOSED, OPENED)
+UNCERTAIN = "uncertain"  # no notice yet: a day the notice may bridge or make a working day (Day.maybe)
+KINDS = (WORKDAY, WEEKEND, HOLIDAY, MAKEUP, CLOSED, OPENED, UNCERTAIN)
+
+# What a calendar does on an uncertain day (BusinessCalendar.uncertain).
+POLICY_RUN = "run"  # runs, like a working day (a possible make-up weekend day too)
+POLICY_SKIP = "skip"  # no run (a decision says why)
+POLICY_HOLD = "hold"  # the run waits for an operator's approval
+POLICIES = (POLICY_RUN, POLICY_SKIP, POLICY_HOLD)
 
 DEFAULT_WEEKEND = frozenset({5, 6})  # Saturday, Sunday (Monday is 0)
 # How far next/previous_business_day look before giving up (a calendar closed for a year is broken).
@@ -47,6 +59,8 @@ class LibraryDay:
 
 # A library lookup: a date → what the library says, or None when it has no data for the date.
 Lookup = Callable[[date], LibraryDay | None]
+# For a date the library has no data for: a holiday the law fixes or an uncertain day, else None.
+Guesser = Callable[[date], Guess | None]
 
 
 def no_library(_day: date) -> LibraryDay:
@@ -58,13 +72,17 @@ def no_library(_day: date) -> LibraryDay:
 class Day:
     """One date in a calendar: whether it is a business day, what kind of day, and why (the
     holiday's name or the override's reason; "" for an ordinary day). `covered` False: the
-    library has no data for it, so only its weekday (and any override) decided."""
+    library has no data for it, so the law's holidays and its weekday decided. An UNCERTAIN day
+    says what it may turn out to be (`maybe`, no_notice.MAYBE_*) and `hold`s its runs for approval
+    under the hold policy."""
 
     date: date
     business: bool
     kind: str
     name: str = ""
     covered: bool = True
+    maybe: str = ""
+    hold: bool = False
 
 
 @dataclass(frozen=True)
@@ -78,6 +96,8 @@ class BusinessCalendar:
     closed: dict[date, str] = field(default_factory=dict, hash=False)
     opened: dict[date, str] = field(default_factory=dict, hash=False)
     source: str = ""
+    guess: Guesser | None = None
+    uncertain: str = POLICY_HOLD
 
     def day(self, d: date) -> Day:
         """The verdict for one date (see the module's order)."""
@@ -88,7 +108,7 @@ class BusinessCalendar:
         known = self.lookup(d)
         weekend = d.weekday() in self.weekend
         if known is None:
-            return Day(d, not weekend, WEEKEND if weekend else WORKDAY, covered=False)
+            return self._without_data(d, weekend=weekend)
         if known.working is False:
             return Day(d, False, HOLIDAY if known.name else WEEKEND, known.name)
         if known.working is True and weekend:
@@ -96,6 +116,16 @@ class BusinessCalendar:
         if known.working is True or not weekend:
             return Day(d, True, WORKDAY)
         return Day(d, False, WEEKEND)
+
+    def _without_data(self, d: date, *, weekend: bool) -> Day:
+        guess = self.guess(d) if self.guess is not None else None
+        if guess is None:
+            return Day(d, not weekend, WEEKEND if weekend else WORKDAY, covered=False)
+        if not guess.maybe:  # fixed by law: no notice moves it
+            return Day(d, False, HOLIDAY, guess.name, covered=False)
+        business = self.uncertain != POLICY_SKIP
+        hold = self.uncertain == POLICY_HOLD
+        return Day(d, business, UNCERTAIN, guess.name, covered=False, maybe=guess.maybe, hold=hold)
 
     def is_business_day(self, d: date) -> bool:
         return self.day(d).business

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
 from zoneinfo import ZoneInfo
 
-from tasks.rules import business_days
+from tasks.rules import business_days, no_notice
 from tasks.rules.reasons import Reason, code
 
 RUN = "run"
@@ -57,6 +57,13 @@ SLOT_NO_DATA_CLOSED = code("guards.no_data_closed")  # date, calendar
 SLOT_MAKEUP = code("guards.makeup")  # date, name (a Reason: what the run itself does)
 SLOT_OPENED = code("guards.opened")  # date, name
 SLOT_NO_DATA_OPEN = code("guards.no_data_open")  # date, calendar
+# A year without its notice (tasks/rules/no_notice.py): a holiday the law fixes, or an uncertain day.
+SLOT_LAW_HOLIDAY = code("guards.law_holiday")  # date, name, calendar
+SLOT_MAY_BE_OFF = code("guards.may_be_off")  # runs (a Reason: what the policy does), date, name, calendar
+SLOT_MAY_BE_MAKEUP = code("guards.may_be_makeup")  # runs, date, name, calendar
+SLOT_UNCERTAIN_RUN = code("guards.uncertain_run")  # runs: the run-policy runs it
+SLOT_UNCERTAIN_SKIP = code("guards.uncertain_skip")  # the skip policy: no run
+SLOT_UNCERTAIN_HOLD = code("guards.uncertain_hold")  # runs: the hold policy waits for approval
 _DAY_NO_RUN = {
     business_days.HOLIDAY: SLOT_HOLIDAY,
     business_days.WEEKEND: SLOT_WEEKEND,
@@ -141,6 +148,7 @@ def evaluate_slot(
     zone = ZoneInfo(g.timezone)
     local = slot.astimezone(zone)
     day = local.date()
+    calendar_note: dict = {}
 
     if day in g.excluded_dates:
         return Verdict(DECIDE, CALENDAR, details={"why": WHY_EXCLUDED_DATE, "date": day.isoformat()})
@@ -150,10 +158,13 @@ def evaluate_slot(
         business = g.calendar.day(day)
         if not business.business:
             return Verdict(DECIDE, CALENDAR, details={"why": WHY_NOT_BUSINESS_DAY, **day_details(g.calendar, business)})
+        if not business.covered:
+            # Recorded on the run: explain says later that the calendar had no data for its day.
+            calendar_note = {"calendar": day_details(g.calendar, business)}
 
     base = slot  # the nominal start the spread is added to: the slot, or the opening it is deferred to
     start = max(slot, now)
-    details: dict = {}
+    details: dict = {**calendar_note}
     if not in_hours(g, local):
         if g.outside_hours == "skip":
             return Verdict(DECIDE, OUTSIDE_WINDOW, details={"why": WHY_OUTSIDE_HOURS, **_hours(g)})
@@ -306,6 +317,15 @@ def describe_day(
     """What a business day means for a slot on it: `runs`, said with why when it is no ordinary day
     (a make-up working day, an extra working day, or a date the calendar has no data for)."""
     runs = runs or Reason.of(SLOT_RUNS)
+    if business.kind == business_days.UNCERTAIN:
+        policy = Reason.of(SLOT_UNCERTAIN_HOLD if business.hold else SLOT_UNCERTAIN_RUN, runs=runs)
+        return _uncertain(
+            business.maybe,
+            date=business.date.isoformat(),
+            name=HolidayName(business.name),
+            calendar=cal.name,
+            runs=policy,
+        )
     if not business.covered:
         return Reason.of(SLOT_NO_DATA_OPEN, date=business.date.isoformat(), calendar=cal.name, runs=runs)
     if business.kind in (business_days.MAKEUP, business_days.OPENED):
@@ -331,18 +351,43 @@ def day_details(cal: business_days.BusinessCalendar, business: business_days.Day
     }
     if not business.covered:
         details["no_data"] = True
+    if business.maybe:
+        details["maybe"] = business.maybe
+    if business.hold:
+        details["hold"] = True
     return details
+
+
+def _uncertain(maybe: str, **params) -> Reason:
+    return Reason(SLOT_MAY_BE_MAKEUP if maybe == no_notice.MAYBE_MAKEUP else SLOT_MAY_BE_OFF, params)
 
 
 def calendar_reason(details: dict) -> Reason:
     """The words for a business-day decision, rebuilt from its stored details."""
     params = {"date": details.get("date", ""), "calendar": details.get("calendar", "")}
-    if details.get("no_data"):
-        return Reason(SLOT_NO_DATA_CLOSED, params)
     kind = details.get("day", business_days.WEEKEND)
+    name = HolidayName(details.get("name", ""))
+    if kind == business_days.UNCERTAIN:
+        return _uncertain(details.get("maybe", ""), **params, name=name, runs=Reason.of(SLOT_UNCERTAIN_SKIP))
+    if details.get("no_data"):
+        if kind == business_days.HOLIDAY:
+            return Reason(SLOT_LAW_HOLIDAY, {**params, "name": name})
+        return Reason(SLOT_NO_DATA_CLOSED, params)
     if kind == business_days.WEEKEND:
         return Reason(SLOT_WEEKEND, params)
     return Reason(_DAY_NO_RUN.get(kind, SLOT_HOLIDAY), {**params, "name": HolidayName(details.get("name", ""))})
+
+
+def calendar_run_reason(details: dict) -> Reason:
+    """The words for a run on a day its calendar had no data for, rebuilt from the details the run
+    recorded (its payload's "calendar")."""
+    params = {"date": details.get("date", ""), "calendar": details.get("calendar", "")}
+    if details.get("day") == business_days.UNCERTAIN:
+        policy = Reason.of(
+            SLOT_UNCERTAIN_HOLD if details.get("hold") else SLOT_UNCERTAIN_RUN, runs=Reason.of(SLOT_RUNS)
+        )
+        return _uncertain(details.get("maybe", ""), **params, name=HolidayName(details.get("name", "")), runs=policy)
+    return Reason(SLOT_NO_DATA_OPEN, {**params, "runs": Reason.of(SLOT_RUNS)})
 
 
 def parse_weekdays(text: str) -> frozenset[int] | None:

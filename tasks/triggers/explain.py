@@ -157,6 +157,9 @@ def _slot_ran(base: dict, run: TaskRun, now: datetime) -> Explanation:
     waiting = run_wait_explain(run, now=now)  # not started: which pool it waits for, and why
     if waiting is not None:
         said = [Reason.of(words.NOT_STARTED, run=RunRef(run.id), waiting=waiting["summary"])]
+    calendar = (run.payload or {}).get("calendar")
+    if isinstance(calendar, dict):  # the calendar had no data for the run's day: say so
+        said.append(evaluation.calendar_run_reason(calendar))
     details = {
         "run_id": run.id,
         "biz_key": run.biz_key,
@@ -166,6 +169,7 @@ def _slot_ran(base: dict, run: TaskRun, now: datetime) -> Explanation:
         "rule_version": run.rule_version,
         "run_after": run.run_after.isoformat(),
         **({"waiting_for": waiting["details"]} if waiting else {}),
+        **({"calendar": calendar} if isinstance(calendar, dict) else {}),
     }
     return Explanation({**base, "outcome": "run", "reason": run.state, "details": details}, said)
 

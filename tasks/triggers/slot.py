@@ -103,6 +103,8 @@ def slot_handle(
             last = catchup_last_start(rule, now=now, spacing=spacing)
             run_after = catchup.pace([slot], now=now, spacing=spacing, last=last)[slot]
         start = max(verdict.run_after or now, run_after or now)
+        # A day the calendar has no data for is recorded on the run; an uncertain one may wait for approval.
+        calendar = verdict.details.get("calendar")
         slot_claim(
             rule,
             slot,
@@ -110,9 +112,10 @@ def slot_handle(
             now=now,
             result=result,
             run_after=start,
-            state=TaskRun.State.AWAITING_APPROVAL if approval else None,
+            state=TaskRun.State.AWAITING_APPROVAL if approval or (calendar or {}).get("hold") else None,
             batch=batch,
             spread_used=spread_used,
+            calendar=calendar,
         )
     elif verdict.action == evaluation.FAIL:
         _fail_slot(rule, slot, source=source, details=details, now=now, result=result, batch=batch)
@@ -277,12 +280,16 @@ def slot_claim(
     dispatch: bool = True,
     batch: ClaimBatch | None = None,
     spread_used: Spread | None = None,
+    calendar: dict | None = None,
 ) -> SlotClaimed:
     """Claim the slot's run and say what became of it: created (with the run), a dedupe hit, shed
     by backpressure (run_claim records a "shed" decision), joined to `batch` (which writes and
-    counts it), or decided (a rule whose key cannot be rendered: an invalid_rule decision)."""
+    counts it), or decided (a rule whose key cannot be rendered: an invalid_rule decision).
+    `calendar`: what the business calendar said of a day it has no data for, kept in the payload."""
     try:
         work = work_for_slot(rule, slot, source=source, run_after=run_after, spread_used=spread_used)
+        if calendar:
+            work.payload["calendar"] = calendar
     except (keys.KeyTemplateError, KeyError, ValueError) as exc:
         # Never drop a slot silently: the rule cannot be evaluated, so say so for this slot.
         log.error("rule %s slot %s: cannot render business key: %s", rule.name, slot, exc)

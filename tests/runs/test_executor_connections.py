@@ -32,11 +32,12 @@ SCHEMA = {"type": "object", "required": ["summary"], "properties": {"summary": {
 # adds its fenced transaction (BEGIN, the checkpoint's look-up with the fence check, the row, the
 # checkpoint, COMMIT). llm_json (an agent without a budget or a pool that limits it: claimed as a
 # plain run) adds two read steps (a look-up and a fenced checkpoint each), the agent's read, the
-# call's record and its output mark, and a write step. SQLite writes admission, the lease and each
+# call's record (written "sent" before the request, completed after) and its output mark, and a
+# write step. SQLite writes admission, the lease and each
 # checkpoint's fence check through the ORM.
 STATEMENTS = {
-    "postgresql": {"plain": 2, "steps": 7, "model": 14},
-    "sqlite": {"plain": 18, "steps": 24, "model": 38},
+    "postgresql": {"plain": 2, "steps": 7, "model": 15},
+    "sqlite": {"plain": 18, "steps": 24, "model": 39},
 }
 CHECKOUTS = {"plain": 2, "steps": 2, "model": 5}
 

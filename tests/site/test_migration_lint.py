@@ -14,10 +14,12 @@ pytestmark = pytest.mark.django_db(transaction=True)  # sqlmigrate: a schema edi
 
 PLANTED = """from django.db import migrations, models
 
+from harness_site.concurrent_index import AddIndexConcurrently
 from harness_site.migration_contract import ContractOf
 
 
 class Migration(migrations.Migration):
+    atomic = False  # an AddIndexConcurrently may be planted
     dependencies = [("runs", "{leaf}")]
     operations = [{operations}]
 """
@@ -71,15 +73,18 @@ def test_a_not_null_column_without_a_database_default_is_refused_and_a_nullable_
 def test_a_plain_index_on_a_run_table_is_refused(plant):
     index = 'migrations.AddIndex("taskrun", models.Index(fields=["trace_id"], name="taskrun_trace_probe"))'
     assert lint_with(plant(index)) == [
-        "runs.0999_planted: AddIndex on taskrun locks its writes; use AddIndexConcurrently (docs/upgrading.md)"
+        "runs.0999_planted: AddIndex on taskrun locks its writes; "
+        "use harness_site.concurrent_index.AddIndexConcurrently (docs/upgrading.md)"
     ]
+    concurrent = 'AddIndexConcurrently("taskrun", models.Index(fields=["trace_id"], name="taskrun_trace_probe"))'
+    assert lint_with(plant(concurrent)) == []
 
 
 def test_the_contract_step_of_a_shipped_expand_passes_and_of_an_unshipped_one_is_refused(plant):
     shipped = '"runs.0019_decision_tally_missed_label"'
     remove = 'migrations.RemoveField("taskrun", "trace_id")'
     assert lint_with(plant(f'ContractOf({shipped}, why="trace ids moved"), {remove}')) == []
-    reasons = lint_with(plant(f'ContractOf("runs.0020_workerheartbeat_migrations", why="too early"), {remove}'))
+    reasons = lint_with(plant(f'ContractOf("runs.0021_workerheartbeat_migrations", why="too early"), {remove}'))
     assert reasons == [
-        "runs.0999_planted: its expand runs.0020_workerheartbeat_migrations is not in the previous release"
+        "runs.0999_planted: its expand runs.0021_workerheartbeat_migrations is not in the previous release"
     ]

@@ -109,7 +109,7 @@ def lint(*, since: str, quiet: bool = False) -> list[str]:
             elif type(op) is AddIndex and (key[0], op.model_name_lower) in RUN_TABLE_MODELS:
                 reasons.append(
                     f"{key[0]}.{key[1]}: AddIndex on {op.model_name_lower} locks its writes; "
-                    "use AddIndexConcurrently (docs/upgrading.md)"
+                    "use harness_site.concurrent_index.AddIndexConcurrently (docs/upgrading.md)"
                 )
     return reasons
 

@@ -35,6 +35,7 @@ CALENDAR = {
     "name": "cn",
     "country": "CN",
     "weekend": "sat-sun",
+    "uncertain_days": "hold",
     "overrides": [{"date": "2026-12-31", "kind": "closed", "reason": "Year-end shutdown"}],
 }
 
@@ -126,6 +127,7 @@ def test_a_calendar_is_added_in_the_admin_and_a_bad_one_gets_a_message(staff):
         "country": "de",
         "subdivision": "",
         "weekend": "sat-sun",
+        "uncertain_days": "hold",
         "description": "",
         "overrides-TOTAL_FORMS": "1",
         "overrides-INITIAL_FORMS": "0",

@@ -106,7 +106,7 @@ def test_the_text_output_says_why():
     scheduler_tick(now=T0)
     out = StringIO()
     call_command("harness", "explain", "holiday", T0.isoformat(), stdout=out)
-    assert "did not run: Excluded by the calendar" in out.getvalue()
+    assert "did not run: Not a business day (holiday" in out.getvalue()
     assert "excluded date" in out.getvalue()
 
 
@@ -119,7 +119,7 @@ def test_the_admin_explain_view_answers_for_a_slot(client):
     assert page.status_code == 200
     body = page.content.decode()
     assert 'id="explain-reason"><code>calendar<' in body
-    assert "Excluded by the calendar" in body
+    assert "Not a business day (holiday" in body
     bad = client.get(url, {"slot": "tomorrow-ish"})
     assert bad.status_code == 200 and "not a date-time" in bad.content.decode()
     # The rule page shows the next fires with the guards and links here.

@@ -1,4 +1,4 @@
-"""Operator commands: `manage.py harness rules import|export`, `runs`, `records`, `fire`, `demo`."""
+"""Operator commands: `manage.py harness rules import|export`, `notice import`, `runs`, `records`, `fire`, `demo`."""
 
 import getpass
 import json
@@ -18,6 +18,7 @@ from runs.selectors import run_list_recent
 from tasks import services
 from tasks.management.subcommands import GuardCommandsMixin, add_guard_parsers, rules_plan_print
 from tasks.models import DiagnosticRecord, TriggerRule, TriggerSource
+from tasks.notices import NoticeError, notice_import
 from tasks.triggers.operator import rule_fire
 from tasks.triggers.sensors import sensor_scan, sensors_scan_all
 
@@ -70,6 +71,11 @@ class Command(GuardCommandsMixin, BaseCommand):
         scan = sensors_sub.add_parser("scan", help="scan the folders of enabled file sources once")
         scan.add_argument("--source", help="scan only this file source")
 
+        notice = sub.add_parser("notice", help="a country's published holiday notice (docs/calendars.md)")
+        notice_sub = notice.add_subparsers(dest="notice_command", required=True)
+        notice_imp = notice_sub.add_parser("import", help="replace the country's days for the year with FILE's")
+        notice_imp.add_argument("file")
+
         sub.add_parser("demo", help="install the demo rules (idempotent)")
         add_guard_parsers(sub)  # flags, explain, preview, ping, token (tasks/management/subcommands.py)
         sub.add_parser("admin-login", help="create the admin user on first use and print its login")
@@ -91,6 +97,17 @@ class Command(GuardCommandsMixin, BaseCommand):
                 self.stdout.write(out)
             else:
                 Path(opts["output"]).write_text(out + "\n")
+
+    def _notice(self, *, notice_command, file, **opts):
+        text = _stdin_bytes() if file == "-" else _read(file)
+        try:
+            done = notice_import(text, now=timezone.now())
+        except NoticeError as exc:
+            raise CommandError("notice not imported, nothing was saved:\n  " + "\n  ".join(exc.errors)) from None
+        self.stdout.write(
+            f"{done['country']} {done['year']}: {done['days_off']} day(s) off, "
+            f"{done['working_days']} make-up working day(s); every {done['country']} calendar reads them"
+        )
 
     def _import(self, text: str, *, by: str, reason: str, allow: bool = False) -> None:
         try:
