@@ -149,3 +149,26 @@ def test_several_passes_at_once_open_one_incident():
     assert Incident.objects.filter(ended_at=None).count() == 1
     assert Alert.objects.filter(channel=None, kind="scheduler_stalled").count() == 1
     assert TaskRun.objects.count() == 0
+
+
+def test_metrics_count_open_incidents_by_kind_and_every_incident_ever():
+    from prometheus_client import generate_latest
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from runs.metrics import metrics_registry
+
+    scheduler_tick(now=at(0))
+    scheduler_tick(now=at(100))  # one scheduler outage, over
+    incident_sync(figures=figures(at(105), workers_on=[]), now=at(105))  # the queue has no worker: open
+    samples = {
+        (s.name, s.labels["kind"]): s.value
+        for family in text_string_to_metric_families(generate_latest(metrics_registry(lambda: at(106))).decode())
+        for s in family.samples
+        if s.name.startswith("harness_incidents")
+    }
+    assert samples == {
+        ("harness_incidents_open", "scheduler"): 0,
+        ("harness_incidents_open", "queue"): 1,
+        ("harness_incidents_total", "scheduler"): 1,
+        ("harness_incidents_total", "queue"): 1,
+    }
