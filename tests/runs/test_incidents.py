@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 from django.conf import settings
-from django.db import close_old_connections
+from django.db import connection
 from django.test import override_settings
 
 from deadletters.models import Alert
@@ -138,7 +138,7 @@ def test_several_passes_at_once_open_one_incident():
         except BaseException as exc:
             errors.append(exc)
         finally:
-            close_old_connections()
+            connection.close()  # the thread's own connection
 
     threads = [threading.Thread(target=one_pass) for _ in range(4)]
     for t in threads:
