@@ -19,6 +19,10 @@ CALENDAR_NO_DATA = "calendar_no_data"  # a business calendar in use has no data 
 OBJECTIVE_AT_RISK = "objective_at_risk"
 OBJECTIVE_BREACHED = "objective_breached"
 OBJECTIVE_RECOVERED = "objective_recovered"
+# An incident of the harness itself (runs/incidents.py): one page when it opens, one when it closes.
+# A scheduler outage opens with SCHEDULER_STALLED; the other kinds with INCIDENT_OPENED.
+INCIDENT_OPENED = "incident_opened"
+INCIDENT_CLOSED = "incident_closed"
 SUMMARY = "summary"  # a storm's folded alerts, counted
 TEST = "test"  # "send test alert" from the channel admin
 
@@ -59,6 +63,9 @@ EVENT_SEVERITY = {
     # outage there may be hundreds, and the storm summary keeps them readable.
     SLOT_MISSED: WARNING,
     SCHEDULER_STALLED: URGENT,
+    # The close pages whoever the open paged: the page for the end of the same incident.
+    INCIDENT_OPENED: URGENT,
+    INCIDENT_CLOSED: URGENT,
     # Weeks ahead of the first date it cannot answer for: time to upgrade the library, not to wake anyone.
     CALENDAR_NO_DATA: WARNING,
 }

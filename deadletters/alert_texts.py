@@ -29,8 +29,15 @@ KIND_LABELS = {
     rules.OBJECTIVE_AT_RISK: gettext_lazy("objective at risk"),
     rules.OBJECTIVE_BREACHED: gettext_lazy("objective breached"),
     rules.OBJECTIVE_RECOVERED: gettext_lazy("objective recovered"),
+    rules.INCIDENT_OPENED: gettext_lazy("incident opened"),
+    rules.INCIDENT_CLOSED: gettext_lazy("incident closed"),
     rules.SUMMARY: gettext_lazy("summary"),
     rules.TEST: gettext_lazy("test alert"),
+}
+# An incident's kind (runs.models.Incident.Kind, the same words: runs is the layer above).
+INCIDENT_KIND_LABELS = {
+    "scheduler": gettext_lazy("Scheduler outage"),
+    "queue": gettext_lazy("Queue without a consuming worker"),
 }
 SEVERITY_LABELS = {
     rules.NOTICE: gettext_lazy("NOTICE"),
@@ -67,6 +74,14 @@ TITLES = {
         gettext_lazy("rule %(rule)s slot %(slot_local)s: objective met after all"),
         ("rule", "slot_local"),
     ),
+    rules.INCIDENT_OPENED: (
+        gettext_lazy("incident: %(incident_label)s %(subject)s since %(started_utc)s UTC"),
+        ("incident_label", "subject", "started_utc"),
+    ),
+    rules.INCIDENT_CLOSED: (
+        gettext_lazy("incident over: %(incident_label)s %(subject)s, %(duration_s)s s"),
+        ("incident_label", "subject", "duration_s"),
+    ),
     rules.SUMMARY: (
         gettext_lazy("%(count)s more %(kind_label)s alerts for rule %(rule)s between %(from)s and %(until)s UTC"),
         ("count", "kind_label", "rule", "from", "until"),
@@ -79,6 +94,13 @@ WHY = {
     rules.SCHEDULER_STALLED: (
         gettext_lazy("no tick since %(since)s; stalled after %(stall)s s"),
         ("since", "stall"),
+    ),
+    rules.INCIDENT_CLOSED: (
+        gettext_lazy(
+            "from %(started_utc)s to %(ended_utc)s UTC: %(missed)s slots missed, %(caught_up)s caught up, "
+            "across %(rules_affected)s rules"
+        ),
+        ("started_utc", "ended_utc", "missed", "caught_up", "rules_affected"),
     ),
     rules.CALENDAR_NO_DATA: (
         gettext_lazy(
@@ -174,6 +196,8 @@ def _params(payload: dict) -> dict:
         params["source_label"] = payload.get("source") or _("no library")
     if isinstance(payload.get("missing"), list):
         params["missing"] = ", ".join(map(str, payload["missing"])) or "-"
+    if payload.get("incident_kind"):
+        params["incident_label"] = str(INCIDENT_KIND_LABELS.get(payload["incident_kind"], payload["incident_kind"]))
     kind = payload.get("summary_kind")
     if kind:
         params["kind_label"] = str(KIND_LABELS.get(kind, kind))

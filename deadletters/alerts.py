@@ -262,12 +262,12 @@ def _rule_link(rule_name: str, *, rule_id: int | None = None) -> str:
     return admin_link("admin:tasks_triggerrule_change", rule_id)
 
 
-def alert_check_scheduler(*, health: dict, now: datetime) -> Alert | None:
+def alert_check_scheduler(*, health: dict, now: datetime, link: str | None = None) -> Alert | None:
     """Alert once per stall, from the scheduler's health figures (runs.selectors.scheduler_health).
 
     The stall is named by the last tick it follows, so a check every minute while it lasts finds its
     alert recorded; a new stall after recovery alerts again. A scheduler that never ticked is
-    starting, not stalled.
+    starting, not stalled. `link`: the page of the incident it opens (default: the desk's index).
     """
     last = health.get("last_tick_at")
     if last is None or health["last_tick_age_seconds"] <= health["stall_after_seconds"]:
@@ -284,7 +284,7 @@ def alert_check_scheduler(*, health: dict, now: datetime) -> Alert | None:
             "since": f"{last:%Y-%m-%dT%H:%M:%SZ}",
             "stall": f"{health['stall_after_seconds']:.0f}",
             "reason": f"no tick since {last:%Y-%m-%dT%H:%M:%SZ}; stalled after {health['stall_after_seconds']:.0f}s",
-            "link": admin_link("admin:index"),
+            "link": link or admin_link("admin:index"),
         },
         now=now,
     )

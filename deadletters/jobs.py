@@ -4,8 +4,8 @@ from celery import shared_task
 from django.utils import timezone
 
 from deadletters import alerts
-from runs.selectors import scheduler_health
-from tasks.models.calendar import calendar_gaps
+from runs.harness_health import health_figures
+from runs.incidents import incident_sync
 
 
 # Queued on commit of the event that recorded the alert. One try per message: a failed send is
@@ -19,14 +19,18 @@ def alert_deliver_task(alert_id: int) -> str:
 @shared_task(name="deadletters.alerts_check", acks_late=False, ignore_result=True, expires=60)
 def alerts_check_task() -> dict:
     now = timezone.now()
-    stalled = alerts.alert_check_scheduler(health=scheduler_health(now=now), now=now)
-    calendars = alerts.alert_check_calendars(gaps=calendar_gaps(today=now.date()), now=now)
+    # Incidents open and close from /healthz's own figures; a scheduler outage's opening page is the
+    # scheduler-stalled alert, linked to the incident.
+    figures = health_figures(now=now)
+    incidents = incident_sync(figures=figures, now=now)
+    calendars = alerts.alert_check_calendars(gaps=figures["calendars_without_data"], now=now)
     summaries = alerts.alert_summarise_due(now=now)
     due = alerts.alert_redispatch_due(now=now)
     for alert_id in due:  # a duplicate message is harmless: alert_deliver claims by compare-and-set
         alerts.alert_send(alert_id)
     return {
-        "stalled_alert": stalled is not None,
+        "incidents_opened": len(incidents.opened),
+        "incidents_closed": len(incidents.closed),
         "calendar_alerts": len(calendars),
         "summaries": summaries,
         "redispatched": len(due),

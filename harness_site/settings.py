@@ -271,6 +271,8 @@ SPECTACULAR_SETTINGS = {
     "ENUM_NAME_OVERRIDES": {
         "RunStateEnum": "runs.models.TaskRun.State",
         "DeadLetterStateEnum": "deadletters.models.DeadLetter.State",
+        "IncidentKindEnum": "runs.models.Incident.Kind",
+        "KindEnum": "tasks.models.TriggerRule.Kind",  # the rule's kind keeps its name beside the incident's
     },
 }
 

@@ -15,6 +15,7 @@ from harness_site import tracing
 from runs.admission import pool_release
 from runs.backpressure import Pressure, pressure_check, pressure_note_admitted
 from runs.dispatch import run_send_on_commit
+from runs.incidents import incident_unfolded
 from runs.models import Decision, PoolWaiter, TaskRun, run_policy_fields
 from runs.store import store
 from tasks.models import TriggerRule
@@ -315,8 +316,9 @@ class ClaimBatch:
             return
         # One per (rule, slot), decided by decision_one_per_slot: another tick's decision stands.
         created = store().decisions_insert(pending)
-        # Their alerts (outbox rows) in one batch, only for decisions written now, never another tick's.
-        alert_decisions(created, now=self.now)
+        # Their alerts (outbox rows) in one batch, only for decisions written now, never another tick's;
+        # a slot missed inside a scheduler outage is the outage's page, not one of its own.
+        alert_decisions(incident_unfolded(created), now=self.now)
         self.counts.decisions += len(created)
 
 

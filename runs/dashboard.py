@@ -15,7 +15,7 @@ from django.db.models import Count, F, Q
 from django.utils.translation import gettext as _
 
 from deadletters.models import DeadLetter
-from runs.models import TaskRun
+from runs.models import Incident, TaskRun
 from runs.objectives import objective_counts
 from runs.rollup import BIN_RATIO, LIVE, REFRESH_CYCLE, Summary, histogram_percentile, rollup_read
 from runs.selectors import flow_saturation, scheduler_health
@@ -28,6 +28,7 @@ QUANTILES = (0.5, 0.95, 0.99)
 # Runs older than this many recent succeeded ones do not move a skill's p99 (rule lint).
 DURATION_SAMPLE = 500
 NEXT_FIRES = 10
+RECENT_INCIDENTS = 5
 
 
 @dataclass
@@ -54,6 +55,7 @@ class Dashboard:
     rollup_refreshed_at: datetime | None = None  # the oldest summary read from the rollup
     decisions_24h: dict[str, int] = field(default_factory=dict)  # slots and triggers decided, by reason
     missed_24h: int = 0  # slots missed beyond the catch-up window or its max count
+    incidents: list = field(default_factory=list)  # the most recent incidents of the harness itself
 
     @property
     def decided_items(self) -> list[tuple[str, str, int]]:
@@ -143,6 +145,8 @@ def dashboard_build(*, now: datetime) -> Dashboard:
     d.missed_24h = missed_of(d.decisions_24h)
     # 10. Freshness objectives: open slots at risk, breached and on track, as the last pass saw them.
     d.objectives = objective_counts()
+    # Incidents of the harness itself, newest first (incident_recent_idx).
+    d.incidents = list(Incident.objects.order_by("-started_at", "-id")[:RECENT_INCIDENTS])
     return d
 
 

@@ -24,6 +24,7 @@ from runs.models import (
     Attempt,
     Decision,
     DecisionTally,
+    Incident,
     PoolSlot,
     PoolWaiter,
     SlotObjective,
@@ -46,7 +47,7 @@ LATENESS_BUCKETS = (0, 60, 300, 900, 1800, 3600, 4 * 3600, 24 * 3600)
 EVENT_ADMITTED = frozenset({"accepted", "duplicate", "redelivery", "shed", "coalesced"})
 NEW_WINDOW = timedelta(hours=24)
 # What one scrape costs, asserted by tests/runs/test_metrics.py.
-SCRAPE_QUERIES = 19
+SCRAPE_QUERIES = 20
 
 
 class HarnessCollector(Collector):
@@ -68,6 +69,7 @@ class HarnessCollector(Collector):
         yield from _pools(now)
         yield from _workers(now)
         yield from _objectives()
+        yield from _incidents()
 
 
 def metrics_registry(clock=None) -> CollectorRegistry:
@@ -478,3 +480,21 @@ def _objectives():
     yield met
     yield unfinished
     yield lateness
+
+
+def _incidents():
+    # Incidents of the harness itself by kind: open now, and ever recorded (one grouped scan; few rows).
+    open_now = GaugeMetricFamily("harness_incidents_open", "Incidents open now, by kind.", labels=["kind"])
+    total = CounterMetricFamily("harness_incidents", "Incidents ever recorded, by kind.", labels=["kind"])
+    found: dict[str, tuple[int, int]] = {
+        row["kind"]: (row["open"], row["n"])
+        for row in Incident.objects.values("kind")
+        .annotate(n=Count("id"), open=Count("id", filter=Q(ended_at=None)))
+        .order_by()
+    }
+    for kind in Incident.Kind.values:  # every kind, 0 included, so an alert rule has a series to watch
+        n_open, n = found.get(kind, (0, 0))
+        open_now.add_metric([kind], n_open)
+        total.add_metric([kind], n)
+    yield open_now
+    yield total

@@ -863,3 +863,44 @@ class SlotObjective(models.Model):
 
     def __str__(self) -> str:
         return f"{self.rule_id}@{self.slot:%Y-%m-%dT%H:%M:%SZ}: {self.status}"
+
+
+class Incident(models.Model):
+    """A span in which the harness itself was unwell: the scheduler stalled, or a queue had no
+    consuming worker (runs/incidents.py). Opened by the periodic health pass from /healthz's own
+    figures, or by the first scheduler tick after a gap no pass saw; closed when the figure is well.
+    What it cost (slots, runs, alerts, operator actions) is read from those tables over its span."""
+
+    class Kind(models.TextChoices):
+        SCHEDULER = "scheduler", _("Scheduler outage")
+        QUEUE = "queue", _("Queue without a consuming worker")
+
+    kind = models.CharField(_("kind"), max_length=20, choices=Kind.choices)
+    # What was down: "scheduler", or the queue's name.
+    subject = models.CharField(_("subject"), max_length=200)
+    started_at = models.DateTimeField(_("started at"))
+    detected_at = models.DateTimeField(_("detected at"))
+    ended_at = models.DateTimeField(_("ended at"), null=True, blank=True)
+    detail = models.TextField(_("detail"), blank=True)
+    # Figures counted when it closed, for the closing alert and the metrics (the page reads live).
+    summary = models.JSONField(_("summary"), default=dict, blank=True)
+
+    class Meta:
+        verbose_name = _("incident")
+        verbose_name_plural = _("incidents")
+        ordering = ["-started_at", "-id"]
+        constraints = [
+            # Several passes and ticks at once open one incident, not two.
+            models.UniqueConstraint(
+                fields=["kind", "subject"], condition=Q(ended_at__isnull=True), name="incident_one_open"
+            ),
+            # A scheduler outage is named by its last tick: a pass and a tick that both see it agree.
+            models.UniqueConstraint(fields=["kind", "subject", "started_at"], name="incident_one_per_start"),
+        ]
+        indexes = [
+            # the dashboard's recent incidents and the API list.
+            models.Index(fields=["-started_at"], name="incident_recent_idx"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.get_kind_display()} {self.subject} {self.started_at:%Y-%m-%d %H:%M:%S}Z"

@@ -3,7 +3,7 @@ Any other path under /api/ is a 404 problem document (harness_site/api/surface.p
 
 from django.urls import path
 
-from harness_site.api import calendars, deadletters, rules, runs, status
+from harness_site.api import calendars, deadletters, incidents, rules, runs, status
 from harness_site.api.docs import PublicRedocView, PublicSchemaView, PublicSwaggerView
 
 app_name = "api"
@@ -30,6 +30,8 @@ urlpatterns = [
     path("runs/<str:run_id>", runs.RunDetailView.as_view(), name="run"),
     path("runs/<str:run_id>/retry", runs.RunRetryView.as_view(), name="run-retry"),
     path("runs/<str:run_id>/cancel", runs.RunCancelView.as_view(), name="run-cancel"),
+    path("incidents", incidents.IncidentListView.as_view(), name="incidents"),
+    path("incidents/<str:incident_id>", incidents.IncidentDetailView.as_view(), name="incident"),
     path("deadletters", deadletters.DeadLetterListView.as_view(), name="deadletters"),
     path("deadletters/<str:ticket_id>", deadletters.DeadLetterDetailView.as_view(), name="deadletter"),
     path("deadletters/<str:ticket_id>/replay", deadletters.DeadLetterReplayView.as_view(), name="deadletter-replay"),

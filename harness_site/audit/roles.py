@@ -32,6 +32,7 @@ VIEW = [
             "decision",
             "slothold",
             "slotobjective",
+            "incident",
             "schedulertick",
             "runstep",
             "externalcall",

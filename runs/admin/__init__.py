@@ -4,6 +4,9 @@ from urllib.parse import urlencode
 
 from django import forms
 from django.contrib import admin
+from django.core.exceptions import PermissionDenied
+from django.http import Http404
+from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
 from django.utils.html import format_html
@@ -21,11 +24,13 @@ from runs.admin.rerun import rerun_slots
 from runs.admin.scale import ErrorKindFilter, EstimatedCountPaginator
 from runs.admin.steps import ActionProposalInline, ExternalCallInline, RunStepInline
 from runs.backpressure import pending_count, watermarks_set
+from runs.incident_page import incident_page
 from runs.key_search import key_search
 from runs.models import (
     Attempt,
     Backpressure,
     Decision,
+    Incident,
     Lease,
     SchedulerOutage,
     SchedulerTick,
@@ -338,3 +343,35 @@ class SlotObjectiveAdmin(ReadOnlyAdmin):
 
     def has_acknowledge_permission(self, request) -> bool:
         return request.user.has_perm("runs.acknowledge_slotobjective")
+
+
+@admin.register(Incident)
+class IncidentAdmin(ReadOnlyAdmin):
+    """Incidents of the harness itself (runs/incidents.py); each one's page is what it cost, on one axis."""
+
+    list_display = ("__str__", "kind", "subject", "started_at", "ended_at", "duration", "missed")
+    list_filter = ("kind",)
+    date_hierarchy = "started_at"
+
+    @admin.display(description=_("duration"))
+    def duration(self, incident: Incident) -> str:
+        return duration_text((incident.ended_at or timezone.now()) - incident.started_at)
+
+    @admin.display(description=_("missed slots"))
+    def missed(self, incident: Incident):
+        return incident.summary.get("missed") if incident.ended_at else None  # None: the admin's empty value
+
+    def change_view(self, request, object_id, form_url="", extra_context=None):
+        incident = self.get_object(request, object_id)
+        if incident is None:
+            raise Http404(_("No incident with this id."))
+        if not self.has_view_permission(request, incident):
+            raise PermissionDenied
+        context = {
+            **self.admin_site.each_context(request),
+            **incident_page(incident, now=timezone.now(), zoom=request.GET.get("zoom")),
+            "opts": self.opts,
+            "original": incident,
+            "title": str(incident),
+        }
+        return TemplateResponse(request, "admin/runs/incident/page.html", context)

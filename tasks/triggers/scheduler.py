@@ -8,6 +8,7 @@ from django.conf import settings
 from django.db import transaction
 
 from runs.claims import ClaimBatch, ClaimCounts, claim_batch
+from runs.incidents import incident_close, incident_scheduler_gap
 from runs.models import Decision, TaskRun
 from runs.outages import scheduler_tick_record
 from runs.selectors import slot_grace
@@ -44,6 +45,9 @@ def scheduler_tick(*, now: datetime, max_slots: int | None = None) -> TickResult
     """
     max_slots = max_slots or settings.HARNESS["MAX_SLOTS_PER_TICK"]
     result = TickResult()
+    # After a gap longer than the stall period this tick ends an outage: the slots it finds missed are
+    # written inside the incident (paged once, by it), which is closed once they are.
+    outage = incident_scheduler_gap(now=now, name=SCHEDULER_SOURCE)
     # Held slots first (readiness waits, overlap buffers): a slot that became ready runs this tick.
     slot_service.holds_process(now=now, result=result)
     while True:
@@ -68,6 +72,8 @@ def scheduler_tick(*, now: datetime, max_slots: int | None = None) -> TickResult
             break
     # The last tick, and an outage row when no tick ran for longer than the grace before this one.
     scheduler_tick_record(now=now, claimed=result.claimed, dedupe_hits=result.dedupe_hits, name=SCHEDULER_SOURCE)
+    if outage is not None:
+        incident_close(outage, ended_at=now, now=now)
     return result
 
 

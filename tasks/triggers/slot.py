@@ -17,6 +17,7 @@ from django.db.models import Max
 from deadletters.alerts import alert_decisions, alert_slot_expired
 from harness_site import tracing
 from runs.claims import ClaimBatch, ClaimOutcome, run_claim
+from runs.incidents import incident_unfolded
 from runs.models import Decision, SlotHold, TaskRun
 from runs.outcome import run_fail
 from tasks.models import ReadinessFlag, TriggerRule
@@ -323,7 +324,8 @@ def slot_decide(rule, slot, *, reason, details, now, result, batch: ClaimBatch |
     try:
         with transaction.atomic():
             decision.save(force_insert=True)
-            alert_decisions([decision], now=now)  # an outbox row, with the decision written now
+            # An outbox row, with the decision written now; none for a slot inside a scheduler outage.
+            alert_decisions(incident_unfolded([decision]), now=now)
         result.decisions += 1
     except IntegrityError:
         pass  # another tick recorded this slot's decision already

@@ -107,9 +107,27 @@ PAYLOADS[r.CALENDAR_NO_DATA] = {
     "days_left": 27,
     "source": "chinesecalendar 1.11.0",
 }
+PAYLOADS[r.INCIDENT_OPENED] = {
+    "error_kind": "incident_queue",
+    "incident_kind": "queue",
+    "subject": "agents",
+    "started_utc": "2026-12-01T01:00:00",
+}
+PAYLOADS[r.INCIDENT_CLOSED] = {
+    "error_kind": "incident_scheduler",
+    "incident_kind": "scheduler",
+    "subject": "scheduler",
+    "started_utc": "2026-12-01T01:00:00",
+    "ended_utc": "2026-12-01T01:03:00",
+    "duration_s": "180",
+    "missed": 16,
+    "caught_up": 2,
+    "rules_affected": 4,
+}
 # What the alert carries as data: the rule, keys, the error, the catch-up policy's name.
 DATA = {"日报", "report:2026-12-01", "timeout", "TimeoutError", "none", "not_ready_expired", "missed"}
 DATA |= {"scheduler_stalled", "report:1", "report:2", "harness"}
+DATA |= {"incident_queue", "incident_scheduler", "agents", "scheduler"}
 DATA |= {r.OBJECTIVE_AT_RISK, r.OBJECTIVE_BREACHED, r.OBJECTIVE_RECOVERED, r.CALENDAR_NO_DATA, "chinesecalendar"}
 KINDS = {
     v for k, v in vars(r).items() if k.isupper() and isinstance(v, str) and k not in ("NOTICE", "WARNING", "URGENT")

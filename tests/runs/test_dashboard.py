@@ -26,7 +26,8 @@ BIG = 20_000
 # (the channel list and one count; deadletters/alert_health.py); worker heartbeats are one read of the
 # workers' reports (runs/workers.worker_health).
 # 21: the slots decided without a run in 24 h, by reason (runs/status.decisions_by_reason).
-MAX_QUERIES = 21
+# 22: the recent incidents of the harness itself.
+MAX_QUERIES = 22
 
 
 def _runs(n: int, *, now, spread: timedelta) -> list[TaskRun]:

@@ -11,7 +11,7 @@ from django.urls import NoReverseMatch, reverse
 from django.utils import translation
 
 from deadletters.models import DeadLetter
-from runs.models import Attempt, Decision, Lease, SchedulerTick, SlotHold, TaskRun
+from runs.models import Attempt, Decision, Incident, Lease, SchedulerTick, SlotHold, TaskRun
 from tasks.models import BusinessCalendar, CalendarOverride, DiagnosticRecord, ReadinessFlag
 from tests.support.desk import daily_report, make_failed_run
 from tests.support.zh_complete import KEEP, data_words, english_in
@@ -40,6 +40,14 @@ def everything():
     )
     Lease.objects.create(key="object:发票-42", owner="工人-a", token=7, acquired_at=NOW, expires_at=NOW)
     SchedulerTick.objects.create(name="scheduler", last_tick_at=NOW, last_claimed=3, last_dedupe_hits=1)
+    Incident.objects.create(
+        kind="scheduler",
+        subject="scheduler",
+        started_at=NOW - timedelta(days=1, minutes=3),
+        detected_at=NOW,
+        ended_at=NOW - timedelta(days=1) + timedelta(minutes=1),
+        summary={"missed": 1},
+    )
     DiagnosticRecord.objects.create(
         run_id=run.id,
         biz_key=run.biz_key,
