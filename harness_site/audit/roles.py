@@ -93,6 +93,9 @@ GROUPS = {
         "deadletters.change_alertchannel",
         # On-call has it in hand: no more objective alerts for those slots.
         "runs.acknowledge_slotobjective",
+        # After an outage on-call re-runs the missed slots (tasks/triggers/rerun.py); the same
+        # permission lets them backfill a range from the rule page, planned and confirmed alike.
+        "tasks.backfill_rule",
     ],
 }
 
