@@ -97,7 +97,8 @@ def run_timeline(run: TaskRun, *, now: datetime) -> dict:
         decisions += list(Decision.objects.filter(rule_id=run.rule_id, slot=None, biz_key=run.biz_key))
     audit = list(AuditEntry.objects.filter(target_type="run", target_id=str(run.id)).order_by("at"))
     tickets = list(DeadLetter.objects.filter(run=run).order_by("created_at"))
-    for ticket, newer in zip(tickets, [*tickets[1:], None], strict=True):  # words as the ticket page's
+    # Each ticket with the next one (None after the last); an empty list pairs with nothing.
+    for ticket, newer in zip(tickets, [*tickets[1:], None][: len(tickets)], strict=True):  # words as the ticket page's
         ticket.replay = replay_outcome(  # type: ignore[attr-defined]
             ticket_state=ticket.state, run_state=run.state, newer_ticket_id=newer.pk if newer else None
         )

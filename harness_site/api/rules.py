@@ -322,7 +322,7 @@ class RuleTrialView(RuleRunNowView):
 
 @extend_schema(tags=["rules"], parameters=[RULE_NAME])
 class RuleRerunView(_RuleActionView):
-    perms = {"POST": ("tasks.backfill_rule",)}
+    perms = {"POST": ("runs.rerun_slots",)}
 
     @extend_schema(
         operation_id="rules_rerun",

@@ -223,11 +223,11 @@ class DecisionAdmin(ReadOnlyAdmin):
     list_select_related = ("rule", "survivor")
     actions = ["rerun_slots"]
 
-    @admin.action(description=_("Re-run chosen slots (plan first)"), permissions=["backfill"])
+    @admin.action(description=_("Re-run chosen slots (plan first)"), permissions=["rerun"])
     def rerun_slots(self, request, queryset):
         return rerun_slots(self, request, queryset)
 
-    has_backfill_permission = has_perm_method("tasks.backfill_rule")
+    has_rerun_permission = has_perm_method("runs.rerun_slots")
 
     @admin.display(description=_("explain"))
     def explain_link(self, decision: Decision) -> str:

@@ -1,4 +1,4 @@
-"""On-call may re-run missed slots (and backfill): re-install the desk roles with it."""
+"""Operators and on-call may re-run chosen slots (runs.rerun_slots): re-install the desk roles with it."""
 
 from django.db import migrations
 
@@ -12,6 +12,7 @@ def install(apps, schema_editor):
 class Migration(migrations.Migration):
     dependencies = [
         ("audit", "0010_slot_objective_roles"),
+        ("runs", "0021_rerun_slots_permission"),
     ]
 
     operations = [migrations.RunPython(install, migrations.RunPython.noop)]
