@@ -16,6 +16,7 @@ from django.utils.translation import gettext as _
 from harness_site.audit.models import DeskPreference
 from harness_site.display import stamp, zones_for
 from tasks.rules import keys
+from tasks.skills.error_words import error_kind_label
 
 register = template.Library()
 
@@ -119,6 +120,12 @@ def strip_cells(cells, rule_name="", run_prefix="", decision_prefix="") -> str:
             title = f"{c['state_label']} · {keys.differing_part(c['biz_key'], rule_name=rule_name)} · {at}"
         html.append(format_html('<a class="c-{}" href="{}" title="{}"></a>', c["kind"], url, title))
     return mark_safe("".join(html))  # every piece above is escaped by format_html
+
+
+@register.filter
+def error_kind(value) -> str:
+    """An error kind (`invalid_param`) in the user's language, as the run list's filter says it."""
+    return error_kind_label(value)
 
 
 @register.filter

@@ -35,6 +35,7 @@ from runs.models import (
 )
 from runs.objectives import cause_text, objective_acknowledge
 from runs.selectors import duration_text, run_wait_explain
+from tasks.skills.error_words import error_kind_label
 
 # A W3C trace id as log lines and trace viewers print it (harness_site/tracing.py).
 TRACE_ID = re.compile(r"[0-9a-f]{32}")
@@ -116,7 +117,7 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
         "when_column",
         "took_column",
         "dedupe_hits",
-        "last_error_kind",
+        "error_kind_column",
     )
     # Fast with millions of runs (runs/admin/scale.py): filter links from the small tables, the
     # whole table's count estimated, the search served by run_biz_key_trgm_idx (PostgreSQL). No
@@ -179,6 +180,10 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
     @admin.display(description=_("slot or trigger"), ordering="trigger_at")
     def when_column(self, run: TaskRun) -> str:
         return format_html("{}<br>{}", when_html(None, run.slot or run.trigger_at), ago_html(run.trigger_at))
+
+    @admin.display(description=_("last error kind"), ordering="last_error_kind")
+    def error_kind_column(self, run: TaskRun) -> str:
+        return error_kind_label(run.last_error_kind) or "—"
 
     @admin.display(description=_("took"))
     def took_column(self, run: TaskRun) -> str:
