@@ -12,7 +12,7 @@ from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
 from harness_site.desk import MAX_REASON_CHARS, now
-from runs.models import TaskRun
+from runs.models import Decision, TaskRun
 from tasks.triggers import rerun
 from tasks.triggers.operator import RuleActionError
 
@@ -87,8 +87,13 @@ def rerun_slots(modeladmin: admin.ModelAdmin, request, queryset):
     if not form.is_bound:
         form = RerunForm(initial={"confirmed": json.dumps(plan.signature), "spacing": spacing})
     rows = [
-        {"item": item, "refusal": "", "after": plan.spacing.total_seconds() * n} for n, item in enumerate(plan.to_run)
-    ] + [{"item": item, "refusal": refusal_text(item), "after": None} for item in plan.items if item.refused]
+        {"item": item, "reason": reason_text(item), "refusal": "", "after": plan.spacing.total_seconds() * n}
+        for n, item in enumerate(plan.to_run)
+    ] + [
+        {"item": item, "reason": reason_text(item), "refusal": refusal_text(item), "after": None}
+        for item in plan.items
+        if item.refused
+    ]
     context = {
         **modeladmin.admin_site.each_context(request),
         "title": _("Re-run chosen slots"),
@@ -107,3 +112,8 @@ def refusal_text(item: rerun.RerunItem) -> str:
     if item.refused == rerun.HAS_RUN and item.run_state == TaskRun.State.FAILED:
         return str(FAILED_RUN)
     return str(REFUSALS[item.refused])
+
+
+def reason_text(item: rerun.RerunItem) -> str:
+    """The slot's decision in the reader's language ("" when none was recorded)."""
+    return str(Decision.Reason(item.reason).label) if item.reason in Decision.Reason.values else item.reason
