@@ -12,6 +12,7 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from harness_site.audit.models import DeskPreference
 from harness_site.display import stamp, zones_for
@@ -203,6 +204,19 @@ def field_label(name: str, opts) -> str:
         return str(opts.get_field(name).verbose_name)
     except Exception:  # a field since removed from the model: its name is all there is
         return name
+
+
+# The prefixes rule_pause / rule_resume write on a version's change reason (tasks/triggers/operator.py).
+REASON_PREFIXES = {"paused": gettext_lazy("Paused"), "resumed": gettext_lazy("Resumed")}
+
+
+@register.filter
+def change_reason(text) -> str:
+    """A version's change reason, its "paused:" or "resumed:" prefix in the reader's language."""
+    head, sep, rest = str(text or "").partition(": ")
+    if sep and head in REASON_PREFIXES:
+        return f"{REASON_PREFIXES[head]}: {rest}"
+    return str(text or "") or "—"
 
 
 @register.filter
