@@ -133,6 +133,7 @@ FIELDS = (
     ("rule", gettext_lazy("rule")),
     ("error_kind", gettext_lazy("error kind")),
 )
+LINK_LABEL = gettext_lazy("link")
 OPTIONAL_FIELDS = (
     ("attempt", gettext_lazy("attempt")),
     ("slot", gettext_lazy("slot")),
@@ -170,7 +171,8 @@ def alert_message(payload: dict, *, language: str = "en") -> rules.Message:
         if payload.get("count"):
             more = _("and %(count)s more like this") % {"count": payload["count"]}
             lines.append(f"{more}: {payload.get('examples_text', '')}".rstrip(": "))
-        lines.append(f"{'link:':<{width}}{rules.dash(payload.get('link'))}")
+        link = str(LINK_LABEL) + ":"
+        lines.append(f"{link:<{width}}{rules.dash(payload.get('link'))}")
         return rules.Message(title=title, text="\n".join(lines))
 
 

@@ -19,7 +19,7 @@ from runs.models import Incident, TaskRun
 from runs.objectives import objective_counts
 from runs.rollup import BIN_RATIO, LIVE, REFRESH_CYCLE, Summary, histogram_percentile, rollup_read
 from runs.selectors import flow_saturation, scheduler_health
-from runs.status import decisions_by_reason, missed_of, reason_items
+from runs.status import decisions_by_reason, missed_of, next_runs, reason_items
 from runs.store import store
 from tasks.models import TriggerRule
 
@@ -136,6 +136,10 @@ def dashboard_build(*, now: datetime) -> Dashboard:
         .order_by("next_fire_at")
         .values("id", "name", "timezone", "next_fire_at")[:NEXT_FIRES]
     )
+    # The next *run* of rules a calendar or window may skip, as the preview says it (2 queries).
+    runs_next = next_runs([r["id"] for r in d.next_fires])
+    for r in d.next_fires:
+        r["next_run"] = runs_next.get(r["id"], r["next_fire_at"])
 
     # 8. Flow control: saturated and paused pools, runs waiting for a pool (2 queries).
     d.flow = flow_saturation(now=now)

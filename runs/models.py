@@ -119,7 +119,7 @@ class TaskRun(models.Model):
     coalesces = models.BooleanField(_("coalesces"), default=False)
     approved_by = models.CharField(_("approved by"), max_length=150, blank=True)
     approved_at = models.DateTimeField(_("approved at"), null=True, blank=True)
-    # A trial run (admin "Trial run"): its biz_key lives in the "trial:" namespace, so it never
+    # A trial run (admin "Trial run"): its biz_key lives in the rule's trial namespace (rule/<id>/trial/), so it never
     # dedupes against, or blocks, the real unit of work.
     is_trial = models.BooleanField(_("is trial"), default=False)
     # Last time a "execute run" message was sent; the sweeper re-sends only after a grace period.
@@ -339,6 +339,9 @@ class Decision(models.Model):
         verbose_name = _("decision")
         verbose_name_plural = _("decisions")
         ordering = ["-slot"]
+        # Re-run chosen slots where they are found (tasks/triggers/rerun.py): on-call's after an
+        # outage, without the range backfill that tasks.backfill_rule gives operators.
+        permissions = [("rerun_slots", "Can re-run chosen slots")]
         constraints = [
             models.UniqueConstraint(fields=["rule", "slot"], name="decision_one_per_slot"),
             models.UniqueConstraint(

@@ -279,9 +279,13 @@ class RuleDeskMixin(RuleReviewMixin, RuleBackfillMixin):
             title = _("Trial run of %(rule)s") % {"rule": rule.name}
             submit_label = _("Start trial run")
             intro = _(
-                'A trial is a real run flagged as trial, with its business key in the "trial:" namespace: it '
-                "never dedupes against or blocks the real run. It works on paused rules too (gray release)."
-            )
+                "A trial is a real run flagged as trial, with its business key under %(slot_keys)s (a named key: "
+                "%(named_keys)s): it never dedupes against or blocks the real run. It works on paused rules too "
+                "(gray release)."
+            ) % {
+                "slot_keys": keys.namespace(rule.id, keys.TRIAL),
+                "named_keys": keys.namespace(rule.id, keys.TRIAL_KEY),
+            }
         else:
             title = _("Run %(rule)s now") % {"rule": rule.name}
             submit_label = _("Run now")

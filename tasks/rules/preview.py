@@ -23,6 +23,9 @@ from tasks.rules.reasons import Reason, code
 GAP = "gap"
 REPEAT = "repeat"
 HEARTBEAT, EVENT = "heartbeat", "event"  # the TriggerRule kinds without a schedule of their own
+# How many fires "next run" looks through for one the guards let run (a week of a 10-minute cron).
+NEXT_RUN_LOOKAHEAD = 1008
+MAX_NEXT_RUN_DAYS = 400  # and at most this far: past it, a next run is "unknown"
 # How far ahead the preview looks for the zone's offset changes, and how many it names.
 DST_LOOKAHEAD_DAYS = 366
 DST_CHANGES_SHOWN = 2
@@ -115,6 +118,38 @@ def rule_preview(rule, *, at: datetime, count: int) -> Preview:
         return unscheduled(EVENT)
     spread_of = (rule.name, rule.start_spread()) if rule.kind in ("cron", "interval") else None
     return schedule_preview(spec, at=at, count=count, guards=guards, paused=paused, spread_of=spread_of)
+
+
+def next_run(
+    spec: schedule.ScheduleSpec, guards: evaluation.Guards, *, first: datetime, lookahead: int = NEXT_RUN_LOOKAHEAD
+) -> datetime | None:
+    """The first fire at or after `first` that the static guards (excluded dates, weekdays, the
+    business calendar, hours) let run: the fire the preview marks as running, not a holiday's cron
+    fire. Readiness flags and overlap are not known ahead, so they do not count. None: no fire
+    among the next `lookahead` runs (say "unknown", not the cron's answer)."""
+    after = first - timedelta(microseconds=1)
+    for slot in schedule.slots_between(spec, after, after + timedelta(days=MAX_NEXT_RUN_DAYS), limit=lookahead):
+        if evaluation.evaluate_slot(guards, slot, now=slot, facts=evaluation.Facts()).action != evaluation.DECIDE:
+            return slot
+    return None
+
+
+def guarded(guards: evaluation.Guards) -> bool:
+    """Whether a guard may decide a fire away (so the next fire may not be the next run)."""
+    return bool(guards.excluded_dates or guards.weekdays is not None or guards.calendar is not None) or (
+        guards.hours_start is not None and guards.outside_hours != "run"
+    )
+
+
+def rule_next_run(rule) -> datetime | None:
+    """A saved, enabled rule's next run (next_run from its next fire); its next fire when no guard
+    can skip one, and for heartbeat and event rules. None: paused, nothing due, or no run ahead."""
+    if not rule.enabled or rule.next_fire_at is None:
+        return None
+    guards = rule_guards(rule)
+    if rule.kind in (HEARTBEAT, EVENT) or not guarded(guards):
+        return rule.next_fire_at
+    return next_run(rule.schedule_spec(), guards, first=rule.next_fire_at)
 
 
 def unscheduled(kind: str) -> Preview:

@@ -44,7 +44,7 @@ def rule_run_now(
     trial: bool = False,
 ) -> ClaimResult:
     """A real run for a chosen slot or business key, claimed like any trigger: a second click with
-    the same slot or key is a dedupe hit, not a second run. A trial goes to the "trial:" keys."""
+    the same slot or key is a dedupe hit, not a second run. A trial goes to the rule's trial keys (rule/<id>/trial/)."""
     try:
         with transaction.atomic():
             claim = rule_fire(rule=rule, actor=_name(actor), now=now, slot=slot, biz_key=biz_key or None, trial=trial)

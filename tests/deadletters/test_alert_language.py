@@ -156,6 +156,9 @@ def test_every_kind_of_alert_is_chinese_on_a_zh_hans_channel(kind):
     msg = alert_message(payload, language="zh-hans")
     assert_zh_complete(f"{msg.title}\n{msg.text}", allowed=DATA, where=f"{kind} alert")
     assert msg.title.startswith("[harness] 紧急 ")
+    # "link" is kept as a payload field's name (KEEP); as a label, it is worded.
+    labels = [line.split(":", 1)[0].strip() for line in msg.text.splitlines() if ":" in line]
+    assert "link" not in labels and "链接" in labels
 
 
 def test_the_final_failure_alert_reads_so_in_each_language():
