@@ -7,6 +7,7 @@ claims it only if it still says the same: what the operator confirmed is what ru
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 
@@ -67,7 +68,7 @@ def slots_rerun_plan(
     rendered: list[tuple[Decision, str]] = []
     items: list[RerunItem] = []
     for d in decisions:
-        base = {
+        base: dict[str, Any] = {
             "decision_id": d.id,
             "rule_id": d.rule_id,
             "rule_name": d.rule.name if d.rule else "",
