@@ -2,6 +2,7 @@
 by its label in the reader's language, yes / no for a boolean, "—" for nothing; never the stored
 code (`wall`) nor Python's True / False / None, which the library shows by default."""
 
+from django.db.models import Model
 from simple_history.template_utils import HistoricalRecordContextHelper
 
 from harness_site.templatetags.harness import shown_value
@@ -18,6 +19,8 @@ class ReadableHistory(HistoricalRecordContextHelper):
 
 class ReadableHistoryMixin:
     """For a SimpleHistoryAdmin: its History page words each change with ReadableHistory."""
+
+    model: type[Model]
 
     def get_historical_record_context_helper(self, request, historical_record):
         return ReadableHistory(self.model, historical_record)

@@ -356,7 +356,7 @@ CELERY_TASK_DEFAULT_QUEUE = "celery"
 CONTROL_QUEUE = "harness_control"
 # Runs go to "celery" (prefork: skills that compute) or "agents" (threads: skills that wait), as
 # their skill or rule says (tasks/skills/sdk.py RUN_QUEUES; docs/agents.md, "Execution modes").
-CELERY_TASK_QUEUES = {"celery": {}, "agents": {}, CONTROL_QUEUE: {}}
+CELERY_TASK_QUEUES: dict[str, dict[str, str]] = {"celery": {}, "agents": {}, CONTROL_QUEUE: {}}
 CELERY_TASK_ROUTES = {
     "runs.scheduler_tick": {"queue": CONTROL_QUEUE},
     "runs.sweep": {"queue": CONTROL_QUEUE},

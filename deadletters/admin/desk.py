@@ -1,6 +1,8 @@
 """The dead-letter desk: the open backlog counted by rule, error kind and fingerprint; a ticket page
 with everything needed to act; replay / close / assign, single or bulk, with confirmation."""
 
+from typing import TYPE_CHECKING
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
@@ -49,7 +51,14 @@ class AssignForm(forms.Form):
         )
 
 
-class DeadLetterDeskMixin:
+# Mixed into DeadLetterAdmin (deadletters/admin/__init__.py): the type checker reads it as such.
+if TYPE_CHECKING:
+    DeadLetterAdminBase = admin.ModelAdmin[DeadLetter]
+else:
+    DeadLetterAdminBase = object
+
+
+class DeadLetterDeskMixin(DeadLetterAdminBase):
     change_form_template = "admin/deadletters/deadletter/change_form.html"
     change_list_template = "admin/deadletters/deadletter/change_list.html"
     actions = ["replay", "close", "assign", "assign_to_me"]

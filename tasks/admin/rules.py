@@ -8,13 +8,12 @@ from urllib.parse import quote, urlencode
 
 from django.contrib import admin, messages
 from django.http import HttpResponseRedirect
-from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from harness_site.desk import FORM_TEMPLATE, ReasonForm, change_url, desk_object, now, posted, require_perm
+from harness_site.desk import ReasonForm, change_url, desk_object, now, posted, require_perm
 from harness_site.templatetags.harness import ago_html
 from runs.dashboard import skill_duration_p99s
 from runs.status import rule_rows
@@ -139,6 +138,7 @@ class RuleDeskMixin(RuleReviewMixin, RuleBackfillMixin):
         p99 = cache.get(rule.skill) if cache is not None else skill_duration_p99s([rule.skill]).get(rule.skill)
         return lint.rule_lint(lint_input(rule, p99))
 
+    @admin.display(description=gettext_lazy("Preview"))
     def schedule_preview(self, rule: TriggerRule) -> str:
         url = reverse("admin:tasks_triggerrule_preview")
         return format_html(
@@ -148,13 +148,11 @@ class RuleDeskMixin(RuleReviewMixin, RuleBackfillMixin):
             preview_html(rule_preview_data(rule)),
         )
 
-    schedule_preview.short_description = gettext_lazy("Preview")
-
+    @admin.display(description=gettext_lazy("Lint"))
     def lint_checklist(self, rule: TriggerRule) -> str:
         return checklist_html(self._lint(rule))
 
-    lint_checklist.short_description = gettext_lazy("Lint")
-
+    @admin.display(description=gettext_lazy("Business keys"))
     def key_preview(self, rule: TriggerRule) -> str:
         """The biz_keys this rule's triggers would claim, namespace and escaping included."""
         if rule.pk is None:
@@ -168,12 +166,9 @@ class RuleDeskMixin(RuleReviewMixin, RuleBackfillMixin):
         rows = format_html_join("", "<li>{}: <code>{}</code></li>", ((labels[k], key) for k, key in examples))
         return format_html('<ul id="rule-key-preview">{}</ul>', rows)
 
-    key_preview.short_description = gettext_lazy("Business keys")
-
+    @admin.display(description=gettext_lazy("lint"))
     def lint_column(self, rule: TriggerRule) -> str:
         return column_html(self._lint(rule))
-
-    lint_column.short_description = gettext_lazy("lint")
 
     def get_urls(self):
         wrap = self.admin_site.admin_view
@@ -230,24 +225,6 @@ class RuleDeskMixin(RuleReviewMixin, RuleBackfillMixin):
         if rule.kind in (TriggerRule.Kind.EVENT, TriggerRule.Kind.HEARTBEAT):
             return sentences.say(preview.unscheduled(rule.kind).description)
         return _("Once")
-
-    def _form_page(
-        self, request, rule, form, *, title, submit_label, intro="", plan_lines=None, hidden=(), submit_name="_submit"
-    ):
-        context = {
-            **self.admin_site.each_context(request),
-            "title": title,
-            "opts": self.opts,
-            "object": rule,
-            "form": form,
-            "submit_label": submit_label,
-            "intro": intro,
-            "plan_lines": plan_lines or [],
-            "hidden": list(hidden),
-            "cancel_url": change_url(rule),
-            "submit_name": submit_name,
-        }
-        return TemplateResponse(request, FORM_TEMPLATE, context)
 
     def run_now_view(self, request, object_id):
         return self._run_now_page(request, object_id, trial=False)

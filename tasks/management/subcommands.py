@@ -4,7 +4,7 @@ import json
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.core.management.base import CommandError
+from django.core.management.base import BaseCommand, CommandError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -70,7 +70,7 @@ def _rule(name: str) -> TriggerRule:
         raise CommandError(f"no rule named {name!r}") from None
 
 
-class GuardCommandsMixin:
+class GuardCommandsMixin(BaseCommand):
     def _flags(self, *, flags_command, **opts):
         try:
             if flags_command == "set":

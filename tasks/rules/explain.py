@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from tasks.rules import schedule
 from tasks.rules.reasons import Reason, code
@@ -99,7 +100,7 @@ def nearest_slots(spec: schedule.ScheduleSpec, instant: datetime) -> tuple[datet
     return before, schedule.next_slot(spec, instant)
 
 
-def missed_causes(*, reason: str, details: dict, decided_at: datetime) -> list[Reason]:
+def missed_causes(*, reason: str, details: dict[str, Any], decided_at: datetime) -> list[Reason]:
     """Every cause a late slot's decision records, in order: why it was late (no tick reached it in
     time: the scheduler was down or stalled until the decision), then why it was not caught up (the
     rule's catch-up policy, its max delay, its count). Empty for a decision that is not about lateness.

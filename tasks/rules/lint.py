@@ -6,6 +6,7 @@ admin can show the list on the rule page and a one-word summary as a list column
 
 from dataclasses import dataclass
 from datetime import date
+from typing import Any
 
 from tasks.rules import backpressure, keys, schedule
 from tasks.rules.reasons import Reason, code
@@ -67,7 +68,7 @@ REQUIRED_ALERT_FIELDS = frozenset({"run_id", "biz_key"})
 class LintInput:
     timezone: str
     dedupe_key_template: str
-    params: dict
+    params: dict[str, Any]
     max_attempts: int
     max_retry_window_seconds: int
     max_delay_seconds: int
@@ -139,7 +140,7 @@ def lint_summary(items: list[LintItem]) -> LintSummary:
     return LintSummary(sum(i.status == FAIL for i in items), sum(i.status == WARN for i in items))
 
 
-def _item(check: str, status: str, name: str, /, **params) -> LintItem:
+def _item(check: str, status: str, name: str, /, **params: Any) -> LintItem:
     return LintItem(check, status, Reason.of(name, **params))
 
 

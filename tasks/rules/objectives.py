@@ -22,7 +22,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 from tasks.rules.evaluation import local_time_instants
@@ -338,7 +338,7 @@ def objective_errors(
     scheduled: bool,
     start_before_seconds: int | None = None,
     lead_seconds: int | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Field -> Reasons for an objective that cannot be used; empty when none is set or all is well.
     A latest start or lead time needs an objective, and under an offset objective must be shorter than
     the offset (else every slot would be at risk from its start)."""

@@ -14,11 +14,15 @@ its first occurrence, or its second under "last". A one-time rule runs once, so 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, tzinfo
+from typing import TYPE_CHECKING
 
 from tasks.rules import evaluation, schedule, spread
 from tasks.rules.guards import rule_guards
 from tasks.rules.reasons import Reason, code
+
+if TYPE_CHECKING:  # for the signature only: the pure layer never imports the ORM at run time
+    from tasks.models import TriggerRule
 
 GAP = "gap"
 REPEAT = "repeat"
@@ -86,7 +90,9 @@ def schedule_preview(
     return Preview(fires, dst_changes(spec, at), _description(spec, at))
 
 
-def _fire_start(spread_of, slot: datetime, following: datetime | None, zone) -> Reason | None:
+def _fire_start(
+    spread_of: tuple[str, spread.Spread] | None, slot: datetime, following: datetime | None, zone: tzinfo | None
+) -> Reason | None:
     """A spread rule's start for one fire: the hash's instant, or the range when a random part is added."""
     if spread_of is None or not spread_of[1]:
         return None
@@ -100,7 +106,7 @@ def _fire_start(spread_of, slot: datetime, following: datetime | None, zone) -> 
     return Reason.of(spread.STARTS, start=start, spread=said)
 
 
-def rule_preview(rule, *, at: datetime, count: int) -> Preview:
+def rule_preview(rule: TriggerRule, *, at: datetime, count: int) -> Preview:
     """A saved rule's preview, guards applied. A heartbeat rule fires once, at its deadline, if no
     ping comes first; an event rule has no fires."""
     spec = rule.schedule_spec()
@@ -141,14 +147,15 @@ def guarded(guards: evaluation.Guards) -> bool:
     )
 
 
-def rule_next_run(rule) -> datetime | None:
+def rule_next_run(rule: TriggerRule) -> datetime | None:
     """A saved, enabled rule's next run (next_run from its next fire); its next fire when no guard
     can skip one, and for heartbeat and event rules. None: paused, nothing due, or no run ahead."""
     if not rule.enabled or rule.next_fire_at is None:
         return None
     guards = rule_guards(rule)
     if rule.kind in (HEARTBEAT, EVENT) or not guarded(guards):
-        return rule.next_fire_at
+        fire: datetime = rule.next_fire_at
+        return fire
     return next_run(rule.schedule_spec(), guards, first=rule.next_fire_at)
 
 
@@ -261,5 +268,5 @@ def wall_instant(wall: datetime, *, timezone: str, dst_gap: str = "shift", dst_r
 class ScheduleRangeError(schedule.ScheduleError):
     """The wall time is a valid datetime, but its instant is before year 1 or after 9999 UTC."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__("run_at", schedule.RUN_AT_OUT_OF_RANGE)

@@ -128,7 +128,7 @@ def rule_resume(*, rule: TriggerRule, actor, now: datetime, reason: str) -> None
 def _set_enabled(rule: TriggerRule, *, enabled: bool, actor, now: datetime, reason: str, action: str) -> None:
     if not (reason or "").strip():
         raise RuleActionError("Say why (a reason is required).", field="reason")
-    limit = TriggerRule._meta.get_field("pause_reason").max_length
+    limit = TriggerRule.PAUSE_REASON_MAX
     if len(reason) > limit:
         raise RuleActionError(f"The reason is {len(reason)} characters; the limit is {limit}.", field="reason")
     with transaction.atomic():

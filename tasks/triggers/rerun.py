@@ -11,6 +11,7 @@ claims it only if it still says the same: what the operator confirmed is what ru
 
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 
@@ -129,7 +130,9 @@ def _check_count(n: int) -> None:
         raise RuleActionError(f"Choose at most {MAX_BACKFILL_RUNS} slots at once.", field="slots")
 
 
-def _base(decision_id, rule, slot, reason, *, rule_id) -> dict:
+def _base(
+    decision_id: int | None, rule: TriggerRule | None, slot: datetime | None, reason: str, *, rule_id: int | None
+) -> dict[str, Any]:
     return {
         "decision_id": decision_id,
         "rule_id": rule_id,
@@ -212,13 +215,13 @@ def slots_rerun(
             if claim.run is not None:
                 run_ids.append(claim.run.id)
             by_rule.setdefault(item.rule_id, []).append(item.slot.isoformat())
-        for rule_id, slots in by_rule.items():
+        for rule_id, instants in by_rule.items():
             audit_record(
                 actor=actor,
                 action=AuditEntry.Action.RULE_BACKFILL,
                 target=plan.rules[rule_id],
                 now=now,
                 reason=reason,
-                details={"chosen_slots": slots, "spacing_seconds": spacing.total_seconds()},
+                details={"chosen_slots": instants, "spacing_seconds": spacing.total_seconds()},
             )
     return {"created": created, "dedupe_hits": hits, "runs": run_ids}

@@ -235,6 +235,7 @@ def record_paused_slots(
         slots = schedule.slots_between(rule.schedule_spec(), after, until, limit=MAX_PAUSED_DECISIONS + 1)
     except (schedule.ScheduleError, ValueError):
         return 0
+    details: dict[str, object]
     if due_from is None:
         details = {"paused_at": since.isoformat(), "resumed_at": until.isoformat()}
     else:
