@@ -38,6 +38,9 @@ def test_it_gives_every_other_event_its_fixed_severity():
         r.SLOT_MISSED: r.WARNING,
         r.SCHEDULER_STALLED: r.URGENT,
         r.CALENDAR_NO_DATA: r.WARNING,
+        # An incident's close reaches every channel its opening paged, so on-call learns it is over.
+        r.INCIDENT_OPENED: r.URGENT,
+        r.INCIDENT_CLOSED: r.URGENT,
     }
 
 
