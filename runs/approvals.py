@@ -140,7 +140,8 @@ def _gated(ids: list[int]):
 
 
 def catchup_approve(*, run_ids: list[int], actor, now: datetime) -> int:
-    """Release gated catch-up runs; each rule's runs are paced again from `now` in slot order.
+    """Release runs the scheduler held (a catch-up burst, an uncertain calendar day); each rule's runs
+    are paced again from `now` in slot order, by its catch-up spacing.
     Returns how many were released (a run approved meanwhile by someone else is not counted)."""
     released, due = 0, []
     with transaction.atomic():
@@ -176,7 +177,7 @@ def catchup_approve(*, run_ids: list[int], actor, now: datetime) -> int:
 
 
 def catchup_reject(*, run_ids: list[int], actor, now: datetime) -> int:
-    """Cancel gated catch-up runs; the slot keeps its (cancelled) run, so it stays accounted for."""
+    """Cancel runs the scheduler held; the slot keeps its (cancelled) run, so it stays accounted for."""
     name = _actor_name(actor)
     with transaction.atomic():
         runs = list(_gated(run_ids).select_related("rule").order_by("id"))
@@ -185,7 +186,7 @@ def catchup_reject(*, run_ids: list[int], actor, now: datetime) -> int:
             finish_at=now,
             approved_by=name[:150],
             approved_at=now,
-            last_error=f"catch-up rejected by {name}",
+            last_error=f"held run rejected by {name}",
         )
         if rejected:
             audit_record(

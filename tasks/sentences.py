@@ -164,6 +164,12 @@ CATALOGUE = {
     explained.AWAITING_APPROVAL: gettext_lazy(
         "waiting for operator approval: run %(run)s (catch-up above the approval threshold)"
     ),
+    explained.AWAITING_APPROVAL_FOR: gettext_lazy("waiting for operator approval: run %(run)s (%(why)s)"),
+    explained.HELD_CATCHUP: gettext_lazy("a catch-up burst above the rule's approval threshold"),
+    explained.HELD_UNCERTAIN_DAY: gettext_lazy(
+        "%(date)s is an uncertain day: calendar %(calendar)s has no notice for the year yet and holds such days"
+    ),
+    explained.HELD_ACTION: gettext_lazy("a proposed action needs a person's decision"),
     explained.LAST_ERROR: gettext_lazy("%(error)s"),
     explained.STARTS_AT: gettext_lazy("starts at %(at)s (deferred or paced)"),
     explained.NOT_STARTED: gettext_lazy("run %(run)s not started yet, %(waiting)s"),
@@ -273,7 +279,7 @@ CATALOGUE = {
     objectives.CAUSE_WAITING_OVERLAP: gettext_lazy("buffered behind an active run of this rule since %(since)s"),
     objectives.CAUSE_WAITING_POOL: gettext_lazy("pool %(pool)s full (%(in_use)s of %(limit)s), %(ahead)s runs ahead"),
     objectives.CAUSE_WAITING_RATE: gettext_lazy("pool %(pool)s paces its starts; next start at %(until)s"),
-    objectives.CAUSE_AWAITING_APPROVAL: gettext_lazy("catch-up run waiting for operator approval"),
+    objectives.CAUSE_AWAITING_APPROVAL: gettext_lazy("run held for operator approval"),
     objectives.CAUSE_QUEUED: gettext_lazy("queued, may start at %(at)s"),
     objectives.CAUSE_QUEUE_STALLED: gettext_lazy("no worker has consumed queue %(queue)s for %(minutes)s min"),
     objectives.CAUSE_QUEUE_NO_WORKER: gettext_lazy("no worker consumes queue %(queue)s"),

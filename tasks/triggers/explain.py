@@ -147,7 +147,10 @@ def _slot_ran(base: dict, run: TaskRun, now: datetime) -> Explanation:
         Reason.of(words.RAN, run=RunRef(run.id), state=run.get_state_display(), source=run.source, biz_key=run.biz_key)
     ]
     if run.state == TaskRun.State.AWAITING_APPROVAL:
-        said = [Reason.of(words.AWAITING_APPROVAL, run=RunRef(run.id))]
+        held = words.held_for(source=run.source, attempts=run.attempts, payload=run.payload or {})
+        said = [Reason.of(words.AWAITING_APPROVAL_FOR, run=RunRef(run.id), why=why) for why in held] or [
+            Reason.of(words.AWAITING_APPROVAL, run=RunRef(run.id))
+        ]
     elif run.state in (TaskRun.State.CANCELLED, TaskRun.State.FAILED) and run.last_error:
         said.append(Reason.of(words.LAST_ERROR, error=run.last_error))
     elif spread_said := _spread_said(base, run, now):

@@ -260,23 +260,49 @@ def test_only_calendars_in_use_by_enabled_rules_are_reported():
             "no_data_from": "2027-01-01",
             "days_left": 42,
             "rules": ["cn-report"],
+            "uncertain_days": "hold",
         }
     ]
     assert calendar_model.calendar_gaps(today=date(2026, 6, 1)) == []
     assert unused.name not in json.dumps(calendar_model.calendar_gaps(today=date(2026, 11, 20)))
 
 
-def test_the_alert_says_it_once_per_calendar_and_date():
+def test_the_alert_escalates_as_the_date_approaches_each_step_once_per_calendar_and_year():
     make_rule("cn-report", kind="cron", cron="0 9 * * *", timezone="Asia/Shanghai", business_calendar=china())
-    now = datetime(2026, 11, 20, 8, 0, tzinfo=UTC)
-    gaps = calendar_model.calendar_gaps(today=now.date())
-    first = alert_check_calendars(gaps=gaps, now=now)
-    assert len(first) == 1
-    again = alert_check_calendars(gaps=gaps, now=now + timedelta(minutes=1))
-    assert again == []
-    alert = Alert.objects.get(kind=alert_rules.CALENDAR_NO_DATA)
-    assert alert.severity == alert_rules.WARNING
-    assert "has no data from 2027-01-01" in alert.payload["title"] and alert.payload["rule"] == "cn-report"
+
+    def check(now: datetime) -> list[tuple[str, str]]:
+        # The real check: its gaps as /healthz reads them at `now`, every minute for three minutes.
+        found = []
+        for minute in range(3):
+            at = now + timedelta(minutes=minute)
+            for alert in alert_check_calendars(gaps=calendar_model.calendar_gaps(today=at.date()), now=at):
+                found.append((alert.payload["step"], alert.severity))
+        return found
+
+    assert check(datetime(2026, 11, 16, 8, 0, tzinfo=UTC)) == []  # 46 days: beyond the horizon
+    assert check(datetime(2026, 11, 20, 8, 0, tzinfo=UTC)) == [("notice", alert_rules.NOTICE)]
+    assert check(datetime(2026, 12, 4, 8, 0, tzinfo=UTC)) == []
+    assert check(datetime(2026, 12, 5, 0, 0, tzinfo=UTC)) == [("warning", alert_rules.WARNING)]
+    assert check(datetime(2026, 12, 24, 23, 59, tzinfo=UTC)) == [("urgent", alert_rules.URGENT)]
+    assert check(datetime(2026, 12, 31, 8, 0, tzinfo=UTC)) == []
+    assert check(datetime(2027, 1, 1, 0, 0, tzinfo=UTC)) == [("today", alert_rules.URGENT)]
+    assert check(datetime(2027, 1, 4, 0, 0, tzinfo=UTC)) == []  # the gap is now 4 Jan: the same year
+    alerts = Alert.objects.filter(kind=alert_rules.CALENDAR_NO_DATA, channel=None).order_by("created_at")
+    assert [a.payload["days_left"] for a in alerts] == [42, 27, 7, 0]
+    first = alerts[0].payload
+    assert "has no data from 2027-01-01" in first["title"] and first["rule"] == "cn-report"
+    assert first["uncertain_days"] == "hold"
+
+
+def test_a_calendar_steps_alerts_reach_channels_by_their_minimum_severity():
+    from deadletters.models import AlertChannel
+
+    AlertChannel.objects.create(name="mail", kind="log", min_severity=alert_rules.WARNING)
+    make_rule("cn-report", kind="cron", cron="0 9 * * *", timezone="Asia/Shanghai", business_calendar=china())
+    for now in (datetime(2026, 11, 20, tzinfo=UTC), datetime(2026, 12, 5, tzinfo=UTC)):
+        alert_check_calendars(gaps=calendar_model.calendar_gaps(today=now.date()), now=now)
+    sent = Alert.objects.filter(kind=alert_rules.CALENDAR_NO_DATA, channel__name="mail")
+    assert [a.payload["step"] for a in sent] == ["warning"]  # the notice stays with notice channels
 
 
 def test_healthz_names_a_calendar_running_out_and_stays_ok(client, monkeypatch):
@@ -303,6 +329,7 @@ def test_healthz_names_a_calendar_running_out_and_stays_ok(client, monkeypatch):
             "no_data_from": (end + timedelta(days=1)).isoformat(),
             "days_left": 11,
             "rules": ["cn-report"],
+            "uncertain_days": "hold",
         }
     ]
 
