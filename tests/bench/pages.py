@@ -206,14 +206,21 @@ def measure_size(client, rows: int, rule_ids: list[int], rounds: int) -> tuple[d
 
 
 def report(results: dict[int, tuple[dict, dict]], small: int, large: int) -> None:
+    """Growth is given twice: of the page's ms, and of its ratio to the app index (the same page
+    relative to the same baseline, so a busier machine in one phase does not count as growth)."""
     (s_ms, s_q), (l_ms, l_q) = results[small], results[large]
-    print(f"\n{'page':<30} {'ms ' + f'{small:,}':>12} {'ms ' + f'{large:,}':>14} {'x index':>9} {'growth':>8}  queries")
+    print(
+        f"\n{'page':<30} {'ms ' + f'{small:,}':>12} {'ms ' + f'{large:,}':>14} {'x index':>9}"
+        f" {'growth':>8} {'growth/index':>13}  queries"
+    )
     for name in l_ms:
         ratio = l_ms[name] / l_ms[INDEX]
         growth = l_ms[name] / s_ms[name]
-        flag = "" if name == INDEX or (ratio <= GOAL_RATIO and growth <= GOAL_GROWTH) else "  <-- over goal"
+        relative = ratio / (s_ms[name] / s_ms[INDEX])
+        over = ratio > GOAL_RATIO or min(growth, relative) > GOAL_GROWTH
+        flag = "  <-- over goal" if name != INDEX and over else ""
         print(
-            f"{name:<30} {s_ms[name]:>12.1f} {l_ms[name]:>14.1f} {ratio:>8.1f}x {growth:>7.2f}x"
+            f"{name:<30} {s_ms[name]:>12.1f} {l_ms[name]:>14.1f} {ratio:>8.1f}x {growth:>7.2f}x {relative:>12.2f}x"
             f"  {s_q[name]} -> {l_q[name]}{flag}"
         )
     print("(dashboard before its rollup: measured beside the index in its own rounds, scaled to this table's index)")
@@ -221,7 +228,6 @@ def report(results: dict[int, tuple[dict, dict]], small: int, large: int) -> Non
 
 def main() -> None:
     args = parse_args()
-    args.database_url = args.database_url
     bench.configure_env(args)
     os.environ.setdefault("ALLOWED_HOSTS", "localhost,127.0.0.1,testserver")
     os.environ.setdefault("LOG_LEVEL", "ERROR")
