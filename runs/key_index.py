@@ -3,7 +3,7 @@
 On PostgreSQL a GIN index of UPPER(biz_key) with pg_trgm's gin_trgm_ops: it serves the
 `icontains` that runs/key_search.py builds (UPPER(biz_key) LIKE UPPER('%…%')). pg_trgm ships with
 PostgreSQL and is a trusted extension, but creating it needs the CREATE privilege on the database;
-without it the search is the same, by a scan (docs/deployment.md). SQLite has neither GIN nor
+without it the search is the same, by a scan (README.md, "Production"). SQLite has neither GIN nor
 pg_trgm: there the index is a plain one of the same expression, so a table rebuild (SQLite's way
 to alter a column) can recreate every index in the model's Meta.
 """
@@ -67,7 +67,7 @@ class AddKeyTrigramIndex(AddIndexConcurrently):
         if not trigrams_available(schema_editor):
             log.warning(
                 "%s not built: this role cannot CREATE EXTENSION %s. Key search still works, by a scan;"
-                " see docs/deployment.md.",
+                " see README.md, 'Production'.",
                 self.index.name,
                 EXTENSION,
             )
