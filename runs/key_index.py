@@ -11,9 +11,9 @@ to alter a column) can recreate every index in the model's Meta.
 import logging
 
 from django.contrib.postgres.indexes import GinIndex, OpClass
-from django.contrib.postgres.operations import AddIndexConcurrently
 from django.db import DatabaseError, models, transaction
-from django.db.migrations.operations import AddIndex
+
+from harness_site.concurrent_index import AddIndexConcurrently
 
 EXTENSION = "pg_trgm"
 log = logging.getLogger(__name__)
@@ -50,14 +50,14 @@ def _index_state(schema_editor, name: str) -> str:
 
 
 class AddKeyTrigramIndex(AddIndexConcurrently):
-    """AddIndexConcurrently on PostgreSQL (a run table stays writable while it builds), kept when it
-    is already there and valid (0009 built it), rebuilt when a failed concurrent build left it
-    invalid, skipped with a warning when pg_trgm cannot be created; reversed, it stays (0009's).
-    AddIndex elsewhere (SQLite has no CONCURRENTLY; its table is small)."""
+    """harness_site.concurrent_index.AddIndexConcurrently (CONCURRENTLY on PostgreSQL, plain on
+    SQLite); on PostgreSQL kept when already there and valid (0009 built it), rebuilt when a failed
+    concurrent build left it invalid, skipped with a warning when pg_trgm cannot be created;
+    reversed there, it stays (0009's)."""
 
     def database_forwards(self, app_label, schema_editor, from_state, to_state):
         if schema_editor.connection.vendor != "postgresql":
-            return AddIndex.database_forwards(self, app_label, schema_editor, from_state, to_state)
+            return super().database_forwards(app_label, schema_editor, from_state, to_state)
         self._ensure_not_in_transaction(schema_editor)
         state = _index_state(schema_editor, self.index.name)
         if state == "valid":
@@ -76,5 +76,5 @@ class AddKeyTrigramIndex(AddIndexConcurrently):
 
     def database_backwards(self, app_label, schema_editor, from_state, to_state):
         if schema_editor.connection.vendor != "postgresql":
-            return AddIndex.database_backwards(self, app_label, schema_editor, from_state, to_state)
+            return super().database_backwards(app_label, schema_editor, from_state, to_state)
         return None  # the index belongs to 0009 below, which built it outside the model state

@@ -14,7 +14,7 @@ INDEX = "run_biz_key_trgm_idx"
 def create(apps, schema_editor):
     if schema_editor.connection.vendor != "postgresql":
         return
-    if not trigrams_available(schema_editor):  # no privilege: 0020 tries again; the search scans meanwhile
+    if not trigrams_available(schema_editor):  # no privilege: 0026 tries again; the search scans meanwhile
         return
     schema_editor.execute(
         f"CREATE INDEX IF NOT EXISTS {INDEX} ON runs_taskrun USING gin ((UPPER(biz_key::text)) gin_trgm_ops)"

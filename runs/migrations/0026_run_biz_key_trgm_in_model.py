@@ -12,7 +12,7 @@ from runs.key_index import AddKeyTrigramIndex, KeyTrigramIndex
 class Migration(migrations.Migration):
     atomic = False  # CREATE INDEX CONCURRENTLY runs outside a transaction
 
-    dependencies = [("runs", "0019_decision_tally_missed_label")]
+    dependencies = [("runs", "0025_rerun_slots_permission")]
 
     operations = [
         AddKeyTrigramIndex(
