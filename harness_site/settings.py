@@ -95,6 +95,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # Index expressions with an operator class (runs/key_index.py: the key search's pg_trgm index).
+    "django.contrib.postgres",
     "django_celery_beat",
     "simple_history",
     "tasks",

@@ -5,11 +5,14 @@ db_index=False: the composite serves its lookups and cascades, and every index i
 each insert and non-HOT update, several times per run (tests/runs/test_indexes.py).
 """
 
+from django.contrib.postgres.indexes import OpClass
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Upper
 from django.utils.translation import gettext_lazy as _
 
+from runs.key_index import KeyTrigramIndex
 from tasks.rules import keys
 from tasks.rules.backpressure import watermark_errors
 from tasks.rules.policy import DEFAULT_LEASE_TTL_SECONDS, RetryPolicy, RunPolicy
@@ -180,6 +183,8 @@ class TaskRun(models.Model):
             models.Index(fields=["rule"], condition=Q(state="pending"), name="run_pending_idx"),
             # admin search by a trace id from a log line (runs/admin get_search_results).
             models.Index(fields=["trace_id"], condition=~Q(trace_id=""), name="run_trace_idx"),
+            # runs.key_search: part of a biz_key, any case (UPPER(biz_key) LIKE); pg_trgm on PostgreSQL.
+            KeyTrigramIndex(OpClass(Upper("biz_key"), name="gin_trgm_ops"), name="run_biz_key_trgm_idx"),
         ]
         permissions = [
             ("retry_run", "Can retry a run now"),

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.utils.translation import gettext_lazy as _
 
@@ -205,12 +205,23 @@ def board_build(
     )
 
 
+def _runs_of_rule_newest_first(**filters) -> QuerySet:
+    """The outer rule's runs, newest first, by run_rule_recent_idx alone. The range on rule_id
+    (not an equality) and the order by (rule_id, -trigger_at) leave no other index that gives this
+    order: with few distinct rules among the runs the planner expects thousands of runs per rule
+    and walked run_recent_idx (every rule's runs, newest first) to meet this rule's soon, which for
+    a rule without runs, or whose last finished one is old, read the whole index once per rule."""
+    return TaskRun.objects.filter(rule_id__gte=OuterRef("pk"), rule_id__lte=OuterRef("pk"), **filters).order_by(
+        "rule_id", "-trigger_at"
+    )
+
+
 def rule_rows(*, now: datetime) -> list[RuleRow]:
     """Every rule's row without its strip, in three queries (1-3 above), in no particular order."""
     since = now - WINDOW
     # 1. Rules with their last finished run and last slot decision (an index probe per rule each).
     # A trial is not the rule's outcome (nor its health): it shows in the strip, marked, only.
-    last_run = TaskRun.objects.filter(rule=OuterRef("pk"), state__in=FINISHED, is_trial=False).order_by("-trigger_at")
+    last_run = _runs_of_rule_newest_first(state__in=FINISHED, is_trial=False)
     last_decision = Decision.objects.filter(rule=OuterRef("pk"), slot__isnull=False).order_by("-slot")
     rules = TriggerRule.objects.annotate(
         last_run_id=Subquery(last_run.values("id")[:1]),
@@ -372,9 +383,7 @@ def history_strips(rule_ids: list[int], *, cells: int = HISTORY_CELLS) -> dict[i
     # 4. The `cells`-th newest run (by trigger_at) and slot decision (by slot) of each rule.
     nth = cells - 1
     cuts = TriggerRule.objects.filter(id__in=rule_ids).annotate(
-        run_from=Subquery(
-            TaskRun.objects.filter(rule=OuterRef("pk")).order_by("-trigger_at").values("trigger_at")[nth : nth + 1]
-        ),
+        run_from=Subquery(_runs_of_rule_newest_first().values("trigger_at")[nth : nth + 1]),
         decision_from=Subquery(
             Decision.objects.filter(rule=OuterRef("pk"), slot__isnull=False)
             .order_by("-slot")
