@@ -391,6 +391,15 @@ CATALOGUE = {
         "no holiday and no make-up working day and counts every weekday as a business day. Upgrade the library "
         "once the next year's holidays are published, or add overrides."
     ),
+    lint.CALENDAR_NO_NOTICE: gettext_lazy(
+        "Calendar %(calendar)s (%(source)s) has no data from %(since)s (in %(days)s days): from then on it skips "
+        "the holidays the law fixes, but cannot know the weekdays the yearly notice bridges into a break or the "
+        "weekends it makes working days; on those uncertain days %(uncertain)s. Import the notice once it is "
+        "published (harness notice import), or upgrade the library."
+    ),
+    lint.UNCERTAIN_RUNS: gettext_lazy("its rules run as on an ordinary day"),
+    lint.UNCERTAIN_SKIPS: gettext_lazy("its rules do not run"),
+    lint.UNCERTAIN_HOLDS: gettext_lazy("its rules' runs wait for an operator's approval"),
 }
 
 
