@@ -156,6 +156,8 @@ CATALOGUE = {
         "%(when)s: clocks go back (UTC%(old)s → UTC%(new)s); a repeated wall time runs: %(repeat)s occurrence(s)."
     ),
     preview.NO_DST_CHANGE: gettext_lazy("%(zone)s has no DST change in the next year."),
+    preview.FROM_NOT_A_DATE: gettext_lazy("a date written YYYY-MM-DD, e.g. 2027-02-05"),
+    preview.FROM_OUT_OF_RANGE: gettext_lazy("a date from the year %(first)s to %(last)s"),
     # --- explain: why did or didn't it run ---
     explained.NOT_A_DATETIME: gettext_lazy(
         "%(text)s is not a date-time; write e.g. 2026-12-01T08:00 (read in %(zone)s) or 2026-12-01T08:00:00+01:00"
