@@ -4,7 +4,10 @@
 API's preview from a day: the fires say which run and which a holiday or an uncertain day skips,
 in the same words as the saved rule's preview (tasks/admin/rule_preview.py)."""
 
+import io
+
 import pytest
+from django.core.management import CommandError, call_command
 from django.db import connection
 from django.test import Client
 from django.test.utils import CaptureQueriesContext
@@ -152,3 +155,14 @@ def test_the_api_schema_names_the_preview_start_day():
     params = schema["paths"]["/api/v1/rules/{name}/preview"]["get"]["parameters"]
     start = next(p for p in params if p["name"] == "from")
     assert start["in"] == "query" and start["schema"]["format"] == "date"
+
+
+def test_the_cli_previews_from_a_chosen_day():
+    make_rule("cn-report", **DAILY, business_calendar=china())
+    out = io.StringIO()
+    call_command("harness", "preview", "cn-report", "--next", "2", "--from", "2026-02-14", stdout=out)
+    lines = out.getvalue().splitlines()
+    assert lines[0].startswith("Sat 2026-02-14 09:00") and "make-up working day" in lines[0]
+    assert lines[1].startswith("Sun 2026-02-15 09:00") and "no run" in lines[1]
+    with pytest.raises(CommandError, match="--from: a date written YYYY-MM-DD"):
+        call_command("harness", "preview", "cn-report", "--from", "15/02/2026", stdout=out)
