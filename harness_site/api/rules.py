@@ -39,7 +39,7 @@ from runs.models import SlotObjective
 from runs.objectives import objective_filter_rules, objective_status_for_rules
 from tasks import sentences
 from tasks.models import TriggerRule
-from tasks.rules.preview import rule_preview
+from tasks.rules.preview import FROM_YEARS, StartError, preview_start, rule_preview
 from tasks.services import RuleImportError, rule_export_one, rule_import, rule_import_stage
 from tasks.triggers import rerun
 from tasks.triggers.explain import SlotParseError, parse_slot, slot_explain, trigger_explain
@@ -431,7 +431,15 @@ class RulePreviewView(_RuleActionView):
     perms = {"GET": VIEW}
 
     @extend_schema(
-        parameters=[OpenApiParameter("count", int, description=f"1 to {MAX_PREVIEW}; default 10")],
+        parameters=[
+            OpenApiParameter("count", int, description=f"1 to {MAX_PREVIEW}; default 10"),
+            OpenApiParameter(
+                "from",
+                OpenApiTypes.DATE,
+                description="start on this day (YYYY-MM-DD, in the rule's timezone), e.g. a coming Spring "
+                f"Festival; years {FROM_YEARS[0]} to {FROM_YEARS[1]}; default: now",
+            ),
+        ],
         responses={200: PreviewRowSerializer(many=True), **problems(*COMMON, 404)},
         description="The next fires with DST notes and what the windows and calendar do to each.",
     )
@@ -442,8 +450,14 @@ class RulePreviewView(_RuleActionView):
             raise invalid("count", f"a whole number from 1 to {MAX_PREVIEW}, in ASCII digits")
         if rule.kind == TriggerRule.Kind.EVENT:
             return Response([])
+        now = timezone.now()
+        at, start = now, query_text(request, "from")
         try:
-            fires = rule_preview(rule, at=timezone.now(), count=count).fires
+            if start:
+                at = preview_start(start, timezone=rule.timezone)
+            fires = rule_preview(rule, at=at, count=count, now=now).fires
+        except StartError as exc:
+            raise invalid("from", sentences.say(exc.reason)) from None
         except ValueError as exc:  # a rule saved without its checks (shell, old data): say so, never a 500
             raise ApiProblem(409, "invalid-rule", f"cannot preview the rule: {exc}") from None
         return Response(

@@ -141,8 +141,20 @@ class RuleDeskMixin(RuleReviewMixin, RuleBackfillMixin):
     @admin.display(description=gettext_lazy("Preview"))
     def schedule_preview(self, rule: TriggerRule) -> str:
         url = reverse("admin:tasks_triggerrule_preview")
+        # A chosen start date (a past or coming Spring Festival); blank: from now. The page's script
+        # sends it with the schedule; it is not a field of the rule.
+        start = format_html(
+            '<p class="preview-from"><label for="rule-preview-from">{}</label> '
+            '<input type="date" id="rule-preview-from" min="{}-01-01" max="{}-12-31"> '
+            '<span class="help">{}</span></p>',
+            _("Preview from"),
+            f"{preview.FROM_YEARS[0]:04d}",
+            preview.FROM_YEARS[1],
+            _("a day in the rule's timezone; blank: from now"),
+        )
         return format_html(
-            '<div id="rule-preview" data-url="{}" data-rule="{}">{}</div>',
+            '{}<div id="rule-preview" data-url="{}" data-rule="{}">{}</div>',
+            start,
             url,
             rule.pk or "",
             preview_html(rule_preview_data(rule)),

@@ -7,11 +7,12 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from deadletters import alert_rules
 from deadletters.alerts import alert_check_calendars
 from deadletters.models import Alert
+from tasks import sentences
 from tasks.admin.rule_lint import calendar_lint
 from tasks.models import BusinessCalendar, CalendarOverride, TriggerRule
 from tasks.models import calendar as calendar_model
@@ -233,6 +234,32 @@ def test_the_rule_lint_warns_weeks_before_the_calendar_runs_out():
     known = lint.rule_lint(lint.LintInput(**LINT_BASE, **calendar_lint(rule, today=date(2026, 6, 1))))[-1]
     assert known.status == lint.PASS
     assert lint.CHECK_CALENDAR not in [i.check for i in lint.rule_lint(lint.LintInput(**LINT_BASE))]
+
+
+@pytest.mark.parametrize(
+    ("policy", "words"),
+    [("hold", "wait for an operator's approval"), ("skip", "its rules do not run"), ("run", "as on an ordinary day")],
+)
+def test_the_lint_says_a_china_calendar_without_a_notice_keeps_the_laws_holidays(policy, words):
+    # Past its data a mainland-China calendar still knows the law's holidays and leaves the
+    # uncertain days to its policy.
+    cal = BusinessCalendar.objects.create(name="c", country="CN", uncertain_days=policy)
+    rule = make_rule("r", kind="cron", cron="0 9 * * *", timezone="Asia/Shanghai", business_calendar=cal)
+    item = lint.rule_lint(lint.LintInput(**LINT_BASE, **calendar_lint(rule, today=date(2026, 11, 20))))[-1]
+    assert (item.status, item.reason.code) == (lint.WARN, lint.CALENDAR_NO_NOTICE)
+    said = sentences.say(item.reason)
+    assert words in said
+    assert "the holidays the law fixes" in said and "every weekday" not in said
+    with translation.override("zh-hans"):
+        zh = sentences.say(item.reason)
+    assert "法定节假日" in zh and not any(w in zh for w in ("approval", "ordinary", "weekday"))
+
+
+def test_past_its_data_any_other_calendar_counts_every_weekday_as_a_business_day():
+    facts = {"calendar": "us", "calendar_source": "holidays", "calendar_gap": date(2027, 1, 1)}
+    item = lint.rule_lint(lint.LintInput(**LINT_BASE, **facts, today=date(2026, 11, 20)))[-1]
+    assert (item.status, item.reason.code) == (lint.WARN, lint.CALENDAR_NO_DATA)
+    assert "counts every weekday as a business day" in sentences.say(item.reason)
 
 
 @pytest.mark.parametrize(
