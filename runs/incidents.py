@@ -150,7 +150,12 @@ def incident_close(incident: Incident, *, ended_at: datetime, now: datetime) -> 
 
 
 def _summary(cost: "Cost") -> dict:
-    return {"missed": cost.missed, "caught_up": cost.caught_up, "rules_affected": len(cost.rules), "alerts": cost.alerts}
+    return {
+        "missed": cost.missed,
+        "caught_up": cost.caught_up,
+        "rules_affected": len(cost.rules),
+        "alerts": cost.alerts,
+    }
 
 
 def _open(p: Problem, *, now: datetime) -> Incident | None:
@@ -305,7 +310,9 @@ def incident_record_outage(
     for the first to commit (PostgreSQL's unique index; SQLite's IMMEDIATE write lock) and then sees
     its row."""
     subject = str(kind)
-    detail = f"{kind} unreachable from {started_at:%Y-%m-%dT%H:%M:%S}Z to {ended_at:%Y-%m-%dT%H:%M:%S}Z (seen by {seen_by})"
+    detail = (
+        f"{kind} unreachable from {started_at:%Y-%m-%dT%H:%M:%S}Z to {ended_at:%Y-%m-%dT%H:%M:%S}Z (seen by {seen_by})"
+    )
     with transaction.atomic():
         mine = _open(Problem(kind, subject, started_at, detail), now=now)  # None: one starts at this instant
         near = (
@@ -321,8 +328,9 @@ def incident_record_outage(
             return mine, True
         if mine is not None:
             mine.delete()  # first: the widened span may take its start (incident_one_per_start)
-        near.started_at, near.ended_at = min(near.started_at, started_at), max(near.ended_at, ended_at)
-        cost = incident_cost(near, until=near.ended_at)
+        until = max(near.ended_at or ended_at, ended_at)
+        near.started_at, near.ended_at = min(near.started_at, started_at), until
+        cost = incident_cost(near, until=until)
         near.summary = {**near.summary, **_summary(cost)}
         near.save(update_fields=["started_at", "ended_at", "summary"])
         return near, False

@@ -870,8 +870,10 @@ class SlotObjective(models.Model):
 
 class Incident(models.Model):
     """A span in which the harness itself was unwell: the scheduler stalled, a queue had no consuming
-    worker, or the database or broker was unreachable (runs/incidents.py). Opened by the periodic health pass from /healthz's own
-    figures, or by the first scheduler tick after a gap no pass saw; closed when the figure is well.
+    worker, or the database or broker was unreachable (runs/incidents.py). Opened by the periodic
+    health pass from /healthz's own figures, or by the first scheduler tick after a gap no pass saw;
+    closed when the figure is well. Database and broker outages are recorded, once over, by the
+    workers that lived through them.
     What it cost (slots, runs, alerts, operator actions) is read from those tables over its span."""
 
     class Kind(models.TextChoices):

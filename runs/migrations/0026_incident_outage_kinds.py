@@ -4,15 +4,23 @@ from django.db import migrations, models
 
 
 class Migration(migrations.Migration):
-
     dependencies = [
-        ('runs', '0025_rerun_slots_permission'),
+        ("runs", "0025_rerun_slots_permission"),
     ]
 
     operations = [
         migrations.AlterField(
-            model_name='incident',
-            name='kind',
-            field=models.CharField(choices=[('scheduler', 'Scheduler outage'), ('queue', 'Queue without a consuming worker'), ('database', 'Database outage'), ('broker', 'Broker outage')], max_length=20, verbose_name='kind'),
+            model_name="incident",
+            name="kind",
+            field=models.CharField(
+                choices=[
+                    ("scheduler", "Scheduler outage"),
+                    ("queue", "Queue without a consuming worker"),
+                    ("database", "Database outage"),
+                    ("broker", "Broker outage"),
+                ],
+                max_length=20,
+                verbose_name="kind",
+            ),
         ),
     ]

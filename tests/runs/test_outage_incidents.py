@@ -82,7 +82,7 @@ def test_a_later_outage_or_another_kind_is_its_own_incident():
 
 def test_a_span_that_starts_where_one_recorded_starts_widens_it():
     record("broker", 10, 40)
-    incident, new = record("broker", 10, 45)  # the same first failure, a later success
+    _, new = record("broker", 10, 45)  # the same first failure, a later success
     assert not new
     assert Incident.objects.get().ended_at == at(45)
 
