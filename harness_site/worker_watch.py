@@ -33,6 +33,7 @@ import threading
 import time
 from collections import deque
 from datetime import timedelta
+from urllib.parse import urlsplit
 
 from celery import current_app
 from celery.worker import state as worker_state
@@ -271,6 +272,7 @@ class WorkerWatch(threading.Thread):
             try:
                 incident, new = incident_record_outage(
                     kind=kind,
+                    subject=outage_subject(kind),
                     started_at=span.start,
                     ended_at=span.end,
                     join=self.outage_after,
@@ -353,6 +355,26 @@ class WorkerWatch(threading.Thread):
                 os.kill(pid, signal.SIGKILL)
         logging.shutdown()
         os._exit(code)
+
+
+def outage_subject(kind: str) -> str:
+    """Which database or broker was down: its address, as every worker of a deployment names it, with
+    no credentials (an incident's subject, shown in its page and alerts)."""
+    if kind == "database":
+        return database_address(settings.DATABASES["default"])
+    return broker_address(str(current_app.conf.broker_url or ""))
+
+
+def database_address(db: dict) -> str:
+    vendor = db["ENGINE"].rsplit(".", 1)[-1]
+    where = f"{db.get('HOST')}:{db.get('PORT') or ''}/" if db.get("HOST") else ""
+    return f"{vendor}:{where}{db['NAME']}"
+
+
+def broker_address(broker_url: str) -> str:
+    url = urlsplit(broker_url)
+    where = f"{url.hostname}:{url.port or ''}" if url.hostname else ""
+    return f"{url.scheme}://{where}{url.path}"
 
 
 def _children() -> list[int]:

@@ -298,10 +298,18 @@ OUTAGE_KINDS = (Incident.Kind.DATABASE, Incident.Kind.BROKER)
 
 
 def incident_record_outage(
-    *, kind: str, started_at: datetime, ended_at: datetime, join: timedelta, seen_by: str, now: datetime
+    *,
+    kind: str,
+    subject: str,
+    started_at: datetime,
+    ended_at: datetime,
+    join: timedelta,
+    seen_by: str,
+    now: datetime,
 ) -> tuple[Incident, bool]:
     """Record a database or broker outage a worker lived through (runs/downtime.py), once it is over.
-    Returns the incident and whether it is new.
+    `subject` names which database or broker (its address, no credentials). Returns the incident and
+    whether it is new.
 
     Several workers see one outage: a span that overlaps or comes within `join` of one already recorded
     of the same kind widens that one (no second alert); else it is a new incident, closed at once with
@@ -309,10 +317,9 @@ def incident_record_outage(
     inserts its span as the kind's one open incident (incident_one_open), so a second recorder waits
     for the first to commit (PostgreSQL's unique index; SQLite's IMMEDIATE write lock) and then sees
     its row."""
-    subject = str(kind)
-    detail = (
-        f"{kind} unreachable from {started_at:%Y-%m-%dT%H:%M:%S}Z to {ended_at:%Y-%m-%dT%H:%M:%S}Z (seen by {seen_by})"
-    )
+    subject = subject[:200]
+    span = f"{started_at:%Y-%m-%dT%H:%M:%S}Z to {ended_at:%Y-%m-%dT%H:%M:%S}Z"
+    detail = f"{kind} {subject} unreachable from {span} (seen by {seen_by})"
     with transaction.atomic():
         mine = _open(Problem(kind, subject, started_at, detail), now=now)  # None: one starts at this instant
         near = (

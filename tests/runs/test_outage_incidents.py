@@ -17,6 +17,7 @@ pytestmark = pytest.mark.django_db
 
 T0 = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)
 JOIN = timedelta(seconds=4)  # two heartbeats of 2 s
+SUBJECTS = {"database": "postgresql:db.internal:5432/harness", "broker": "redis://10.0.0.7:6379/0"}
 
 
 def at(seconds: float) -> datetime:
@@ -25,7 +26,13 @@ def at(seconds: float) -> datetime:
 
 def record(kind: str, start: float, end: float, *, by: str = "w1@host:1", now: float | None = None):
     return incident_record_outage(
-        kind=kind, started_at=at(start), ended_at=at(end), join=JOIN, seen_by=by, now=at(end if now is None else now)
+        kind=kind,
+        subject=SUBJECTS[kind],
+        started_at=at(start),
+        ended_at=at(end),
+        join=JOIN,
+        seen_by=by,
+        now=at(end if now is None else now),
     )
 
 
@@ -38,7 +45,8 @@ def test_a_worker_records_the_outage_it_lived_through_with_one_page(kind):
     incident, new = record(kind, 10, 40)
     assert new
     incident.refresh_from_db()
-    assert (incident.kind, incident.subject, incident.started_at, incident.ended_at) == (kind, kind, at(10), at(40))
+    assert (incident.kind, incident.started_at, incident.ended_at) == (kind, at(10), at(40))
+    assert incident.subject == SUBJECTS[kind]
     assert "w1@host:1" in incident.detail
     assert incident.summary == {"missed": 0, "caught_up": 0, "rules_affected": 0, "alerts": 0}
     [alert] = closing_alerts()
@@ -110,3 +118,16 @@ def test_workers_recording_one_outage_at_once_record_one_incident():
     incident = Incident.objects.get()
     assert (incident.started_at, incident.ended_at) == (at(10), at(43))
     assert len(closing_alerts()) == 1
+
+
+def test_a_worker_names_the_part_by_its_address_without_credentials():
+    from harness_site.worker_watch import broker_address, database_address
+
+    db = {"ENGINE": "django.db.backends.postgresql", "HOST": "db.internal", "PORT": "5432", "NAME": "harness"}
+    assert database_address({**db, "USER": "ops", "PASSWORD": "s3cret"}) == "postgresql:db.internal:5432/harness"
+    assert (
+        database_address({"ENGINE": "django.db.backends.sqlite3", "NAME": "/srv/h.sqlite3"}) == "sqlite3:/srv/h.sqlite3"
+    )
+    assert broker_address("redis://:s3cret@10.0.0.7:6379/0") == "redis://10.0.0.7:6379/0"
+    assert broker_address("amqp://ops:s3cret@mq:5672//") == "amqp://mq:5672//"
+    assert broker_address("filesystem://") == "filesystem://"
