@@ -75,6 +75,10 @@ def test_two_workers_record_one_incident_per_database_and_broker_outage(harness,
 
     for kind, (down_at, up_at) in outages.items():
         [(incident_id, started_at, ended_at)] = _incidents(pg, kind)  # one, not one per worker
+        print(
+            f"\n[e2e outages] {kind}: down {down_at:%H:%M:%S.%f} up {up_at:%H:%M:%S.%f}; "
+            f"incident {started_at:%H:%M:%S.%f} to {ended_at:%H:%M:%S.%f}"
+        )
         assert down_at <= started_at <= down_at + SLACK, (kind, down_at, started_at)
         assert up_at - SLACK <= ended_at <= up_at + SLACK, (kind, up_at, ended_at)
         assert (ended_at - started_at).total_seconds() >= DOWN - 1
