@@ -38,6 +38,8 @@ KIND_LABELS = {
 INCIDENT_KIND_LABELS = {
     "scheduler": gettext_lazy("Scheduler outage"),
     "queue": gettext_lazy("Queue without a consuming worker"),
+    "database": gettext_lazy("Database outage"),
+    "broker": gettext_lazy("Broker outage"),
 }
 SEVERITY_LABELS = {
     rules.NOTICE: gettext_lazy("NOTICE"),

@@ -874,17 +874,22 @@ class SlotObjective(models.Model):
 
 
 class Incident(models.Model):
-    """A span in which the harness itself was unwell: the scheduler stalled, or a queue had no
-    consuming worker (runs/incidents.py). Opened by the periodic health pass from /healthz's own
-    figures, or by the first scheduler tick after a gap no pass saw; closed when the figure is well.
+    """A span in which the harness itself was unwell: the scheduler stalled, a queue had no consuming
+    worker, or the database or broker was unreachable (runs/incidents.py). Opened by the periodic
+    health pass from /healthz's own figures, or by the first scheduler tick after a gap no pass saw;
+    closed when the figure is well. Database and broker outages are recorded, once over, by the
+    workers that lived through them.
     What it cost (slots, runs, alerts, operator actions) is read from those tables over its span."""
 
     class Kind(models.TextChoices):
         SCHEDULER = "scheduler", _("Scheduler outage")
         QUEUE = "queue", _("Queue without a consuming worker")
+        # Seen by the workers that lived through it, recorded when it was over (runs/downtime.py).
+        DATABASE = "database", _("Database outage")
+        BROKER = "broker", _("Broker outage")
 
     kind = models.CharField(_("kind"), max_length=20, choices=Kind.choices)
-    # What was down: "scheduler", or the queue's name.
+    # What was down: "scheduler", the queue's name, "database" or "broker".
     subject = models.CharField(_("subject"), max_length=200)
     started_at = models.DateTimeField(_("started at"))
     detected_at = models.DateTimeField(_("detected at"))

@@ -164,6 +164,28 @@ def test_every_kind_of_alert_is_chinese_on_a_zh_hans_channel(kind):
     assert "link" not in labels and "链接" in labels
 
 
+@pytest.mark.parametrize(
+    ("incident_kind", "subject", "zh_label", "en_label"),
+    [
+        ("database", "postgresql:db.internal:5432/harness", "数据库中断", "Database outage"),
+        ("broker", "redis://10.0.0.7:6379/0", "消息代理中断", "Broker outage"),
+    ],
+)
+def test_a_database_or_broker_outage_is_worded_in_each_language(incident_kind, subject, zh_label, en_label):
+    payload = {
+        "kind": r.INCIDENT_CLOSED,
+        "severity": r.URGENT,
+        **PAYLOADS[r.INCIDENT_CLOSED],
+        "error_kind": f"incident_{incident_kind}",
+        "incident_kind": incident_kind,
+        "subject": subject,
+    }
+    zh = alert_message(payload, language="zh-hans")
+    assert_zh_complete(f"{zh.title}\n{zh.text}", allowed=DATA | {subject, f"incident_{incident_kind}"}, where="outage")
+    assert zh_label in zh.title and subject in zh.title
+    assert en_label in alert_message(payload, language="en").title
+
+
 def test_the_final_failure_alert_reads_so_in_each_language():
     payload = {"kind": r.FINAL_FAILURE, "severity": r.URGENT, **PAYLOADS[r.FINAL_FAILURE]}
     zh = alert_message(payload, language="zh-hans")
