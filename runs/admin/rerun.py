@@ -11,7 +11,7 @@ from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from harness_site.desk import MAX_REASON_CHARS, now
+from harness_site.desk import OptionalReasonForm, now
 from runs.models import Decision, TaskRun
 from tasks.triggers import rerun
 from tasks.triggers.operator import RuleActionError
@@ -28,14 +28,7 @@ REFUSALS = {
 FAILED_RUN = gettext_lazy("its run failed: replay it with Retry now")
 
 
-class RerunForm(forms.Form):
-    reason = forms.CharField(
-        label=gettext_lazy("Reason"),
-        max_length=MAX_REASON_CHARS,
-        required=False,
-        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
-        help_text=gettext_lazy("Recorded in the audit log."),
-    )
+class RerunForm(OptionalReasonForm):
     spacing = forms.IntegerField(
         label=gettext_lazy("Spacing (seconds)"),
         min_value=0,
