@@ -36,6 +36,8 @@ class Environment:
     def __init__(self, env: Mapping[str, str] | None = None):
         self.env = os.environ if env is None else env
         self.problems: list[str] = []
+        # Every name a reader was asked for: the one list of our settings, so a name is written once.
+        self.names: set[str] = set()
 
     # --- reporting ------------------------------------------------------------------------------
 
@@ -44,11 +46,15 @@ class Environment:
         said = f"{name}={shown(value)}" if value is not None else name
         self.problems.append(f"{said}: {problem}; e.g. {name}={example}")
 
-    def unknown(self, name: str, *, known: Iterable[str]) -> None:
-        """Record a variable under our prefix that no setting reads (a typo would otherwise do nothing)."""
-        close = difflib.get_close_matches(name, sorted(known), n=1)
-        guess = f"did you mean {close[0]}? " if close else ""
-        self.problems.append(f"{name}: unknown setting ({guess}.env.example lists every one)")
+    def refuse_unread(self, prefix: str, *, besides: str) -> None:
+        """Record each variable under `prefix` that no reader was asked for (a typo would otherwise do
+        nothing). Call it after the last read. Names under `besides` (the secrets' prefix) are values
+        handed out, not settings."""
+        for name in sorted(self.env):
+            if name.startswith(prefix) and name not in self.names and not name.startswith(besides):
+                close = difflib.get_close_matches(name, sorted(self.names), n=1)
+                guess = f"did you mean {close[0]}? " if close else ""
+                self.problems.append(f"{name}: unknown setting ({guess}.env.example lists every one)")
 
     def finish(self, *, out=None) -> None:
         """Stop the process (EX_CONFIG) with the problem lines, if any; return otherwise."""
@@ -63,15 +69,16 @@ class Environment:
     # --- typed readers: each returns the default when the value is refused -------------------------
 
     def raw(self, name: str) -> str | None:
+        self.names.add(name)
         return self.env.get(name)
 
     def text(self, name: str, *, default: str = "") -> str:
-        value = self.env.get(name)
+        value = self.raw(name)
         return default if value is None else value
 
     def boolean(self, name: str, *, default: bool) -> bool:
         """Strict: django-environ reads any unknown word (DEBUG=maybe) as false."""
-        value = self.env.get(name)
+        value = self.raw(name)
         if value is None:
             return default
         if value.lower() in _TRUE:
@@ -82,7 +89,7 @@ class Environment:
         return default
 
     def whole(self, name: str, *, default: int, low: int, high: int, why_low: str = "") -> int:
-        value = self.env.get(name)
+        value = self.raw(name)
         if value is None:
             return default
         wanted = f"give a whole number from {low} to {high}"
@@ -99,7 +106,7 @@ class Environment:
     def number(
         self, name: str, *, default: float, low: float, high: float, low_open: bool = False, why_low: str = ""
     ) -> float:
-        value = self.env.get(name)
+        value = self.raw(name)
         if value is None:
             return default
         lowest = f"more than {low:g}" if low_open else f"from {low:g}"
@@ -117,7 +124,7 @@ class Environment:
         return number
 
     def one_of(self, name: str, *, default: str, choices: Iterable[str], normalize: Callable = str.lower) -> str:
-        value = self.env.get(name)
+        value = self.raw(name)
         if value is None:
             return default
         choices = list(choices)
@@ -127,14 +134,14 @@ class Environment:
         return normalize(value.strip())
 
     def items(self, name: str, *, default: list[str] | None = None) -> list[str]:
-        value = self.env.get(name)
+        value = self.raw(name)
         if value is None:
             return list(default or [])
         return [item.strip() for item in value.split(",") if item.strip()]
 
     def url(self, name: str, *, default: str, schemes: Iterable[str], example: str, needs_host: bool = True) -> str:
         """A URL of one of `schemes`, with a host (unless `needs_host`) and a numeric port if any."""
-        value = self.env.get(name)
+        value = self.raw(name)
         if value is None:
             return default
         problem = url_problem(value, schemes=schemes, needs_host=needs_host)
@@ -145,7 +152,7 @@ class Environment:
 
     def database(self, name: str, *, default: str) -> dict:
         """Django's DATABASES entry for a sqlite:// or postgres:// URL."""
-        value = self.env.get(name)
+        value = self.raw(name)
         example = "postgres://harness@db.internal:5432/harness"
         if value is not None:
             problem = url_problem(value, schemes=DATABASE_SCHEMES, needs_host=False)

@@ -177,8 +177,6 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
             "timeout": 30,
         }
     )
-    # A file, not :memory:, so that worker processes started by the tests share it.
-    DATABASES["default"]["TEST"] = {"NAME": env.text("HARNESS_TEST_SQLITE", default=str(VAR_DIR / "test.sqlite3"))}
 elif DB_POOL_MAX > 0:
     # A bounded pool per process (psycopg_pool, through Django): a thread takes a connection for
     # each short write and gives it back, so runs that wait on a model hold none (runs.store's
@@ -555,59 +553,6 @@ for _entry in HARNESS_ALERT_URL_ALLOW:
             "https://hooks.slack.com,https://alerts.internal.example:8443/hooks",
         )
 
-# A mistyped HARNESS_* variable would otherwise be ignored silently.
-_KNOWN_HARNESS_VARS = {
-    "HARNESS_TICK_SECONDS",
-    "HARNESS_SWEEP_SECONDS",
-    "HARNESS_OBJECTIVE_SECONDS",
-    "HARNESS_REDISPATCH_SECONDS",
-    "HARNESS_MAX_SLOTS_PER_TICK",
-    "HARNESS_SLOT_GRACE_SECONDS",
-    "HARNESS_ADMIN_BASE_URL",
-    "HARNESS_BEAT_MAX_LOOP_INTERVAL",
-    "HARNESS_BROKER_DIR",
-    "HARNESS_TEST_SQLITE",
-    # ./harness test's knobs (xdist workers per backend): set on its command line, so seen here too.
-    "HARNESS_TEST_WORKERS",
-    "HARNESS_E2E_WORKERS",
-    "HARNESS_TEST_RUN",  # the run id both phases share (tests/support/test_databases.py)
-    "HARNESS_PORT",
-    # The Procfile's agents worker (threads): its thread count and, on PostgreSQL, its pool's size.
-    "HARNESS_AGENT_CONCURRENCY",
-    "HARNESS_AGENT_DB_POOL_MAX",
-    "HARNESS_SENSOR_SECONDS",
-    "HARNESS_DECISION_RETENTION_DAYS",
-    "HARNESS_ALERT_CHECK_SECONDS",
-    "HARNESS_ALERT_RETRY_SECONDS",
-    "HARNESS_BACKPRESSURE_CACHE_SECONDS",
-    "HARNESS_WORKER_HEARTBEAT_SECONDS",
-    "HARNESS_WORKER_STALL_SECONDS",
-    "HARNESS_WORKER_SHUTDOWN_SECONDS",
-    "HARNESS_SECRET_PREFIX",
-    "HARNESS_SECRETS",
-    "HARNESS_GRANTS",
-    "HARNESS_AGENT_URL_ALLOW",
-    "HARNESS_ALERT_URL_ALLOW",
-    "HARNESS_LOGIN_FAILURE_LIMIT",
-    "HARNESS_LOGIN_COOLOFF_MINUTES",
-    "HARNESS_METRICS_TOKEN",
-    "HARNESS_METRICS_BIND",
-    "HARNESS_PREPARED_STATEMENTS",
-    "HARNESS_DB_POOL_MAX",
-    "HARNESS_DB_POOL_MIN",
-    "HARNESS_DB_POOL_TIMEOUT",
-    # Not under HARNESS_, so never refused here; listed so that this set names every setting of ours.
-    "LOG_FORMAT",
-    "LOG_ROUTINE",
-}
-_unknown = sorted(
-    k
-    for k in os.environ
-    if k.startswith("HARNESS_") and k not in _KNOWN_HARNESS_VARS and not k.startswith(HARNESS_SECRET_PREFIX)
-)
-for _name in _unknown:
-    env.unknown(_name, known=_KNOWN_HARNESS_VARS)
-
 # LOG_FORMAT=text (readable lines, the trace and run in brackets) or json (one object per line with
 # trace_id, run_id, biz_key, rule, attempt): harness_site/logs.py. Celery's workers and beat use it too.
 LOG_FORMAT = env.one_of("LOG_FORMAT", default="text", choices=["text", "json"])
@@ -617,6 +562,9 @@ LOG_LEVEL = env.one_of(
 # The periodic chores' INFO lines (every tick and sweep, about nine a second) are left out unless asked for.
 LOG_ROUTINE = env.boolean("LOG_ROUTINE", default=False)
 LOGGING = logging_config(log_format=LOG_FORMAT, level=LOG_LEVEL, routine=LOG_ROUTINE)
+
+# A mistyped HARNESS_* variable would otherwise be ignored silently: every one must be a name read above.
+env.refuse_unread("HARNESS_", besides=HARNESS_SECRET_PREFIX)
 
 # Every value has been read: stop here, one line per bad one, before anything runs on them.
 env.finish()

@@ -23,6 +23,12 @@ def pytest_addoption(parser):
         help="leave out the pure tests (no database, no broker, no real process), which cannot differ "
         "between backends: the PostgreSQL + Redis pass of ./harness test",
     )
+    parser.addoption(
+        "--test-run",
+        default="",
+        help="the id both passes of one ./harness test share, so the second copies the template databases "
+        "the first migrated (tests/support/test_databases.py); without it, this pytest run's own",
+    )
 
 
 def _is_pure(item) -> bool:

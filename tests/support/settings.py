@@ -101,6 +101,10 @@ from harness_site.settings import *  # noqa: E402, F403
 # they may do, not the hash. The worker and beat processes a test starts keep the real settings.
 PASSWORD_HASHERS = ["django.contrib.auth.hashers.MD5PasswordHasher"]
 
+# SQLite: a file, not :memory:, so that the worker processes a test starts share the test database.
+if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":  # noqa: F405
+    DATABASES["default"]["TEST"] = {"NAME": str(VAR_DIR / "test.sqlite3")}  # noqa: F405
+
 # Flushed by DELETE, not TRUNCATE: a second per transactional test less (tests/support/flush_by_delete).
 if DATABASES["default"]["ENGINE"] == "django.db.backends.postgresql":  # noqa: F405
     DATABASES["default"]["ENGINE"] = "tests.support.flush_by_delete"  # noqa: F405

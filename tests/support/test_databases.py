@@ -5,12 +5,11 @@ on two cores). So the first worker of a backend to get here migrates a template 
 file lock, and every worker copies it: PostgreSQL's CREATE DATABASE ... TEMPLATE, a file copy on
 SQLite. The template holds what the data migrations install (groups, beat entries, the default
 alert channel) and is never used by a test, so the end-to-end phase copies the one the first phase
-made: it is rebuilt when HARNESS_TEST_RUN (set by ./harness test) or, without it, the pytest run
+made: it is rebuilt when --test-run (given by ./harness test) or, without it, the pytest run
 differs, so a changed migration is never served from an old template.
 """
 
 import fcntl
-import os
 import shutil
 from pathlib import Path
 
@@ -63,4 +62,4 @@ def _copy(conn, template: str, own_name: str) -> None:
 
 
 def run_key(config) -> str:
-    return os.environ.get("HARNESS_TEST_RUN") or config.workerinput["testrunuid"]
+    return config.getoption("test_run") or config.workerinput["testrunuid"]
