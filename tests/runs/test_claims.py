@@ -1,6 +1,5 @@
 """Claiming a unit of work: one run per biz_key, ever (invariant 1). Real database."""
 
-import threading
 from collections import Counter
 from datetime import UTC, datetime, timedelta
 
@@ -9,6 +8,7 @@ from django.db import DataError, connection, transaction
 
 from runs.claims import Work, run_claim, run_insert_new
 from runs.models import TaskRun
+from tests.support.races import run_concurrently
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 RACERS = 50
@@ -24,33 +24,6 @@ def claim(biz_key: str, *, now: datetime = NOW, **overrides):
         "payload": {"params": {"n": 1}},
     }
     return run_claim(Work(**{**fields, **overrides}), now=now, **options)
-
-
-def run_concurrently(fn, n: int) -> list:
-    """Call fn(i) from n threads released together, each on its own database connection."""
-    barrier = threading.Barrier(n)
-    results: list = [None] * n
-    errors: list[BaseException] = []
-
-    def body(i: int) -> None:
-        try:
-            connection.ensure_connection()  # connect first, so the claims themselves start together
-            barrier.wait(timeout=60)
-            results[i] = fn(i)
-        except BaseException as exc:
-            errors.append(exc)
-            barrier.abort()
-        finally:
-            connection.close()
-
-    threads = [threading.Thread(target=body, args=(i,)) for i in range(n)]
-    for t in threads:
-        t.start()
-    for t in threads:
-        t.join(timeout=120)
-    assert not any(t.is_alive() for t in threads), "a racer hung"
-    assert not errors, errors
-    return results
 
 
 @pytest.mark.django_db

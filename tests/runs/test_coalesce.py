@@ -23,7 +23,7 @@ from tasks.models import Pool, TriggerRule, TriggerSource
 from tasks.triggers.events import event_intake
 from tasks.triggers.operator import rule_fire
 from tasks.triggers.work import work_for_slot
-from tests.runs.test_claims import run_concurrently
+from tests.support.races import run_concurrently
 from tests.support.rules import build_rule, make_rule
 
 NOW = datetime(2026, 12, 1, 8, 0, tzinfo=UTC)

@@ -56,3 +56,35 @@ def make_rule(
         TriggerRule.objects.filter(pk=rule.pk).update(next_fire_at=due, last_slot_at=None)
         rule.refresh_from_db()
     return rule
+
+
+def rule_form_post(**over) -> dict:
+    """A complete, valid post of the rule admin's add form (a daily cron rule); `over` replaces
+    fields, a value of None drops one."""
+    data = {
+        "name": "daily-report",
+        "enabled": "on",
+        "reason": "Operators need the 09:00 report.",
+        "kind": "cron",
+        "cron": "0 9 * * *",
+        "interval_seconds": "",
+        "run_at_0": "",
+        "run_at_1": "",
+        "timezone": "Asia/Shanghai",
+        "dst_gap": "shift",
+        "dst_repeat": "first",
+        "dedupe_key_template": "report:{business_date}:{channel}",
+        "skill": "harness.noop",
+        "params": '{"channel": "email"}',
+        "max_attempts": "3",
+        "backoff_base_seconds": "2.0",
+        "max_delay_seconds": "300",
+        "max_retry_window_seconds": "3600",
+        "jitter_min": "0.5",
+        "jitter_max": "1.5",
+        "lease_ttl_seconds": "300",
+        "catchup": "none",
+        "catchup_max_delay_seconds": "300",
+    }
+    data.update(over)
+    return {k: v for k, v in data.items() if v is not None}

@@ -14,8 +14,7 @@ from tests.support.desk import (  # noqa: F401 - fixtures
     operator,
     operator_client,
 )
-from tests.support.rules import make_rule
-from tests.tasks.test_rule_admin import _form
+from tests.support.rules import make_rule, rule_form_post
 
 pytestmark = pytest.mark.django_db
 
@@ -80,7 +79,7 @@ def test_explain_on_an_event_rule_says_it_has_no_slots(client):
     ids=["100000-deep", "40-deep", "nul", "huge-number"],
 )
 def test_bad_json_params_are_a_form_message_and_nothing_is_saved(client, params, message):
-    response = client.post(reverse("admin:tasks_triggerrule_add"), _form(params=params))
+    response = client.post(reverse("admin:tasks_triggerrule_add"), rule_form_post(params=params))
     assert response.status_code == 200
     assert message in response.content.decode()
     assert not TriggerRule.objects.exists()
@@ -88,7 +87,7 @@ def test_bad_json_params_are_a_form_message_and_nothing_is_saved(client, params,
 
 @pytest.mark.parametrize("field", ["reason", "name", "cron", "dedupe_key_template"])
 def test_a_nul_byte_in_a_text_field_is_a_form_message(client, field):
-    response = client.post(reverse("admin:tasks_triggerrule_add"), _form(**{field: "a\x00b"}))
+    response = client.post(reverse("admin:tasks_triggerrule_add"), rule_form_post(**{field: "a\x00b"}))
     assert response.status_code == 200
     assert not TriggerRule.objects.exists()
 
@@ -96,7 +95,7 @@ def test_a_nul_byte_in_a_text_field_is_a_form_message(client, field):
 def test_huge_inputs_are_a_form_message(client):
     response = client.post(
         reverse("admin:tasks_triggerrule_add"),
-        _form(reason="r" * 200_000, max_attempts="9" * 40, jitter_max="1e999", name="n" * 10_000),
+        rule_form_post(reason="r" * 200_000, max_attempts="9" * 40, jitter_max="1e999", name="n" * 10_000),
     )
     assert response.status_code == 200
     assert not TriggerRule.objects.exists()
@@ -171,7 +170,7 @@ def test_every_desk_form_of_an_existing_object_answers_hostile_values_without_a_
 
 @pytest.mark.parametrize(("day", "zone"), [("0001-01-01", "Asia/Tokyo"), ("9999-12-31", "Pacific/Pago_Pago")])
 def test_a_one_time_run_at_at_the_ends_of_the_calendar_is_a_form_message(client, day, zone):
-    data = _form(kind="once", cron="", run_at_0=day, run_at_1="23:59" if day.startswith("9999") else "00:00")
+    data = rule_form_post(kind="once", cron="", run_at_0=day, run_at_1="23:59" if day.startswith("9999") else "00:00")
     response = client.post(reverse("admin:tasks_triggerrule_add"), {**data, "timezone": zone})
     assert response.status_code == 200
     assert not TriggerRule.objects.exists()

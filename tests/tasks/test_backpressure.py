@@ -27,8 +27,8 @@ from tasks.triggers.operator import rule_fire
 from tasks.triggers.scheduler import TickResult, scheduler_tick
 from tests.support.desk import client_for, operator  # noqa: F401 - fixtures
 from tests.support.rules import make_rule
-from tests.tasks.test_scheduler_tick import due_slots, outcomes
-from tests.tasks.test_webhook import EVENT, post, source  # noqa: F401 - the signed webhook fixture
+from tests.support.slots import due_slots, outcomes
+from tests.support.webhooks import EVENT, billing_source, post  # noqa: F401 - billing_source: a fixture
 
 pytestmark = pytest.mark.django_db
 
@@ -301,8 +301,8 @@ def test_a_rule_lint_fails_coalescing_without_an_object_key_and_names_the_waterm
     assert items[lint.CHECK_BACKPRESSURE].status == lint.FAIL
 
 
-def test_a_webhook_sender_is_answered_202_shed_over_http_not_dropped_silently(client, source):  # noqa: F811
-    TriggerRule.objects.filter(pk=source.rule_id).update(recoverability="recomputable")
+def test_a_webhook_sender_is_answered_202_shed_over_http_not_dropped_silently(client, billing_source):  # noqa: F811
+    TriggerRule.objects.filter(pk=billing_source.rule_id).update(recoverability="recomputable")
     watermark(1)
     backlog(1)
 

@@ -8,7 +8,7 @@ from zoneinfo import ZoneInfo
 import pytest
 
 from tasks.rules import catchup, evaluation, plan, schedule
-from tests.tasks.test_schedule import GAP_CASES, REPEAT_CASES
+from tests.support.dst_cases import GAP_CASES, REPEAT_CASES
 
 GRACE = timedelta(seconds=60)
 LATE = {catchup.MISSED: "missed", catchup.SUPERSEDED: "superseded", catchup.CAPPED: "catchup_capped"}

@@ -13,43 +13,12 @@ from tasks.models import DiagnosticRecord, TriggerRule
 from tasks.skills.errors import classify
 from tasks.skills.sdk import ErrorKind, SkillError
 from tasks.triggers.operator import rule_fire
-from tests.support.rules import make_rule
+from tests.support.rules import make_rule, rule_form_post
 
 pytestmark = pytest.mark.django_db
 
 NOW = datetime(2026, 3, 2, 8, 15, tzinfo=UTC)
 ADD_URL = reverse("admin:tasks_triggerrule_add")
-
-
-def _form(**over) -> dict:
-    """A complete, valid add-form post; `over` replaces fields, a value of None drops one."""
-    data = {
-        "name": "daily-report",
-        "enabled": "on",
-        "reason": "Operators need the 09:00 report.",
-        "kind": "cron",
-        "cron": "0 9 * * *",
-        "interval_seconds": "",
-        "run_at_0": "",
-        "run_at_1": "",
-        "timezone": "Asia/Shanghai",
-        "dst_gap": "shift",
-        "dst_repeat": "first",
-        "dedupe_key_template": "report:{business_date}:{channel}",
-        "skill": "harness.noop",
-        "params": '{"channel": "email"}',
-        "max_attempts": "3",
-        "backoff_base_seconds": "2.0",
-        "max_delay_seconds": "300",
-        "max_retry_window_seconds": "3600",
-        "jitter_min": "0.5",
-        "jitter_max": "1.5",
-        "lease_ttl_seconds": "300",
-        "catchup": "none",
-        "catchup_max_delay_seconds": "300",
-    }
-    data.update(over)
-    return {k: v for k, v in data.items() if v is not None}
 
 
 def _page(response) -> str:
@@ -75,7 +44,7 @@ def _make_rule(name: str = "report") -> TriggerRule:
 
 
 def test_it_creates_a_rule_from_a_valid_post(admin_client):
-    response = admin_client.post(ADD_URL, _form())
+    response = admin_client.post(ADD_URL, rule_form_post())
 
     assert response.status_code == 302, _page(response)
     rule = TriggerRule.objects.get(name="daily-report")
@@ -91,7 +60,7 @@ def test_it_creates_a_rule_from_a_valid_post(admin_client):
 def test_it_creates_a_one_time_rule_from_a_valid_post(admin_client):
     response = admin_client.post(
         ADD_URL,
-        _form(
+        rule_form_post(
             name="once",
             kind="once",
             cron="",
@@ -113,7 +82,7 @@ def test_it_creates_a_one_time_rule_from_a_valid_post(admin_client):
 
 
 def _once(**over) -> dict:
-    return _form(name="once", kind="once", cron="", params="{}", dedupe_key_template="{rule}:{slot}", **over)
+    return rule_form_post(name="once", kind="once", cron="", params="{}", dedupe_key_template="{rule}:{slot}", **over)
 
 
 @pytest.mark.parametrize(
@@ -280,7 +249,7 @@ BAD_POSTS = [
 
 @pytest.mark.parametrize(("over", "field", "text"), BAD_POSTS)
 def test_it_shows_bad_input_on_the_add_form_and_saves_nothing(admin_client, over, field, text):
-    response = admin_client.post(ADD_URL, _form(**over))
+    response = admin_client.post(ADD_URL, rule_form_post(**over))
 
     _assert_form_error(response, field, text)
     assert not TriggerRule.objects.exists()
@@ -292,7 +261,10 @@ def test_it_keeps_the_stored_rule_when_an_edit_has_a_bad_cron(admin_client):
     url = reverse("admin:tasks_triggerrule_change", args=[rule.pk])
 
     response = admin_client.post(
-        url, _form(name="report", cron="0 9 * * * *", reason="edited", dedupe_key_template="{rule}:{business_date}")
+        url,
+        rule_form_post(
+            name="report", cron="0 9 * * * *", reason="edited", dedupe_key_template="{rule}:{business_date}"
+        ),
     )
 
     _assert_form_error(response, "cron", "has 6 fields")
@@ -304,7 +276,7 @@ def test_it_saves_a_good_edit_and_bumps_the_version(admin_client):
     url = reverse("admin:tasks_triggerrule_change", args=[rule.pk])
 
     # Confirmed for the version it was planned against (the "Review change" step: test_rule_plan.py).
-    edit = _form(name="report", cron="30 18 * * *", dedupe_key_template="{rule}:{business_date}")
+    edit = rule_form_post(name="report", cron="30 18 * * *", dedupe_key_template="{rule}:{business_date}")
     response = admin_client.post(url, {**edit, "_plan_confirmed": "1"})
 
     assert response.status_code == 302, _page(response)

@@ -16,6 +16,7 @@ from tasks.models import TriggerRule
 from tasks.rules import schedule
 from tasks.triggers.scheduler import scheduler_tick
 from tests.support.rules import make_rule
+from tests.support.slots import due_slots, outcomes
 
 ON_TIME_GRACE = slot_grace()  # HARNESS_SLOT_GRACE_SECONDS
 
@@ -26,22 +27,6 @@ MINUTE = timedelta(minutes=1)
 def due_rule(name: str = "every-minute", **fields) -> TriggerRule:
     """A rule (every minute in UTC unless `fields` say otherwise) whose first slot is due at T0."""
     return make_rule(name, **{"due": T0, **fields})
-
-
-def due_slots(rule: TriggerRule, now: datetime) -> list[datetime]:
-    """Every slot from the rule's next_fire_at up to now: what the scheduler owes an answer for."""
-    first = rule.next_fire_at
-    return [first, *schedule.slots_between(rule.schedule_spec(), first, now)]
-
-
-def outcomes(rule: TriggerRule) -> dict[datetime, str]:
-    """slot → "run:<source>" or "decision:<reason>"; fails if any slot has more than one."""
-    runs = list(TaskRun.objects.filter(rule=rule).values_list("slot", "source"))
-    decisions = list(Decision.objects.filter(rule=rule).values_list("slot", "reason"))
-    result = {slot: f"run:{source}" for slot, source in runs}
-    result.update({slot: f"decision:{reason}" for slot, reason in decisions})
-    assert len(result) == len(runs) + len(decisions), "a slot has both a run and a decision, or two of one"
-    return result
 
 
 def tick_until_caught_up(now: datetime, **kwargs) -> int:
