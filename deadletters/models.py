@@ -7,6 +7,7 @@ from django.db.models import Q
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import pgettext_lazy
 
+from deadletters.alert_texts import KIND_LABELS
 from deadletters.alert_urls import alert_url_error, alert_url_message
 from tasks.rules import keys
 
@@ -232,6 +233,4 @@ class Alert(models.Model):
         ]
 
     def __str__(self) -> str:
-        from deadletters.alert_texts import KIND_LABELS  # the words import the rules, not the models
-
         return f"{self.get_severity_display()} {KIND_LABELS.get(self.kind, self.kind)} #{self.pk}"

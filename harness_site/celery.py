@@ -18,7 +18,7 @@ from celery.signals import (
 from django.conf import settings
 from django.db import close_old_connections, connections
 
-from harness_site import tracing, worker_watch
+from harness_site import forks, tracing  # noqa: F401 - importing forks registers its fork hooks
 from harness_site.broker import SENT_AT_HEADER
 from harness_site.hub_wakeup import HubWakeup
 
@@ -91,13 +91,20 @@ def _stamp_sent_at(headers=None, **_kwargs) -> None:
         headers.setdefault(SENT_AT_HEADER, time.time())
 
 
-# Worker heartbeats, the stall watchdog and the bounded warm shutdown (harness_site/worker_watch.py).
-# Importing it registers the fork hooks that keep database connections from crossing into pool
-# processes (harness_site/forks.py).
-worker_init.connect(worker_watch.on_worker_init)
-worker_ready.connect(worker_watch.on_worker_ready)
-worker_shutting_down.connect(worker_watch.on_worker_shutting_down)
-worker_shutdown.connect(worker_watch.on_worker_shutdown)
+# Importing harness_site.forks (above) keeps database connections from crossing into pool processes.
+
+
+@worker_init.connect
+def _watch_worker(sender=None, **kwargs) -> None:
+    """Worker heartbeats, the stall watchdog and the bounded warm shutdown (harness_site/worker_watch.py)."""
+    # Imported here, not at the top: worker_watch reads runs.workers, whose models need the app registry,
+    # which is ready at worker_init but not when harness_site/__init__.py imports this module.
+    from harness_site import worker_watch
+
+    worker_ready.connect(worker_watch.on_worker_ready)
+    worker_shutting_down.connect(worker_watch.on_worker_shutting_down)
+    worker_shutdown.connect(worker_watch.on_worker_shutdown)
+    worker_watch.on_worker_init(sender, **kwargs)
 
 
 class OneLineSendErrors(logging.Filter):

@@ -1,5 +1,6 @@
 """Inside each Celery worker's main process: a heartbeat in the database, a stall watchdog and a bound
-on the warm shutdown (connected in harness_site/celery.py).
+on the warm shutdown (connected in harness_site/celery.py at
+worker_init, once the models can be imported).
 
 * A worker reports as soon as it starts (before its pool exists), again when it is ready, then every
   HARNESS_WORKER_HEARTBEAT_SECONDS: what it holds (runs/workers.py), runs received, running, waiting,
@@ -44,6 +45,17 @@ from django.utils import timezone
 from harness_site.broker import PROBE_TIMEOUT, RUN_HEADER, queue_probe
 from harness_site.forks import background_writes
 from runs.downtime import Downtime, Span
+from runs.incidents import incident_record_outage
+from runs.store import store
+from runs.workers import (
+    WorkerReport,
+    pool_report,
+    runs_with_live_lease,
+    worker_beat,
+    worker_gone,
+    worker_progressed,
+    worker_starting,
+)
 
 log = logging.getLogger("harness.worker")
 
@@ -58,8 +70,6 @@ def on_worker_init(sender=None, **_kwargs) -> None:
     one that died as soon as its runner has started it, not one heartbeat after it is ready."""
     if sender is None:
         return
-    from runs.workers import worker_starting
-
     _refuse_unmigrated()
     try:
         worker_starting(
@@ -210,11 +220,6 @@ class WorkerWatch(threading.Thread):
                 return
 
     def beat(self) -> None:
-        # Imported here: harness_site/celery.py imports this module before Django's apps are ready,
-        # so the models can only be loaded once the worker runs.
-        from runs.store import store
-        from runs.workers import WorkerReport, pool_report, worker_beat, worker_progressed
-
         now = timezone.now()
         reserved = list(worker_state.reserved_requests)
         active = list(worker_state.active_requests)
@@ -263,8 +268,6 @@ class WorkerWatch(threading.Thread):
 
     def _record_outages(self) -> None:
         """Record each outage that is over as an incident; one that fails to record waits for the next beat."""
-        from runs.incidents import incident_record_outage
-
         while self.queue_watch.outages:
             self.outages.append(("broker", self.queue_watch.outages.popleft()))
         while self.outages:
@@ -297,7 +300,6 @@ class WorkerWatch(threading.Thread):
             self.outages.pop(0)
 
     def _end_if_stalled(self, report, *, now, active: int, waiting: int, stuck: int) -> None:
-        from runs.workers import worker_beat
 
         stalled = (now - self.progress_at).total_seconds()
         if stalled > self.stall and self._stopping_since is None:
@@ -319,7 +321,6 @@ class WorkerWatch(threading.Thread):
     def _stuck(self, active: list, *, now) -> int:
         """How many running tasks started longer than the stall period ago and are not runs whose
         lease is still alive (a run renews its lease while its skill works, however long)."""
-        from runs.workers import runs_with_live_lease
 
         wall = time.time()
         old = [r for r in active if r.time_start and wall - r.time_start > self.stall]
@@ -344,8 +345,6 @@ class WorkerWatch(threading.Thread):
         self._halt.set()
         self.queue_watch.stop()
         with contextlib.suppress(Exception), background_writes():
-            from runs.workers import worker_gone
-
             worker_gone(name=self.name_)
 
     def hard_exit(self, code: int) -> None:
