@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from django.core.exceptions import ValidationError
-from django.db import DatabaseError, transaction
+from django.db import DatabaseError, models, transaction
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
@@ -84,8 +84,21 @@ EXPORT_FIELDS = (
     "objective_lead_seconds",
     "pools",
 )
+# Every other column is the harness's own record of the rule (its id, edits, schedule position, pause,
+# last heartbeat ping), kept by the harness and never written by a file.
+STATE_FIELDS = (
+    "id",
+    "version",
+    "next_fire_at",
+    "last_slot_at",
+    "paused_at",
+    "pause_reason",
+    "last_ping_at",
+    "created_at",
+    "updated_at",
+)
 # Local times of day, written as "HH:MM:SS".
-TIME_FIELDS = ("ready_deadline", "hours_start", "hours_end", "objective_time")
+TIME_FIELDS = tuple(f for f in EXPORT_FIELDS if isinstance(TriggerRule._meta.get_field(f), models.TimeField))
 REQUIRED_IMPORT_FIELDS = ("name", "reason", "kind", "timezone", "skill")
 
 
@@ -338,84 +351,32 @@ def _pools_resolve(item: dict, staged) -> tuple[list | None, list[str]]:
     return found, problems
 
 
-# JSON type of each imported field; bool is excluded from the numbers (True is not 1 second).
+# JSON type of each imported field, read from the model's field class; bool is excluded from the
+# numbers (True is not 1 second). Not checked here: agent (a name, looked up with its own message) and
+# output_schema (any JSON schema).
 _NUMBER = (int, float)
-IMPORT_TYPES = {
-    "name": str,
-    "reason": str,
-    "kind": str,
-    "cron": str,
-    "timezone": str,
-    "dst_gap": str,
-    "dst_repeat": str,
-    "dedupe_key_template": str,
-    "skill": str,
-    "queue": str,
-    "catchup": str,
-    "run_at": str,
-    "enabled": bool,
-    "event_key_by_date": bool,
-    "params": dict,
-    "interval_seconds": int,
-    "max_attempts": int,
-    "max_delay_seconds": int,
-    "max_retry_window_seconds": int,
-    "lease_ttl_seconds": int,
-    "catchup_max_delay_seconds": int,
-    "backoff_base_seconds": _NUMBER,
-    "jitter_min": _NUMBER,
-    "jitter_max": _NUMBER,
-    "catchup_max_count": int,
-    "catchup_spacing_seconds": int,
-    "catchup_approval_threshold": int,
-    "depends_on": list,
-    "depends_scope": str,
-    "not_ready_policy": str,
-    "ready_recheck_seconds": int,
-    "ready_deadline": str,
-    "spread_seconds": int,
-    "spread_random": bool,
-    "start_window_seconds": int,
-    "hours_start": str,
-    "hours_end": str,
-    "outside_hours": str,
-    "weekdays": str,
-    "excluded_dates": list,
-    "business_calendar": str,
-    "overlap": str,
-    "object_key_template": str,
-    "recoverability": str,
-    "coalesce_window_seconds": int,
-    "snapshot_fields": list,
-    "identity": str,
-    "heartbeat_every_seconds": int,
-    "heartbeat_grace_seconds": int,
-    "objective": str,
-    "objective_offset_seconds": int,
-    "objective_time": str,
-    "objective_start_before_seconds": int,
-    "objective_lead_seconds": int,
-    "pools": list,
-}
+UNTYPED_IMPORT_FIELDS = ("agent", "output_schema")
+
+
+def _json_type(name: str) -> type | tuple[type, ...]:
+    f = TriggerRule._meta.get_field(name)
+    if f.many_to_many:
+        return list  # of names
+    if isinstance(f, models.JSONField):
+        return type(f.get_default())  # {} or []: what the column holds
+    if isinstance(f, models.BooleanField):
+        return bool
+    if isinstance(f, models.FloatField):
+        return _NUMBER
+    if isinstance(f, models.IntegerField):
+        return int
+    return str  # text, choices, and instants and times of day as ISO strings
+
+
+IMPORT_TYPES = {f: _json_type(f) for f in EXPORT_FIELDS if f not in UNTYPED_IMPORT_FIELDS}
+# null in a file: the column's own null, or no pools.
 NULLABLE_IMPORT_FIELDS = {
-    "interval_seconds",
-    "run_at",
-    "agent",
-    "output_schema",
-    "catchup_max_count",
-    "catchup_approval_threshold",
-    "ready_deadline",
-    "start_window_seconds",
-    "hours_start",
-    "hours_end",
-    "identity",
-    "business_calendar",
-    "heartbeat_every_seconds",
-    "objective_offset_seconds",
-    "objective_time",
-    "objective_start_before_seconds",
-    "objective_lead_seconds",
-    "pools",
+    f for f in EXPORT_FIELDS if TriggerRule._meta.get_field(f).null or TriggerRule._meta.get_field(f).many_to_many
 }
 _TYPE_NAMES = {
     str: "a string",
