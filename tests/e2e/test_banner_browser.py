@@ -12,8 +12,7 @@ from django.urls import reverse
 from deadletters.models import AlertChannel
 from runs import selectors
 from runs.models import SchedulerTick
-from tests.e2e.test_desk_browser import _login, _until, pytestmark  # noqa: F401
-from tests.e2e.test_desk_fit_browser import LAPTOP, PHONE, _overflow, make_browser  # noqa: F401
+from tests.support.browser import BROWSER_MARKS, LAPTOP, PHONE, login, make_browser, overflow, until  # noqa: F401 - make_browser: a fixture
 from tests.support.desk import make_user
 from tests.support.processes import wait_for
 
@@ -21,6 +20,8 @@ SCREENS = [("en-US", LAPTOP), ("en-US", PHONE), ("zh-CN", LAPTOP), ("zh-CN", PHO
 STALLED = {"en": "The scheduler has not ticked for", "zh": "调度器已"}
 FACTS = "#system-banner li[data-code]"
 OUTAGE = 120  # seconds: a loaded machine's worker and beat take a while to start and to notice
+
+pytestmark = BROWSER_MARKS
 
 
 def _shot(browser, name: str) -> None:
@@ -52,22 +53,22 @@ def test_the_banner_says_the_scheduler_is_down_on_every_page_while_beat_is_stopp
     browsers = []
     for i, (lang, size) in enumerate(SCREENS):
         browser = make_browser(size, lang=lang)
-        _login(browser, live_server, "omar")
+        login(browser, live_server, "omar")
         browser.get(live_server.url + pages[i % 2])
         # The worker reports itself on every queue and beat ticks: nothing to say.
-        _until(browser, lambda d: d.find_elements(By.ID, "system-banner") and not _codes(d), "a quiet banner", OUTAGE)
+        until(browser, lambda d: d.find_elements(By.ID, "system-banner") and not _codes(d), "a quiet banner", OUTAGE)
         browsers.append((browser, lang[:2], size[0], pages[i % 2]))
 
     beat.stop()
     for browser, lang, width, page in browsers:
         browser.execute_script("window.__notReloaded = true")
-        _until(browser, lambda d: "scheduler_stalled" in _codes(d), "the stall, live", OUTAGE)
+        until(browser, lambda d: "scheduler_stalled" in _codes(d), "the stall, live", OUTAGE)
         assert browser.execute_script("return window.__notReloaded === true"), "the page was reloaded"
         fact = browser.find_element(By.CSS_SELECTOR, f"{FACTS}[data-code=scheduler_stalled]")
         assert STALLED[lang] in fact.text
         link = fact.find_element(By.TAG_NAME, "a").get_attribute("href")
         assert link.endswith(reverse("harness-dashboard") + "#dash-scheduler")
-        scroll, client = _overflow(browser)
+        scroll, client = overflow(browser)
         assert scroll <= client, f"{lang} {width}: {scroll} > {client}"
         if page == reverse("harness-status"):
             assert "scheduler" in browser.find_element(By.ID, "status-harness").get_attribute("innerHTML")
@@ -75,5 +76,5 @@ def test_the_banner_says_the_scheduler_is_down_on_every_page_while_beat_is_stopp
 
     harness.beat("beat2")
     for browser, lang, width, _page in browsers:
-        _until(browser, lambda d: not _codes(d), "the banner gone once beat ticks again", OUTAGE)
+        until(browser, lambda d: not _codes(d), "the banner gone once beat ticks again", OUTAGE)
         _shot(browser, f"banner-gone-{lang}-{width}")

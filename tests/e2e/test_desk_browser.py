@@ -2,36 +2,21 @@
 pytest-django's live_server and a real Celery worker. Saves screenshots for the README."""
 
 import os
-import shutil
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 from zoneinfo import ZoneInfo
 
 import pytest
 from django.contrib.auth.models import User
-from django.db import connection
 from django.urls import reverse
 from django.utils import timezone
 
 from deadletters.models import DeadLetter
 from runs.models import Attempt, SchedulerTick, TaskRun
-from tests.support.desk import CHROMEDRIVER, CHROMIUM, PASSWORD, daily_report, desk_driver, make_failed_run, make_user
+from tests.support.browser import BROWSER_MARKS, SCREENSHOTS, login, until
+from tests.support.desk import daily_report, desk_driver, make_failed_run, make_user
 from tests.support.processes import wait_for
 
-SCREENSHOTS = Path(__file__).resolve().parents[2] / "docs" / "screenshots"
-WAIT = 20
-
-pytestmark = [
-    pytest.mark.e2e,
-    pytest.mark.skipif(
-        not (shutil.which(CHROMIUM) and shutil.which(CHROMEDRIVER)),
-        reason="needs Debian's chromium and chromium-driver (.ci/run installs them)",
-    ),
-    # What a browser shows does not depend on the database: these run in the SQLite pass. Each costs
-    # 40-65 s of a loaded machine; the pages' queries and bad input are tested on both databases
-    # without a browser (tests/runs/test_query_counts.py, tests/tasks/test_admin_bad_input.py).
-    pytest.mark.skipif(connection.vendor == "postgresql", reason="browser tests run in the SQLite pass"),
-]
+pytestmark = BROWSER_MARKS
 
 
 @pytest.fixture
@@ -43,26 +28,6 @@ def browser():
 
 def _user(name: str, group: str) -> User:
     return make_user(name, group)
-
-
-def _login(browser, live_server, username: str) -> None:
-    from selenium.webdriver.common.by import By
-
-    browser.get(live_server.url + reverse("admin:login"))
-    browser.find_element(By.ID, "id_username").send_keys(username)
-    browser.find_element(By.ID, "id_password").send_keys(PASSWORD)
-    browser.find_element(By.CSS_SELECTOR, "input[type=submit]").click()
-    _until(browser, lambda d: "/login/" not in d.current_url, "login")
-
-
-def _until(browser, predicate, what: str, timeout: float = WAIT):
-    from selenium.common.exceptions import StaleElementReferenceException
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    # The preview is re-rendered while the operator types: an element read just as it is replaced is
-    # stale, which means "not there yet", as a missing one does (WebDriverWait's default).
-    wait = WebDriverWait(browser, timeout, poll_frequency=0.2, ignored_exceptions=(StaleElementReferenceException,))
-    return wait.until(predicate, message=f"waiting for {what}")
 
 
 def _text(browser, css: str) -> str:
@@ -90,7 +55,7 @@ def test_it_updates_the_preview_as_the_operator_edits_the_cron(browser, live_ser
 
     _user("olga", "Operators")
     rule = daily_report(cron="0 9 * * *", timezone="Asia/Shanghai", dedupe_key_template="report:{business_date}")
-    _login(browser, live_server, "olga")
+    login(browser, live_server, "olga")
     browser.get(live_server.url + reverse("admin:tasks_triggerrule_change", args=[rule.pk]))
     assert _text(browser, "#rule-preview .preview-description") == "At 09:00"
     assert "CST" in _text(browser, "#rule-preview .preview-fires tbody tr")
@@ -98,14 +63,14 @@ def test_it_updates_the_preview_as_the_operator_edits_the_cron(browser, live_ser
     cron = browser.find_element(By.ID, "id_cron")
     cron.clear()
     cron.send_keys("*/5 * * * *")
-    _until(browser, lambda d: _text(d, "#rule-preview .preview-description") == "Every 5 minutes", "new preview")
+    until(browser, lambda d: _text(d, "#rule-preview .preview-description") == "Every 5 minutes", "new preview")
     zone = browser.find_element(By.ID, "id_timezone")
     zone.clear()
     zone.send_keys("Mars/Olympus")
-    _until(browser, lambda d: "not a known zone" in _text(d, "#rule-preview"), "zone error in the preview")
+    until(browser, lambda d: "not a known zone" in _text(d, "#rule-preview"), "zone error in the preview")
     zone.clear()
     zone.send_keys("Europe/Berlin")
-    _until(browser, lambda d: "CET" in _text(d, "#rule-preview .preview-fires"), "Berlin times")
+    until(browser, lambda d: "CET" in _text(d, "#rule-preview .preview-fires"), "Berlin times")
 
 
 def test_it_previews_and_saves_a_one_time_run_at_on_the_rule_zones_clock(browser, live_server):
@@ -114,10 +79,10 @@ def test_it_previews_and_saves_a_one_time_run_at_on_the_rule_zones_clock(browser
 
     _user("olga", "Operators")
     rule = daily_report(cron="0 9 * * *", timezone="Asia/Shanghai", dedupe_key_template="report:{slot}")
-    _login(browser, live_server, "olga")
+    login(browser, live_server, "olga")
     browser.get(live_server.url + reverse("admin:tasks_triggerrule_change", args=[rule.pk]))
     Select(browser.find_element(By.ID, "id_kind")).select_by_value("once")
-    _until(browser, lambda d: "run_at" in _text(d, "#rule-preview"), "the preview asking for the run-at")
+    until(browser, lambda d: "run_at" in _text(d, "#rule-preview"), "the preview asking for the run-at")
     # The widgets' "Today" and "Now" links fill in Shanghai's clock, the one the form reads.
     browser.find_element(By.CSS_SELECTOR, "#id_run_at_0 + .datetimeshortcuts a").click()
     browser.find_element(By.CSS_SELECTOR, "#id_run_at_1 + .datetimeshortcuts a").click()
@@ -126,11 +91,11 @@ def test_it_previews_and_saves_a_one_time_run_at_on_the_rule_zones_clock(browser
     clock = browser.find_element(By.ID, "id_run_at_1").get_attribute("value")
     filled = datetime.fromisoformat(f"{day}T{clock}")
     assert abs(filled - shanghai) < timedelta(minutes=2), (filled, shanghai)
-    _until(browser, lambda d: "CST" in _text(d, "#rule-preview .preview-description"), "the preview of Now")
+    until(browser, lambda d: "CST" in _text(d, "#rule-preview .preview-description"), "the preview of Now")
     for field, typed in (("id_run_at_0", "2030-01-01"), ("id_run_at_1", "09:00")):
         browser.find_element(By.ID, field).clear()
         browser.find_element(By.ID, field).send_keys(typed)
-    _until(
+    until(
         browser,
         lambda d: "2030-01-01 01:00:00 UTC" in _text(d, "#rule-preview .preview-description"),
         "the one-time instant in the preview",
@@ -140,9 +105,9 @@ def test_it_previews_and_saves_a_one_time_run_at_on_the_rule_zones_clock(browser
     assert "2030-01-01 01:00:00 UTC" in _text(browser, "#rule-preview .preview-fires tbody tr")
     browser.find_element(By.NAME, "_continue").click()
     # The edit is shown as its plan first (tests/e2e/test_plan_browser.py), then saved from there.
-    _until(browser, lambda d: d.find_elements(By.ID, "plan-save"), "the review page")
+    until(browser, lambda d: d.find_elements(By.ID, "plan-save"), "the review page")
     browser.find_element(By.ID, "plan-save").click()
-    _until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".messagelist .success"), "the saved message")
+    until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".messagelist .success"), "the saved message")
     rule.refresh_from_db()
     assert rule.kind == "once" and rule.run_at == datetime(2030, 1, 1, 1, 0, tzinfo=UTC)
     # Shown back on Shanghai's clock.
@@ -155,19 +120,19 @@ def test_it_trial_runs_a_rule_and_the_run_appears(browser, live_server, harness)
     _user("olga", "Operators")
     rule = daily_report(enabled=False)
     harness.worker()
-    _login(browser, live_server, "olga")
+    login(browser, live_server, "olga")
     browser.get(live_server.url + reverse("admin:tasks_triggerrule_change", args=[rule.pk]))
     browser.find_element(By.ID, "rule-trial").click()
     browser.find_element(By.ID, "id_reason").send_keys("gray release check")
     browser.find_element(By.ID, "desk-form-submit").click()
-    _until(browser, lambda d: "/runs/taskrun/" in d.current_url, "the run page")
+    until(browser, lambda d: "/runs/taskrun/" in d.current_url, "the run page")
     assert "TRIAL" in _text(browser, "#run-timeline-panel h2")
 
     def succeeded(d):
         d.refresh()
         return _text(d, "#run-state") == "Succeeded"
 
-    _until(browser, succeeded, "the trial run to succeed", timeout=60)
+    until(browser, succeeded, "the trial run to succeed", timeout=60)
     run = TaskRun.objects.get()
     assert run.is_trial and run.biz_key.startswith(f"rule/{run.rule_id}/trial/") and run.state == "succeeded"
     _shot(browser, "run-timeline")
@@ -183,7 +148,7 @@ def test_it_replays_a_dead_letter(browser, live_server, harness):
         make_failed_run(f"report:2026-03-0{i + 1}", kind="timeout" if i else "invalid_param", digest=f"fp{i % 2}")
     ticket = DeadLetter.objects.get(biz_key="report:2026-03-01")
     harness.worker()
-    _login(browser, live_server, "omar")
+    login(browser, live_server, "omar")
     browser.get(live_server.url + reverse("admin:deadletters_deadletter_changelist") + "?state__exact=pending_manual")
     assert "Open backlog: 3" in _text(browser, "#deadletter-backlog")
     _shot(browser, "deadletter-desk")
@@ -191,7 +156,7 @@ def test_it_replays_a_dead_letter(browser, live_server, harness):
     _shot(browser, "deadletter-ticket")
     browser.find_element(By.ID, "ticket-replay").click()
     browser.find_element(By.ID, "desk-confirm-submit").click()
-    _until(browser, lambda d: "Replay queued" in _text(d, ".messagelist"), "the replay message")
+    until(browser, lambda d: "Replay queued" in _text(d, ".messagelist"), "the replay message")
     wait_for(
         lambda: TaskRun.objects.get(biz_key=ticket.biz_key).state == "succeeded",
         timeout=60,
@@ -222,7 +187,7 @@ def test_it_force_releases_a_lease(browser, live_server):
         start_at=now - timedelta(minutes=3),
     )
     Attempt.objects.create(run=run, number=1, fence=2, worker="w7@lost-host:99", started_at=now - timedelta(minutes=3))
-    _login(browser, live_server, "omar")
+    login(browser, live_server, "omar")
     browser.get(live_server.url + reverse("admin:runs_runlease_changelist"))
     assert "w7@lost-host:99" in _text(browser, "#result_list")
     _shot(browser, "leases")
@@ -230,7 +195,7 @@ def test_it_force_releases_a_lease(browser, live_server):
     browser.find_element(By.ID, "run-release").click()
     browser.find_element(By.ID, "id_reason").send_keys("host lost-host is gone")
     browser.find_element(By.ID, "desk-confirm-submit").click()
-    _until(browser, lambda d: "Lease force-released" in _text(d, ".messagelist"), "the release message")
+    until(browser, lambda d: "Lease force-released" in _text(d, ".messagelist"), "the release message")
     run.refresh_from_db()
     assert (run.state, run.fence, run.lease_owner) == ("waiting_retry", 3, "")
 
@@ -257,7 +222,7 @@ def test_it_shows_the_dashboard(browser, live_server):
     daily_report()
     make_failed_run("report:dl", now=now)
     SchedulerTick.objects.create(name="scheduler", last_tick_at=now)
-    _login(browser, live_server, "vera")
+    login(browser, live_server, "vera")
     browser.get(live_server.url + reverse("harness-dashboard"))
     assert _text(browser, "#dash-duplicates-count") == "0"
     _shot(browser, "dashboard")

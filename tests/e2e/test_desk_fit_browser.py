@@ -3,7 +3,6 @@ and a phone (390x844), in English and zh-Hans, light and dark: pages that do not
 sideways, every time labelled with its zone, the rule's history strip as links, live refresh that
 shows a trial run's outcome without a reload. With SAVE_SCREENSHOTS=1 it refreshes docs/screenshots."""
 
-import os
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -13,28 +12,14 @@ from django.utils import timezone
 from deadletters.models import DeadLetter
 from runs.models import Decision, SchedulerTick, TaskRun
 from tasks.triggers.operator import rule_pause
-from tests.e2e.test_desk_browser import CHROMEDRIVER, CHROMIUM, SCREENSHOTS, _login, _until, pytestmark  # noqa: F401
-from tests.support.desk import daily_report, desk_driver, make_failed_run, make_user
+from tests.support.browser import BROWSER_MARKS, LAPTOP, PHONE, login, make_browser, overflow, shot, until  # noqa: F401
+from tests.support.desk import daily_report, make_failed_run, make_user
 
-LAPTOP = (1440, 900)
-PHONE = (390, 844)
+pytestmark = BROWSER_MARKS
 LONG_ERROR = (
     "TimeoutError: the upstream report service did not answer within 30 s while fetching "
     "https://reports.example.internal/api/v2/daily?channel=wechat&date=2026-12-01 " + "x" * 160
 )
-
-
-@pytest.fixture
-def make_browser():
-    drivers = []
-
-    def make(size, **kw):
-        drivers.append(desk_driver(size, **kw))
-        return drivers[-1]
-
-    yield make
-    for d in drivers:
-        d.quit()
 
 
 def _seed():
@@ -96,42 +81,17 @@ def _pages(rule, run, ticket) -> dict[str, str]:
     }
 
 
-def _overflow(browser) -> tuple[int, int]:
-    return tuple(
-        browser.execute_script("return [document.documentElement.scrollWidth, document.documentElement.clientWidth]")
-    )
-
-
-def _shot(browser, name: str) -> None:
-    if not os.environ.get("SAVE_SCREENSHOTS"):
-        return
-    SCREENSHOTS.mkdir(parents=True, exist_ok=True)
-    width = browser.execute_script("return window.innerWidth")
-    height = browser.execute_script(
-        "return Math.min(2600, Math.max(document.body.scrollHeight, document.documentElement.scrollHeight))"
-    )
-    browser.execute_cdp_cmd(
-        "Emulation.setDeviceMetricsOverride",
-        {"width": width, "height": max(height, 600), "deviceScaleFactor": 1, "mobile": width < 600},
-    )
-    browser.save_screenshot(str(SCREENSHOTS / f"{name}.png"))
-    w, h = browser.desk_size
-    browser.execute_cdp_cmd(
-        "Emulation.setDeviceMetricsOverride", {"width": w, "height": h, "deviceScaleFactor": 1, "mobile": w < 600}
-    )
-
-
 @pytest.mark.parametrize("size", [LAPTOP, PHONE], ids=["1440x900", "390x844"])
-def test_the_run_ticket_rule_and_desk_pages_do_not_scroll_sideways(make_browser, live_server, size):
+def test_the_run_ticket_rule_and_desk_pages_do_not_scroll_sideways(make_browser, live_server, size):  # noqa: F811
     from selenium.webdriver.common.by import By
 
     rule, run, ticket = _seed()
     browser = make_browser(size)
-    _login(browser, live_server, "omar")
+    login(browser, live_server, "omar")
     wide = {}
     for name, url in _pages(rule, run, ticket).items():
         browser.get(live_server.url + url)
-        wide[name] = _overflow(browser)
+        wide[name] = overflow(browser)
         if size == LAPTOP and name in ("desk", "runs", "rules"):
             # Tables fit their column at laptop size: no sideways scrolling inside the list either.
             inner = browser.execute_script(
@@ -145,12 +105,12 @@ def test_the_run_ticket_rule_and_desk_pages_do_not_scroll_sideways(make_browser,
     assert LONG_ERROR[-40:] in browser.find_element(By.ID, "run-last-error").text.replace("\n", "")
 
 
-def test_times_say_their_zone_and_the_history_strip_links_to_runs_and_decisions(make_browser, live_server):
+def test_times_say_their_zone_and_the_history_strip_links_to_runs_and_decisions(make_browser, live_server):  # noqa: F811
     from selenium.webdriver.common.by import By
 
     rule, run, ticket = _seed()
     browser = make_browser(LAPTOP)
-    _login(browser, live_server, "omar")
+    login(browser, live_server, "omar")
     pages = _pages(rule, run, ticket)
     browser.get(live_server.url + pages["run"])
     slot = browser.find_element(By.CSS_SELECTOR, "#run-timeline-panel .line time.when").text
@@ -175,7 +135,7 @@ def test_times_say_their_zone_and_the_history_strip_links_to_runs_and_decisions(
     assert all("/admin/runs/taskrun/" in h for h in hrefs[:6]), hrefs
     assert "/admin/runs/decision/" in hrefs[6] and hrefs[7].endswith(f"/admin/runs/taskrun/{run.pk}/change/")
     cells[7].click()
-    _until(browser, lambda d: d.current_url.endswith(f"/taskrun/{run.pk}/change/"), "the failed run's page")
+    until(browser, lambda d: d.current_url.endswith(f"/taskrun/{run.pk}/change/"), "the failed run's page")
     # Elsewhere, UTC labelled: the runs list.
     browser.get(live_server.url + pages["runs"])
     first = browser.find_element(By.CSS_SELECTOR, "#result_list td.field-when_column time.when").text
@@ -186,7 +146,7 @@ def test_times_say_their_zone_and_the_history_strip_links_to_runs_and_decisions(
     from selenium.webdriver.support.ui import Select
 
     Select(browser.find_element(By.ID, "zone-select")).select_by_value("utc")
-    _until(
+    until(
         browser,
         lambda d: (
             d.find_element(By.CSS_SELECTOR, "#run-timeline-panel .line time.when").text
@@ -198,28 +158,28 @@ def test_times_say_their_zone_and_the_history_strip_links_to_runs_and_decisions(
     assert browser.find_element(By.ID, "zone-select").get_attribute("value") == "utc"
 
 
-def test_live_refresh_shows_a_trial_runs_outcome_without_a_reload(make_browser, live_server, harness):
+def test_live_refresh_shows_a_trial_runs_outcome_without_a_reload(make_browser, live_server, harness):  # noqa: F811
     from selenium.webdriver.common.by import By
 
     make_user("olga", "Operators")
     rule = daily_report(enabled=False)
     harness.worker()
     browser = make_browser(LAPTOP)
-    _login(browser, live_server, "olga")
+    login(browser, live_server, "olga")
     browser.get(live_server.url + reverse("admin:tasks_triggerrule_trial", args=[rule.pk]))
     browser.find_element(By.ID, "id_reason").send_keys("gray release check")
     browser.find_element(By.ID, "desk-form-submit").click()
-    _until(browser, lambda d: "/runs/taskrun/" in d.current_url, "the run page")
+    until(browser, lambda d: "/runs/taskrun/" in d.current_url, "the run page")
     browser.execute_script("window.__notReloaded = true")
-    _until(browser, lambda d: d.find_element(By.ID, "run-state").text == "Succeeded", "the outcome, live", timeout=60)
+    until(browser, lambda d: d.find_element(By.ID, "run-state").text == "Succeeded", "the outcome, live", timeout=60)
     assert browser.execute_script("return window.__notReloaded === true"), "the page was reloaded"
     # Final: the page stops asking.
-    _until(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, "#live-region[data-live]"), "refresh to stop")
+    until(browser, lambda d: not d.find_elements(By.CSS_SELECTOR, "#live-region[data-live]"), "refresh to stop")
     assert "no longer refreshes" in browser.find_element(By.ID, "live-state").text
     # Pausing stops the dashboard from refreshing; the bar says so.
     browser.get(live_server.url + reverse("harness-dashboard"))
     browser.find_element(By.ID, "live-toggle").click()
-    _until(browser, lambda d: "paused" in d.find_element(By.ID, "live-updated").text, "the paused label")
+    until(browser, lambda d: "paused" in d.find_element(By.ID, "live-updated").text, "the paused label")
     browser.find_element(By.ID, "live-toggle").click()
 
 
@@ -228,15 +188,15 @@ def test_live_refresh_shows_a_trial_runs_outcome_without_a_reload(make_browser, 
     [("en-US", False, ""), ("en-US", True, "-dark"), ("zh-CN", False, "-zh"), ("zh-CN", True, "-zh-dark")],
     ids=["en", "en-dark", "zh", "zh-dark"],
 )
-def test_the_main_pages_in_both_languages_and_themes(make_browser, live_server, lang, dark, suffix):
+def test_the_main_pages_in_both_languages_and_themes(make_browser, live_server, lang, dark, suffix):  # noqa: F811
     """Screenshots of every main page; the phone-size run page too. Each page must also fit."""
     rule, run, ticket = _seed()
     for size, tag in ((LAPTOP, ""), (PHONE, "-phone")):
         browser = make_browser(size, lang=lang, dark=dark)
-        _login(browser, live_server, "omar")
+        login(browser, live_server, "omar")
         for name, url in _pages(rule, run, ticket).items():
             if (tag and name not in ("run", "ticket")) or name == "rules":
                 continue
             browser.get(live_server.url + url)
-            assert _overflow(browser)[0] <= _overflow(browser)[1], (name, size, lang)
-            _shot(browser, f"desk-{name}{suffix}{tag}")
+            assert overflow(browser)[0] <= overflow(browser)[1], (name, size, lang)
+            shot(browser, f"desk-{name}{suffix}{tag}")

@@ -9,12 +9,13 @@ from django.urls import reverse
 from django.utils import timezone
 
 from tasks.triggers.operator import rule_pause
-from tests.e2e.test_desk_browser import _login, pytestmark  # noqa: F401
-from tests.e2e.test_desk_fit_browser import PHONE, _overflow, make_browser  # noqa: F401
+from tests.support.browser import BROWSER_MARKS, PHONE, login, make_browser, overflow  # noqa: F401 - make_browser: a fixture
 from tests.support.desk import make_user
 from tests.support.rules import make_rule
 
 NARROWEST = 120  # px: a cell narrower than this on a phone breaks its words letter by letter
+
+pytestmark = BROWSER_MARKS
 
 
 @pytest.mark.parametrize("lang", ["en-US", "zh-CN"])
@@ -28,9 +29,9 @@ def test_the_history_fits_a_phone(make_browser, live_server, lang):
     rule.save(now=timezone.now())
     rule_pause(rule=rule, actor="olga", now=timezone.now(), reason="upstream maintenance window")
     browser = make_browser(PHONE, lang=lang)
-    _login(browser, live_server, "olga")
+    login(browser, live_server, "olga")
     browser.get(live_server.url + reverse("admin:tasks_triggerrule_history", args=[rule.pk]))
-    scroll, client = _overflow(browser)
+    scroll, client = overflow(browser)
     assert scroll <= client, f"{lang}: {scroll} > {client}"
     widths = [c.size["width"] for c in browser.find_elements(By.CSS_SELECTOR, "#change-history td")]
     assert widths and min(widths) >= NARROWEST, widths

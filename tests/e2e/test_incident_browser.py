@@ -11,8 +11,7 @@ from pathlib import Path
 from django.urls import reverse
 
 from runs.models import Decision, Incident, SchedulerTick, TaskRun
-from tests.e2e.test_desk_browser import _login, _until, pytestmark  # noqa: F401
-from tests.e2e.test_desk_fit_browser import LAPTOP, PHONE, _overflow, make_browser  # noqa: F401
+from tests.support.browser import BROWSER_MARKS, LAPTOP, PHONE, login, make_browser, overflow, until  # noqa: F401 - make_browser: a fixture
 from tests.support.desk import make_user
 from tests.support.processes import wait_for
 from tests.support.rules import make_rule
@@ -23,6 +22,8 @@ START = 120  # seconds: a loaded machine's worker and beat take a while to start
 # Beat stays down longer than the stall period (ten 1-second ticks, at least 30 s), so the first
 # tick after it is an outage; a 10-second rule misses its slots of that time (catch-up none).
 DOWN = 45
+
+pytestmark = BROWSER_MARKS
 
 
 def _shot(browser, name: str) -> None:
@@ -59,13 +60,13 @@ def test_an_incident_page_after_a_real_outage_lists_its_missed_slots(make_browse
     url = live_server.url + reverse("admin:runs_incident_change", args=[incident.id])
     for lang, size in SCREENS:
         browser = make_browser(size, lang=lang)
-        _login(browser, live_server, "omar")
+        login(browser, live_server, "omar")
         browser.get(url)
-        _until(browser, lambda d: d.find_elements(By.ID, "incident-missed"), "the incident page")
+        until(browser, lambda d: d.find_elements(By.ID, "incident-missed"), "the incident page")
         assert HEADING[lang[:2]] in browser.find_element(By.ID, "incident-header").text
         boxes = browser.find_elements(By.CSS_SELECTOR, "#incident-missed input[name=_selected_action]")
         assert sorted(int(b.get_attribute("value")) for b in boxes) == sorted(d.id for d in missed)
         assert browser.find_elements(By.CSS_SELECTOR, "#incident-grid .cells i.missed")
-        scroll, client = _overflow(browser)
+        scroll, client = overflow(browser)
         assert scroll <= client, f"{lang} {size[0]}: {scroll} > {client}"
         _shot(browser, f"incident-{lang[:2]}-{size[0]}")

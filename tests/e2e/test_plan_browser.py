@@ -11,9 +11,10 @@ from django.utils import timezone
 from tasks.models import TriggerRule
 from tasks.rules import schedule
 from tasks.triggers.scheduler import scheduler_tick
-from tests.e2e.test_desk_browser import CHROMEDRIVER, CHROMIUM, _login, _until, pytestmark  # noqa: F401
-from tests.e2e.test_desk_fit_browser import LAPTOP, PHONE, _overflow, _shot
+from tests.support.browser import BROWSER_MARKS, LAPTOP, PHONE, login, overflow, shot, until
 from tests.support.desk import daily_report, desk_driver, make_user
+
+pytestmark = BROWSER_MARKS
 
 
 @pytest.fixture
@@ -57,26 +58,26 @@ def test_an_edit_is_reviewed_as_its_plan_then_saved(make_browser, live_server, l
     words = WORDS[lang]
     for size, tag in ((LAPTOP, ""), (PHONE, "-phone")):
         browser = make_browser(size, lang=lang)
-        _login(browser, live_server, "olga")
+        login(browser, live_server, "olga")
         browser.get(live_server.url + reverse("admin:tasks_triggerrule_change", args=[rule.pk]))
         # The guards fold away on a saved rule's page: the value is typed into the folded field.
         browser.execute_script("document.getElementById('id_weekdays').value = 'sat-sun'")
         browser.find_element(By.NAME, "_save").click()
-        _until(browser, lambda d: d.find_elements(By.ID, "plan-confirm"), "the review page")
+        until(browser, lambda d: d.find_elements(By.ID, "plan-confirm"), "the review page")
 
         assert words["title"] in browser.find_element(By.CSS_SELECTOR, "#content h1").text
         assert "sat-sun" in browser.find_element(By.ID, "plan-changes").text
         assert words["past"] in browser.find_element(By.ID, "plan-past-summary").text
         assert browser.find_elements(By.CSS_SELECTOR, "#plan-past tbody tr")  # the weekdays now excluded
-        assert _overflow(browser)[0] <= _overflow(browser)[1], (size, lang)
-        _shot(browser, f"rule-review{'-zh' if lang.startswith('zh') else ''}{tag}")
+        assert overflow(browser)[0] <= overflow(browser)[1], (size, lang)
+        shot(browser, f"rule-review{'-zh' if lang.startswith('zh') else ''}{tag}")
         rule.refresh_from_db()
         assert rule.weekdays == ""  # nothing saved before the confirmation
 
         if tag:  # the phone only looks; the laptop saves
             continue
         browser.find_element(By.ID, "plan-save").click()
-        _until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".messagelist .success"), "the saved message")
+        until(browser, lambda d: d.find_elements(By.CSS_SELECTOR, ".messagelist .success"), "the saved message")
         assert words["saved"] in browser.find_element(By.CSS_SELECTOR, ".messagelist").text
         rule.refresh_from_db()
         assert rule.weekdays == "sat-sun"

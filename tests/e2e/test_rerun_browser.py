@@ -13,8 +13,7 @@ from django.utils import timezone
 
 from runs.models import Decision, TaskRun
 from tests.e2e.helpers import START_TIMEOUT, recording_rule
-from tests.e2e.test_desk_browser import _login, _until, pytestmark  # noqa: F401
-from tests.e2e.test_desk_fit_browser import LAPTOP, PHONE, _overflow, make_browser  # noqa: F401
+from tests.support.browser import BROWSER_MARKS, LAPTOP, PHONE, login, make_browser, overflow, until  # noqa: F401 - make_browser: a fixture
 from tests.support.desk import make_user
 from tests.support.processes import wait_for
 
@@ -23,6 +22,8 @@ GRACE = 2  # a slot claimed later than this is late; with catch-up "none" it is 
 DOWN = 3 * PERIOD + GRACE  # beat stopped this long: at least two slots missed
 CHOSEN = {"en": "chosen;", "zh": "已选"}
 HAS_RUN = {"en": "already has a run", "zh": "已有运行"}
+
+pytestmark = BROWSER_MARKS
 
 
 def _shot(browser, name: str) -> None:
@@ -43,7 +44,7 @@ def _plan(browser, live_server, rule) -> list[tuple[str, str]]:
     browser.execute_script("document.getElementById('action-toggle').click()")
     Select(browser.find_element(By.NAME, "action")).select_by_value("rerun_slots")
     browser.find_element(By.CSS_SELECTOR, "button[name=index]").click()
-    _until(browser, lambda d: d.find_elements(By.ID, "rerun-table"), "the plan")
+    until(browser, lambda d: d.find_elements(By.ID, "rerun-table"), "the plan")
     rows = browser.find_elements(By.CSS_SELECTOR, "#rerun-table tbody tr")
     return [(r.get_attribute("id").removeprefix("rerun-decision-"), r.get_attribute("data-refused")) for r in rows]
 
@@ -69,7 +70,7 @@ def test_missed_slots_are_re_run_by_selection_plan_first_each_exactly_once(
     screens = {}
     for lang, size in (("en-US", LAPTOP), ("en-US", PHONE), ("zh-CN", LAPTOP), ("zh-CN", PHONE)):
         browser = make_browser(size, lang=lang)
-        _login(browser, live_server, "omar")  # while beat is down
+        login(browser, live_server, "omar")  # while beat is down
         screens[(lang[:2], size[0])] = browser
     wait_for(lambda: timezone.now() >= stopped + timedelta(seconds=DOWN), timeout=DOWN + 5, what="the outage")
     harness.beat("beat2", extra_env=grace)
@@ -88,7 +89,7 @@ def test_missed_slots_are_re_run_by_selection_plan_first_each_exactly_once(
         rows = _plan(browser, live_server, rule)
         assert sorted(int(i) for i, _ in rows) == sorted(d.id for d in missed) and {r for _, r in rows} == {""}
         assert CHOSEN[lang] in browser.find_element(By.ID, "rerun-plan").text
-        scroll, client = _overflow(browser)
+        scroll, client = overflow(browser)
         assert scroll <= client, f"{lang} {width}: {scroll} > {client}"
         _shot(browser, f"rerun-plan-{lang}-{width}")
     assert not TaskRun.objects.filter(rule=rule, slot__in=slots).exists()
@@ -98,7 +99,7 @@ def test_missed_slots_are_re_run_by_selection_plan_first_each_exactly_once(
     spacing.clear()
     spacing.send_keys("0")
     confirming.find_element(By.ID, "rerun-confirm").click()
-    _until(confirming, lambda d: "Re-ran" in d.find_element(By.CSS_SELECTOR, ".messagelist").text, "the message")
+    until(confirming, lambda d: "Re-ran" in d.find_element(By.CSS_SELECTOR, ".messagelist").text, "the message")
     wait_for(
         lambda: TaskRun.objects.filter(rule=rule, slot__in=slots, state="succeeded").count() == len(slots),
         timeout=START_TIMEOUT,
@@ -114,7 +115,7 @@ def test_missed_slots_are_re_run_by_selection_plan_first_each_exactly_once(
     assert {r for _, r in rows} == {"has_run"} and len(rows) == len(slots)
     assert HAS_RUN["zh"] in phone.find_element(By.ID, "rerun-table").text
     assert phone.find_element(By.ID, "rerun-confirm").get_attribute("disabled")
-    scroll, client = _overflow(phone)
+    scroll, client = overflow(phone)
     assert scroll <= client, f"zh 390: {scroll} > {client}"
     _shot(phone, "rerun-refused-zh-390")
     assert TaskRun.objects.filter(rule=rule, slot__in=slots).count() == len(slots)

@@ -14,12 +14,13 @@ from django.utils import timezone
 
 from deadletters.models import DeadLetter
 from runs.models import Decision, SchedulerTick, TaskRun
-from tests.e2e.test_desk_browser import _login, _until, pytestmark  # noqa: F401
-from tests.e2e.test_desk_fit_browser import LAPTOP, PHONE, _overflow, make_browser  # noqa: F401
+from tests.support.browser import BROWSER_MARKS, LAPTOP, PHONE, login, make_browser, overflow, until  # noqa: F401 - make_browser: a fixture
 from tests.support.desk import make_failed_run, make_user
 from tests.support.rules import make_rule
 
 ERROR = "ConnectionError: export target refused the upload\nTraceback (most recent call last):\n  ..."
+
+pytestmark = BROWSER_MARKS
 
 
 def _seed():
@@ -71,7 +72,7 @@ def test_the_landing_page_the_desk_and_a_raw_key_search(make_browser, live_serve
     broken, missing, fine = _seed()
     browser = make_browser(size, lang=lang)
     tag = f"{lang[:2]}-{size[0]}"
-    _login(browser, live_server, "omar")
+    login(browser, live_server, "omar")
 
     # 1. The landing page is the status board, worst first, and fits.
     browser.get(live_server.url + "/admin/")
@@ -81,7 +82,7 @@ def test_the_landing_page_the_desk_and_a_raw_key_search(make_browser, live_serve
     assert rows[1].get_attribute("id") == f"status-rule-{missing.pk}"
     assert browser.find_element(By.ID, "status-missed-total").text == "3"
     assert len(rows[0].find_elements(By.CSS_SELECTOR, ".history-strip > *")) == 48
-    assert _overflow(browser)[0] <= _overflow(browser)[1], ("status", size, lang)
+    assert overflow(browser)[0] <= overflow(browser)[1], ("status", size, lang)
     _shot(browser, f"status-{tag}")
     # The dashboard and the admin's page list are one click away.
     assert (
@@ -97,7 +98,7 @@ def test_the_landing_page_the_desk_and_a_raw_key_search(make_browser, live_serve
     assert sorted(keys) == ["2026-12-01T01:00:00Z", "2026-12-01T01:05:00Z", "2026-12-01T01:10:00Z"], keys
     errors = [e.text for e in browser.find_elements(By.CSS_SELECTOR, "#result_list td.field-error_column code")]
     assert errors == ["ConnectionError: export target refused the upload"] * 3, errors
-    assert _overflow(browser)[0] <= _overflow(browser)[1], ("desk", size, lang)
+    assert overflow(browser)[0] <= overflow(browser)[1], ("desk", size, lang)
     _shot(browser, f"desk-{tag}")
 
     # 3. A raw key with ':' finds its run; one with CJK characters its ticket; both read unescaped.
@@ -105,7 +106,7 @@ def test_the_landing_page_the_desk_and_a_raw_key_search(make_browser, live_serve
     box = browser.find_element(By.ID, "searchbar")
     box.send_keys("callback:order-7")
     box.submit()
-    _until(browser, lambda d: "q=callback" in d.current_url, "the search")
+    until(browser, lambda d: "q=callback" in d.current_url, "the search")
     found = browser.find_elements(By.CSS_SELECTOR, "#result_list td.field-key_column code")
     assert [f.text for f in found] == ["callback:order-7"]
     assert found[0].get_attribute("title") == f"rule/{fine.pk}/once-key/callback:order-7"
@@ -113,13 +114,13 @@ def test_the_landing_page_the_desk_and_a_raw_key_search(make_browser, live_serve
     box = browser.find_element(By.ID, "searchbar")
     box.send_keys("订单:7")
     box.submit()
-    _until(browser, lambda d: "q=" in d.current_url, "the search")
+    until(browser, lambda d: "q=" in d.current_url, "the search")
     found = browser.find_elements(By.CSS_SELECTOR, "#result_list td.field-key_column code")
     assert [f.text for f in found] == ["订单:7"]
-    assert _overflow(browser)[0] <= _overflow(browser)[1], ("search", size, lang)
+    assert overflow(browser)[0] <= overflow(browser)[1], ("search", size, lang)
     _shot(browser, f"search-{tag}")
     browser.find_element(By.CSS_SELECTOR, "#result_list th.field-id a, #result_list td.field-id a").click()
-    _until(browser, lambda d: "/change/" in d.current_url, "the ticket page")
+    until(browser, lambda d: "/change/" in d.current_url, "the ticket page")
     assert "订单:7" in browser.title and "%3A" not in browser.title
     assert "%3A" not in browser.find_element(By.CSS_SELECTOR, ".breadcrumbs").text
 
@@ -129,11 +130,11 @@ def test_the_status_page_turns_a_row_red_live(make_browser, live_server):
 
     _broken, _missing, fine = _seed()
     browser = make_browser(LAPTOP)
-    _login(browser, live_server, "omar")
+    login(browser, live_server, "omar")
     browser.get(live_server.url + "/admin/")
     row = f"status-rule-{fine.pk}"
     assert browser.find_element(By.ID, row).get_attribute("data-health") == "ok"
     browser.execute_script("window.__notReloaded = true")
     make_failed_run(f"rule/{fine.pk}/slot/daily-report:now", now=timezone.now(), rule=fine)
-    _until(browser, lambda d: d.find_element(By.ID, row).get_attribute("data-health") == "failing", "live", 30)
+    until(browser, lambda d: d.find_element(By.ID, row).get_attribute("data-health") == "failing", "live", 30)
     assert browser.execute_script("return window.__notReloaded === true"), "the page was reloaded"

@@ -16,13 +16,14 @@ from deadletters.models import DeadLetter
 from runs.models import SchedulerTick
 from tasks.triggers.operator import rule_pause
 from tasks.triggers.scheduler import scheduler_tick
-from tests.e2e.test_desk_browser import _login, pytestmark  # noqa: F401  (the browser tests' marks)
-from tests.e2e.test_desk_fit_browser import LAPTOP, PHONE, _shot, make_browser  # noqa: F401
+from tests.support.browser import BROWSER_MARKS, LAPTOP, PHONE, login, make_browser, shot  # noqa: F401 - make_browser: a fixture
 from tests.support.desk import daily_report, make_failed_replay, make_failed_run, make_user, page_problems
 from tests.support.rules import make_rule
 
 FAILED_AT = datetime(2026, 11, 27, 1, 0, 5, tzinfo=UTC)
 SLOT = datetime(2026, 11, 30, 1, 0, tzinfo=UTC)  # 09:00 in Shanghai
+
+pytestmark = BROWSER_MARKS
 
 
 def _seed():
@@ -73,10 +74,10 @@ def test_a_failed_replay_the_run_time_and_explain_after_an_outage_tell_the_truth
     suffix = "" if lang == "en-US" else "-zh"
     for size, tag in ((LAPTOP, ""), (PHONE, "-phone")):
         browser = make_browser(size, lang=lang)
-        _login(browser, live_server, "omar")
+        login(browser, live_server, "omar")
         browser.get(live_server.url + reverse("admin:deadletters_deadletter_changelist"))
         assert words["failed"] in browser.find_element(By.ID, "result_list").text
-        _shot(browser, f"truth-desk{suffix}{tag}")
+        shot(browser, f"truth-desk{suffix}{tag}")
         if size == PHONE:
             # Sorted by two columns, the cards' labels are the columns' names, not "2 ID".
             browser.get(live_server.url + reverse("admin:deadletters_deadletter_changelist") + "?o=-1.3")
@@ -89,7 +90,7 @@ def test_a_failed_replay_the_run_time_and_explain_after_an_outage_tell_the_truth
         link = browser.find_element(By.CSS_SELECTOR, "#ticket-replay-failed a")
         assert link.get_attribute("href").endswith(f"/deadletter/{second.pk}/change/")
         assert f"{words['ticket']}{second.pk}" in link.text
-        _shot(browser, f"truth-replay-failed{suffix}{tag}")
+        shot(browser, f"truth-replay-failed{suffix}{tag}")
         browser.get(live_server.url + reverse("admin:runs_taskrun_change", args=[run.pk]))
         execution = browser.find_element(By.ID, "run-execution").text
         assert "3.000s" in execution and words["people"] in execution, execution
@@ -100,7 +101,7 @@ def test_a_failed_replay_the_run_time_and_explain_after_an_outage_tell_the_truth
         # Recent decisions stack into cards on a phone: the reason is a line, not a column a character wide.
         reason = "return document.querySelector('#explain-recent tbody td:nth-child(2)').getBoundingClientRect().width"
         assert size == LAPTOP or browser.execute_script(reason) > size[0] / 2
-        _shot(browser, f"truth-explain{suffix}{tag}")
+        shot(browser, f"truth-explain{suffix}{tag}")
         browser.get(live_server.url + reverse("harness-dashboard"))
         browser.get(live_server.url + reverse("harness-flow"))
     if lang == "zh-CN":
