@@ -1,4 +1,5 @@
-"""Shared pieces of the end-to-end tests: rules, readiness, and pausing a worker safely."""
+"""Shared pieces of the end-to-end tests: rules, readiness, pausing a worker safely, and a worker's
+runs, pool processes and heartbeat."""
 
 import os
 import sqlite3
@@ -8,10 +9,12 @@ from datetime import datetime, timedelta
 from django.db import connection
 from django.utils import timezone
 
-from runs.models import SchedulerTick, TaskRun
+from runs.claims import Work, run_claim
+from runs.models import SchedulerTick, TaskRun, WorkerHeartbeat
 from tasks.models import TriggerRule
 from tests.support.processes import Proc, wait_for
 from tests.support.rules import make_rule
+from tests.support.runs import run_policy
 
 # Generous bounds: the suite shares a small machine with other test runs.
 START_TIMEOUT = 60
@@ -131,3 +134,56 @@ def tcp_ports(pids: list[int]) -> set[int]:
                 if fields[9] in inodes:
                     ports.add(int(fields[1].rsplit(":", 1)[1], 16))
     return ports
+
+
+# A run's policy in the worker-fault tests: short leases and retries, so a lost worker shows in seconds.
+POLICY = {
+    "max_attempts": 5,
+    "backoff_base_seconds": 1.0,
+    "max_delay_seconds": 2,
+    "max_retry_window_seconds": 3600,
+    "jitter_min": 1.0,
+    "jitter_max": 1.0,
+    "lease_ttl_seconds": 4,
+}
+
+
+def claim(biz_key: str, *, seconds: float = 0.0, max_attempts: int = POLICY["max_attempts"]) -> TaskRun:
+    """A run of harness.record (one DiagnosticRecord per success), dispatched at once."""
+    work = Work(
+        biz_key=biz_key,
+        skill="harness.record",
+        source=TaskRun.Source.API,
+        triggered_by="e2e",
+        payload={"params": {"seconds": seconds}},
+        policy=run_policy({**POLICY, "max_attempts": max_attempts}),
+    )
+    return run_claim(work, now=timezone.now()).run
+
+
+def pool_children(proc: Proc) -> list[int]:
+    pids = []
+    for task in os.listdir(f"/proc/{proc.pid}/task"):
+        with open(f"/proc/{proc.pid}/task/{task}/children") as f:
+            pids += [int(p) for p in f.read().split()]
+    return pids
+
+
+def heartbeat(proc: Proc) -> WorkerHeartbeat | None:
+    return WorkerHeartbeat.objects.filter(pid=proc.pid).first()
+
+
+def wait_heartbeat(proc: Proc) -> WorkerHeartbeat:
+    return wait_for(lambda: heartbeat(proc), timeout=START_TIMEOUT, what=f"a heartbeat of {proc.name}")
+
+
+def wait_succeeded(runs: list[TaskRun], *, timeout: float, what: str) -> float:
+    """Seconds until every run succeeded."""
+    started = time.monotonic()
+    ids = [r.id for r in runs]
+    wait_for(
+        lambda: TaskRun.objects.filter(id__in=ids, state=TaskRun.State.SUCCEEDED).count() == len(ids),
+        timeout=timeout,
+        what=what,
+    )
+    return time.monotonic() - started

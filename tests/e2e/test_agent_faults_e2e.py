@@ -20,6 +20,18 @@ from runs.claims import Work, run_claim
 from runs.models import Attempt, ExternalCall, RunStep, TaskRun
 from tasks.models import Agent, DiagnosticRecord, Pool
 from tests.e2e.helpers import tcp_ports
+from tests.support.agent_runs import (
+    AGENT_ENV,
+    GOOD,
+    KEY,
+    KEY_ENV,
+    LEASE_TTL,
+    POLICY,
+    POOL_MAX,
+    attempt_story,
+    control,
+    model_claim,
+)
 from tests.support.fake_model import FakeModelServer, Reply, json_completion
 from tests.support.processes import Harness, Proc, wait_for
 from tests.support.runs import run_policy
@@ -32,25 +44,13 @@ pytestmark = [
 ]
 
 RUNS = 500
-POOL_MAX = 10
 # Each run waits this long (checking its lease every 0.1 s), so that all 500 are in flight at once even
 # when starting them takes a loaded 2-core machine many seconds (at 12 s the first finished before the
 # last started); a few leases each.
 SECONDS = 20
-LEASE_TTL = 6  # renewed every 2 s while the run waits; a dead worker's runs are retried 6 s on
-POLICY = {
-    "max_attempts": 10,  # a database restart may cost a run several attempts; none may fail for good
-    "backoff_base_seconds": 1.0,
-    "max_delay_seconds": 2,
-    "max_retry_window_seconds": 3600,
-    "jitter_min": 1.0,
-    "jitter_max": 1.0,
-    "lease_ttl_seconds": LEASE_TTL,
-}
 # Generous bounds for a loaded 2-core machine; the assertions are on end states.
 IN_FLIGHT_TIMEOUT = 360  # a ceiling for a loaded 2-core machine (both backends' e2e phases at once)
 SETTLE_TIMEOUT = 300
-AGENT_ENV = {"HARNESS_DB_POOL_MAX": str(POOL_MAX), "HARNESS_DB_POOL_MIN": "1"}
 
 
 def agent_worker(harness: Harness, name: str, env: dict | None = None, **extra: str) -> Proc:
@@ -60,12 +60,6 @@ def agent_worker(harness: Harness, name: str, env: dict | None = None, **extra: 
         args=("--pool=threads", "--queues=celery,agents"),
         extra_env={**(env or {}), **AGENT_ENV, **extra},
     )
-
-
-def control(harness: Harness, env: dict | None = None) -> None:
-    """Ticks and sweeps: a small worker of their own and a beat, up for the whole test."""
-    harness.worker("control", concurrency=1, args=("--queues=harness_control",), extra_env=env)
-    harness.beat(extra_env=env)
 
 
 def claim(prefix: str) -> list[int]:
@@ -143,12 +137,6 @@ def records_of(ids: list[int]) -> Counter:
 
 def attempts_of(ids: list[int]) -> Counter:
     return Counter(TaskRun.objects.filter(id__in=ids).values_list("attempts", flat=True))
-
-
-def attempt_story(ids: list[int]) -> dict:
-    """How the attempts ended, by worker: {("agents1", "lease_expired", "lease_lost"): 500, ...}."""
-    rows = Attempt.objects.filter(run_id__in=ids).values_list("worker", "outcome", "error_kind")
-    return dict(sorted(Counter((w.split("@")[0], o, k) for w, o, k in rows).items()))
 
 
 def test_kill_9_of_an_agent_worker_with_500_runs_in_flight_loses_and_doubles_none(harness):
@@ -273,12 +261,8 @@ def test_a_postgres_restart_with_500_agent_runs_in_flight_loses_and_doubles_none
 
 # --- The invariants under the threads pool, with a real model provider on loopback ---------------
 
-KEY_ENV = "HARNESS_SECRET_H9_E2E_MODEL"
-KEY = "sk-e2e-7c1d0a9b3e"
-GOOD = {"summary": "quiet night", "severity": "info"}
 MODEL_RUNS = 60
 MODEL_SECONDS = 12  # each model call waits this long: twice the lease, so every lease must be renewed
-MODEL_TTL = 6  # renewed every 2 s: 4 s of slack for a pass on a loaded machine
 PAUSE_SECONDS = 3
 
 
@@ -287,23 +271,6 @@ def provider():
     server = FakeModelServer().start()
     yield server
     server.stop()
-
-
-def model_claim(agent: Agent, i: int, *, now) -> int:
-    payload = {
-        "params": {"prompt": "Summarise {topic}.", "topic": f"night {i}", "action": "harness.record"},
-        "output_schema": {"type": "object", "required": ["summary"]},
-    }
-    policy = run_policy({**POLICY, "lease_ttl_seconds": MODEL_TTL}, agent=agent.name)
-    work = Work(
-        biz_key=f"model:{i}",
-        skill="llm_json",
-        source=TaskRun.Source.API,
-        triggered_by="e2e",
-        payload=payload,
-        policy=policy,
-    )
-    return run_claim(work, now=now).run.id
 
 
 def test_agent_runs_on_a_threads_worker_keep_every_invariant_through_a_429_pause(harness, provider):

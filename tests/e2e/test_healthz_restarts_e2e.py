@@ -25,8 +25,7 @@ from django.test import Client
 
 from harness_site.celery import app
 from runs.models import TaskRun, WorkerHeartbeat
-from tests.e2e.helpers import START_TIMEOUT, make_rule, wait_ticking
-from tests.e2e.test_worker_faults_e2e import claim, wait_heartbeat, wait_succeeded
+from tests.e2e.helpers import START_TIMEOUT, claim, make_rule, wait_heartbeat, wait_succeeded, wait_ticking
 from tests.support.processes import wait_for
 from tests.support.servers import free_port
 

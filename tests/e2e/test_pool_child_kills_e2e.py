@@ -12,8 +12,7 @@ import pytest
 from django.conf import settings
 
 from runs.models import TaskRun
-from tests.e2e.helpers import wait_ticking
-from tests.e2e.test_worker_faults_e2e import claim, pool_children, wait_heartbeat, wait_succeeded
+from tests.e2e.helpers import claim, pool_children, wait_heartbeat, wait_succeeded, wait_ticking
 from tests.support.processes import wait_for
 
 pytestmark = [pytest.mark.e2e]

@@ -16,10 +16,10 @@ from django.utils import timezone
 
 from runs.models import Attempt, TaskRun
 from tasks.models import Agent
-from tests.e2e.test_agent_faults_e2e import AGENT_ENV, GOOD, KEY, KEY_ENV, attempt_story, control, model_claim
-from tests.e2e.test_upgrade_n1_e2e import migrate_forward, migrate_to_previous_release, previous_checkout  # noqa: F401
+from tests.support.agent_runs import AGENT_ENV, GOOD, KEY, KEY_ENV, attempt_story, control, model_claim
 from tests.support.fake_model import FakeModelServer, Reply, json_completion
 from tests.support.processes import Harness, Proc, wait_for
+from tests.support.upgrade import migrate_forward, migrate_to_previous_release, previous_checkout  # noqa: F401
 
 pytestmark = [
     pytest.mark.e2e,

@@ -13,65 +13,22 @@ from django.contrib.auth import get_user_model
 from django.test import Client
 from django.utils import timezone
 
-from runs.claims import Work, run_claim
-from runs.models import TaskRun, WorkerHeartbeat
-from tests.e2e.helpers import START_TIMEOUT, outside_transactions, pause_quiescent, wait_ticking
+from runs.models import TaskRun
+from tests.e2e.helpers import (
+    claim,
+    heartbeat,
+    outside_transactions,
+    pause_quiescent,
+    pool_children,
+    wait_heartbeat,
+    wait_succeeded,
+    wait_ticking,
+)
 from tests.support.processes import Proc, alive, proc_stat, wait_for
-from tests.support.runs import run_policy
 
 pytestmark = [pytest.mark.e2e]
 
 FILE_BROKER = settings.CELERY_BROKER_URL.startswith("filesystem://")
-POLICY = {
-    "max_attempts": 5,
-    "backoff_base_seconds": 1.0,
-    "max_delay_seconds": 2,
-    "max_retry_window_seconds": 3600,
-    "jitter_min": 1.0,
-    "jitter_max": 1.0,
-    "lease_ttl_seconds": 4,
-}
-
-
-def claim(biz_key: str, *, seconds: float = 0.0, max_attempts: int = POLICY["max_attempts"]) -> TaskRun:
-    """A run of harness.record (one DiagnosticRecord per success), dispatched at once."""
-    work = Work(
-        biz_key=biz_key,
-        skill="harness.record",
-        source=TaskRun.Source.API,
-        triggered_by="e2e",
-        payload={"params": {"seconds": seconds}},
-        policy=run_policy({**POLICY, "max_attempts": max_attempts}),
-    )
-    return run_claim(work, now=timezone.now()).run
-
-
-def pool_children(proc: Proc) -> list[int]:
-    pids = []
-    for task in os.listdir(f"/proc/{proc.pid}/task"):
-        with open(f"/proc/{proc.pid}/task/{task}/children") as f:
-            pids += [int(p) for p in f.read().split()]
-    return pids
-
-
-def heartbeat(proc: Proc) -> WorkerHeartbeat | None:
-    return WorkerHeartbeat.objects.filter(pid=proc.pid).first()
-
-
-def wait_heartbeat(proc: Proc) -> WorkerHeartbeat:
-    return wait_for(lambda: heartbeat(proc), timeout=START_TIMEOUT, what=f"a heartbeat of {proc.name}")
-
-
-def wait_succeeded(runs: list[TaskRun], *, timeout: float, what: str) -> float:
-    """Seconds until every run succeeded."""
-    started = time.monotonic()
-    ids = [r.id for r in runs]
-    wait_for(
-        lambda: TaskRun.objects.filter(id__in=ids, state=TaskRun.State.SUCCEEDED).count() == len(ids),
-        timeout=timeout,
-        what=what,
-    )
-    return time.monotonic() - started
 
 
 def freeze_idle_pool(proc: Proc, *, tries: int = 10) -> None:

@@ -17,19 +17,10 @@ def _imported(path) -> set[str]:
     return names
 
 
-# Still to move: these end-to-end modules share their upgrade, agent-fault and worker-fault helpers so.
-NOT_YET = (
-    "tests.e2e.test_healthz_restarts_e2e",
-    "tests.e2e.test_pool_child_kills_e2e",
-    "tests.e2e.test_rolling_upgrade_e2e",
-    "tests.e2e.test_upgrade_n1_e2e",
-)
-
-
 def test_no_test_module_imports_another():
     modules = {".".join(p.relative_to(ROOT).with_suffix("").parts): p for p in (ROOT / "tests").rglob("test_*.py")}
     tests = {name for name in modules if not name.startswith("tests.support.")}
 
-    crossing = {name: sorted(_imported(path) & tests) for name, path in modules.items() if name not in NOT_YET}
+    crossing = {name: sorted(_imported(path) & tests) for name, path in modules.items()}
 
     assert {name: found for name, found in crossing.items() if found} == {}
