@@ -44,6 +44,7 @@ from django.utils import timezone
 
 from harness_site.broker import PROBE_TIMEOUT, RUN_HEADER, queue_probe
 from harness_site.forks import background_writes
+from harness_site.release import migrations_missing
 from runs.downtime import Downtime, Span
 from runs.incidents import incident_record_outage
 from runs.store import store
@@ -88,8 +89,6 @@ def on_worker_init(sender=None, **_kwargs) -> None:
 def _refuse_unmigrated() -> None:
     """A worker whose code needs migrations the database has not applied would fail on its first
     statement that reads them: it ends at once, with one line that says what to do."""
-    from harness_site.release import migrations_missing
-
     try:
         missing = migrations_missing()
     except Exception as exc:  # the database may still be starting: the worker's own retries cover it

@@ -1,4 +1,4 @@
-# ruff: noqa: F811  (the browser fixture imported from the fit tests is redefined as an argument)
+# ruff: noqa: F811  (the browser fixture imported from tests/support/browser.py is redefined as an argument)
 """The add form's live preview in a real browser: choosing a business calendar and a start day
 shows which Spring Festival fires run, in the user's language, without sideways scrolling."""
 
@@ -8,14 +8,15 @@ import pytest
 from django.urls import reverse
 
 from tasks.models import BusinessCalendar
-from tests.e2e.test_desk_browser import _login, _until, pytestmark  # noqa: F401
-from tests.e2e.test_desk_fit_browser import PHONE, _overflow, make_browser  # noqa: F401
+from tests.support.browser import BROWSER_MARKS, PHONE, login, make_browser, overflow, until  # noqa: F401 - make_browser: a fixture
 from tests.support.desk import make_user
 
 WORDS = {  # the make-up Saturday before the 2026 break, and its first day
     "en-US": ("make-up working day", "no run: 2026-02-15: Spring Festival"),
     "zh-CN": ("调休工作日", "春节"),
 }
+
+pytestmark = BROWSER_MARKS
 
 
 @pytest.mark.parametrize("lang", ["en-US", "zh-CN"])
@@ -26,7 +27,7 @@ def test_the_add_forms_preview_follows_the_chosen_calendar_and_day(make_browser,
     make_user("olga", "Operators")
     cal = BusinessCalendar.objects.create(name="cn", country="CN")
     browser = make_browser(PHONE, lang=lang)
-    _login(browser, live_server, "olga")
+    login(browser, live_server, "olga")
     browser.get(live_server.url + reverse("admin:tasks_triggerrule_add"))
     Select(browser.find_element(By.ID, "id_kind")).select_by_value("cron")
     browser.find_element(By.ID, "id_cron").send_keys("0 9 * * *")
@@ -48,9 +49,9 @@ def test_the_add_forms_preview_follows_the_chosen_calendar_and_day(make_browser,
         cells = [c.text for c in driver.find_elements(By.CSS_SELECTOR, "#guard-preview tbody td")]
         return any(makeup in c for c in cells) and any(holiday in c for c in cells)
 
-    _until(browser, shown, "the calendar's words in the preview")
+    until(browser, shown, "the calendar's words in the preview")
     if os.environ.get("PREVIEW_SHOTS"):  # a look at the form while changing it
         browser.execute_script("document.getElementById('rule-preview-from').scrollIntoView()")
         browser.save_screenshot(f"{os.environ['PREVIEW_SHOTS']}/preview-{lang}-390.png")
-    scroll, client = _overflow(browser)
+    scroll, client = overflow(browser)
     assert scroll <= client, f"{lang}: {scroll} > {client}"
