@@ -184,7 +184,7 @@ class WorkerWatch(threading.Thread):
     def beat(self) -> None:
         # Imported here: harness_site/celery.py imports this module before Django's apps are ready,
         # so the models can only be loaded once the worker runs.
-        from runs.store import store
+        from runs.store import database
         from runs.workers import WorkerReport, pool_report, worker_beat, worker_progressed
 
         now = timezone.now()
@@ -226,7 +226,7 @@ class WorkerWatch(threading.Thread):
             stall_seconds=self.stall,
             stopping=self._stopping_since is not None,
             # The pool's figures mean the runs' only where they share this process's pool (threads).
-            db_pool=pool_report(store().pool_stats()) if self.pool_in_process else None,
+            db_pool=pool_report(database.pool_stats()) if self.pool_in_process else None,
         )
         try:
             worker_beat(report, now=now)

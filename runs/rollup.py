@@ -22,7 +22,7 @@ from django.db import transaction
 from django.db.models import Q
 
 from runs.models import RunRollup, TaskRun
-from runs.store import store
+from runs.store import database
 
 WINDOW = timedelta(hours=24)
 BUCKET = timedelta(minutes=5)
@@ -177,7 +177,7 @@ def rollup_refresh(*, now: datetime) -> int:
         RunRollup.objects.filter(bucket__lt=first).delete()
         if not todo:
             return 0
-        if store().summarizes_in_sql:
+        if database.summarizes_in_sql():
             found = _summarize_in_postgres(todo)
         else:
             found = summarize(TaskRun.objects.filter(_ranges_q(todo)).values_list(*ROW_FIELDS), key=bucket_of)
@@ -221,7 +221,7 @@ def _summarize_in_postgres(buckets: list[datetime]) -> dict[datetime, Summary]:
         UNION ALL SELECT b, 'l', ({_bin_sql("l")})::text, count(*), 0, 0 FROM r WHERE l IS NOT NULL GROUP BY 1, 3
     """
     out: dict[datetime, Summary] = {}
-    rows = store().rows(sql, params)
+    rows = database.rows(sql, params)
     for b, kind, key, n, hits, trials in rows:
         s = out.setdefault(EPOCH + BUCKET * b, Summary())
         if kind == "s":

@@ -9,7 +9,7 @@ from django.utils.functional import cached_property
 from django.utils.translation import gettext_lazy as _
 
 from runs.outcome import BUDGET_WAIT_KIND, START_WINDOW_KIND
-from runs.store import store
+from runs.store import database
 from tasks.models import TriggerRule
 from tasks.skills.sdk import ErrorKind, ProviderWait
 
@@ -28,7 +28,7 @@ class EstimatedCountPaginator(Paginator):
     def count(self) -> int:
         rows = self.object_list
         if isinstance(rows, QuerySet) and not rows.query.where:
-            estimate = store().table_estimate(rows.model._meta.db_table)
+            estimate = database.table_estimate(rows.model._meta.db_table)
             if estimate is not None and estimate > ESTIMATE_ABOVE:
                 return estimate
         return super().count

@@ -13,25 +13,16 @@ import re
 from datetime import datetime
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from django.conf import settings
 from django.db import DatabaseError, OperationalError
 from django.db.models import DateTimeField, JSONField, Model
 
 from runs.models import Attempt, Decision, ExternalCall, RunStep, TaskRun
-from runs.store.base import (
-    CALL_RESULT_FIELDS,
-    NotPlain,
-    OrmStore,
-    Succeeded,
-    Taken,
-    _claim_changes,
-    _claimed,
-    _db,
-    _next_attempt,
-    keyed_created,
-)
+from runs.store import orm
+from runs.store.orm import CALL_RESULT_FIELDS, _db, claim_changes, claimed_in_memory, keyed_created, next_attempt
+from runs.store.protocol import KeyedLeaseRenewal, NotPlain, PoolPair, RunLeaseRenewal, Succeeded, Taken
 from tasks.agents.budgets import Spend
 from tasks.models import GLOBAL_POOL, Agent, TriggerRule
 
@@ -230,12 +221,13 @@ def _insert_getters(model: type[Model]) -> list:
     return getters
 
 
-class PostgresStore(OrmStore):
-    plain_admission = True
-    summarizes_in_sql = True
+class PostgresStore:
+    """The run store on PostgreSQL: the hot path's named statements; the rest are the ORM's
+    operations (runs.store.orm), each named here."""
 
-    def seconds_between(self, later: str, earlier: str) -> str:
-        return f"EXTRACT(EPOCH FROM ({later} - {earlier}))::float8"
+    claims_in_take: ClassVar[bool] = True
+    plain_admission: ClassVar[bool] = True
+    releases_on_success: ClassVar[bool] = True
 
     # --- claims ---
 
@@ -300,7 +292,7 @@ class PostgresStore(OrmStore):
         return Taken(run, attempt, plain)
 
     def lease_claim(self, run: TaskRun, *, worker: str, now: datetime, plain: bool) -> Attempt | None:
-        changes = _claim_changes(run, worker=worker, now=now)
+        changes = claim_changes(run, worker=worker, now=now)
         params = {
             "run_id": run.id,
             "worker": worker,
@@ -317,20 +309,20 @@ class PostgresStore(OrmStore):
             if not admitted:
                 raise NotPlain()
             return None
-        attempt = _next_attempt(run, worker=worker, now=now)
+        attempt = next_attempt(run, worker=worker, now=now)
         attempt.pk = attempt_id
         attempt._state.adding, attempt._state.db = False, _db().alias
-        _claimed(run, changes)
+        claimed_in_memory(run, changes)
         return attempt
 
-    def run_leases_renew(self, leases: list[tuple[int, int, datetime]]) -> set[int]:
+    def run_leases_renew(self, leases: list[RunLeaseRenewal]) -> set[int]:
         if not leases:
             return set()
         ids, fences, expires = (list(column) for column in zip(*leases, strict=True))
         with _execute("run_leases_renew", {"ids": ids, "fences": fences, "expires_at": expires}) as cur:
             return {row[0] for row in cur.fetchall()}
 
-    def keyed_leases_renew(self, leases: list[tuple[str, str, int, datetime, datetime]]) -> set[str]:
+    def keyed_leases_renew(self, leases: list[KeyedLeaseRenewal]) -> set[str]:
         if not leases:
             return set()
         keys, owners, tokens, nows, expires = (list(column) for column in zip(*leases, strict=True))
@@ -348,7 +340,7 @@ class PostgresStore(OrmStore):
             "fence": run.fence,
             "attempt_id": attempt.id,
             "now": now,
-            "result": self.json_prep(result),
+            "result": _json(result),
         }
         if release_worker is None:
             done, _ = _one("run_succeed", params)
@@ -356,7 +348,7 @@ class PostgresStore(OrmStore):
         done, waiting = _one("run_succeed_release", {**params, "worker": release_worker})
         return Succeeded(bool(done), [tuple(pair) for pair in waiting])
 
-    def slots_release(self, *, run_id: int, fence: int, worker: str | None) -> list[tuple[int, str]]:
+    def slots_release(self, *, run_id: int, fence: int, worker: str | None) -> list[PoolPair]:
         (waiting,) = _one("slots_release", {"run_id": run_id, "fence": fence, "worker": worker})
         return [tuple(pair) for pair in waiting]
 
@@ -422,14 +414,43 @@ class PostgresStore(OrmStore):
         call._state.adding, call._state.db = False, _db().alias
         return Spend(calls=calls, tokens=tokens)
 
-    # --- reports ---
+    # --- the ORM's operations: no statement of their own (yet) ---
 
-    def biz_key_unique_valid(self) -> bool:
-        with _execute("biz_key_unique_valid", {}) as cur:
-            row = cur.fetchone()
-        return bool(row and row[0])
+    retry_later = staticmethod(orm.retry_later)
+    fail = staticmethod(orm.fail)
+    attempt_end = staticmethod(orm.attempt_end)
+    park_for_approval = staticmethod(orm.park_for_approval)
+    park_for_budget = staticmethod(orm.park_for_budget)
+    cancel_late = staticmethod(orm.cancel_late)
+    push_back = staticmethod(orm.push_back)
+    expiring = staticmethod(orm.expiring)
+    slots_drop = staticmethod(orm.slots_drop)
+    replay = staticmethod(orm.replay)
+    cancel = staticmethod(orm.cancel)
+    force_release = staticmethod(orm.force_release)
+    keyed_lease_force_release = staticmethod(orm.keyed_lease_force_release)
+    keyed_lease_acquire = staticmethod(orm.keyed_lease_acquire)
+    keyed_lease_renew = staticmethod(orm.keyed_lease_renew)
+    keyed_lease_release = staticmethod(orm.keyed_lease_release)
+    fence_holds = staticmethod(orm.fence_holds)
+    call_mark_lost = staticmethod(orm.call_mark_lost)
 
-    def table_estimate(self, table: str) -> int | None:
-        with _execute("table_estimate", {"table": table}) as cur:
-            row = cur.fetchone()
-        return max(int(row[0]), 0) if row else None
+
+def _json(value: Any) -> Any:
+    return TaskRun._meta.get_field("result").get_db_prep_save(value, _db())
+
+
+# --- report reads (runs.store.database) ---
+
+
+def biz_key_unique_valid() -> bool:
+    """Whether the unique index behind run_unique_biz_key is valid: then no two runs share a key."""
+    with _execute("biz_key_unique_valid", {}) as cur:
+        row = cur.fetchone()
+    return bool(row and row[0])
+
+
+def table_estimate(table: str) -> int | None:
+    with _execute("table_estimate", {"table": table}) as cur:
+        row = cur.fetchone()
+    return max(int(row[0]), 0) if row else None
