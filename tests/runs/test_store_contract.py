@@ -613,3 +613,64 @@ def test_the_import_contract_fails_on_a_planted_use_of_the_connection(tmp_path):
     assert done.returncode == 1, done.stdout + done.stderr
     assert "pkg.planted:1 imports django.db.connections" in done.stdout
     assert "pkg.store" not in done.stdout.split("Broken contracts")[-1] and "pkg.fine" not in done.stdout
+
+
+# --- only the store writes run tables --------------------------------------------------------
+
+
+def test_the_write_contract_fails_on_a_planted_orm_write_outside_the_store(tmp_path):
+    package = tmp_path / "pkg"
+    (package / "store").mkdir(parents=True)
+    (package / "__init__.py").write_text("")
+    (package / "models.py").write_text("TaskRun = Lease = Other = None\n")
+    (package / "store" / "__init__.py").write_text(
+        "from pkg.models import TaskRun\n\ndef fail():\n    TaskRun.objects.filter(id=1).update(state='failed')\n"
+    )
+    (package / "planted.py").write_text(
+        textwrap.dedent(
+            """
+            from pkg.models import Other, TaskRun as Run
+
+            def cancel(run_id):
+                Run.objects.filter(id=run_id).exclude(state="done").update(state="cancelled")
+
+            def other():
+                Other.objects.filter(id=1).delete()  # not a run table
+            """
+        )
+    )
+    (package / "fine.py").write_text("from pkg.models import TaskRun\n\ndef read():\n    return TaskRun.objects\n")
+    (package / "listed.py").write_text("from pkg.models import Lease\n\ndef take():\n    Lease.objects.create()\n")
+    (tmp_path / "setup.cfg").write_text(
+        textwrap.dedent(
+            """
+            [importlinter]
+            root_package = pkg
+            contract_types =
+                forbidden_writes: tests.support.ormwrites.ForbiddenWritesContract
+
+            [importlinter:contract:writes]
+            name = only the store writes run tables
+            type = forbidden_writes
+            models_module = pkg.models
+            models =
+                TaskRun
+                Lease
+            allowed_importers =
+                pkg.store
+            ignore =
+                pkg.listed:Lease
+                pkg.fine:TaskRun
+            """
+        )
+    )
+    env = {**os.environ, "PYTHONPATH": f"{tmp_path}{os.pathsep}{ROOT}"}
+    lint = Path(sys.executable).with_name("lint-imports")
+    done = subprocess.run(
+        [str(lint), "--config", "setup.cfg"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120
+    )
+    assert done.returncode == 1, done.stdout + done.stderr
+    broken = done.stdout.split("Broken contracts")[-1]
+    assert "pkg.planted:5 writes TaskRun" in broken
+    assert "ignored pkg.fine:TaskRun, which writes nothing now" in broken  # the list only shrinks
+    assert "pkg.store" not in broken and "pkg.listed" not in broken and "Other" not in broken
