@@ -89,6 +89,39 @@ def dedupe_hits_add(taken: dict[str, int]) -> None:
         TaskRun.objects.filter(biz_key__in=keys).update(dedupe_hits=F("dedupe_hits") + n)
 
 
+def run_create(run: TaskRun) -> None:
+    """Insert one run in a savepoint (it gets its id); any conflict raises IntegrityError, on its
+    biz_key or on run_one_pending_per_object (a coalescing rule's one pending run per object), and
+    leaves the caller's transaction usable."""
+    with transaction.atomic():
+        run.save(force_insert=True)
+
+
+def coalesce_pending(*, rule_id: int, object_key: str, now: datetime) -> TaskRun | None:
+    """Inside a transaction: the object's pending, never-started run of a coalescing rule, taken
+    out of the way (state coalesced, its pool waiter row gone) and returned as it was; None: there
+    is none, or it started meanwhile. Locked first, so a worker's compare-and-set claim and this
+    update cannot both succeed: a run that started is never replaced."""
+    head = (
+        TaskRun.objects.select_for_update()
+        .filter(rule_id=rule_id, object_key=object_key, coalesces=True, state=TaskRun.State.PENDING, attempts=0)
+        .first()
+    )
+    if head is None:
+        return None
+    if not TaskRun.objects.filter(pk=head.pk, state=TaskRun.State.PENDING, attempts=0).update(
+        state=TaskRun.State.COALESCED, finish_at=now
+    ):
+        return None
+    PoolWaiter.objects.filter(run_id=head.pk).delete()
+    return head
+
+
+def run_note(run_id: int, *, last_error: str) -> None:
+    """A finished run's last word (what replaced it)."""
+    TaskRun.objects.filter(pk=run_id).update(last_error=last_error)
+
+
 def rules_advance(rules: list[TriggerRule]) -> None:
     """Write each rule's last_slot_at and next_fire_at."""
     if rules:

@@ -416,6 +416,9 @@ class PostgresStore:
 
     # --- the ORM's operations: no statement of their own (yet) ---
 
+    run_create = staticmethod(orm.run_create)
+    coalesce_pending = staticmethod(orm.coalesce_pending)
+    run_note = staticmethod(orm.run_note)
     retry_later = staticmethod(orm.retry_later)
     fail = staticmethod(orm.fail)
     attempt_end = staticmethod(orm.attempt_end)

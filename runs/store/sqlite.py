@@ -19,6 +19,9 @@ class SqliteStore:
     decisions_insert = staticmethod(orm.decisions_insert)
     dedupe_hit = staticmethod(orm.dedupe_hit)
     dedupe_hits_add = staticmethod(orm.dedupe_hits_add)
+    run_create = staticmethod(orm.run_create)
+    coalesce_pending = staticmethod(orm.coalesce_pending)
+    run_note = staticmethod(orm.run_note)
     rules_advance = staticmethod(orm.rules_advance)
 
     # --- the worker ---

@@ -422,6 +422,36 @@ def test_report_reads_answer_on_this_database():
     assert seconds is None  # not finished
 
 
+@pytestmark_db
+def test_a_coalescing_run_is_created_and_replaced_only_while_pending_and_never_started(backend):
+    rule = make_rule(name="coalescing")
+    fields = {"skill": "harness.noop", "source": "api", "triggered_by": "t", "trigger_at": T0, "run_after": T0}
+    head = TaskRun(biz_key="c:co:1", rule=rule, object_key="o", coalesces=True, **fields)
+    backend.run_create(head)
+    assert head.pk is not None
+    with pytest.raises(IntegrityError):
+        backend.run_create(TaskRun(biz_key="c:co:1", rule=rule, **fields))  # the key is taken
+    with pytest.raises(IntegrityError):  # one pending run per object of a coalescing rule
+        backend.run_create(TaskRun(biz_key="c:co:2", rule=rule, object_key="o", coalesces=True, **fields))
+    PoolWaiter.objects.create(
+        run=head,
+        pool=Pool.objects.create(name="co", reason="t"),
+        key="",
+        fair_key="f",
+        reason=PoolWaiter.Reason.CONCURRENCY,
+        since=T0,
+        checked_at=T0,
+    )
+    with transaction.atomic():
+        assert backend.coalesce_pending(rule_id=rule.pk, object_key="other", now=T0) is None
+        assert backend.coalesce_pending(rule_id=rule.pk, object_key="o", now=T0).id == head.id
+    assert fresh(head).state == TaskRun.State.COALESCED and not PoolWaiter.objects.filter(run=head).exists()
+    with transaction.atomic():
+        assert backend.coalesce_pending(rule_id=rule.pk, object_key="o", now=T0) is None
+    backend.run_note(head.pk, last_error="coalesced into run 9")
+    assert fresh(head).last_error == "coalesced into run 9"
+
+
 def running(key: str, backend: RunStore) -> tuple[TaskRun, Attempt]:
     run = claim(key)
     attempt = backend.lease_claim(run, worker="w1", now=T0, plain=False)
