@@ -14,7 +14,7 @@ from django.db import OperationalError, transaction
 
 from harness_site import tracing
 from runs import outcome
-from runs.admission import Admission, pool_admit, pool_admit_plain, pool_release
+from runs.admission import Admission, pool_admit, pool_release
 from runs.calls import SkillRuntime
 from runs.leases import LeaseRenewer, fenced, object_gate_enter, object_gate_exit, run_lease_claim, run_lease_ttl
 from runs.models import Attempt, TaskRun
@@ -72,7 +72,7 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
                 return ExecuteOutcome(run_id, "object_busy")
             # Plain admission only where run_take did not find a pool that limits something.
             attempt, admission, refused = _admit_and_claim(
-                run, worker=worker, clock=clock, ttl=ttl, plain=taken.plain is not False and pool_admit_plain()
+                run, worker=worker, clock=clock, ttl=ttl, plain=taken.plain is not False and store().plain_admission
             )
             if refused is not None:
                 return refused

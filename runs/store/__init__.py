@@ -17,6 +17,7 @@ from functools import cache
 from runs.store.database import is_postgres
 from runs.store.postgres import PostgresStore, StatementsStale
 from runs.store.protocol import (
+    Admit,
     AttemptEnd,
     BudgetPark,
     ErrorRecord,
@@ -29,10 +30,12 @@ from runs.store.protocol import (
     RunStore,
     Succeeded,
     Taken,
+    Waiting,
 )
 from runs.store.sqlite import SqliteStore
 
 __all__ = [
+    "Admit",
     "AttemptEnd",
     "BudgetPark",
     "ErrorRecord",
@@ -48,6 +51,7 @@ __all__ = [
     "StatementsStale",
     "Succeeded",
     "Taken",
+    "Waiting",
     "store",
 ]
 

@@ -14,6 +14,7 @@ from django.utils.dateparse import parse_datetime
 
 from runs.models import ActionProposal, Attempt, Decision, ExternalCall, Lease, PoolSlot, PoolWaiter, RunStep, TaskRun
 from runs.store.protocol import (
+    Admit,
     AttemptEnd,
     BudgetPark,
     Failure,
@@ -27,6 +28,7 @@ from runs.store.protocol import (
     RunLeaseRenewal,
     Succeeded,
     Taken,
+    Waiting,
 )
 from tasks.agents.budgets import Spend
 from tasks.models import Agent, TriggerRule
@@ -224,6 +226,90 @@ def slots_release(*, run_id: int, fence: int, worker: str | None) -> list[PoolPa
         .distinct()
     )
     return [(p, k) for _, p, k in freed if (p, k) in waiting]
+
+
+# --- admission: pool slots and waiters ---
+
+
+def slots_drop_stale(*, run_id: int, fence: int) -> None:
+    """An older attempt's slots, never released (a crash): gone before this attempt's admission."""
+    PoolSlot.objects.filter(run_id=run_id).exclude(fence=fence).delete()
+
+
+def admit(admit: Admit) -> None:
+    """See Admit. Inside the admission's transaction, under the pool row locks."""
+    if admit.held:
+        PoolSlot.objects.filter(run_id=admit.run_id, fence=admit.fence).update(
+            worker=admit.worker, expires_at=admit.expires_at
+        )
+    PoolSlot.objects.bulk_create(
+        [
+            PoolSlot(
+                pool_id=pool_id,
+                key=key,
+                run_id=admit.run_id,
+                fence=admit.fence,
+                worker=admit.worker,
+                acquired_at=admit.now,
+                expires_at=admit.expires_at,
+            )
+            for pool_id, key in admit.slots
+        ]
+    )
+    PoolWaiter.objects.filter(run_id=admit.run_id).delete()
+
+
+def admission_refused(waiting: Waiting) -> list[PoolPair]:
+    """See Waiting; the slots of the attempt's fence (fence + 1) given back, as (pool, key) pairs
+    for the caller to hand on."""
+    TaskRun.objects.filter(id=waiting.run_id, state__in=TaskRun.CLAIMABLE, fence=waiting.fence).update(
+        run_after=waiting.run_after, dispatched_at=None
+    )
+    row = {
+        "pool_id": waiting.pool_id,
+        "key": waiting.key,
+        "fair_key": waiting.fair_key,
+        "reason": waiting.reason,
+        "in_use": waiting.in_use,
+        "limit": waiting.limit,
+        "until": waiting.until,
+        "checked_at": waiting.now,
+    }
+    # One waiter per run: its `since` is when it began to wait.
+    waiter, created = PoolWaiter.objects.get_or_create(run_id=waiting.run_id, defaults={**row, "since": waiting.now})
+    if not created:
+        for name, value in row.items():
+            setattr(waiter, name, value)
+        waiter.save()
+    slots = PoolSlot.objects.filter(run_id=waiting.run_id, fence=waiting.fence + 1)
+    given_back = [(p, k) for p, k in slots.values_list("pool_id", "key")]
+    slots.delete()
+    return given_back
+
+
+def hand_over(*, pool_id: int, key: str, runs: list[tuple[int, int]], now: datetime, expires_at: datetime) -> None:
+    """Each (run id, fence) read gets a slot of the pool and key for its next attempt (fence + 1),
+    held until `expires_at` for it to arrive, and is due now."""
+    PoolSlot.objects.bulk_create(
+        [
+            PoolSlot(pool_id=pool_id, key=key, run_id=run_id, fence=fence + 1, acquired_at=now, expires_at=expires_at)
+            for run_id, fence in runs
+        ]
+    )
+    TaskRun.objects.filter(id__in=[r for r, _ in runs], state__in=TaskRun.CLAIMABLE).update(run_after=now)
+
+
+def slots_expired_drop(*, now: datetime, limit: int) -> int:
+    """Up to `limit` slots expired at `now` (killed workers, lost handovers) gone; how many."""
+    expired = list(PoolSlot.objects.filter(expires_at__lte=now).values_list("id", flat=True)[:limit])
+    PoolSlot.objects.filter(id__in=expired).delete()
+    return len(expired)
+
+
+def waiters_forget() -> int:
+    """Waiter rows of runs that no longer wait (started, finished, cancelled) gone; how many."""
+    forgotten, _ = PoolWaiter.objects.exclude(run__state__in=TaskRun.CLAIMABLE).delete()
+    return forgotten
 
 
 # --- outcomes ---

@@ -416,6 +416,12 @@ class PostgresStore:
 
     # --- the ORM's operations: no statement of their own (yet) ---
 
+    slots_drop_stale = staticmethod(orm.slots_drop_stale)
+    admit = staticmethod(orm.admit)
+    admission_refused = staticmethod(orm.admission_refused)
+    hand_over = staticmethod(orm.hand_over)
+    slots_expired_drop = staticmethod(orm.slots_expired_drop)
+    waiters_forget = staticmethod(orm.waiters_forget)
     run_create = staticmethod(orm.run_create)
     coalesce_pending = staticmethod(orm.coalesce_pending)
     run_note = staticmethod(orm.run_note)

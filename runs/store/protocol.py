@@ -125,6 +125,39 @@ class ForceRelease:
 
 
 @dataclass(frozen=True)
+class Waiting:
+    """A run refused admission, put back unstarted (only while still claimable under the fence read)
+    until `run_after`, with its one waiter row saying which pool and key it waits for and why."""
+
+    run_id: int
+    fence: int
+    pool_id: int
+    key: str
+    fair_key: str
+    reason: str
+    in_use: int | None
+    limit: int | None
+    until: datetime | None
+    run_after: datetime | None
+    now: datetime
+
+
+@dataclass(frozen=True)
+class Admit:
+    """A run admitted for the attempt under `fence`: a slot in each of `slots` (pool, key) pairs,
+    the slots handed over to it already (held) made its worker's, all as long as its lease; its
+    waiter row gone."""
+
+    run_id: int
+    fence: int
+    worker: str
+    slots: tuple[PoolPair, ...]
+    held: bool
+    now: datetime
+    expires_at: datetime
+
+
+@dataclass(frozen=True)
 class Held:
     """A keyed lease ("object:<key>") as taken: its owner and fencing token."""
 
@@ -172,6 +205,16 @@ class RunStore(Protocol):
         self, run: TaskRun, attempt: Attempt, result: Any, *, now: datetime, release_worker: str | None
     ) -> Succeeded: ...
     def slots_release(self, *, run_id: int, fence: int, worker: str | None) -> list[PoolPair]: ...
+
+    # --- admission: pool slots and waiters ---
+    def slots_drop_stale(self, *, run_id: int, fence: int) -> None: ...
+    def admit(self, admit: Admit) -> None: ...
+    def admission_refused(self, waiting: Waiting) -> list[PoolPair]: ...
+    def hand_over(
+        self, *, pool_id: int, key: str, runs: list[tuple[int, int]], now: datetime, expires_at: datetime
+    ) -> None: ...
+    def slots_expired_drop(self, *, now: datetime, limit: int) -> int: ...
+    def waiters_forget(self) -> int: ...
 
     # --- outcomes ---
     def retry_later(self, failure: Failure, *, run_after: datetime) -> bool: ...

@@ -33,6 +33,14 @@ class SqliteStore:
     run_succeed = staticmethod(orm.run_succeed)
     slots_release = staticmethod(orm.slots_release)
 
+    # --- admission ---
+    slots_drop_stale = staticmethod(orm.slots_drop_stale)
+    admit = staticmethod(orm.admit)
+    admission_refused = staticmethod(orm.admission_refused)
+    hand_over = staticmethod(orm.hand_over)
+    slots_expired_drop = staticmethod(orm.slots_expired_drop)
+    waiters_forget = staticmethod(orm.waiters_forget)
+
     # --- outcomes ---
     retry_later = staticmethod(orm.retry_later)
     fail = staticmethod(orm.fail)

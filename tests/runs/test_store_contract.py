@@ -21,6 +21,7 @@ from runs.claims import Work, run_claim
 from runs.models import ActionProposal, Attempt, Decision, ExternalCall, Lease, PoolSlot, PoolWaiter, RunStep, TaskRun
 from runs.store import (
     BACKENDS,
+    Admit,
     AttemptEnd,
     BudgetPark,
     ErrorRecord,
@@ -32,6 +33,7 @@ from runs.store import (
     Replay,
     RunStore,
     SqliteStore,
+    Waiting,
     database,
 )
 from runs.store.postgres import QUERIES_FILE, parse_queries, queries
@@ -450,6 +452,62 @@ def test_a_coalescing_run_is_created_and_replaced_only_while_pending_and_never_s
         assert backend.coalesce_pending(rule_id=rule.pk, object_key="o", now=T0) is None
     backend.run_note(head.pk, last_error="coalesced into run 9")
     assert fresh(head).last_error == "coalesced into run 9"
+
+
+@pytestmark_db
+def test_admission_takes_slots_records_waiters_and_hands_slots_over(backend):
+    run = claim("c:admit")
+    pool = Pool.objects.create(name="adm", reason="t", max_concurrency=1)
+    PoolSlot.objects.create(pool=pool, key="", run=run, fence=0, worker="old", acquired_at=T0, expires_at=T0)
+    backend.slots_drop_stale(run_id=run.id, fence=1)
+    assert not PoolSlot.objects.filter(run=run).exists()
+
+    waiting = Waiting(
+        run_id=run.id,
+        fence=0,
+        pool_id=pool.id,
+        key="k",
+        fair_key="f",
+        reason=PoolWaiter.Reason.CONCURRENCY,
+        in_use=1,
+        limit=1,
+        until=None,
+        run_after=T0 + timedelta(minutes=1),
+        now=T0,
+    )
+    PoolSlot.objects.create(pool=pool, key="k", run=run, fence=1, worker="w1", acquired_at=T0, expires_at=T0)
+    assert backend.admission_refused(waiting) == [(pool.id, "k")]
+    assert backend.admission_refused(waiting) == []  # one waiter per run, updated
+    waiter = PoolWaiter.objects.get(run=run)
+    assert (waiter.reason, waiter.in_use, waiter.since) == (PoolWaiter.Reason.CONCURRENCY, 1, T0)
+    assert fresh(run).run_after == T0 + timedelta(minutes=1) and not PoolSlot.objects.filter(run=run).exists()
+
+    later = T0 + timedelta(minutes=2)
+    backend.hand_over(pool_id=pool.id, key="k", runs=[(run.id, 0)], now=later, expires_at=later + timedelta(seconds=30))
+    assert list(PoolSlot.objects.filter(run=run).values_list("fence", "worker")) == [(1, "")]
+    assert fresh(run).run_after == later
+    admit = Admit(run_id=run.id, fence=1, worker="w1", slots=(), held=True, now=later, expires_at=later + timedelta(5))
+    backend.admit(admit)
+    assert list(PoolSlot.objects.filter(run=run).values_list("worker", "expires_at")) == [("w1", admit.expires_at)]
+    assert not PoolWaiter.objects.filter(run=run).exists()
+
+    other = Pool.objects.create(name="adm2", reason="t")
+    backend.admit(Admit(**{**admit.__dict__, "slots": ((other.id, ""),), "held": False}))
+    assert PoolSlot.objects.filter(run=run).count() == 2
+    assert backend.slots_expired_drop(now=later + timedelta(days=6), limit=1000) == 2
+
+
+@pytestmark_db
+def test_waiters_of_runs_that_no_longer_wait_are_forgotten(backend):
+    pool = Pool.objects.create(name="forget", reason="t")
+    waits, done = claim("c:waits-still"), claim("c:waits-no-more")
+    for run in (waits, done):
+        PoolWaiter.objects.create(
+            run=run, pool=pool, key="", fair_key="f", reason=PoolWaiter.Reason.CONCURRENCY, since=T0, checked_at=T0
+        )
+    TaskRun.objects.filter(id=done.id).update(state=TaskRun.State.CANCELLED)
+    assert backend.waiters_forget() == 1
+    assert list(PoolWaiter.objects.values_list("run_id", flat=True)) == [waits.id]
 
 
 def running(key: str, backend: RunStore) -> tuple[TaskRun, Attempt]:
