@@ -19,6 +19,7 @@ from runs.store.protocol import (
     BudgetPark,
     Failure,
     ForceRelease,
+    Gate,
     Held,
     KeyedLeaseRenewal,
     NotPlain,
@@ -479,6 +480,56 @@ def keyed_lease_force_release(lease_id: int, *, owner: str, token: int, now: dat
         Lease.objects.filter(id=lease_id, token=token, owner=owner).update(
             owner="", expires_at=now, token=F("token") + 1
         )
+    )
+
+
+def approve(run_id: int, *, now: datetime) -> bool:
+    """A run parked for an action's approval, due now (compare-and-set on awaiting_approval)."""
+    return bool(
+        TaskRun.objects.filter(id=run_id, state=TaskRun.State.AWAITING_APPROVAL).update(
+            state=TaskRun.State.PENDING, run_after=now
+        )
+    )
+
+
+def reject(run_id: int, *, now: datetime, message: str, kind: str) -> bool:
+    """A run parked for an action's approval, cancelled (compare-and-set on awaiting_approval)."""
+    return bool(
+        TaskRun.objects.filter(id=run_id, state=TaskRun.State.AWAITING_APPROVAL).update(
+            state=TaskRun.State.CANCELLED, finish_at=now, last_error=message, last_error_kind=kind
+        )
+    )
+
+
+def _gated(gate: Gate) -> models.QuerySet[TaskRun]:
+    # Only runs gated before their first attempt: the same state is used by runs parked for an
+    # action approval, which have attempts and are approved elsewhere.
+    return TaskRun.objects.filter(
+        id__in=gate.run_ids, state=TaskRun.State.AWAITING_APPROVAL, source__in=gate.sources, attempts=0
+    )
+
+
+def gate_release(gate: Gate, *, run_after: datetime) -> bool:
+    """The gated runs released, due at `run_after` (compare-and-set: False when decided meanwhile)."""
+    return bool(
+        _gated(gate).update(
+            state=TaskRun.State.PENDING,
+            run_after=run_after,
+            approved_by=gate.approved_by[:150],
+            approved_at=gate.now,
+            dispatched_at=None,
+        )
+    )
+
+
+def gate_reject(gate: Gate, *, message: str) -> int:
+    """The gated runs cancelled; how many (a run decided meanwhile is not counted)."""
+    return _gated(gate).update(
+        state=TaskRun.State.CANCELLED,
+        finish_at=gate.now,
+        approved_by=gate.approved_by[:150],
+        approved_at=gate.now,
+        last_error=message,
     )
 
 

@@ -158,6 +158,17 @@ class Admit:
 
 
 @dataclass(frozen=True)
+class Gate:
+    """Runs held at the catch-up gate before their first attempt (awaiting approval, from one of
+    `sources`, never attempted), decided by `approved_by` at `now`."""
+
+    run_ids: tuple[int, ...]
+    sources: tuple[str, ...]
+    approved_by: str
+    now: datetime
+
+
+@dataclass(frozen=True)
 class Held:
     """A keyed lease ("object:<key>") as taken: its owner and fencing token."""
 
@@ -232,6 +243,11 @@ class RunStore(Protocol):
     def cancel(self, run_id: int, *, from_state: str, now: datetime) -> bool: ...
     def force_release(self, release: ForceRelease) -> bool: ...
     def keyed_lease_force_release(self, lease_id: int, *, owner: str, token: int, now: datetime) -> bool: ...
+
+    def approve(self, run_id: int, *, now: datetime) -> bool: ...
+    def reject(self, run_id: int, *, now: datetime, message: str, kind: str) -> bool: ...
+    def gate_release(self, gate: Gate, *, run_after: datetime) -> bool: ...
+    def gate_reject(self, gate: Gate, *, message: str) -> int: ...
 
     # --- keyed leases ---
     def keyed_lease_acquire(

@@ -57,6 +57,10 @@ class SqliteStore:
     cancel = staticmethod(orm.cancel)
     force_release = staticmethod(orm.force_release)
     keyed_lease_force_release = staticmethod(orm.keyed_lease_force_release)
+    approve = staticmethod(orm.approve)
+    reject = staticmethod(orm.reject)
+    gate_release = staticmethod(orm.gate_release)
+    gate_reject = staticmethod(orm.gate_reject)
 
     # --- keyed leases ---
     keyed_lease_acquire = staticmethod(orm.keyed_lease_acquire)

@@ -27,6 +27,7 @@ from runs.store import (
     ErrorRecord,
     Failure,
     ForceRelease,
+    Gate,
     NotPlain,
     PostgresStore,
     Proposal,
@@ -47,9 +48,9 @@ T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def claim(key: str, **over) -> TaskRun:
+def claim(key: str, state: str | None = None, **over) -> TaskRun:
     fields = {"biz_key": key, "skill": "harness.noop", "source": "api", "triggered_by": "tests", "payload": {}}
-    return run_claim(Work(**{**fields, **over}), now=T0, dispatch=False).run
+    return run_claim(Work(**{**fields, **over}), now=T0, dispatch=False, state=state).run
 
 
 def fresh(run: TaskRun) -> TaskRun:
@@ -508,6 +509,28 @@ def test_waiters_of_runs_that_no_longer_wait_are_forgotten(backend):
     TaskRun.objects.filter(id=done.id).update(state=TaskRun.State.CANCELLED)
     assert backend.waiters_forget() == 1
     assert list(PoolWaiter.objects.values_list("run_id", flat=True)) == [waits.id]
+
+
+@pytestmark_db
+def test_approvals_move_only_runs_awaiting_approval_and_the_gate_only_unattempted_gated_ones(backend):
+    parked = claim("c:parked", state=TaskRun.State.AWAITING_APPROVAL)
+    pending = claim("c:not-parked")
+    later = T0 + timedelta(minutes=3)
+    assert not backend.approve(pending.id, now=later)
+    assert backend.approve(parked.id, now=later)
+    assert (fresh(parked).state, fresh(parked).run_after) == (TaskRun.State.PENDING, later)
+    TaskRun.objects.filter(id=parked.id).update(state=TaskRun.State.AWAITING_APPROVAL)
+    assert backend.reject(parked.id, now=later, message="no", kind="rejected")
+    assert (fresh(parked).state, fresh(parked).last_error_kind) == (TaskRun.State.CANCELLED, "rejected")
+
+    gated = [claim(f"c:gated:{i}", state=TaskRun.State.AWAITING_APPROVAL) for i in range(3)]
+    TaskRun.objects.filter(id=gated[2].id).update(attempts=1)  # parked for an action: not the gate's
+    gate = Gate(run_ids=tuple(r.id for r in gated), sources=("api",), approved_by="ops", now=later)
+    assert backend.gate_release(Gate(**{**gate.__dict__, "run_ids": (gated[0].id,)}), run_after=later)
+    assert not backend.gate_release(Gate(**{**gate.__dict__, "sources": ("scheduler",)}), run_after=later)
+    assert (fresh(gated[0]).state, fresh(gated[0]).approved_by) == (TaskRun.State.PENDING, "ops")
+    assert backend.gate_reject(gate, message="rejected by ops") == 1
+    assert fresh(gated[1]).state == TaskRun.State.CANCELLED and fresh(gated[2]).state == TaskRun.State.AWAITING_APPROVAL
 
 
 def running(key: str, backend: RunStore) -> tuple[TaskRun, Attempt]:
