@@ -125,6 +125,14 @@ def run_note(run_id: int, *, last_error: str) -> None:
     TaskRun.objects.filter(pk=run_id).update(last_error=last_error)
 
 
+def runs_mark_dispatched(run_ids: list[int], *, now: datetime) -> list[tuple[int, str, str]]:
+    """The runs marked sent at `now` (one more dispatch each); each one's (id, trace id, queue)."""
+    runs = TaskRun.objects.filter(id__in=run_ids)
+    rows = list(runs.values_list("id", "trace_id", "queue"))
+    runs.update(dispatched_at=now, dispatches=F("dispatches") + 1)
+    return rows
+
+
 def rules_advance(rules: list[TriggerRule]) -> None:
     """Write each rule's last_slot_at and next_fire_at."""
     if rules:

@@ -425,6 +425,7 @@ class PostgresStore:
     run_create = staticmethod(orm.run_create)
     coalesce_pending = staticmethod(orm.coalesce_pending)
     run_note = staticmethod(orm.run_note)
+    runs_mark_dispatched = staticmethod(orm.runs_mark_dispatched)
     retry_later = staticmethod(orm.retry_later)
     fail = staticmethod(orm.fail)
     attempt_end = staticmethod(orm.attempt_end)

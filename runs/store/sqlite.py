@@ -22,6 +22,7 @@ class SqliteStore:
     run_create = staticmethod(orm.run_create)
     coalesce_pending = staticmethod(orm.coalesce_pending)
     run_note = staticmethod(orm.run_note)
+    runs_mark_dispatched = staticmethod(orm.runs_mark_dispatched)
     rules_advance = staticmethod(orm.rules_advance)
 
     # --- the worker ---

@@ -406,6 +406,13 @@ def test_call_records_are_inserted_finished_marked_and_counted_in_their_window(b
 
 
 @pytestmark_db
+def test_runs_marked_dispatched_count_one_more_dispatch_each(backend):
+    run = claim("c:dispatch")
+    assert backend.runs_mark_dispatched([run.id, 10**12], now=T0) == [(run.id, run.trace_id, run.queue)]
+    assert (fresh(run).dispatched_at, fresh(run).dispatches) == (T0, 1)
+
+
+@pytestmark_db
 def test_rules_advance_writes_each_rule_s_slots(backend):
     rules = [make_rule(name=f"adv-{i}") for i in range(3)]
     for i, rule in enumerate(rules):
@@ -747,6 +754,10 @@ def test_the_write_contract_fails_on_a_planted_orm_write_outside_the_store(tmp_p
 
             def other():
                 Other.objects.filter(id=1).delete()  # not a run table
+
+            def kept():
+                runs = Run.objects.filter(id=1)
+                runs.update(state="x")
             """
         )
     )
@@ -782,6 +793,6 @@ def test_the_write_contract_fails_on_a_planted_orm_write_outside_the_store(tmp_p
     )
     assert done.returncode == 1, done.stdout + done.stderr
     broken = done.stdout.split("Broken contracts")[-1]
-    assert "pkg.planted:5 writes TaskRun" in broken
+    assert "pkg.planted:5 writes TaskRun" in broken and "pkg.planted:12 writes TaskRun" in broken
     assert "ignored pkg.fine:TaskRun, which writes nothing now" in broken  # the list only shrinks
     assert "pkg.store" not in broken and "pkg.listed" not in broken and "Other" not in broken

@@ -66,16 +66,25 @@ def writes(module: str, models_module: str, models: set[str]) -> list[tuple[int,
     for node in ast.walk(tree):
         if isinstance(node, ast.ImportFrom) and node.module == models_module:
             names.update({alias.asname or alias.name: alias.name for alias in node.names if alias.name in models})
+    # A queryset kept in a variable (`runs = TaskRun.objects.filter(...)`; `runs.update(...)`):
+    # the variable's name stands for its model anywhere in the module (names are seldom reused).
+    querysets: dict[str, str] = {}
+    for _ in range(3):  # a variable built from another one
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Assign) and len(node.targets) == 1 and isinstance(node.targets[0], ast.Name):
+                model = _manager_of(node.value, names, querysets)
+                if model is not None:
+                    querysets[node.targets[0].id] = model
     found = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in WRITES:
-            model = _manager_of(node.func.value, names)
+            model = _manager_of(node.func.value, names, querysets)
             if model is not None:
                 found.append((node.lineno, model))
     return found
 
 
-def _manager_of(expr: ast.expr, names: dict[str, str]) -> str | None:
+def _manager_of(expr: ast.expr, names: dict[str, str], querysets: dict[str, str]) -> str | None:
     """The model whose manager (`Model.objects`) a chain of calls and attributes starts from."""
     while True:
         if isinstance(expr, ast.Call):
@@ -86,5 +95,7 @@ def _manager_of(expr: ast.expr, names: dict[str, str]) -> str | None:
             expr = expr.value
         elif isinstance(expr, ast.Subscript):
             expr = expr.value
+        elif isinstance(expr, ast.Name):
+            return querysets.get(expr.id)
         else:
             return None
