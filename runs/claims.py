@@ -8,7 +8,6 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
 
 from deadletters.alerts import alert_decisions
 from harness_site import tracing
@@ -362,12 +361,17 @@ def _record_coalesced(head: TaskRun, *, survivor: TaskRun, work: Work, now: date
         "survivor_source": work.source,
         "window_seconds": work.coalesce_window.total_seconds() if work.coalesce_window else 0,
     }
-    fields = {"reason": Decision.Reason.COALESCED, "details": details, "survivor": survivor, "created_at": now}
-    try:
-        with transaction.atomic():
-            Decision.objects.create(rule=work.rule, slot=None, biz_key=head.biz_key, **fields)
-    except IntegrityError:  # the trigger was shed once before it got its run: the decision now says coalesced
-        Decision.objects.filter(rule=work.rule, slot=None, biz_key=head.biz_key).update(hits=F("hits") + 1, **fields)
+    decision = Decision(
+        rule=work.rule,
+        slot=None,
+        biz_key=head.biz_key,
+        reason=Decision.Reason.COALESCED,
+        details=details,
+        survivor=survivor,
+        created_at=now,
+    )
+    # replace: the trigger was shed once before it got its run; the decision now says coalesced.
+    store().decision_record(decision, replace=True)
 
 
 def _shed(work: Work, pressure: Pressure, *, now: datetime) -> ClaimResult:
@@ -386,24 +390,19 @@ def _shed(work: Work, pressure: Pressure, *, now: datetime) -> ClaimResult:
         "triggered_by": work.triggered_by,
         "biz_key": work.biz_key,
     }
-    lookup: dict[str, object]
-    if work.slot is not None:
-        lookup = {"rule": work.rule, "slot": work.slot}
-        biz_key = ""  # a key template without {slot} may give two slots one key: the slot is the identity
-    else:
-        lookup = {"rule": work.rule, "slot": None, "biz_key": work.biz_key}
-        biz_key = work.biz_key
-    try:
-        with transaction.atomic():
-            decision = Decision.objects.create(
-                **{**lookup, "biz_key": biz_key},
-                reason=Decision.Reason.SHED,
-                details=details,
-                created_at=now,
-            )
-    except IntegrityError:
-        # The same slot (another tick) or the same business event (a resend) was decided already.
-        Decision.objects.filter(**lookup).update(hits=F("hits") + 1)
-        decision = Decision.objects.get(**lookup)
+    # A slot's decision is keyed by (rule, slot): a key template without {slot} may give two slots
+    # one key, so the slot is the identity. An event's by (rule, biz_key). The same slot (another
+    # tick) or the same business event (a resend) decided already counts one more hit.
+    decision = store().decision_record(
+        Decision(
+            rule=work.rule,
+            slot=work.slot,
+            biz_key="" if work.slot is not None else work.biz_key,
+            reason=Decision.Reason.SHED,
+            details=details,
+            created_at=now,
+        ),
+        replace=False,
+    )
     log.info("shed %s (%s) at %d pending in %s", work.biz_key, work.source, pressure.pending, pressure.pool)
     return ClaimResult(run=None, created=False, decision=decision)

@@ -12,7 +12,18 @@ from django.db.models import Count, F, Q, Sum
 from django.db.models.functions import Coalesce
 from django.utils.dateparse import parse_datetime
 
-from runs.models import ActionProposal, Attempt, Decision, ExternalCall, Lease, PoolSlot, PoolWaiter, RunStep, TaskRun
+from runs.models import (
+    ActionProposal,
+    Attempt,
+    Decision,
+    ExternalCall,
+    Lease,
+    PoolSlot,
+    PoolWaiter,
+    RunStep,
+    SlotHold,
+    TaskRun,
+)
 from runs.store.protocol import (
     Admit,
     AttemptEnd,
@@ -123,6 +134,59 @@ def coalesce_pending(*, rule_id: int, object_key: str, now: datetime) -> TaskRun
 def run_note(run_id: int, *, last_error: str) -> None:
     """A finished run's last word (what replaced it)."""
     TaskRun.objects.filter(pk=run_id).update(last_error=last_error)
+
+
+def decision_record(decision: Decision, *, replace: bool) -> Decision:
+    """Insert a trigger's decision (one per rule and slot, or per rule and business key for a
+    trigger without a slot), or, when it exists (another tick, a resend), count one more hit on it,
+    with `replace` also taking the new reason and details. Returns the stored decision."""
+    try:
+        with transaction.atomic():
+            decision.save(force_insert=True)
+        return decision
+    except IntegrityError:
+        pass
+    lookup: dict[str, Any] = {"rule_id": decision.rule_id, "slot": decision.slot}
+    if decision.slot is None:
+        lookup["biz_key"] = decision.biz_key
+    fields: dict[str, Any] = {"hits": F("hits") + 1}
+    if replace:
+        fields.update(
+            reason=decision.reason,
+            details=decision.details,
+            survivor_id=decision.survivor_id,
+            created_at=decision.created_at,
+        )
+    Decision.objects.filter(**lookup).update(**fields)
+    return Decision.objects.get(**lookup)
+
+
+def decisions_delete(ids: list[int]) -> list[tuple[str, str]]:
+    """Delete these decisions, locked first so two sweeps delete each once; the (rule name,
+    reason) of each one deleted here."""
+    gone = list(
+        Decision.objects.select_for_update(of=("self",)).filter(id__in=ids).values_list("id", "rule__name", "reason")
+    )
+    Decision.objects.filter(id__in=[g[0] for g in gone]).delete()
+    return [(rule_name, reason) for _, rule_name, reason in gone]
+
+
+def hold_record(hold: SlotHold) -> bool:
+    """Hold a slot for a later re-check; False: another tick holds it already."""
+    try:
+        with transaction.atomic():
+            hold.save(force_insert=True)
+        return True
+    except IntegrityError:
+        return False
+
+
+def hold_recheck(hold_id: int, *, recheck_at: datetime | None, checks: int, details: dict[str, Any]) -> None:
+    SlotHold.objects.filter(pk=hold_id).update(recheck_at=recheck_at, checks=checks, details=details)
+
+
+def hold_release(hold_id: int) -> None:
+    SlotHold.objects.filter(pk=hold_id).delete()
 
 
 def runs_mark_dispatched(run_ids: list[int], *, now: datetime) -> list[tuple[int, str, str]]:

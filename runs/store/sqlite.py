@@ -23,6 +23,11 @@ class SqliteStore:
     coalesce_pending = staticmethod(orm.coalesce_pending)
     run_note = staticmethod(orm.run_note)
     runs_mark_dispatched = staticmethod(orm.runs_mark_dispatched)
+    decision_record = staticmethod(orm.decision_record)
+    decisions_delete = staticmethod(orm.decisions_delete)
+    hold_record = staticmethod(orm.hold_record)
+    hold_recheck = staticmethod(orm.hold_recheck)
+    hold_release = staticmethod(orm.hold_release)
     rules_advance = staticmethod(orm.rules_advance)
 
     # --- the worker ---

@@ -18,7 +18,18 @@ import pytest
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
 
 from runs.claims import Work, run_claim
-from runs.models import ActionProposal, Attempt, Decision, ExternalCall, Lease, PoolSlot, PoolWaiter, RunStep, TaskRun
+from runs.models import (
+    ActionProposal,
+    Attempt,
+    Decision,
+    ExternalCall,
+    Lease,
+    PoolSlot,
+    PoolWaiter,
+    RunStep,
+    SlotHold,
+    TaskRun,
+)
 from runs.store import (
     BACKENDS,
     Admit,
@@ -410,6 +421,53 @@ def test_runs_marked_dispatched_count_one_more_dispatch_each(backend):
     run = claim("c:dispatch")
     assert backend.runs_mark_dispatched([run.id, 10**12], now=T0) == [(run.id, run.trace_id, run.queue)]
     assert (fresh(run).dispatched_at, fresh(run).dispatches) == (T0, 1)
+
+
+@pytestmark_db
+def test_a_trigger_s_decision_is_recorded_once_and_counts_its_hits(backend):
+    rule = make_rule(name="decided")
+    shed = Decision(rule=rule, slot=T0, biz_key="", reason=Decision.Reason.SHED, details={"n": 1}, created_at=T0)
+    assert backend.decision_record(shed, replace=False).pk is not None
+    again = Decision(rule=rule, slot=T0, biz_key="", reason=Decision.Reason.PAUSED, details={"n": 2}, created_at=T0)
+    stored = backend.decision_record(again, replace=False)
+    assert (stored.id, stored.reason, stored.hits, stored.details) == (shed.id, Decision.Reason.SHED, 2, {"n": 1})
+
+    event = Decision(rule=rule, slot=None, biz_key="e:1", reason=Decision.Reason.SHED, details={}, created_at=T0)
+    backend.decision_record(event, replace=False)
+    survivor = claim("c:survivor")
+    coalesced = Decision(
+        rule=rule,
+        slot=None,
+        biz_key="e:1",
+        reason=Decision.Reason.COALESCED,
+        details={"run_id": 1},
+        survivor=survivor,
+        created_at=T0,
+    )
+    stored = backend.decision_record(coalesced, replace=True)
+    assert (stored.id, stored.reason, stored.hits, stored.survivor_id) == (
+        event.id,
+        Decision.Reason.COALESCED,
+        2,
+        survivor.id,
+    )
+    assert backend.decisions_delete([shed.id, 10**12]) == [("decided", Decision.Reason.SHED)]
+    assert backend.decisions_delete([shed.id]) == []
+    assert list(Decision.objects.values_list("id", flat=True)) == [event.id]
+
+
+@pytestmark_db
+def test_a_slot_is_held_once_rechecked_and_released(backend):
+    rule = make_rule(name="held")
+    fields = {"rule": rule, "slot": T0, "reason": "dependency", "source": "scheduler", "details": {}, "created_at": T0}
+    hold = SlotHold(recheck_at=T0, deadline=T0 + timedelta(hours=1), **fields)
+    assert backend.hold_record(hold) and hold.pk is not None
+    assert not backend.hold_record(SlotHold(recheck_at=T0, deadline=T0, **fields))  # another tick's stands
+    backend.hold_recheck(hold.pk, recheck_at=T0 + timedelta(minutes=1), checks=2, details={"why": "x"})
+    row = SlotHold.objects.get(pk=hold.pk)
+    assert (row.recheck_at, row.checks, row.details) == (T0 + timedelta(minutes=1), 2, {"why": "x"})
+    backend.hold_release(hold.pk)
+    assert not SlotHold.objects.exists()
 
 
 @pytestmark_db
