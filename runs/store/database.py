@@ -117,7 +117,7 @@ def rows(sql: str, params: list[Any] | dict[str, Any]) -> list[tuple[Any, ...]]:
     """A read-only report query (runs.metrics, runs.rollup), on this thread's connection."""
     with _db().cursor() as cur:
         cur.execute(sql, params)
-        return cur.fetchall()
+        return [tuple(row) for row in cur.fetchall()]
 
 
 def seconds_between(later: str, earlier: str) -> str:

@@ -4,7 +4,7 @@ backend names every operation it takes from here, one line each, so none is inhe
 """
 
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar, cast
 
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, models, transaction
 from django.db.backends.base.base import BaseDatabaseWrapper
@@ -44,6 +44,8 @@ from runs.store.protocol import (
 )
 from tasks.agents.budgets import Spend
 from tasks.models import Agent, TriggerRule
+
+M = TypeVar("M", bound=models.Model)
 
 # What a call's record learns from the call (the rest is written before it).
 CALL_RESULT_FIELDS = (
@@ -781,7 +783,7 @@ def claimed_in_memory(run: TaskRun, changes: dict[str, Any]) -> None:
         setattr(run, name, value)
 
 
-def _insert_new(model, objs: list, *, unique: tuple[str, ...]) -> list:
+def _insert_new(model: type[M], objs: list[M], *, unique: tuple[str, ...]) -> list[M]:
     """Insert `objs` in one INSERT ... ON CONFLICT DO NOTHING RETURNING (SQLite 3.35+), skipping
     any whose `unique` columns are taken; the inserted ones get their ids."""
     if not objs:
@@ -792,7 +794,7 @@ def _insert_new(model, objs: list, *, unique: tuple[str, ...]) -> list:
     one = "(" + ", ".join(["%s"] * len(fields)) + ")"
     columns = ", ".join(qn(c) for c in unique)
     sql = (
-        f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(f.column) for f in fields)}) "
+        f"INSERT INTO {qn(model._meta.db_table)} ({', '.join(qn(str(f.column)) for f in fields)}) "
         f"VALUES {', '.join([one] * len(objs))} ON CONFLICT ({columns}) DO NOTHING RETURNING {qn('id')}, {columns}"
     )
     params = [f.get_db_prep_save(f.pre_save(obj, True), db) for obj in objs for f in fields]
@@ -802,10 +804,12 @@ def _insert_new(model, objs: list, *, unique: tuple[str, ...]) -> list:
     return keyed_created(model, objs, unique, rows, alias=db.alias)
 
 
-def keyed_created(model, objs: list, unique: tuple[str, ...], rows: list[tuple], *, alias: str) -> list:
+def keyed_created(
+    model: type[M], objs: list[M], unique: tuple[str, ...], rows: list[tuple[Any, ...]], *, alias: str
+) -> list[M]:
     """The objects an INSERT ... RETURNING id, <unique columns> inserted, given their ids; of two
     objects with one key, the first."""
-    key_fields = [model._meta.get_field(c.removesuffix("_id")) for c in unique]
+    key_fields = [cast("models.Field[Any, Any]", model._meta.get_field(c.removesuffix("_id"))) for c in unique]
     ids = {tuple(key_value(f, v) for f, v in zip(key_fields, row[1:], strict=True)): row[0] for row in rows}
     created = []
     for obj in objs:
@@ -817,7 +821,7 @@ def keyed_created(model, objs: list, unique: tuple[str, ...], rows: list[tuple],
     return created
 
 
-def key_value(field, value):
+def key_value(field: "models.Field[Any, Any]", value: Any) -> Any:
     """A key column as returned by either database, comparable with the object's value: SQLite
     returns instants as text or naive UTC datetimes."""
     if not isinstance(field, models.DateTimeField) or value is None:

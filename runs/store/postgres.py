@@ -17,11 +17,12 @@ from typing import Any, ClassVar
 
 from django.conf import settings
 from django.db import DatabaseError, OperationalError
+from django.db.backends.utils import CursorWrapper
 from django.db.models import DateTimeField, JSONField, Model
 
 from runs.models import Attempt, Decision, ExternalCall, RunStep, TaskRun
 from runs.store import orm
-from runs.store.orm import CALL_RESULT_FIELDS, _db, claim_changes, claimed_in_memory, keyed_created, next_attempt
+from runs.store.orm import CALL_RESULT_FIELDS, M, _db, claim_changes, claimed_in_memory, keyed_created, next_attempt
 from runs.store.protocol import KeyedLeaseRenewal, NotPlain, PoolPair, RunLeaseRenewal, Succeeded, Taken
 from tasks.agents.budgets import Spend
 from tasks.models import GLOBAL_POOL, Agent, TriggerRule
@@ -58,7 +59,7 @@ def queries() -> dict[str, str]:
 _ONLY_WHEN_ASKED = 2**31 - 1
 
 
-def _cursor():
+def _cursor() -> CursorWrapper:
     """A cursor on this thread's connection for a named statement: server-side prepared, inside
     Django's wrapper (query logging, execute wrappers, error translation)."""
     db = _db()
@@ -75,18 +76,20 @@ def _cursor():
 
 
 @cache
-def _prepared_cursor_classes():
+def _prepared_cursor_classes() -> tuple[type[Any], type[Any]]:
     from django.db.backends.postgresql.base import CursorDebugWrapper, ServerBindingCursor  # psycopg: PostgreSQL only
 
     class PreparedCursor(ServerBindingCursor):
-        def execute(self, query, params=None, *, prepare=None, binary=None):
+        def execute(self, query: Any, params: Any = None, *, prepare: Any = None, binary: Any = None) -> Any:
             return super().execute(query, params, prepare=True, binary=binary)  # type: ignore[misc]  # psycopg's
 
     class PreparedDebugWrapper(CursorDebugWrapper):
         """Logs a statement with its values, as Django does for client-side cursors (the database's
         own text has $1 placeholders): tests and DEBUG only."""
 
-        def debug_sql(self, sql=None, params=None, use_last_executed_query=False, many=False):
+        def debug_sql(
+            self, sql: Any = None, params: Any = None, use_last_executed_query: bool = False, many: bool = False
+        ) -> Any:
             if use_last_executed_query and not many:
                 sql = self.db.ops.compose_sql(sql, params)
             return super().debug_sql(sql, params, False, many)
@@ -112,7 +115,7 @@ def _stale(exc: BaseException) -> bool:
     return state == _GONE or (state == _RESULT_TYPE_CHANGED and "cached plan" in str(cause))
 
 
-def _execute(name: str, params: dict):
+def _execute(name: str, params: dict[str, Any]) -> CursorWrapper:
     """Run a named statement. If PostgreSQL says its prepared form is stale, drop every statement
     this connection prepared and run it once more; inside a transaction (aborted by the error, and
     its rollback drops them) or a second time, raise StatementsStale."""
@@ -139,32 +142,32 @@ def _execute(name: str, params: dict):
     return cur
 
 
-def _one(name: str, params: dict) -> tuple:
+def _one(name: str, params: dict[str, Any]) -> tuple[Any, ...]:
     """The one row a statement always returns (its SELECT has no FROM that could be empty)."""
     with _execute(name, params) as cur:
         row = cur.fetchone()
     if row is None:
         raise RuntimeError(f"{name} returned no row")
-    return row
+    return tuple(row)
 
 
-def _run(names: tuple[str, ...], values: tuple) -> TaskRun:
+def _run(names: tuple[str, ...], values: tuple[Any, ...]) -> TaskRun:
     run = _instance(TaskRun, names, values)
     assert isinstance(run, TaskRun)
     return run
 
 
-def _step(names: tuple[str, ...], values: tuple) -> RunStep:
+def _step(names: tuple[str, ...], values: tuple[Any, ...]) -> RunStep:
     step = _instance(RunStep, names, values)
     assert isinstance(step, RunStep)
     return step
 
 
-def _step_values(step: RunStep) -> dict:
+def _step_values(step: RunStep) -> dict[str, Any]:
     return _insert_values(RunStep, step)
 
 
-def _instance(model: type[Model], names: tuple[str, ...], values: tuple) -> Model:
+def _instance(model: type[Model], names: tuple[str, ...], values: tuple[Any, ...]) -> Model:
     """A model from a row whose columns are `names` (any order): the
     database's converters applied as the ORM would (JSON text to objects), then from_db."""
     db = _db()
@@ -174,7 +177,7 @@ def _instance(model: type[Model], names: tuple[str, ...], values: tuple) -> Mode
 
 
 @cache
-def _row_plan(model: type[Model], names: tuple[str, ...]) -> list:
+def _row_plan(model: type[Model], names: tuple[str, ...]) -> list[tuple[int, Any]]:
     """For each concrete field in order: its column's index in the row, and its converter."""
     index = {name: i for i, name in enumerate(names)}
     return [
@@ -189,7 +192,7 @@ def _row_plan(model: type[Model], names: tuple[str, ...]) -> list:
 _NAMES: dict[str, tuple[str, ...]] = {}
 
 
-def _names(statement: str, cur) -> tuple[str, ...]:
+def _names(statement: str, cur: CursorWrapper) -> tuple[str, ...]:
     """The column names of a statement's rows, read once per process: building cursor.description
     costs psycopg a Column object per column, per call (most of an execution's client CPU here)."""
     names = _NAMES.get(statement)
@@ -198,26 +201,26 @@ def _names(statement: str, cur) -> tuple[str, ...]:
     return names
 
 
-def _insert_values(model: type[Model], obj: Model) -> dict:
+def _insert_values(model: type[Model], obj: Model) -> dict[str, Any]:
     """An instance's values as a named INSERT's parameters."""
     return {column: get(obj) for column, get in _insert_getters(model)}
 
 
 @cache
-def _insert_getters(model: type[Model]) -> list:
+def _insert_getters(model: type[Model]) -> list[tuple[str, Any]]:
     """How each column's parameter is read from an instance, decided once per model: on PostgreSQL
     Django's preparation of text, numbers, booleans, aware datetimes and foreign keys returns them as
     they are, so only JSON is prepared and only auto_now fields are stamped."""
-    getters: list = []
+    getters: list[tuple[str, Any]] = []
     for f in model._meta.concrete_fields:
         if f.primary_key:
             continue
         if isinstance(f, JSONField):
-            getters.append((f.column, lambda obj, f=f: f.get_db_prep_save(getattr(obj, f.attname), _db())))
+            getters.append((str(f.column), lambda obj, f=f: f.get_db_prep_save(getattr(obj, f.attname), _db())))
         elif isinstance(f, DateTimeField) and (f.auto_now or f.auto_now_add):
-            getters.append((f.column, lambda obj, f=f: f.pre_save(obj, True)))
+            getters.append((str(f.column), lambda obj, f=f: f.pre_save(obj, True)))
         else:
-            getters.append((f.column, lambda obj, name=f.attname: getattr(obj, name)))
+            getters.append((str(f.column), lambda obj, name=f.attname: getattr(obj, name)))
     return getters
 
 
@@ -237,7 +240,7 @@ class PostgresStore:
     def decisions_insert(self, decisions: list[Decision]) -> list[Decision]:
         return self._insert(Decision, decisions, ("rule_id", "slot"), one=None, many="decisions_insert_many")
 
-    def _insert(self, model, objs: list, unique: tuple[str, ...], *, one: str | None, many: str) -> list:
+    def _insert(self, model: type[M], objs: list[M], unique: tuple[str, ...], *, one: str | None, many: str) -> list[M]:
         if not objs:
             return []
         values = [_insert_values(model, obj) for obj in objs]
@@ -372,7 +375,7 @@ class PostgresStore:
 
     def step_checkpoint(self, step: RunStep, *, fence: int) -> bool:
         with _execute("step_checkpoint", {**_step_values(step), "fence": fence}) as cur:
-            return cur.rowcount == 1
+            return bool(cur.rowcount == 1)
 
     # --- model calls ---
 
