@@ -103,7 +103,8 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
             # Every outcome (success, retry wait, failure, park, fenced, not claimed) frees the slots:
             # a run waiting for a retry holds none (invariant 5).
             pool_release(run_id=run_id, fence=admission.fence, now=clock(), worker=worker)
-        object_gate_exit(gate, now=clock())
+        if gate is not None:  # the run names an object
+            object_gate_exit(gate, now=clock())
 
 
 def _admit_and_claim(

@@ -70,7 +70,7 @@ def run_succeed(
     """
     done = store().run_succeed(run, attempt, _jsonable(result), now=now, release_worker=release_worker)
     released = done.waiting is not None
-    if done.waiting is not None:
+    if done.waiting:  # freed pairs that runs wait for (none, mostly)
         pool_wake_freed(done.waiting, now=now)
     if not done.written:
         fenced_out = attempt_mark_fenced(attempt, now=now)
