@@ -2,7 +2,7 @@
 `now` comes in as an argument, so every case is tested exhaustively (tests/deadletters/test_alert_rules.py)."""
 
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
 from urllib.parse import urlsplit
 
 NOTICE, WARNING, URGENT = "notice", "warning", "urgent"
@@ -66,9 +66,46 @@ EVENT_SEVERITY = {
     # The close pages whoever the open paged: the page for the end of the same incident.
     INCIDENT_OPENED: URGENT,
     INCIDENT_CLOSED: URGENT,
-    # Weeks ahead of the first date it cannot answer for: time to upgrade the library, not to wake anyone.
-    CALENDAR_NO_DATA: WARNING,
+    # CALENDAR_NO_DATA escalates as the date approaches: calendar_step.
 }
+
+
+@dataclass(frozen=True)
+class CalendarStep:
+    """One step of a calendar's staleness alert: from `days_before` the first date without data, at
+    `severity`. `name` is part of the alert's dedupe key, so each step alerts once."""
+
+    name: str
+    days_before: int
+    severity: str
+
+
+# A notice when the gap enters the calendar's horizon (business_days.DEFAULT_HORIZON, 45 days: the
+# State Council usually publishes in November); a warning four weeks ahead; urgent in the last week,
+# and once more on the day itself, when rules already run by the law's holidays and uncertain days.
+CALENDAR_STEPS = (
+    CalendarStep("notice", 45, NOTICE),
+    CalendarStep("warning", 27, WARNING),
+    CalendarStep("urgent", 7, URGENT),
+    CalendarStep("today", 0, URGENT),
+)
+
+
+def calendar_step(*, no_data_from: date, now: datetime) -> CalendarStep | None:
+    """The step a calendar without data from `no_data_from` has reached at `now`, or None: not yet.
+
+    Days are counted between UTC dates, as calendar_gaps counts them. A date already past is "today"
+    (a calendar still without data is judged by the law's holidays every day from then). A step
+    skipped (a calendar first used a week before) is not sent late: only the step reached counts."""
+    days_left = (no_data_from - now.astimezone(UTC).date()).days
+    reached = [step for step in CALENDAR_STEPS if days_left <= step.days_before]
+    return reached[-1] if reached else None
+
+
+def calendar_dedupe_key(*, calendar: str, no_data_from: date, step: CalendarStep) -> str:
+    """Once per calendar, year and step: a first date without data that moves within the year (an
+    override added for 1 January, or the days passing after it) does not alert the year again."""
+    return f"calendar-no-data:{calendar}:{no_data_from.year}:{step.name}"
 
 
 def severity_reaches(severity: str, minimum: str) -> bool:

@@ -38,6 +38,8 @@ KIND_LABELS = {
 INCIDENT_KIND_LABELS = {
     "scheduler": gettext_lazy("Scheduler outage"),
     "queue": gettext_lazy("Queue without a consuming worker"),
+    "database": gettext_lazy("Database outage"),
+    "broker": gettext_lazy("Broker outage"),
 }
 SEVERITY_LABELS = {
     rules.NOTICE: gettext_lazy("NOTICE"),
@@ -111,6 +113,23 @@ WHY = {
         ("source_label", "no_data_from"),
     ),
 }
+# The last step of a calendar's staleness alert (alert_rules.CALENDAR_STEPS): the day has come.
+CALENDAR_TODAY_TITLE = (
+    gettext_lazy("business calendar %(calendar)s has no data from today, %(no_data_from)s"),
+    ("calendar", "no_data_from"),
+)
+# A calendar that judges a year without data by the law's holidays (mainland China) says what its rules
+# do meanwhile, by its uncertain-days policy (BusinessCalendar.uncertain_days).
+CALENDAR_LAW_WHY = gettext_lazy(
+    "%(source_label)s has no holidays or make-up working days from %(no_data_from)s. Until the year's notice "
+    "is imported (harness notice import) or the library is upgraded, rules on it skip the holidays fixed by "
+    "law and, on the days a notice usually moves, %(policy_label)s."
+)
+UNCERTAIN_POLICY_LABELS = {
+    "hold": gettext_lazy("hold their runs for approval"),
+    "skip": gettext_lazy("do not run"),
+    "run": gettext_lazy("run as on a working day"),
+}
 # An objective alert's why: its cause (a stored Reason, worded by tasks.sentences) and its deadline.
 OBJECTIVE_KINDS = (rules.OBJECTIVE_AT_RISK, rules.OBJECTIVE_BREACHED, rules.OBJECTIVE_RECOVERED)
 OBJECTIVE_WHY = gettext_lazy("%(cause)s; objective %(deadline_local)s")
@@ -133,6 +152,7 @@ FIELDS = (
     ("rule", gettext_lazy("rule")),
     ("error_kind", gettext_lazy("error kind")),
 )
+LINK_LABEL = gettext_lazy("link")
 OPTIONAL_FIELDS = (
     ("attempt", gettext_lazy("attempt")),
     ("slot", gettext_lazy("slot")),
@@ -144,6 +164,8 @@ OPTIONAL_FIELDS = (
 def alert_title(payload: dict) -> str:
     """The alert's title in the active language (its stored one when a figure is missing)."""
     template, needs = TITLES.get(payload.get("kind", ""), (None, ()))
+    if payload.get("kind") == rules.CALENDAR_NO_DATA and payload.get("step") == rules.CALENDAR_STEPS[-1].name:
+        template, needs = CALENDAR_TODAY_TITLE
     params = _params(payload)
     if template is None or any(params.get(n) in (None, "") for n in needs):
         return str(payload.get("title") or payload.get("kind") or "alert")
@@ -170,7 +192,8 @@ def alert_message(payload: dict, *, language: str = "en") -> rules.Message:
         if payload.get("count"):
             more = _("and %(count)s more like this") % {"count": payload["count"]}
             lines.append(f"{more}: {payload.get('examples_text', '')}".rstrip(": "))
-        lines.append(f"{'link:':<{width}}{rules.dash(payload.get('link'))}")
+        link = str(LINK_LABEL) + ":"
+        lines.append(f"{link:<{width}}{rules.dash(payload.get('link'))}")
         return rules.Message(title=title, text="\n".join(lines))
 
 
@@ -194,6 +217,8 @@ def _params(payload: dict) -> dict:
     params = {k: v for k, v in payload.items() if not isinstance(v, dict)}
     if payload.get("kind") == rules.CALENDAR_NO_DATA:
         params["source_label"] = payload.get("source") or _("no library")
+        if payload.get("uncertain_days") in UNCERTAIN_POLICY_LABELS:
+            params["policy_label"] = str(UNCERTAIN_POLICY_LABELS[payload["uncertain_days"]])
     if isinstance(payload.get("missing"), list):
         params["missing"] = ", ".join(map(str, payload["missing"])) or "-"
     if payload.get("incident_kind"):
@@ -210,6 +235,8 @@ def _why(payload: dict):
     cause = sentences.reason_load(payload.get("cause") or {})
     if payload.get("kind") in OBJECTIVE_KINDS and cause is not None and params.get("deadline_local"):
         return str(OBJECTIVE_WHY) % {"cause": sentences.say(cause), "deadline_local": params["deadline_local"]}
+    if params.get("policy_label") and params.get("no_data_from"):
+        return str(CALENDAR_LAW_WHY) % params
     if template is not None and all(params.get(n) not in (None, "") for n in needs):
         return str(template) % params
     reason = payload.get("reason")

@@ -7,7 +7,7 @@ bounded retries, storm summaries, and never in the way of the failure being reco
 """
 
 import logging
-from datetime import datetime, timedelta
+from datetime import date, datetime, timedelta
 
 from celery import current_app
 from django.conf import settings
@@ -291,34 +291,40 @@ def alert_check_scheduler(*, health: dict, now: datetime, link: str | None = Non
 
 
 def alert_check_calendars(*, gaps: list[dict], now: datetime) -> list[Alert]:
-    """Alert once per business calendar and first date without data (tasks.models.calendar.calendar_gaps),
-    weeks ahead of it; a check every minute finds its alert recorded. Returns the alerts recorded now."""
-    events = [
-        (
-            f"calendar-no-data:{gap['calendar']}:{gap['no_data_from']}",
-            {
-                "title": f"business calendar {gap['calendar']} has no data from {gap['no_data_from']} "
-                f"(in {gap['days_left']} days)",
-                "error_kind": CALENDAR_NO_DATA,
-                "rule": ", ".join(gap["rules"]),
-                # The figures, worded at delivery in each channel's language (alert_texts).
-                "calendar": gap["calendar"],
-                "no_data_from": str(gap["no_data_from"]),
-                "days_left": gap["days_left"],
-                "source": gap["source"] or "",
-                "reason": f"{gap['source'] or 'no library'} has no holidays or make-up working days from "
-                f"{gap['no_data_from']}; rules on it would count every weekday as a business day. "
-                "Upgrade the library once the year is published, or add overrides.",
-                "link": admin_link("admin:tasks_businesscalendar_changelist"),
-            },
+    """Alert business calendars without data ahead (tasks.models.calendar.calendar_gaps), escalating as
+    the first such date approaches (alert_rules.calendar_step): each step once per calendar and year,
+    so a check every minute finds its alert recorded. Returns the alerts recorded now."""
+    by_severity: dict[str, list[tuple[str, dict]]] = {}
+    for gap in gaps:
+        no_data_from = date.fromisoformat(gap["no_data_from"])
+        step = rules.calendar_step(no_data_from=no_data_from, now=now)
+        if step is None:
+            continue
+        by_severity.setdefault(step.severity, []).append(
+            (
+                rules.calendar_dedupe_key(calendar=gap["calendar"], no_data_from=no_data_from, step=step),
+                {
+                    "title": f"business calendar {gap['calendar']} has no data from {gap['no_data_from']} "
+                    f"(in {gap['days_left']} days)",
+                    "error_kind": CALENDAR_NO_DATA,
+                    "rule": ", ".join(gap["rules"]),
+                    # The figures, worded at delivery in each channel's language (alert_texts).
+                    "calendar": gap["calendar"],
+                    "no_data_from": gap["no_data_from"],
+                    "days_left": gap["days_left"],
+                    "step": step.name,
+                    "source": gap["source"] or "",
+                    "uncertain_days": gap.get("uncertain_days") or "",
+                    "reason": f"{gap['source'] or 'no library'} has no holidays or make-up working days from "
+                    f"{gap['no_data_from']}.",
+                    "link": admin_link("admin:tasks_businesscalendar_changelist"),
+                },
+            )
         )
-        for gap in gaps
-    ]
-    if not events:
-        return []
-    return alert_record_many(
-        kind=CALENDAR_NO_DATA, severity=rules.EVENT_SEVERITY[CALENDAR_NO_DATA], events=events, now=now
-    )
+    recorded: list[Alert] = []
+    for severity, events in by_severity.items():
+        recorded += alert_record_many(kind=CALENDAR_NO_DATA, severity=severity, events=events, now=now)
+    return recorded
 
 
 def alert_send(alert_id: int) -> None:

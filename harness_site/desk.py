@@ -1,8 +1,10 @@
 """Helpers shared by the operator's desk in the admin: permission checks, confirmation pages for
 bulk actions and for single-object buttons. Views stay thin: a form, one service call, a message."""
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, TypeVar
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from django import forms
 from django.contrib import admin, messages
@@ -15,6 +17,7 @@ from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
+from django.utils.functional import Promise
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -28,7 +31,7 @@ CONFIRM_TEMPLATE = "admin/desk/confirm.html"
 FORM_TEMPLATE = "admin/desk/form.html"
 
 
-def quiet_flag(on: bool, label: "str | StrOrPromise", *, off: "str | StrOrPromise" = "", tone: str = "") -> str:
+def quiet_flag(on: bool, label: str | StrOrPromise, *, off: str | StrOrPromise = "", tone: str = "") -> str:
     """A yes/no column without Django's red ✗ for "no": `label` when on (in `tone`, a desk.css class),
     `off` (plain) when not. Red is for what is wrong, and a run that is not a trial is not."""
     if on:
@@ -101,7 +104,9 @@ class SafeJSONField(forms.JSONField):
 
 
 # For ModelAdmin.formfield_overrides of every admin with an editable JSON field.
-JSON_FORMFIELDS = {models.JSONField: {"form_class": SafeJSONField}}
+JSON_FORMFIELDS: Mapping[type[models.Field[Any, Any]], Mapping[str, Any]] = {
+    models.JSONField: {"form_class": SafeJSONField}
+}
 
 
 def desk_object(modeladmin: admin.ModelAdmin, request, object_id: str):
@@ -141,7 +146,7 @@ M = TypeVar("M", bound=models.Model)
 
 
 def confirm_bulk(
-    modeladmin: "admin.ModelAdmin[M]",
+    modeladmin: admin.ModelAdmin[M],
     request,
     queryset: QuerySet[M],
     *,
@@ -193,6 +198,9 @@ def confirm_bulk(
     return TemplateResponse(request, CONFIRM_TEMPLATE, context)
 
 
+NOTHING_CHANGED = gettext_lazy("Nothing changed: it is not in a state for this, or someone else acted first.")
+
+
 def confirm_object(
     modeladmin: admin.ModelAdmin,
     request,
@@ -206,7 +214,7 @@ def confirm_object(
     form_class: type[forms.Form] | None = OptionalReasonForm,
     form_kwargs: dict | None = None,
     done_url: str | None = None,
-    failed_message: str = gettext_lazy("Nothing changed: it is not in a state for this, or someone else acted first."),
+    failed_message: str | Promise = NOTHING_CHANGED,
     button: str | None = None,
 ):
     """A single-object button: GET shows the confirmation page, POST does it once."""

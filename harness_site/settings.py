@@ -95,6 +95,8 @@ INSTALLED_APPS = [
     "django.contrib.sessions",
     "django.contrib.messages",
     "django.contrib.staticfiles",
+    # Index expressions with an operator class (runs/key_index.py: the key search's pg_trgm index).
+    "django.contrib.postgres",
     "django_celery_beat",
     "simple_history",
     "tasks",
@@ -356,7 +358,7 @@ CELERY_TASK_DEFAULT_QUEUE = "celery"
 CONTROL_QUEUE = "harness_control"
 # Runs go to "celery" (prefork: skills that compute) or "agents" (threads: skills that wait), as
 # their skill or rule says (tasks/skills/sdk.py RUN_QUEUES; docs/agents.md, "Execution modes").
-CELERY_TASK_QUEUES = {"celery": {}, "agents": {}, CONTROL_QUEUE: {}}
+CELERY_TASK_QUEUES: dict[str, dict[str, str]] = {"celery": {}, "agents": {}, CONTROL_QUEUE: {}}
 CELERY_TASK_ROUTES = {
     "runs.scheduler_tick": {"queue": CONTROL_QUEUE},
     "runs.sweep": {"queue": CONTROL_QUEUE},

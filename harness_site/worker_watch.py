@@ -13,6 +13,11 @@ on the warm shutdown (connected in harness_site/celery.py).
   HARNESS_WORKER_STALL_SECONDS; at the full period the watchdog ends the worker (its pool processes
   first), so that its runner starts a fresh one (the Procfile runner, harness_site/keepalive.py;
   systemd's Restart=always in production). Runs that keep their leases alive are busy, not stuck.
+* It observes database and broker outages it lives through (the alerts pass, a Celery task, cannot: it
+  needs both): the heartbeat's write failing with a database error, and the queue watch's look
+  failing, each until the next success. Once over, an outage that lasted at least two heartbeats is
+  recorded as an incident (runs/downtime.py decides, runs/incidents.py records; several workers that
+  saw one outage widen one incident).
 * A warm shutdown (SIGTERM) that has not finished after HARNESS_WORKER_SHUTDOWN_SECONDS ends the same
   way: a worker whose pool is stuck would otherwise wait for it for ever. Runs still running then lose
   their leases, and the sweeper retries them.
@@ -26,15 +31,19 @@ import signal
 import socket
 import threading
 import time
+from collections import deque
+from datetime import timedelta
+from urllib.parse import urlsplit
 
 from celery import current_app
 from celery.worker import state as worker_state
 from django.conf import settings
-from django.db import connection
+from django.db import InterfaceError, OperationalError, connection
 from django.utils import timezone
 
 from harness_site.broker import PROBE_TIMEOUT, RUN_HEADER, queue_probe
 from harness_site.forks import background_writes
+from runs.downtime import Downtime, Span
 
 log = logging.getLogger("harness.worker")
 
@@ -107,9 +116,11 @@ class QueueWatch(threading.Thread):
     each look bounded by PROBE_TIMEOUT, off the heartbeat's path: with the broker down a look fails
     after its timeout and the heartbeat goes on with the last answer."""
 
-    def __init__(self, queues: list[str]):
+    def __init__(self, queues: list[str], *, outage_after: timedelta):
         super().__init__(name="harness-queue-watch", daemon=True)
         self.queues = queues
+        self.broker = Downtime(at_least=outage_after)
+        self.outages: deque[Span] = deque()  # broker outages over, for the heartbeat to record
         self.oldest_age: dict[str, float | None] = {}  # the last answer per queue; absent: unknown
         self._wanted = threading.Event()
         self.looked = threading.Event()  # set after each round of looks (what a caller may wait for)
@@ -121,12 +132,18 @@ class QueueWatch(threading.Thread):
             self._wanted.clear()
             if self._halt:
                 return
+            now, failed = timezone.now(), False
             for queue in self.queues:
                 try:
                     look = queue_probe(current_app, queue, timeout=PROBE_TIMEOUT, held=False)
                     self.oldest_age[queue] = look.oldest_age
-                except Exception:  # an unreachable or hung broker is /healthz's business
+                except Exception:  # an unreachable or hung broker: an outage if it lasts
                     self.oldest_age.pop(queue, None)
+                    failed = True
+            if failed:
+                self.broker.failed(now=now)
+            elif self.queues and (span := self.broker.succeeded(now=now)):
+                self.outages.append(span)
             self.looked.set()
 
     def ask(self) -> None:
@@ -155,7 +172,11 @@ class WorkerWatch(threading.Thread):
         self.concurrency = getattr(self.pool, "limit", 0) or 0
         # Prefork runs each task in a child with its own connections; these pools run them here.
         self.pool_in_process = type(self.pool).__module__.rsplit(".", 1)[-1] in ("thread", "solo", "gevent", "eventlet")
-        self.queue_watch = QueueWatch(self.queues)
+        # Failures for two heartbeats are an outage; shorter is a hiccup. Spans this close are one outage.
+        self.outage_after = timedelta(seconds=2 * self.interval)
+        self.queue_watch = QueueWatch(self.queues, outage_after=self.outage_after)
+        self.database = Downtime(at_least=self.outage_after)
+        self.outages: list[tuple[str, Span]] = []  # over, not yet recorded (kind, span)
         self._halt = threading.Event()
         self._stopping_since: float | None = None
 
@@ -165,12 +186,19 @@ class WorkerWatch(threading.Thread):
         self.queue_watch.start()
         while True:  # the first report at once: the worker is ready now
             with background_writes():
+                now = timezone.now()
                 try:
                     self.beat()
                 except Exception as exc:  # a database hiccup must not end the heartbeat thread
+                    if isinstance(exc, OperationalError | InterfaceError):
+                        self.database.failed(now=now)
                     log.warning("worker heartbeat failed: %s: %s", type(exc).__name__, str(exc)[:200])
                     with contextlib.suppress(Exception):
                         connection.close()
+                else:
+                    if span := self.database.succeeded(now=now):
+                        self.outages.append(("database", span))
+                    self._record_outages()
             if self._stopping_since is not None and time.monotonic() - self._stopping_since > self.shutdown_grace:
                 log.error(
                     "worker %s: shutdown still not finished after %.0fs; ending the pool and exiting",
@@ -192,7 +220,7 @@ class WorkerWatch(threading.Thread):
         active = list(worker_state.active_requests)
         accepted = worker_state.all_total_count[0]
         waiting = len({id(r) for r in reserved} - {id(r) for r in active})
-        if not waiting and (not self.concurrency or len(active) < self.concurrency):
+        if self.queue_watch.broker.down or (not waiting and (not self.concurrency or len(active) < self.concurrency)):
             self.queue_watch.ask()  # for the next beat: is old work queued that this worker does not take?
         started = accepted - self.last_accepted
         finished = self.last_active + started - len(active)  # what was running, plus started, less running
@@ -232,6 +260,41 @@ class WorkerWatch(threading.Thread):
             worker_beat(report, now=now)
         finally:  # a write that failed (a database locked by the stuck pool itself) must not hide the stall
             self._end_if_stalled(report, now=now, active=len(active), waiting=waiting, stuck=stuck)
+
+    def _record_outages(self) -> None:
+        """Record each outage that is over as an incident; one that fails to record waits for the next beat."""
+        from runs.incidents import incident_record_outage
+
+        while self.queue_watch.outages:
+            self.outages.append(("broker", self.queue_watch.outages.popleft()))
+        while self.outages:
+            kind, span = self.outages[0]
+            try:
+                incident, new = incident_record_outage(
+                    kind=kind,
+                    subject=outage_subject(kind),
+                    started_at=span.start,
+                    ended_at=span.end,
+                    join=self.outage_after,
+                    seen_by=self.name_,
+                    now=timezone.now(),
+                )
+            except Exception as exc:
+                log.warning("worker %s: %s outage not recorded yet: %s: %s", self.name_, kind, type(exc).__name__, exc)
+                with contextlib.suppress(Exception):
+                    connection.close()
+                return
+            log.warning(
+                "worker %s: %s unreachable for %.0fs (%s to %s): incident %s %s",
+                self.name_,
+                kind,
+                span.seconds,
+                f"{span.start:%H:%M:%S}",
+                f"{span.end:%H:%M:%S}",
+                incident.id,
+                "recorded" if new else "widened",
+            )
+            self.outages.pop(0)
 
     def _end_if_stalled(self, report, *, now, active: int, waiting: int, stuck: int) -> None:
         from runs.workers import worker_beat
@@ -292,6 +355,26 @@ class WorkerWatch(threading.Thread):
                 os.kill(pid, signal.SIGKILL)
         logging.shutdown()
         os._exit(code)
+
+
+def outage_subject(kind: str) -> str:
+    """Which database or broker was down: its address, as every worker of a deployment names it, with
+    no credentials (an incident's subject, shown in its page and alerts)."""
+    if kind == "database":
+        return database_address(settings.DATABASES["default"])
+    return broker_address(str(current_app.conf.broker_url or ""))
+
+
+def database_address(db: dict) -> str:
+    vendor = db["ENGINE"].rsplit(".", 1)[-1]
+    where = f"{db.get('HOST')}:{db.get('PORT') or ''}/" if db.get("HOST") else ""
+    return f"{vendor}:{where}{db['NAME']}"
+
+
+def broker_address(broker_url: str) -> str:
+    url = urlsplit(broker_url)
+    where = f"{url.hostname}:{url.port or ''}" if url.hostname else ""
+    return f"{url.scheme}://{where}{url.path}"
 
 
 def _children() -> list[int]:

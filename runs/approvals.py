@@ -141,7 +141,8 @@ def _gate(run_ids: list[int], *, actor, now: datetime) -> Gate:
 
 
 def catchup_approve(*, run_ids: list[int], actor, now: datetime) -> int:
-    """Release gated catch-up runs; each rule's runs are paced again from `now` in slot order.
+    """Release runs the scheduler held (a catch-up burst, an uncertain calendar day); each rule's runs
+    are paced again from `now` in slot order, by its catch-up spacing.
     Returns how many were released (a run approved meanwhile by someone else is not counted)."""
     released, due = 0, []
     with transaction.atomic():
@@ -171,12 +172,12 @@ def catchup_approve(*, run_ids: list[int], actor, now: datetime) -> int:
 
 
 def catchup_reject(*, run_ids: list[int], actor, now: datetime) -> int:
-    """Cancel gated catch-up runs; the slot keeps its (cancelled) run, so it stays accounted for."""
+    """Cancel runs the scheduler held; the slot keeps its (cancelled) run, so it stays accounted for."""
     name = _actor_name(actor)
     with transaction.atomic():
         runs = list(_gated(run_ids).select_related("rule").order_by("id"))
         gate = _gate([r.id for r in runs], actor=actor, now=now)
-        rejected = store().gate_reject(gate, message=f"catch-up rejected by {name}")
+        rejected = store().gate_reject(gate, message=f"held run rejected by {name}")
         if rejected:
             audit_record(
                 actor=actor,

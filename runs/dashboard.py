@@ -17,9 +17,9 @@ from django.utils.translation import gettext as _
 from deadletters.models import DeadLetter
 from runs.models import Incident, TaskRun
 from runs.objectives import objective_counts
-from runs.rollup import BIN_RATIO, LIVE, REFRESH_CYCLE, Summary, histogram_percentile, rollup_read
+from runs.rollup import BIN_RATIO, BUCKET, LIVE, REFRESH_CYCLE, Summary, histogram_percentile, rollup_read
 from runs.selectors import flow_saturation, scheduler_health
-from runs.status import decisions_by_reason, missed_of, reason_items
+from runs.status import decisions_by_reason, missed_of, next_runs, reason_items
 from runs.store import database
 from tasks.models import TriggerRule
 
@@ -53,6 +53,7 @@ class Dashboard:
     flow: dict = field(default_factory=dict)
     objectives: dict = field(default_factory=dict)  # open slots by objective status
     rollup_refreshed_at: datetime | None = None  # the oldest summary read from the rollup
+    unsummarised_minutes: int = 0  # of the 24 h, not yet summarised by the sweeper and left out (runs/rollup.py)
     decisions_24h: dict[str, int] = field(default_factory=dict)  # slots and triggers decided, by reason
     missed_24h: int = 0  # slots missed beyond the catch-up window or its max count
     incidents: list = field(default_factory=list)  # the most recent incidents of the harness itself
@@ -80,7 +81,9 @@ def dashboard_build(*, now: datetime) -> Dashboard:
 
     # 1. Runs per hour and state, dedupe hits, trials and the percentiles' histograms: whole buckets
     # from the sweeper's rollup, the newest minutes and the window's edge from the runs (2 queries).
-    by_hour, d.rollup_refreshed_at = rollup_read(now=now)
+    read = rollup_read(now=now)
+    by_hour, d.rollup_refreshed_at = read.by_hour, read.refreshed_at
+    d.unsummarised_minutes = int(read.unread * BUCKET.total_seconds() // 60)
     window = Summary()
     for summary in by_hour.values():
         window.add(summary)
@@ -136,6 +139,10 @@ def dashboard_build(*, now: datetime) -> Dashboard:
         .order_by("next_fire_at")
         .values("id", "name", "timezone", "next_fire_at")[:NEXT_FIRES]
     )
+    # The next *run* of rules a calendar or window may skip, as the preview says it (2 queries).
+    runs_next = next_runs([r["id"] for r in d.next_fires])
+    for r in d.next_fires:
+        r["next_run"] = runs_next.get(r["id"], r["next_fire_at"])
 
     # 8. Flow control: saturated and paused pools, runs waiting for a pool (2 queries).
     d.flow = flow_saturation(now=now)

@@ -17,7 +17,10 @@ from django.utils.translation import ngettext
 from deadletters.alert_health import able_channels
 from runs.selectors import scheduler_health
 from runs.workers import worker_health, workers_older_than_schema
+from tasks import sentences
 from tasks.models.calendar import calendar_gaps
+from tasks.rules import lint
+from tasks.rules.reasons import Reason
 
 # A worker that reports one of these is taking work from its queues.
 CONSUMING = frozenset({"ok", "restarted"})
@@ -122,13 +125,29 @@ def banner_facts(figures: dict, *, now: datetime) -> list[Fact]:
         facts.append(
             Fact(
                 "calendar_without_data",
-                _(
-                    "The business calendar %(calendar)s has no data from %(date)s (%(days)s days left): "
-                    "its rules will not run past it."
-                )
-                % {"calendar": gap["calendar"], "date": gap["no_data_from"], "days": gap["days_left"]},
+                calendar_sentence(gap),
                 reverse("admin:tasks_businesscalendar_change", args=[gap["id"]]),
                 _("Calendar"),
             )
         )
     return facts
+
+
+def calendar_sentence(gap: dict) -> str:
+    """What a calendar running out of data means for its rules: past its data a calendar counts
+    every weekday as a business day, unless the law still fixes the holidays (mainland China) and
+    the calendar's policy decides the days a notice would move."""
+    values = {"calendar": gap["calendar"], "date": gap["no_data_from"], "days": gap["days_left"]}
+    if gap.get("uncertain_days"):
+        return _(
+            "The business calendar %(calendar)s has no notice from %(date)s (%(days)s days left): "
+            "from then on its rules skip the holidays the law fixes, and on the days the notice may move "
+            "%(uncertain)s."
+        ) % {**values, "uncertain": sentences.say(Reason.of(lint.UNCERTAIN_POLICY[gap["uncertain_days"]]))}
+    return (
+        _(
+            "The business calendar %(calendar)s has no data from %(date)s (%(days)s days left): "
+            "from then on it knows no holiday and its rules run on every weekday."
+        )
+        % values
+    )

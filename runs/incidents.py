@@ -122,12 +122,7 @@ def incident_close(incident: Incident, *, ended_at: datetime, now: datetime) -> 
     """Close an open incident at `ended_at` with its cost counted, and send its closing alert. False
     when another pass or tick closed it first (nothing sent)."""
     cost = incident_cost(incident, until=ended_at)
-    summary = {
-        "missed": cost.missed,
-        "caught_up": cost.caught_up,
-        "rules_affected": len(cost.rules),
-        "alerts": cost.alerts,
-    }
+    summary = _summary(cost)
     # Compare-and-set: 0 rows means another pass or tick closed it first.
     if not Incident.objects.filter(id=incident.id, ended_at=None).update(ended_at=ended_at, summary=summary):
         return False
@@ -152,6 +147,15 @@ def incident_close(incident: Incident, *, ended_at: datetime, now: datetime) -> 
         now=now,
     )
     return True
+
+
+def _summary(cost: "Cost") -> dict:
+    return {
+        "missed": cost.missed,
+        "caught_up": cost.caught_up,
+        "rules_affected": len(cost.rules),
+        "alerts": cost.alerts,
+    }
 
 
 def _open(p: Problem, *, now: datetime) -> Incident | None:
@@ -286,3 +290,54 @@ def incident_actions(incident: Incident, *, now: datetime, limit: int = 100) -> 
     """Operator actions (audit entries) from the incident's start until ACTION_TAIL after its end."""
     until = (incident.ended_at or now) + ACTION_TAIL
     return list(AuditEntry.objects.filter(at__gte=incident.started_at, at__lte=until).order_by("at", "id")[:limit])
+
+
+# --- database and broker outages, seen by the workers that lived through them ----------------
+
+OUTAGE_KINDS = (Incident.Kind.DATABASE, Incident.Kind.BROKER)
+
+
+def incident_record_outage(
+    *,
+    kind: str,
+    subject: str,
+    started_at: datetime,
+    ended_at: datetime,
+    join: timedelta,
+    seen_by: str,
+    now: datetime,
+) -> tuple[Incident, bool]:
+    """Record a database or broker outage a worker lived through (runs/downtime.py), once it is over.
+    `subject` names which database or broker (its address, no credentials). Returns the incident and
+    whether it is new.
+
+    Several workers see one outage: a span that overlaps or comes within `join` of one already recorded
+    of the same kind widens that one (no second alert); else it is a new incident, closed at once with
+    its cost counted and one closing alert (incident_close). Safe under concurrency: each recorder first
+    inserts its span as the kind's one open incident (incident_one_open), so a second recorder waits
+    for the first to commit (PostgreSQL's unique index; SQLite's IMMEDIATE write lock) and then sees
+    its row."""
+    subject = subject[:200]
+    span = f"{started_at:%Y-%m-%dT%H:%M:%S}Z to {ended_at:%Y-%m-%dT%H:%M:%S}Z"
+    detail = f"{kind} {subject} unreachable from {span} (seen by {seen_by})"
+    with transaction.atomic():
+        mine = _open(Problem(kind, subject, started_at, detail), now=now)  # None: one starts at this instant
+        near = (
+            Incident.objects.filter(kind=kind, subject=subject, ended_at__isnull=False)
+            .filter(started_at__lte=ended_at + join, ended_at__gte=started_at - join)
+            .order_by("started_at", "id")
+            .first()
+        )
+        if near is None:
+            if mine is None:
+                raise IntegrityError(f"an open {kind} incident is in the way")  # none is ever left open
+            incident_close(mine, ended_at=ended_at, now=now)
+            return mine, True
+        if mine is not None:
+            mine.delete()  # first: the widened span may take its start (incident_one_per_start)
+        until = max(near.ended_at or ended_at, ended_at)
+        near.started_at, near.ended_at = min(near.started_at, started_at), until
+        cost = incident_cost(near, until=until)
+        near.summary = {**near.summary, **_summary(cost)}
+        near.save(update_fields=["started_at", "ended_at", "summary"])
+        return near, False

@@ -5,11 +5,14 @@ db_index=False: the composite serves its lookups and cascades, and every index i
 each insert and non-HOT update, several times per run (tests/runs/test_indexes.py).
 """
 
+from django.contrib.postgres.indexes import OpClass
 from django.core.exceptions import ValidationError
 from django.db import models
 from django.db.models import Q
+from django.db.models.functions import Upper
 from django.utils.translation import gettext_lazy as _
 
+from runs.key_index import KeyTrigramIndex
 from tasks.rules import keys
 from tasks.rules.backpressure import watermark_errors
 from tasks.rules.policy import DEFAULT_LEASE_TTL_SECONDS, RetryPolicy, RunPolicy
@@ -119,7 +122,7 @@ class TaskRun(models.Model):
     coalesces = models.BooleanField(_("coalesces"), default=False)
     approved_by = models.CharField(_("approved by"), max_length=150, blank=True)
     approved_at = models.DateTimeField(_("approved at"), null=True, blank=True)
-    # A trial run (admin "Trial run"): its biz_key lives in the "trial:" namespace, so it never
+    # A trial run (admin "Trial run"): its biz_key lives in the rule's trial namespace (rule/<id>/trial/), so it never
     # dedupes against, or blocks, the real unit of work.
     is_trial = models.BooleanField(_("is trial"), default=False)
     # Last time a "execute run" message was sent; the sweeper re-sends only after a grace period.
@@ -180,6 +183,8 @@ class TaskRun(models.Model):
             models.Index(fields=["rule"], condition=Q(state="pending"), name="run_pending_idx"),
             # admin search by a trace id from a log line (runs/admin get_search_results).
             models.Index(fields=["trace_id"], condition=~Q(trace_id=""), name="run_trace_idx"),
+            # runs.key_search: part of a biz_key, any case (UPPER(biz_key) LIKE); pg_trgm on PostgreSQL.
+            KeyTrigramIndex(OpClass(Upper("biz_key"), name="gin_trgm_ops"), name="run_biz_key_trgm_idx"),
         ]
         permissions = [
             ("retry_run", "Can retry a run now"),
@@ -339,6 +344,9 @@ class Decision(models.Model):
         verbose_name = _("decision")
         verbose_name_plural = _("decisions")
         ordering = ["-slot"]
+        # Re-run chosen slots where they are found (tasks/triggers/rerun.py): on-call's after an
+        # outage, without the range backfill that tasks.backfill_rule gives operators.
+        permissions = [("rerun_slots", "Can re-run chosen slots")]
         constraints = [
             models.UniqueConstraint(fields=["rule", "slot"], name="decision_one_per_slot"),
             models.UniqueConstraint(
@@ -866,17 +874,22 @@ class SlotObjective(models.Model):
 
 
 class Incident(models.Model):
-    """A span in which the harness itself was unwell: the scheduler stalled, or a queue had no
-    consuming worker (runs/incidents.py). Opened by the periodic health pass from /healthz's own
-    figures, or by the first scheduler tick after a gap no pass saw; closed when the figure is well.
+    """A span in which the harness itself was unwell: the scheduler stalled, a queue had no consuming
+    worker, or the database or broker was unreachable (runs/incidents.py). Opened by the periodic
+    health pass from /healthz's own figures, or by the first scheduler tick after a gap no pass saw;
+    closed when the figure is well. Database and broker outages are recorded, once over, by the
+    workers that lived through them.
     What it cost (slots, runs, alerts, operator actions) is read from those tables over its span."""
 
     class Kind(models.TextChoices):
         SCHEDULER = "scheduler", _("Scheduler outage")
         QUEUE = "queue", _("Queue without a consuming worker")
+        # Seen by the workers that lived through it, recorded when it was over (runs/downtime.py).
+        DATABASE = "database", _("Database outage")
+        BROKER = "broker", _("Broker outage")
 
     kind = models.CharField(_("kind"), max_length=20, choices=Kind.choices)
-    # What was down: "scheduler", or the queue's name.
+    # What was down: "scheduler", the queue's name, "database" or "broker".
     subject = models.CharField(_("subject"), max_length=200)
     started_at = models.DateTimeField(_("started at"))
     detected_at = models.DateTimeField(_("detected at"))

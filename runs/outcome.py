@@ -20,13 +20,11 @@ from runs.admission import pool_wake_freed
 from runs.models import Attempt, TaskRun
 from runs.retry import RetryDecision, decide_retry
 from runs.store import AttemptEnd, BudgetPark, ErrorRecord, Failure, Proposal, store
+from tasks.skills.error_words import START_WINDOW_KIND  # re-exported: the kinds recorded here
 from tasks.skills.errors import ClassifiedError
 from tasks.skills.sdk import AwaitApproval, BudgetWait, ErrorKind, RunParked
 
 log = logging.getLogger("harness.outcome")
-
-BUDGET_WAIT_KIND = "budget"
-START_WINDOW_KIND = "start_window"
 
 
 @dataclass(frozen=True)

@@ -3,7 +3,8 @@
 
 The sweeper refreshes it (rollup_refresh, a few buckets per sweep); the dashboard reads it for whole
 buckets older than LIVE and reads the runs themselves for the rest (the newest buckets, where states
-still change, the window's partial first bucket, any bucket without a row yet). Buckets and live
+still change, the window's partial first bucket, any bucket without a row yet; the newest LIVE_ROWS
+runs at most, so a render before the first refresh is bounded, and says what it left out). Buckets and live
 runs are summarised by the same function (summarize), so the two halves cannot disagree on a rule.
 A row is at most one refresh cycle old (about REFRESH_CYCLE): a run that changes state hours after
 its trigger, or a late dedupe hit on it, shows within that.
@@ -18,8 +19,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
+from django.core.exceptions import EmptyResultSet
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import Q, QuerySet
 
 from runs.models import RunRollup, TaskRun
 from runs.store import database
@@ -33,6 +35,10 @@ REFRESH_PER_SWEEP = (
 )
 FILL_PER_SWEEP = 24  # buckets without a row, computed per sweep (newest first): a new deployment fills in a minute
 BUCKETS = int(WINDOW / BUCKET)
+# The dashboard reads at most this many runs itself, newest first: the live minutes and any bucket
+# the sweeper has not summarised yet (a new deployment, a stopped sweeper). Buckets beyond it are
+# left out and counted (RollupRead.unread), so a render's work does not grow with the runs.
+LIVE_ROWS = 5_000
 # With a sweep a second, every row is recomputed this often.
 REFRESH_CYCLE = timedelta(seconds=BUCKETS / REFRESH_PER_SWEEP)
 
@@ -177,10 +183,7 @@ def rollup_refresh(*, now: datetime) -> int:
         RunRollup.objects.filter(bucket__lt=first).delete()
         if not todo:
             return 0
-        if database.summarizes_in_sql():
-            found = _summarize_in_postgres(todo)
-        else:
-            found = summarize(TaskRun.objects.filter(_ranges_q(todo)).values_list(*ROW_FIELDS), key=bucket_of)
+        found, _read, _oldest = _summaries(TaskRun.objects.filter(_ranges_q(todo)).values_list(*ROW_FIELDS))
         RunRollup.objects.bulk_create(
             [
                 RunRollup(bucket=b, summary=found.get(b, Summary()).as_json(), refreshed_at=now)
@@ -198,31 +201,49 @@ def _bin_sql(x: str) -> str:
     return f"CASE WHEN {x} < {BIN_BASE!r} THEN 0 ELSE 1 + floor(ln({x} / {BIN_BASE!r}) / ln({BIN_RATIO!r}))::int END"
 
 
+def _summaries(rows: QuerySet) -> tuple[dict[datetime, Summary], int, datetime | None]:
+    """summarize(rows, key=bucket_of), the runs read, and the oldest bucket among them (None: no
+    runs). PostgreSQL summarises in SQL (a few rows per bucket come back instead of every run);
+    `rows` is a values_list of ROW_FIELDS, sliced or not."""
+    if database.summarizes_in_sql():
+        return _summarize_in_postgres_rows(rows)
+    found = list(rows)
+    oldest = min((bucket_of(r[0]) for r in found), default=None)
+    return summarize(found, key=bucket_of), len(found), oldest
+
+
 def _summarize_in_postgres(buckets: list[datetime]) -> dict[datetime, Summary]:
-    """summarize(..., key=bucket_of) computed by PostgreSQL: a few rows per bucket come back instead
-    of every run (a sweep stays short), by the same rules (tests/runs/test_rollup.py compares them)."""
-    table = TaskRun._meta.db_table
-    ranges, params = [], [EPOCH, BUCKET.total_seconds()]
-    for b in sorted(set(buckets)):
-        ranges.append("(trigger_at >= %s AND trigger_at < %s)")
-        params += [b, b + BUCKET]
+    """The buckets' summaries computed by PostgreSQL (tests/runs/test_rollup.py compares them with Python's)."""
+    return _summarize_in_postgres_rows(TaskRun.objects.filter(_ranges_q(buckets)).values_list(*ROW_FIELDS))[0]
+
+
+def _summarize_in_postgres_rows(rows: QuerySet) -> tuple[dict[datetime, Summary], int, datetime | None]:
+    """_summaries in SQL, by the same rules as summarize."""
+    try:
+        inner, inner_params = rows.query.sql_with_params()
+    except EmptyResultSet:  # no bucket asked for
+        return {}, 0, None
     sql = f"""
-        WITH r AS (
+        WITH r0 AS ({inner}), r AS (
           SELECT floor(extract(epoch FROM trigger_at - %s) / %s)::bigint AS b, state, dedupe_hits, is_trial,
                  CASE WHEN start_at IS NOT NULL AND source <> 'backfill'
                       THEN extract(epoch FROM start_at - trigger_at)::float8 END AS d,
                  CASE WHEN start_at IS NOT NULL AND source <> 'backfill' AND state = 'succeeded'
                            AND finish_at IS NOT NULL
                       THEN extract(epoch FROM finish_at - trigger_at)::float8 END AS l
-          FROM {table} WHERE {" OR ".join(ranges)}
+          FROM r0
         )
         SELECT b, 's', state, count(*), sum(dedupe_hits), count(*) FILTER (WHERE is_trial) FROM r GROUP BY b, state
         UNION ALL SELECT b, 'd', ({_bin_sql("d")})::text, count(*), 0, 0 FROM r WHERE d IS NOT NULL GROUP BY 1, 3
         UNION ALL SELECT b, 'l', ({_bin_sql("l")})::text, count(*), 0, 0 FROM r WHERE l IS NOT NULL GROUP BY 1, 3
+        UNION ALL SELECT min(b), 'n', '', count(*), 0, 0 FROM r
     """
     out: dict[datetime, Summary] = {}
-    rows = database.rows(sql, params)
-    for b, kind, key, n, hits, trials in rows:
+    read, oldest = 0, None
+    for b, kind, key, n, hits, trials in database.rows(sql, [*inner_params, EPOCH, BUCKET.total_seconds()]):
+        if kind == "n":
+            read, oldest = n, (EPOCH + BUCKET * b if b is not None else None)
+            continue
         s = out.setdefault(EPOCH + BUCKET * b, Summary())
         if kind == "s":
             s.states[key] += n
@@ -230,31 +251,47 @@ def _summarize_in_postgres(buckets: list[datetime]) -> dict[datetime, Summary]:
             s.trials += trials
         else:
             (s.delay if kind == "d" else s.latency)[int(key)] += n
-    return out
+    return out, read, oldest
 
 
-def rollup_read(*, now: datetime) -> tuple[dict[datetime, Summary], datetime | None]:
-    """The window's summaries by hour: rolled buckets from the rollup, the rest from the runs (two
-    queries whatever the number of runs). Also the oldest refresh among the rows read (None: none)."""
+@dataclass
+class RollupRead:
+    """The window's summaries by hour; the oldest refresh among the rollup rows read (None: none);
+    and `unread`, the window's 5-minute buckets in neither the rollup nor the runs read (LIVE_ROWS
+    reached before the sweeper summarised them): the figures leave those out."""
+
+    by_hour: dict[datetime, Summary]
+    refreshed_at: datetime | None
+    unread: int = 0
+
+
+def rollup_read(*, now: datetime) -> RollupRead:
+    """The window's summaries by hour: rolled buckets from the rollup, the rest from the runs, the
+    newest LIVE_ROWS at most (two queries, bounded work whatever the number of runs)."""
     first, last = rolled_buckets(now)
     since = now - WINDOW
-    hour = _hour_of
-    by_hour: dict[datetime, Summary] = {}
     rolled = {}
-    oldest = None
+    oldest_refresh = None
     for bucket, summary, refreshed_at in RunRollup.objects.filter(bucket__gte=first, bucket__lt=last).values_list(
         "bucket", "summary", "refreshed_at"
     ):
         rolled[bucket] = Summary.from_json(summary)
-        oldest = refreshed_at if oldest is None else min(oldest, refreshed_at)
+        oldest_refresh = refreshed_at if oldest_refresh is None else min(oldest_refresh, refreshed_at)
     missing = [b for b in (first + BUCKET * i for i in range(int((last - first) / BUCKET))) if b not in rolled]
     live = Q(trigger_at__gte=since, trigger_at__lt=first) | Q(trigger_at__gte=last) | _ranges_q(missing)
-    rows = TaskRun.objects.filter(live, trigger_at__gte=since).values_list(*ROW_FIELDS)
-    for h, s in summarize(rows, key=hour).items():
-        by_hour.setdefault(h, Summary()).add(s)
-    for bucket, s in rolled.items():
-        by_hour.setdefault(hour(bucket), Summary()).add(s)
-    return by_hour, oldest
+    rows = TaskRun.objects.filter(live, trigger_at__gte=since).order_by("-trigger_at").values_list(*ROW_FIELDS)
+    found, read, oldest = _summaries(rows[: LIVE_ROWS + 1])
+    unread = 0
+    if read > LIVE_ROWS and oldest is not None:
+        # The oldest bucket read may be cut short: it and every older bucket the rollup did not serve are left out.
+        found = {b: s for b, s in found.items() if b > oldest}
+        edge = [bucket_of(since)] if first > since else []
+        live_buckets = [*edge, *missing, *(last + BUCKET * i for i in range(int((bucket_of(now) - last) / BUCKET) + 1))]
+        unread = sum(1 for b in live_buckets if b <= oldest)
+    by_hour: dict[datetime, Summary] = {}
+    for bucket, s in [*found.items(), *rolled.items()]:
+        by_hour.setdefault(_hour_of(bucket), Summary()).add(s)
+    return RollupRead(by_hour, oldest_refresh, unread)
 
 
 def _hour_of(at: datetime) -> datetime:

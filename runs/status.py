@@ -9,7 +9,9 @@ and slot decisions. A fixed number of queries whatever the number of rules (test
 2. open tickets by rule (deadletter_open_idx);
 3. decisions of the last 24 h by rule and reason (decision_created_idx);
 4. for the rows shown, where each rule's last 48 runs and slot decisions begin;
-5-6. those runs and those decisions (one index range per rule).
+5-6. those runs and those decisions (one index range per rule);
+7-8. for the rows shown, the rules whose guards may skip a fire and their calendars' overrides
+   (next_runs: the next *run*, as the preview says it, not a holiday's cron fire).
 
 Pure ranking (`health_of`) takes plain values, so it is tested without a database.
 """
@@ -20,15 +22,16 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
-from django.db.models import Count, OuterRef, Q, Subquery
+from django.db.models import Count, OuterRef, Q, QuerySet, Subquery
 from django.db.models.functions import Coalesce
 from django.utils.translation import gettext_lazy as _
 
 from deadletters.models import DeadLetter
 from runs.models import Decision, TaskRun
 from runs.selectors import slot_grace
-from tasks.models import TriggerRule
-from tasks.rules import schedule, spread
+from tasks.models import CalendarOverride, TriggerRule
+from tasks.rules import preview, schedule, spread
+from tasks.rules.guards import rule_guards
 
 WINDOW = timedelta(hours=24)
 HISTORY_CELLS = 48
@@ -118,6 +121,7 @@ class RuleRow:
     strip: list[dict] = field(default_factory=list)  # filled for the rows shown
     objective: Any = None  # a freshness objective's status, when objectives supply one
     next_start: datetime | None = None  # a spread rule's next run starts then, not at its next fire
+    next_run: datetime | None = None  # the next fire its guards let run (filled for the rows shown)
 
     @property
     def decided_total(self) -> int:
@@ -180,8 +184,10 @@ def board_build(
     page = min(max(page, 1), pages)
     shown = chosen[(page - 1) * per_page : page * per_page]
     strips = history_strips([r.id for r in shown])
+    runs_next = next_runs([r.id for r in shown])
     for row in shown:
         row.strip = strips.get(row.id, [])
+        row.next_run = runs_next.get(row.id, row.next_fire_at)
     if objectives is not None and shown:
         status = objectives([r.id for r in shown])
         for row in shown:
@@ -199,11 +205,23 @@ def board_build(
     )
 
 
+def _runs_of_rule_newest_first(**filters) -> QuerySet:
+    """The outer rule's runs, newest first, by run_rule_recent_idx alone. The range on rule_id
+    (not an equality) and the order by (rule_id, -trigger_at) leave no other index that gives this
+    order: with few distinct rules among the runs the planner expects thousands of runs per rule
+    and walked run_recent_idx (every rule's runs, newest first) to meet this rule's soon, which for
+    a rule without runs, or whose last finished one is old, read the whole index once per rule."""
+    return TaskRun.objects.filter(rule_id__gte=OuterRef("pk"), rule_id__lte=OuterRef("pk"), **filters).order_by(
+        "rule_id", "-trigger_at"
+    )
+
+
 def rule_rows(*, now: datetime) -> list[RuleRow]:
     """Every rule's row without its strip, in three queries (1-3 above), in no particular order."""
     since = now - WINDOW
     # 1. Rules with their last finished run and last slot decision (an index probe per rule each).
-    last_run = TaskRun.objects.filter(rule=OuterRef("pk"), state__in=FINISHED).order_by("-trigger_at")
+    # A trial is not the rule's outcome (nor its health): it shows in the strip, marked, only.
+    last_run = _runs_of_rule_newest_first(state__in=FINISHED, is_trial=False)
     last_decision = Decision.objects.filter(rule=OuterRef("pk"), slot__isnull=False).order_by("-slot")
     rules = TriggerRule.objects.annotate(
         last_run_id=Subquery(last_run.values("id")[:1]),
@@ -281,6 +299,40 @@ def rule_rows(*, now: datetime) -> list[RuleRow]:
 
 
 SPREAD_KINDS = (TriggerRule.Kind.CRON, TriggerRule.Kind.INTERVAL)
+SLOTTED_KINDS = (TriggerRule.Kind.CRON, TriggerRule.Kind.INTERVAL, TriggerRule.Kind.ONCE)
+
+
+def next_runs(rule_ids: list[int]) -> dict[int, datetime | None]:
+    """The next run of each enabled rule among `rule_ids` whose guards may skip a fire (a calendar,
+    weekdays, excluded dates, hours): tasks.rules.preview.next_run, the preview's answer. Rules
+    left out run at their next fire. Two queries whatever the number of rules: the scheduled rules
+    with their calendars, then those calendars' overrides; each calendar is built once."""
+    rules = list(
+        TriggerRule.objects.filter(id__in=rule_ids, enabled=True, next_fire_at__isnull=False, kind__in=SLOTTED_KINDS)
+        .select_related("business_calendar")
+        .order_by()
+    )
+    calendar_ids = {r.business_calendar_id for r in rules if r.business_calendar_id is not None}
+    overrides: dict[int, list] = defaultdict(list)
+    if calendar_ids:
+        for cal_id, *row in CalendarOverride.objects.filter(calendar_id__in=calendar_ids).values_list(
+            "calendar_id", "date", "kind", "reason"
+        ):
+            overrides[cal_id].append(tuple(row))
+    built: dict[int, Any] = {}
+    out = {}
+    for rule in rules:
+        calendar, first = rule.business_calendar, rule.next_fire_at
+        assert first is not None  # filtered above
+        if calendar is not None:
+            if calendar.id not in built:
+                built[calendar.id] = calendar.business_days(overrides[calendar.id])
+            # The model's own per-instance cache (TriggerRule.business_days), filled from the batch.
+            rule.__dict__["_business_days"] = (calendar.id, built[calendar.id])
+        guards = rule_guards(rule)
+        if preview.guarded(guards):
+            out[rule.id] = preview.next_run(rule.schedule_spec(), guards, first=first)
+    return out
 
 
 def _next_starts() -> dict[int, datetime]:
@@ -331,9 +383,7 @@ def history_strips(rule_ids: list[int], *, cells: int = HISTORY_CELLS) -> dict[i
     # 4. The `cells`-th newest run (by trigger_at) and slot decision (by slot) of each rule.
     nth = cells - 1
     cuts = TriggerRule.objects.filter(id__in=rule_ids).annotate(
-        run_from=Subquery(
-            TaskRun.objects.filter(rule=OuterRef("pk")).order_by("-trigger_at").values("trigger_at")[nth : nth + 1]
-        ),
+        run_from=Subquery(_runs_of_rule_newest_first().values("trigger_at")[nth : nth + 1]),
         decision_from=Subquery(
             Decision.objects.filter(rule=OuterRef("pk"), slot__isnull=False)
             .order_by("-slot")

@@ -51,7 +51,7 @@ def agent_export() -> list[dict]:
     rows = []
     for agent in Agent.objects.select_related("pool").order_by("name"):
         row = {f: getattr(agent, f) for f in AGENT_FIELDS}
-        row["pool"] = agent.pool.name if agent.pool_id else None
+        row["pool"] = agent.pool.name if agent.pool is not None else None
         rows.append(row)
     return rows
 

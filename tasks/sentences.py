@@ -156,6 +156,8 @@ CATALOGUE = {
         "%(when)s: clocks go back (UTC%(old)s → UTC%(new)s); a repeated wall time runs: %(repeat)s occurrence(s)."
     ),
     preview.NO_DST_CHANGE: gettext_lazy("%(zone)s has no DST change in the next year."),
+    preview.FROM_NOT_A_DATE: gettext_lazy("a date written YYYY-MM-DD, e.g. 2027-02-05"),
+    preview.FROM_OUT_OF_RANGE: gettext_lazy("a date from the year %(first)s to %(last)s"),
     # --- explain: why did or didn't it run ---
     explained.NOT_A_DATETIME: gettext_lazy(
         "%(text)s is not a date-time; write e.g. 2026-12-01T08:00 (read in %(zone)s) or 2026-12-01T08:00:00+01:00"
@@ -164,6 +166,12 @@ CATALOGUE = {
     explained.AWAITING_APPROVAL: gettext_lazy(
         "waiting for operator approval: run %(run)s (catch-up above the approval threshold)"
     ),
+    explained.AWAITING_APPROVAL_FOR: gettext_lazy("waiting for operator approval: run %(run)s (%(why)s)"),
+    explained.HELD_CATCHUP: gettext_lazy("a catch-up burst above the rule's approval threshold"),
+    explained.HELD_UNCERTAIN_DAY: gettext_lazy(
+        "%(date)s is an uncertain day: calendar %(calendar)s has no notice for the year yet and holds such days"
+    ),
+    explained.HELD_ACTION: gettext_lazy("a proposed action needs a person's decision"),
     explained.LAST_ERROR: gettext_lazy("%(error)s"),
     explained.STARTS_AT: gettext_lazy("starts at %(at)s (deferred or paced)"),
     explained.NOT_STARTED: gettext_lazy("run %(run)s not started yet, %(waiting)s"),
@@ -273,7 +281,7 @@ CATALOGUE = {
     objectives.CAUSE_WAITING_OVERLAP: gettext_lazy("buffered behind an active run of this rule since %(since)s"),
     objectives.CAUSE_WAITING_POOL: gettext_lazy("pool %(pool)s full (%(in_use)s of %(limit)s), %(ahead)s runs ahead"),
     objectives.CAUSE_WAITING_RATE: gettext_lazy("pool %(pool)s paces its starts; next start at %(until)s"),
-    objectives.CAUSE_AWAITING_APPROVAL: gettext_lazy("catch-up run waiting for operator approval"),
+    objectives.CAUSE_AWAITING_APPROVAL: gettext_lazy("run held for operator approval"),
     objectives.CAUSE_QUEUED: gettext_lazy("queued, may start at %(at)s"),
     objectives.CAUSE_QUEUE_STALLED: gettext_lazy("no worker has consumed queue %(queue)s for %(minutes)s min"),
     objectives.CAUSE_QUEUE_NO_WORKER: gettext_lazy("no worker consumes queue %(queue)s"),
@@ -385,6 +393,15 @@ CATALOGUE = {
         "no holiday and no make-up working day and counts every weekday as a business day. Upgrade the library "
         "once the next year's holidays are published, or add overrides."
     ),
+    lint.CALENDAR_NO_NOTICE: gettext_lazy(
+        "Calendar %(calendar)s (%(source)s) has no data from %(since)s (in %(days)s days): from then on it skips "
+        "the holidays the law fixes, but cannot know the weekdays the yearly notice bridges into a break or the "
+        "weekends it makes working days; on those uncertain days %(uncertain)s. Import the notice once it is "
+        "published (harness notice import), or upgrade the library."
+    ),
+    lint.UNCERTAIN_RUNS: gettext_lazy("its rules run as on an ordinary day"),
+    lint.UNCERTAIN_SKIPS: gettext_lazy("its rules do not run"),
+    lint.UNCERTAIN_HOLDS: gettext_lazy("its rules' runs wait for an operator's approval"),
 }
 
 

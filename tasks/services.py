@@ -3,6 +3,7 @@
 import json
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from typing import Any
 
 from django.core.exceptions import ValidationError
 from django.db import DatabaseError, transaction
@@ -16,7 +17,7 @@ from tasks import sentences
 from tasks.agent_io import agent_export, agent_resolve, agent_save, agent_stage
 from tasks.calendar_io import calendar_export, calendar_resolve, calendar_save, calendar_stage
 from tasks.file_items import STAGING_ERRORS, field_problems, file_entries, staging_errors
-from tasks.models import Pool, ServiceIdentity, TriggerRule
+from tasks.models import Agent, Pool, ServiceIdentity, TriggerRule
 from tasks.pool_io import POOL_FIELDS, pool_export, pool_lookup, pool_save, pool_stage
 from tasks.rules import json_limits
 from tasks.rules import plan as planned
@@ -103,7 +104,7 @@ class ImportResult:
 
 def rule_export() -> dict:
     rules = [rule_export_one(rule) for rule in TriggerRule.objects.order_by("name")]
-    doc = {"version": 1}
+    doc: dict[str, Any] = {"version": 1}
     pools = [p for p in pool_export() if p != _UNTOUCHED_GLOBAL]
     if pools:
         doc["pools"] = pools
@@ -121,9 +122,9 @@ def rule_export_one(rule: TriggerRule) -> dict:
     """One rule as an export file (and the REST API) writes it: EXPORT_FIELDS, names for relations."""
     data = {f: getattr(rule, f) for f in EXPORT_FIELDS if f != "pools"}
     data["run_at"] = rule.run_at.isoformat() if rule.run_at else None
-    data["agent"] = rule.agent.name if rule.agent_id else None
-    data["identity"] = rule.identity.name if rule.identity_id else None
-    data["business_calendar"] = rule.business_calendar.name if rule.business_calendar_id else None
+    data["agent"] = rule.agent.name if rule.agent is not None else None
+    data["identity"] = rule.identity.name if rule.identity is not None else None
+    data["business_calendar"] = rule.business_calendar.name if rule.business_calendar is not None else None
     data["pools"] = sorted(p.name for p in rule.pools.all())
     for f in TIME_FIELDS:
         data[f] = data[f].isoformat() if data[f] else None
@@ -143,8 +144,8 @@ _UNTOUCHED_GLOBAL = {
 class StagedImport:
     """A rules file checked and staged, nothing saved: its pools, agents, calendars and rules (unsaved instances)."""
 
-    pools: list
-    agents: list
+    pools: dict[str, tuple[Pool, bool, bool]]  # name -> (pool, created, changed)
+    agents: dict[str, tuple[Agent, bool, bool]]  # name -> (agent, created, changed)
     rules: list[tuple[TriggerRule, bool, bool, list | None]]  # (rule, created, changed, pools or None)
     calendars: dict
 

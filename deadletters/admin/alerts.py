@@ -218,7 +218,7 @@ class AlertAdmin(admin.ModelAdmin):
 
     @admin.display(description=_("channel"), ordering="channel__name")
     def channel_name(self, obj: Alert) -> str:
-        return obj.channel.name if obj.channel_id else _("log (built in)")
+        return obj.channel.name if obj.channel is not None else _("log (built in)")
 
     @admin.display(description=_("title"))
     def title(self, obj: Alert) -> str:

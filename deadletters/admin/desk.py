@@ -1,6 +1,8 @@
 """The dead-letter desk: the open backlog counted by rule, error kind and fingerprint; a ticket page
 with everything needed to act; replay / close / assign, single or bulk, with confirmation."""
 
+from typing import TYPE_CHECKING
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
@@ -14,9 +16,11 @@ from deadletters.services import deadletter_assign, deadletter_close
 from harness_site.desk import OptionalReasonForm, confirm_bulk, confirm_object, desk_object, has_perm_method, now
 from harness_site.templatetags.harness import clip_html
 from runs.admin.desk import run_page_timeline
+from runs.admin.scale import ErrorKindFilter
 from runs.dashboard import deadletter_backlog
 from runs.key_search import key_search
 from runs.operations import run_retry_now
+from tasks.skills.error_words import error_kind_label
 
 ERROR_CHARS = 60  # an error's first line in the list; the desk still fits 1440 px
 
@@ -47,7 +51,14 @@ class AssignForm(forms.Form):
         )
 
 
-class DeadLetterDeskMixin:
+# Mixed into DeadLetterAdmin (deadletters/admin/__init__.py): the type checker reads it as such.
+if TYPE_CHECKING:
+    DeadLetterAdminBase = admin.ModelAdmin[DeadLetter]
+else:
+    DeadLetterAdminBase = object
+
+
+class DeadLetterDeskMixin(DeadLetterAdminBase):
     change_form_template = "admin/deadletters/deadletter/change_form.html"
     change_list_template = "admin/deadletters/deadletter/change_list.html"
     actions = ["replay", "close", "assign", "assign_to_me"]
@@ -67,8 +78,12 @@ class DeadLetterDeskMixin:
         # What failed sits together: the error kind, its fingerprint and the error's first line.
         columns = [c for c in super().get_list_display(request) if c != "error_kind"]
         at = columns.index("state") + 1 if "state" in columns else len(columns)
-        columns[at:at] = ["error_kind", "digest_column", "error_column"]
+        columns[at:at] = ["error_kind_column", "digest_column", "error_column"]
         return (*columns, "owner")
+
+    @admin.display(description=gettext_lazy("error kind"), ordering="error_kind")
+    def error_kind_column(self, ticket: DeadLetter) -> str:
+        return error_kind_label(ticket.error_kind) or "—"
 
     @admin.display(description=gettext_lazy("fingerprint"), ordering="last_error_digest")
     def digest_column(self, ticket: DeadLetter) -> str:
@@ -90,7 +105,9 @@ class DeadLetterDeskMixin:
         return found, duplicates
 
     def get_list_filter(self, request):
-        return (*super().get_list_filter(request), "last_error_digest", "owner")
+        # Error kinds by their words, as the run list filters them.
+        chosen = [("error_kind", ErrorKindFilter) if f == "error_kind" else f for f in super().get_list_filter(request)]
+        return (*chosen, "last_error_digest", "owner")
 
     def changelist_view(self, request, extra_context=None):
         extra = {**(extra_context or {}), "backlog": deadletter_backlog()}

@@ -4,6 +4,7 @@ every refusal (tasks.services.rule_import), tasks.triggers.operator acts, tasks.
 
 import json
 import re
+from datetime import timedelta
 
 from django.db import DatabaseError, IntegrityError, transaction
 from django.db.models import ProtectedError
@@ -27,6 +28,8 @@ from harness_site.api.problems import ApiProblem, invalid
 from harness_site.api.serializers import (
     ClaimSerializer,
     RequiredReasonSerializer,
+    RerunPlanSerializer,
+    RerunSerializer,
     RuleCreateSerializer,
     RuleSerializer,
     RuleUpdateSerializer,
@@ -36,8 +39,9 @@ from runs.models import SlotObjective
 from runs.objectives import objective_filter_rules, objective_status_for_rules
 from tasks import sentences
 from tasks.models import TriggerRule
-from tasks.rules.preview import rule_preview
+from tasks.rules.preview import FROM_YEARS, StartError, preview_start, rule_preview
 from tasks.services import RuleImportError, rule_export_one, rule_import, rule_import_stage
+from tasks.triggers import rerun
 from tasks.triggers.explain import SlotParseError, parse_slot, slot_explain, trigger_explain
 from tasks.triggers.operator import RuleActionError, rule_pause, rule_resume, rule_run_now
 from tasks.triggers.plan import plan_json, rule_plan
@@ -317,6 +321,77 @@ class RuleTrialView(RuleRunNowView):
 
 
 @extend_schema(tags=["rules"], parameters=[RULE_NAME])
+class RuleRerunView(_RuleActionView):
+    perms = {"POST": ("runs.rerun_slots",)}
+
+    @extend_schema(
+        operation_id="rules_rerun",
+        request=RerunSerializer,
+        responses={200: RerunPlanSerializer, 201: RerunPlanSerializer, **problems(*COMMON, 404, 409)},
+        description="Re-run chosen slots of the rule (missed ones, after an outage): exactly those, each with "
+        "the business key its slot always had, deduped, paced and approved like a backfill, audited. "
+        "dry_run true (the default) answers with the plan and creates nothing; dry_run false claims it "
+        "(201), held to `expect` when given. A slot whose key already has a run is refused with the run; a "
+        "failed run is replayed on its run (POST /runs/{id}/retry), never run twice.",
+    )
+    def post(self, request, name: str):
+        rule = rule_get(name)
+        data = validated(RerunSerializer, request)
+        slots = []
+        for n, text in enumerate(data["slots"]):
+            try:
+                slots.append(parse_slot(text, rule=rule))
+            except SlotParseError as exc:
+                raise invalid(f"slots.{n}", str(exc)) from None
+        spacing = timedelta(seconds=data["spacing_seconds"])
+        now = timezone.now()
+        try:
+            plan = rerun.rule_slots_rerun_plan(rule=rule, slots=slots, now=now, spacing=spacing)
+            if data["dry_run"]:
+                return Response(_rerun_body(rule, plan, dry_run=True))
+            done = rerun.slots_rerun(
+                rule=rule,
+                slots=slots,
+                confirmed=data.get("expect", plan.signature),
+                spacing=spacing,
+                actor=request.user,
+                now=now,
+                reason=data["reason"],
+            )
+        except rerun.RerunStale as exc:
+            raise ApiProblem(409, "plan-changed", str(exc), field="expect") from None
+        except RuleActionError as exc:
+            raise _action_error(exc) from None
+        return Response({**_rerun_body(rule, plan, dry_run=False), **done}, status=201)
+
+
+def _rerun_body(rule: TriggerRule, plan: rerun.RerunPlan, *, dry_run: bool) -> dict:
+    items = [
+        {
+            "slot": i.slot,
+            "biz_key": i.biz_key,
+            "reason": i.reason,
+            "runs": not i.refused,
+            "refused": i.refused,
+            "run_id": i.run_id,
+            "run_state": i.run_state,
+            "run_url": f"/api/v1/runs/{i.run_id}" if i.run_id else None,
+        }
+        for i in plan.items
+    ]
+    body = {
+        "rule": rule.name,
+        "dry_run": dry_run,
+        "planned_at": plan.planned_at,
+        "spacing_seconds": int(plan.spacing.total_seconds()),
+        "to_run": len(plan.to_run),
+        "signature": plan.signature,
+        "items": items,
+    }
+    return RerunPlanSerializer(body).data
+
+
+@extend_schema(tags=["rules"], parameters=[RULE_NAME])
 class RuleExplainView(_RuleActionView):
     perms = {"GET": VIEW}
 
@@ -356,7 +431,15 @@ class RulePreviewView(_RuleActionView):
     perms = {"GET": VIEW}
 
     @extend_schema(
-        parameters=[OpenApiParameter("count", int, description=f"1 to {MAX_PREVIEW}; default 10")],
+        parameters=[
+            OpenApiParameter("count", int, description=f"1 to {MAX_PREVIEW}; default 10"),
+            OpenApiParameter(
+                "from",
+                OpenApiTypes.DATE,
+                description="start on this day (YYYY-MM-DD, in the rule's timezone), e.g. a coming Spring "
+                f"Festival; years {FROM_YEARS[0]} to {FROM_YEARS[1]}; default: now",
+            ),
+        ],
         responses={200: PreviewRowSerializer(many=True), **problems(*COMMON, 404)},
         description="The next fires with DST notes and what the windows and calendar do to each.",
     )
@@ -367,8 +450,14 @@ class RulePreviewView(_RuleActionView):
             raise invalid("count", f"a whole number from 1 to {MAX_PREVIEW}, in ASCII digits")
         if rule.kind == TriggerRule.Kind.EVENT:
             return Response([])
+        now = timezone.now()
+        at, start = now, query_text(request, "from")
         try:
-            fires = rule_preview(rule, at=timezone.now(), count=count).fires
+            if start:
+                at = preview_start(start, timezone=rule.timezone)
+            fires = rule_preview(rule, at=at, count=count, now=now).fires
+        except StartError as exc:
+            raise invalid("from", sentences.say(exc.reason)) from None
         except ValueError as exc:  # a rule saved without its checks (shell, old data): say so, never a 500
             raise ApiProblem(409, "invalid-rule", f"cannot preview the rule: {exc}") from None
         return Response(

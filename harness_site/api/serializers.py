@@ -175,6 +175,55 @@ class RunNowSerializer(serializers.Serializer):
     reason = StrictCharField(required=False, allow_blank=True, default="", trim_whitespace=False)
 
 
+class RerunSerializer(serializers.Serializer):
+    slots = serializers.ListField(
+        child=StrictCharField(),
+        allow_empty=False,
+        max_length=500,
+        help_text="The slots to re-run, ISO 8601; without an offset read in the rule's timezone.",
+    )
+    dry_run = StrictBooleanField(
+        required=False, default=True, help_text="true (the default): answer with the plan, create nothing."
+    )
+    expect = serializers.ListField(
+        child=StrictCharField(),
+        required=False,
+        max_length=500,
+        help_text="The plan's `signature` from a dry run: with dry_run false, claim only if the plan still "
+        "claims exactly these keys (else 409, nothing created).",
+    )
+    spacing_seconds = StrictIntegerField(
+        required=False, default=10, min_value=0, max_value=3600, help_text="Runs are released one every this many."
+    )
+    reason = StrictCharField(required=False, allow_blank=True, default="", trim_whitespace=False, max_length=500)
+
+
+class RerunItemSerializer(serializers.Serializer):
+    slot = serializers.DateTimeField()
+    biz_key = serializers.CharField()
+    reason = serializers.CharField(help_text="The slot's recorded decision (e.g. missed); empty when none.")
+    runs = serializers.BooleanField(help_text="true: this slot will run (or did, once claimed).")
+    refused = serializers.CharField(help_text="Why not: has_run, same_key, not_a_slot or not_due; empty when it runs.")
+    run_id = serializers.IntegerField(allow_null=True, help_text="The run that already has its key.")
+    run_state = serializers.CharField(
+        help_text="That run's state. A failed run is replayed with POST /runs/{id}/retry, not re-run."
+    )
+    run_url = serializers.CharField(allow_null=True)
+
+
+class RerunPlanSerializer(serializers.Serializer):
+    rule = serializers.CharField()
+    dry_run = serializers.BooleanField()
+    planned_at = serializers.DateTimeField()
+    spacing_seconds = serializers.IntegerField()
+    to_run = serializers.IntegerField()
+    signature = serializers.ListField(child=serializers.CharField(), help_text="The keys a confirmation claims.")
+    items = RerunItemSerializer(many=True)
+    created = serializers.IntegerField(required=False, help_text="Runs created (dry_run false).")
+    dedupe_hits = serializers.IntegerField(required=False)
+    runs = serializers.ListField(child=serializers.IntegerField(), required=False, help_text="Their ids.")
+
+
 # --- runs ----------------------------------------------------------------------------------
 
 

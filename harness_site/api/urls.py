@@ -20,6 +20,7 @@ urlpatterns = [
     path("rules/<str:name>/resume", rules.RuleResumeView.as_view(), name="rule-resume"),
     path("rules/<str:name>/run-now", rules.RuleRunNowView.as_view(), name="rule-run-now"),
     path("rules/<str:name>/trial", rules.RuleTrialView.as_view(), name="rule-trial"),
+    path("rules/<str:name>/rerun", rules.RuleRerunView.as_view(), name="rule-rerun"),
     path("rules/<str:name>/explain", rules.RuleExplainView.as_view(), name="rule-explain"),
     path("rules/<str:name>/preview", rules.RulePreviewView.as_view(), name="rule-preview"),
     path("rules/<str:name>/plan", rules.RulePlanView.as_view(), name="rule-plan"),

@@ -58,6 +58,7 @@ GROUPS = {
         "tasks.trial_run_rule",
         "tasks.pause_rule",
         "tasks.backfill_rule",
+        "runs.rerun_slots",
         "tasks.add_agent",
         "tasks.change_agent",
         # Flow control: operators tune limits at runtime, without a deploy.
@@ -94,6 +95,8 @@ GROUPS = {
         "deadletters.change_alertchannel",
         # On-call has it in hand: no more objective alerts for those slots.
         "runs.acknowledge_slotobjective",
+        # After an outage on-call re-runs the chosen missed slots (tasks/triggers/rerun.py).
+        "runs.rerun_slots",
     ],
 }
 

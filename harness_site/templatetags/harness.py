@@ -12,10 +12,12 @@ from django.utils.html import format_html
 from django.utils.safestring import mark_safe
 from django.utils.timesince import timesince, timeuntil
 from django.utils.translation import gettext as _
+from django.utils.translation import gettext_lazy
 
 from harness_site.audit.models import DeskPreference
 from harness_site.display import stamp, zones_for
 from tasks.rules import keys
+from tasks.skills.error_words import error_kind_label
 
 register = template.Library()
 
@@ -122,6 +124,12 @@ def strip_cells(cells, rule_name="", run_prefix="", decision_prefix="") -> str:
 
 
 @register.filter
+def error_kind(value) -> str:
+    """An error kind (`invalid_param`) in the user's language, as the run list's filter says it."""
+    return error_kind_label(value)
+
+
+@register.filter
 def key_part(value, rule_name="") -> str:
     """The part of a stored key that differs between runs of one rule, unescaped (tasks.rules.keys)."""
     return keys.differing_part("" if value is None else str(value), rule_name=rule_name or "")
@@ -196,6 +204,19 @@ def field_label(name: str, opts) -> str:
         return str(opts.get_field(name).verbose_name)
     except Exception:  # a field since removed from the model: its name is all there is
         return name
+
+
+# The prefixes rule_pause / rule_resume write on a version's change reason (tasks/triggers/operator.py).
+REASON_PREFIXES = {"paused": gettext_lazy("Paused"), "resumed": gettext_lazy("Resumed")}
+
+
+@register.filter
+def change_reason(text) -> str:
+    """A version's change reason, its "paused:" or "resumed:" prefix in the reader's language."""
+    head, sep, rest = str(text or "").partition(": ")
+    if sep and head in REASON_PREFIXES:
+        return f"{REASON_PREFIXES[head]}: {rest}"
+    return str(text or "") or "—"
 
 
 @register.filter

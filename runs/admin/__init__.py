@@ -40,6 +40,7 @@ from runs.models import (
 )
 from runs.objectives import cause_text, objective_acknowledge
 from runs.selectors import duration_text, run_wait_explain
+from tasks.skills.error_words import error_kind_label
 
 # A W3C trace id as log lines and trace viewers print it (harness_site/tracing.py).
 TRACE_ID = re.compile(r"[0-9a-f]{32}")
@@ -121,7 +122,7 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
         "when_column",
         "took_column",
         "dedupe_hits",
-        "last_error_kind",
+        "error_kind_column",
     )
     # Fast with millions of runs (runs/admin/scale.py): filter links from the small tables, the
     # whole table's count estimated, the search served by run_biz_key_trgm_idx (PostgreSQL). No
@@ -185,6 +186,10 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
     def when_column(self, run: TaskRun) -> str:
         return format_html("{}<br>{}", when_html(None, run.slot or run.trigger_at), ago_html(run.trigger_at))
 
+    @admin.display(description=_("last error kind"), ordering="last_error_kind")
+    def error_kind_column(self, run: TaskRun) -> str:
+        return error_kind_label(run.last_error_kind) or "—"
+
     @admin.display(description=_("took"))
     def took_column(self, run: TaskRun) -> str:
         if run.start_at and run.finish_at:
@@ -228,11 +233,11 @@ class DecisionAdmin(ReadOnlyAdmin):
     list_select_related = ("rule", "survivor")
     actions = ["rerun_slots"]
 
-    @admin.action(description=_("Re-run chosen slots (plan first)"), permissions=["backfill"])
+    @admin.action(description=_("Re-run chosen slots (plan first)"), permissions=["rerun"])
     def rerun_slots(self, request, queryset):
         return rerun_slots(self, request, queryset)
 
-    has_backfill_permission = has_perm_method("tasks.backfill_rule")
+    has_rerun_permission = has_perm_method("runs.rerun_slots")
 
     @admin.display(description=_("explain"))
     def explain_link(self, decision: Decision) -> str:

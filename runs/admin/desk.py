@@ -38,6 +38,8 @@ from runs.operations import (
 )
 from runs.selectors import duration_text as _seconds
 from runs.selectors import run_timeline, run_wait_explain
+from tasks.rules.explain import held_for
+from tasks.sentences import say_all
 
 # The mixins below are mixed into ModelAdmins (runs/admin/__init__.py): the type checker reads them as such.
 if TYPE_CHECKING:
@@ -198,6 +200,9 @@ def run_page_timeline(run: TaskRun) -> dict:
         live_stopped=_("Final: this page no longer refreshes") if final else "",
         live_stopped_text=_("Final: this page no longer refreshes"),
         waiting_for=waiting["summary"] if waiting else "",
+        held_for=say_all(held_for(source=run.source, attempts=run.attempts, payload=run.payload or {}))
+        if run.state == TaskRun.State.AWAITING_APPROVAL
+        else "",
         policy=[(_policy_field(name).verbose_name, getattr(run, name), name == "start_by") for name in POLICY_FIELDS],
     )
     return timeline
@@ -352,30 +357,31 @@ class LeaseDeskMixin(LeaseAdminBase):
 
 
 class CatchupApprovalMixin(RunAdminBase):
-    """Adds "Approve catch-up" and "Reject catch-up" to the run list for users with the permission."""
+    """Adds "Approve held runs" and "Reject held runs" to the run list for users with the permission:
+    runs the scheduler held before they started (a catch-up burst, an uncertain calendar day)."""
 
     def get_actions(self, request):
         actions = super().get_actions(request)
         if request.user.has_perm(APPROVE_PERM):
-            for name in ("approve_catchup", "reject_catchup"):
+            for name in ("approve_held", "reject_held"):
                 func = getattr(type(self), name)
                 actions[name] = (func, name, func.short_description)
         return actions
 
-    @admin.action(description=gettext_lazy("Approve selected catch-up runs (awaiting approval)"))
-    def approve_catchup(self, request, queryset):
+    @admin.action(description=gettext_lazy("Approve selected held runs (catch-up burst or uncertain calendar day)"))
+    def approve_held(self, request, queryset):
         n = catchup_approve(run_ids=list(queryset.values_list("id", flat=True)), actor=request.user, now=timezone.now())
         self.message_user(
             request,
-            _("Approved %(n)s catch-up run(s); they start paced from now.") % {"n": n},
+            _("Approved %(n)s held run(s); they start paced from now.") % {"n": n},
             messages.SUCCESS if n else messages.WARNING,
         )
 
-    @admin.action(description=gettext_lazy("Reject selected catch-up runs (awaiting approval)"))
-    def reject_catchup(self, request, queryset):
+    @admin.action(description=gettext_lazy("Reject selected held runs (catch-up burst or uncertain calendar day)"))
+    def reject_held(self, request, queryset):
         n = catchup_reject(run_ids=list(queryset.values_list("id", flat=True)), actor=request.user, now=timezone.now())
         self.message_user(
-            request, _("Rejected %(n)s catch-up run(s).") % {"n": n}, messages.SUCCESS if n else messages.WARNING
+            request, _("Rejected %(n)s held run(s).") % {"n": n}, messages.SUCCESS if n else messages.WARNING
         )
 
 

@@ -11,7 +11,8 @@ from django.template.response import TemplateResponse
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from harness_site.desk import MAX_REASON_CHARS, now
+from harness_site.desk import OptionalReasonForm, now
+from runs.models import Decision, TaskRun
 from tasks.triggers import rerun
 from tasks.triggers.operator import RuleActionError
 
@@ -20,17 +21,14 @@ REFUSALS = {
     rerun.SAME_KEY: gettext_lazy("same business key as another chosen slot"),
     rerun.NO_SLOT: gettext_lazy("not a scheduled slot"),
     rerun.NO_RULE: gettext_lazy("its rule was deleted"),
+    rerun.NOT_A_SLOT: gettext_lazy("not a slot of the rule"),
+    rerun.NOT_DUE: gettext_lazy("not due yet"),
 }
+# One run per key: a slot whose run failed is replayed on that run (retry now), never run again.
+FAILED_RUN = gettext_lazy("its run failed: replay it with Retry now")
 
 
-class RerunForm(forms.Form):
-    reason = forms.CharField(
-        label=gettext_lazy("Reason"),
-        max_length=MAX_REASON_CHARS,
-        required=False,
-        widget=forms.Textarea(attrs={"rows": 2, "cols": 60}),
-        help_text=gettext_lazy("Recorded in the audit log."),
-    )
+class RerunForm(OptionalReasonForm):
     spacing = forms.IntegerField(
         label=gettext_lazy("Spacing (seconds)"),
         min_value=0,
@@ -82,9 +80,13 @@ def rerun_slots(modeladmin: admin.ModelAdmin, request, queryset):
     if not form.is_bound:
         form = RerunForm(initial={"confirmed": json.dumps(plan.signature), "spacing": spacing})
     rows = [
-        {"item": item, "refusal": REFUSALS.get(item.refused, ""), "after": plan.spacing.total_seconds() * n}
+        {"item": item, "reason": reason_text(item), "refusal": "", "after": plan.spacing.total_seconds() * n}
         for n, item in enumerate(plan.to_run)
-    ] + [{"item": item, "refusal": REFUSALS[item.refused], "after": None} for item in plan.items if item.refused]
+    ] + [
+        {"item": item, "reason": reason_text(item), "refusal": refusal_text(item), "after": None}
+        for item in plan.items
+        if item.refused
+    ]
     context = {
         **modeladmin.admin_site.each_context(request),
         "title": _("Re-run chosen slots"),
@@ -97,3 +99,14 @@ def rerun_slots(modeladmin: admin.ModelAdmin, request, queryset):
         "action_checkbox_name": helpers.ACTION_CHECKBOX_NAME,
     }
     return TemplateResponse(request, "admin/runs/decision/rerun.html", context)
+
+
+def refusal_text(item: rerun.RerunItem) -> str:
+    if item.refused == rerun.HAS_RUN and item.run_state == TaskRun.State.FAILED:
+        return str(FAILED_RUN)
+    return str(REFUSALS[item.refused])
+
+
+def reason_text(item: rerun.RerunItem) -> str:
+    """The slot's decision in the reader's language ("" when none was recorded)."""
+    return str(Decision.Reason(item.reason).label) if item.reason in Decision.Reason.values else item.reason

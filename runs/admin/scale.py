@@ -6,12 +6,10 @@ from django.contrib.admin import AllValuesFieldListFilter, RelatedFieldListFilte
 from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.utils.functional import cached_property
-from django.utils.translation import gettext_lazy as _
 
-from runs.outcome import BUDGET_WAIT_KIND, START_WINDOW_KIND
 from runs.store import database
 from tasks.models import TriggerRule
-from tasks.skills.sdk import ErrorKind, ProviderWait
+from tasks.skills.error_words import ERROR_KIND_LABELS
 
 # Above this many rows an unfiltered changelist shows the planner's estimate (pg_class.reltuples,
 # refreshed by autovacuum's ANALYZE) instead of COUNT(*), which reads the whole table.
@@ -38,20 +36,7 @@ class ErrorKindFilter(AllValuesFieldListFilter):
     """Filter runs by last error kind; the links are the error vocabulary, not a scan of the runs,
     each shown by its name in the user's language (the code stays in the URL)."""
 
-    LABELS = {
-        ErrorKind.TIMEOUT: _("timeout"),
-        ErrorKind.RATE_LIMITED: _("rate limited"),
-        ErrorKind.DEPENDENCY_UNREACHABLE: _("dependency unreachable"),
-        ErrorKind.INVALID_PARAM: _("invalid parameter"),
-        ErrorKind.PERMISSION_DENIED: _("permission denied"),
-        ErrorKind.STATE_PRECONDITION: _("state precondition"),
-        ErrorKind.LEASE_LOST: _("lease lost"),
-        ErrorKind.MODEL_INVALID_OUTPUT: _("invalid model output"),
-        ErrorKind.UNCLASSIFIED: _("unclassified"),
-        BUDGET_WAIT_KIND: _("waiting for budget"),
-        ProviderWait.kind: _("waiting for the provider"),
-        START_WINDOW_KIND: _("start window passed"),
-    }
+    LABELS = ERROR_KIND_LABELS
 
     def __init__(self, field, request, params, model, model_admin, field_path):
         super().__init__(field, request, params, model, model_admin, field_path)

@@ -5,6 +5,7 @@ from django.utils.translation import gettext_lazy as _
 from simple_history.admin import SimpleHistoryAdmin
 
 from harness_site.desk import JSON_FORMFIELDS
+from harness_site.history_words import ReadableHistoryMixin
 from tasks.admin import agents, calendars, events, pools  # noqa: F401  (register the Agent, calendar, event and pool admins)
 from tasks.admin.guards import GuardAdminMixin  # also registers flags, identities and API tokens
 from tasks.admin.objectives import OBJECTIVE_FIELDSET, ObjectiveAdminMixin, ObjectiveStatusFilter
@@ -14,7 +15,7 @@ from tasks.triggers.operator import rule_save
 
 
 @admin.register(TriggerRule)
-class TriggerRuleAdmin(GuardAdminMixin, ObjectiveAdminMixin, RuleDeskMixin, SimpleHistoryAdmin):
+class TriggerRuleAdmin(GuardAdminMixin, ObjectiveAdminMixin, RuleDeskMixin, ReadableHistoryMixin, SimpleHistoryAdmin):
     """Rule pages: the desk mixin adds preview, lint and action buttons; SimpleHistoryAdmin adds the
     version history with a field diff ("History" button)."""
 

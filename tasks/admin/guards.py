@@ -14,6 +14,7 @@ from django.utils.translation import gettext_lazy as _
 
 from harness_site.api.tokens import token_create, token_hash
 from harness_site.desk import JSON_FORMFIELDS, desk_object
+from tasks.admin.base import RuleAdminBase
 from tasks.admin.explain_html import explain_sentence
 from tasks.flags import FlagError, flag_clear, flag_set
 from tasks.models import ApiToken, ReadinessFlag, ServiceIdentity, TriggerRule
@@ -71,7 +72,7 @@ def _defaults() -> dict:
     return out
 
 
-class GuardAdminMixin:
+class GuardAdminMixin(RuleAdminBase):
     """Mixed into TriggerRuleAdmin (first, so its fieldsets and URLs are added to the desk's)."""
 
     def get_readonly_fields(self, request, obj=None):

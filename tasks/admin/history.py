@@ -14,6 +14,7 @@ from runs.models import Decision, TaskRun
 from runs.status import cell_kind
 from tasks.models import TriggerRule
 from tasks.rules import keys
+from tasks.rules.preview import rule_next_run
 
 HISTORY_CELLS = 48
 
@@ -38,6 +39,7 @@ def rule_history(rule: TriggerRule, *, cells: int = HISTORY_CELLS) -> list[dict]
                 % {"id": r.id, "biz_key": keys.unescape(r.biz_key), "state": r.get_state_display()}
                 + (" (" + _("trial") + ")" if r.is_trial else ""),
                 "run_id": r.id,
+                "trial": r.is_trial,
             }
         )
     for d in decisions.only("id", "reason", "slot", "created_at", "biz_key"):
@@ -68,7 +70,8 @@ def rule_status(rule: TriggerRule, *, now: datetime) -> dict:
             .first()
         )
     strip = rule_history(rule)
-    last = next((c for c in reversed(strip) if c["kind"] not in ("empty", "active")), None)
+    # A trial says nothing about how the rule's real work went: the strip shows it, "last outcome" does not.
+    last = next((c for c in reversed(strip) if c["kind"] not in ("empty", "active") and not c.get("trial")), None)
     open_tickets = DeadLetter.objects.filter(
         Q(run__rule=rule) | Q(rule_name=rule.name), state=DeadLetter.State.PENDING_MANUAL
     ).count()
@@ -77,5 +80,7 @@ def rule_status(rule: TriggerRule, *, now: datetime) -> dict:
         "strip": strip,
         "last": last,
         "open_tickets": open_tickets,
+        # The next fire its guards let run, as the preview says (not a holiday's cron fire).
+        "next_run": rule_next_run(rule) if rule.enabled else rule.next_fire_at,
         "now": now,
     }

@@ -10,6 +10,7 @@ from django.utils.translation import gettext_lazy as _
 
 from runs.models import SlotObjective
 from runs.objectives import RuleObjective, objective_filter_rules, objective_history, objective_status_for_rules
+from tasks.admin.base import RuleAdminBase
 from tasks.models import TriggerRule
 
 OBJECTIVE_FIELDSET = (
@@ -44,7 +45,7 @@ class ObjectiveStatusFilter(admin.SimpleListFilter):
         return queryset
 
 
-class ObjectiveAdminMixin:
+class ObjectiveAdminMixin(RuleAdminBase):
     """Mixed into TriggerRuleAdmin: the objective column, filter and the rule page's panel."""
 
     def get_changelist_instance(self, request):

@@ -5,11 +5,12 @@ from django.core.exceptions import ValidationError
 from django.utils.translation import gettext_lazy as _
 from simple_history.admin import SimpleHistoryAdmin
 
+from harness_site.history_words import ReadableHistoryMixin
 from tasks.models import Pool
 
 
 @admin.register(Pool)
-class PoolAdmin(SimpleHistoryAdmin):
+class PoolAdmin(ReadableHistoryMixin, SimpleHistoryAdmin):
     list_display = ("name", "enabled", "max_concurrency", "rate_text", "key_template", "paused_until")
     list_filter = ("enabled",)
     search_fields = ("name", "reason")

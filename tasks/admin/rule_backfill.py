@@ -11,6 +11,7 @@ from django.utils.translation import gettext as _
 
 from harness_site.desk import desk_object, now, posted, require_perm
 from tasks.admin.backfill_confirm import BackfillConfirmForm, backfill_token
+from tasks.admin.base import RuleAdminBase
 from tasks.admin.rule_forms import BackfillForm
 from tasks.triggers.operator import (
     MAX_BACKFILL_RUNS,
@@ -21,9 +22,7 @@ from tasks.triggers.operator import (
 )
 
 
-class RuleBackfillMixin:
-    """Needs the desk's _form_page (tasks/admin/rules.py)."""
-
+class RuleBackfillMixin(RuleAdminBase):
     def backfill_view(self, request, object_id):
         """Plan (the form) → confirmation (the plan, read-only and signed) → execute exactly that plan."""
         require_perm(request, "tasks.backfill_rule")

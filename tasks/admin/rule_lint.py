@@ -55,6 +55,8 @@ def calendar_lint(rule: TriggerRule, *, today: date) -> dict:
         "calendar_source": cal.source,
         "calendar_until": today + business_days.DEFAULT_HORIZON,
         "calendar_gap": business_days.calendar_gap(cal, today=today),
+        # With the law's holidays to go by (mainland China), its uncertain days follow the policy.
+        "calendar_uncertain": cal.uncertain if cal.guess is not None else "",
         "today": today,
         "days_limited": bool((rule.weekdays or "").strip()) or _cron_weekdays(rule.cron) != "*",
     }

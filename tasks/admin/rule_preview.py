@@ -2,6 +2,7 @@
 on the saved rule's page. The fires, DST notes and guards come from the one preview
 (tasks/rules/preview.py), worded by the catalogue (tasks/sentences.py)."""
 
+import dataclasses
 from datetime import datetime
 
 from django import forms
@@ -13,20 +14,32 @@ from django.utils.translation import gettext as _
 from harness_site.desk import now
 from tasks import sentences
 from tasks.admin.rule_forms import read_run_at, run_at_field, run_at_note
-from tasks.models import TriggerRule
-from tasks.rules import preview, schedule
+from tasks.models import BusinessCalendar, TriggerRule
+from tasks.rules import business_days, evaluation, preview, schedule
 from tasks.rules.guards import rule_guards
 
 PREVIEW_COUNT = 10
 PREVIEW_FIELDS = ("kind", "cron", "interval_seconds", "timezone", "dst_gap", "dst_repeat")
+SAVED = object()  # the calendar argument's default: the saved rule's own calendar
 
 
-def schedule_preview(data: dict, *, at: datetime, count: int = PREVIEW_COUNT, rule: TriggerRule | None = None) -> dict:
+def schedule_preview(
+    data: dict,
+    *,
+    at: datetime,
+    count: int = PREVIEW_COUNT,
+    rule: TriggerRule | None = None,
+    calendar: object = SAVED,
+    start: str = "",
+) -> dict:
     """The preview for a (possibly unsaved) schedule: {"ok", "errors", "description", "fires", "dst_notes"}.
 
     `data` holds the form's raw strings; every problem is reported per field, never raised. With the
     saved `rule`, each fire also says what its windows, calendar and pause do to it ("guards"): one
-    next-fires table on the rule page, live as the operator types.
+    next-fires table on the rule page, live as the operator types. `calendar` is the business
+    calendar chosen in the form (None: none), in place of the saved rule's; with one, an unsaved
+    rule's fires say what it does to them too. `start` (YYYY-MM-DD) starts the preview on that day
+    of the rule's zone rather than at `at` (now).
     """
     try:
         interval = int(data.get("interval_seconds") or 0) or None
@@ -48,15 +61,39 @@ def schedule_preview(data: dict, *, at: datetime, count: int = PREVIEW_COUNT, ru
             guards = rule_guards(rule)
         except (ValueError, TypeError, KeyError) as exc:  # a rule saved around full_clean must not 500 the page
             guards_error = _("cannot evaluate the guards: %(error)s") % {"error": exc}
+    if calendar is not SAVED and not guards_error:
+        # The calendar as the form has it now: the fires read the same as the saved rule's will.
+        chosen = calendar if isinstance(calendar, business_days.BusinessCalendar) else None
+        if guards is not None:
+            guards = dataclasses.replace(guards, calendar=chosen, timezone=spec.timezone or guards.timezone)
+        elif chosen is not None:
+            guards = evaluation.Guards(timezone=spec.timezone, calendar=chosen)
+    shows_guards = saved or guards is not None
+    now_at = at
+    if start:
+        try:
+            at = preview.preview_start(start, timezone=spec.timezone)
+        except preview.StartError as exc:
+            return {"ok": False, "errors": {"from": sentences.say(exc.reason)}, "fires": []}
+        except schedule.ScheduleError as exc:
+            return {"ok": False, "errors": {exc.field: sentences.schedule_error(exc)}, "fires": []}
     try:
         if spec.kind in (preview.HEARTBEAT, preview.EVENT):
             # No schedule of their own: a saved heartbeat rule's one fire is its deadline.
             same = saved and rule.kind == spec.kind and guards is not None
-            found = preview.rule_preview(rule, at=at, count=count) if same else preview.unscheduled(spec.kind)
+            found = (
+                preview.rule_preview(rule, at=at, count=count, now=now_at) if same else preview.unscheduled(spec.kind)
+            )
         else:
             spread_of = (rule.name, rule.start_spread()) if saved and rule.kind == spec.kind else None
             found = preview.schedule_preview(
-                spec, at=at, count=count, guards=guards, paused=saved and not rule.enabled, spread_of=spread_of
+                spec,
+                at=at,
+                count=count,
+                guards=guards,
+                paused=saved and not rule.enabled,
+                spread_of=spread_of,
+                now=now_at,
             )
     except schedule.ScheduleError as exc:
         return {"ok": False, "errors": {exc.field: sentences.schedule_error(exc)}, "fires": []}
@@ -70,7 +107,7 @@ def schedule_preview(data: dict, *, at: datetime, count: int = PREVIEW_COUNT, ru
             "local": sentences.local_text(f.local),
             "utc": sentences.utc_text(f.utc),
             "note": sentences.say(f.note),
-            **({"guards": guards_error or sentences.say(f.guards)} if saved else {}),
+            **({"guards": guards_error or sentences.say(f.guards)} if shows_guards else {}),
             **({"start": sentences.say(f.start)} if f.start else {}),
         }
         for f in found.fires
@@ -119,12 +156,30 @@ def preview_view(request):
         note = run_at_note(found)
     rule_id = request.GET.get("rule", "")
     saved = TriggerRule.objects.filter(pk=rule_id).first() if rule_id.isascii() and rule_id.isdigit() else None
-    result = schedule_preview(data, at=now(), rule=saved)
+    calendar: object = SAVED
+    if "business_calendar" in request.GET:  # the form's choice, "" for none
+        try:
+            calendar = form_calendar(request.GET["business_calendar"])
+        except BusinessCalendar.DoesNotExist:
+            error = _("no such business calendar; reload the page")
+            return JsonResponse({"ok": False, "errors": {"business_calendar": error}, "fires": []}, status=400)
+    result = schedule_preview(data, at=now(), rule=saved, calendar=calendar, start=request.GET.get("from", ""))
     if note and result["ok"]:
         result["dst_notes"] = [note, *result["dst_notes"]]
         for fire in result["fires"]:
             fire["note"] = sentences.say(found.note)
     return JsonResponse(result, status=200 if result["ok"] else 400)
+
+
+def form_calendar(value: str) -> business_days.BusinessCalendar | None:
+    """The business calendar the rule form has chosen (its id; "" for none), as pure data: two
+    queries, then the preview's ten fires are looked up in memory."""
+    value = value.strip()
+    if not value:
+        return None
+    if not (value.isascii() and value.isdigit()):
+        raise BusinessCalendar.DoesNotExist(value)
+    return BusinessCalendar.objects.get(pk=int(value)).business_days()
 
 
 def preview_html(found: dict) -> str:

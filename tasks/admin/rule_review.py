@@ -10,6 +10,7 @@ from django.utils.translation import gettext as _
 
 from harness_site.desk import change_url, now
 from tasks import sentences
+from tasks.admin.base import RuleAdminBase
 from tasks.models import TriggerRule
 from tasks.rules import evaluation, keys, schedule
 from tasks.rules.preview import dst_changes
@@ -21,7 +22,7 @@ CONFIRM_FIELD = "_plan_confirmed"
 REVIEW_ROWS = 200
 
 
-class RuleReviewMixin:
+class RuleReviewMixin(RuleAdminBase):
     def changeform_view(self, request, object_id=None, form_url="", extra_context=None):
         if request.method == "POST" and object_id is not None:
             review = self._review(request, object_id)

@@ -8,13 +8,12 @@ from urllib.parse import quote, urlencode
 
 from django.contrib import admin, messages
 from django.http import HttpResponseRedirect
-from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from harness_site.desk import FORM_TEMPLATE, ReasonForm, change_url, desk_object, now, posted, require_perm
+from harness_site.desk import ReasonForm, change_url, desk_object, now, posted, require_perm
 from harness_site.templatetags.harness import ago_html
 from runs.dashboard import skill_duration_p99s
 from runs.status import rule_rows
@@ -139,22 +138,33 @@ class RuleDeskMixin(RuleReviewMixin, RuleBackfillMixin):
         p99 = cache.get(rule.skill) if cache is not None else skill_duration_p99s([rule.skill]).get(rule.skill)
         return lint.rule_lint(lint_input(rule, p99))
 
+    @admin.display(description=gettext_lazy("Preview"))
     def schedule_preview(self, rule: TriggerRule) -> str:
         url = reverse("admin:tasks_triggerrule_preview")
+        # A chosen start date (a past or coming Spring Festival); blank: from now. The page's script
+        # sends it with the schedule; it is not a field of the rule.
+        start = format_html(
+            '<p class="preview-from"><label for="rule-preview-from">{}</label> '
+            '<input type="date" id="rule-preview-from" min="{}-01-01" max="{}-12-31"> '
+            '<span class="help">{}</span></p>',
+            _("Preview from"),
+            f"{preview.FROM_YEARS[0]:04d}",
+            preview.FROM_YEARS[1],
+            _("a day in the rule's timezone; blank: from now"),
+        )
         return format_html(
-            '<div id="rule-preview" data-url="{}" data-rule="{}">{}</div>',
+            '{}<div id="rule-preview" data-url="{}" data-rule="{}">{}</div>',
+            start,
             url,
             rule.pk or "",
             preview_html(rule_preview_data(rule)),
         )
 
-    schedule_preview.short_description = gettext_lazy("Preview")
-
+    @admin.display(description=gettext_lazy("Lint"))
     def lint_checklist(self, rule: TriggerRule) -> str:
         return checklist_html(self._lint(rule))
 
-    lint_checklist.short_description = gettext_lazy("Lint")
-
+    @admin.display(description=gettext_lazy("Business keys"))
     def key_preview(self, rule: TriggerRule) -> str:
         """The biz_keys this rule's triggers would claim, namespace and escaping included."""
         if rule.pk is None:
@@ -168,12 +178,9 @@ class RuleDeskMixin(RuleReviewMixin, RuleBackfillMixin):
         rows = format_html_join("", "<li>{}: <code>{}</code></li>", ((labels[k], key) for k, key in examples))
         return format_html('<ul id="rule-key-preview">{}</ul>', rows)
 
-    key_preview.short_description = gettext_lazy("Business keys")
-
+    @admin.display(description=gettext_lazy("lint"))
     def lint_column(self, rule: TriggerRule) -> str:
         return column_html(self._lint(rule))
-
-    lint_column.short_description = gettext_lazy("lint")
 
     def get_urls(self):
         wrap = self.admin_site.admin_view
@@ -231,24 +238,6 @@ class RuleDeskMixin(RuleReviewMixin, RuleBackfillMixin):
             return sentences.say(preview.unscheduled(rule.kind).description)
         return _("Once")
 
-    def _form_page(
-        self, request, rule, form, *, title, submit_label, intro="", plan_lines=None, hidden=(), submit_name="_submit"
-    ):
-        context = {
-            **self.admin_site.each_context(request),
-            "title": title,
-            "opts": self.opts,
-            "object": rule,
-            "form": form,
-            "submit_label": submit_label,
-            "intro": intro,
-            "plan_lines": plan_lines or [],
-            "hidden": list(hidden),
-            "cancel_url": change_url(rule),
-            "submit_name": submit_name,
-        }
-        return TemplateResponse(request, FORM_TEMPLATE, context)
-
     def run_now_view(self, request, object_id):
         return self._run_now_page(request, object_id, trial=False)
 
@@ -279,9 +268,13 @@ class RuleDeskMixin(RuleReviewMixin, RuleBackfillMixin):
             title = _("Trial run of %(rule)s") % {"rule": rule.name}
             submit_label = _("Start trial run")
             intro = _(
-                'A trial is a real run flagged as trial, with its business key in the "trial:" namespace: it '
-                "never dedupes against or blocks the real run. It works on paused rules too (gray release)."
-            )
+                "A trial is a real run flagged as trial, with its business key under %(slot_keys)s (a named key: "
+                "%(named_keys)s): it never dedupes against or blocks the real run. It works on paused rules too "
+                "(gray release)."
+            ) % {
+                "slot_keys": keys.namespace(rule.id, keys.TRIAL),
+                "named_keys": keys.namespace(rule.id, keys.TRIAL_KEY),
+            }
         else:
             title = _("Run %(rule)s now") % {"rule": rule.name}
             submit_label = _("Run now")

@@ -4,7 +4,7 @@ import json
 
 from django.contrib.auth import get_user_model
 from django.core.exceptions import ValidationError
-from django.core.management.base import CommandError
+from django.core.management.base import BaseCommand, CommandError
 from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 from django.utils.translation import gettext as _
@@ -13,7 +13,7 @@ from harness_site.api.tokens import token_create
 from tasks import sentences, services
 from tasks.flags import FlagError, flag_clear, flag_json, flag_list, flag_set
 from tasks.models import TriggerRule
-from tasks.rules.preview import rule_preview
+from tasks.rules.preview import StartError, preview_start, rule_preview
 from tasks.triggers.explain import SlotParseError, parse_slot, slot_explain, trigger_explain
 from tasks.triggers.heartbeat import rule_ping
 from tasks.triggers.plan import plan_json
@@ -46,6 +46,7 @@ def add_guard_parsers(sub) -> None:
     preview = sub.add_parser("preview", help="the next fires of RULE across DST changes and windows")
     preview.add_argument("rule")
     preview.add_argument("--next", type=int, default=10, dest="count")
+    preview.add_argument("--from", default="", dest="start", help="start on this day (YYYY-MM-DD, the rule's zone)")
 
     ping = sub.add_parser("ping", help="heartbeat ping for RULE (a heartbeat rule)")
     ping.add_argument("rule")
@@ -70,7 +71,7 @@ def _rule(name: str) -> TriggerRule:
         raise CommandError(f"no rule named {name!r}") from None
 
 
-class GuardCommandsMixin:
+class GuardCommandsMixin(BaseCommand):
     def _flags(self, *, flags_command, **opts):
         try:
             if flags_command == "set":
@@ -115,11 +116,17 @@ class GuardCommandsMixin:
         for key, value in (result.get("details") or {}).items():
             self.stdout.write(f"  {key}: {value}")
 
-    def _preview(self, *, rule, count, **opts):
+    def _preview(self, *, rule, count, start="", **opts):
         obj = _rule(rule)
         if count < 1 or count > 1000:
             raise CommandError("--next must be between 1 and 1000")
-        for fire in rule_preview(obj, at=timezone.now(), count=count).fires:
+        now = at = timezone.now()
+        if start:
+            try:
+                at = preview_start(start, timezone=obj.timezone)
+            except StartError as exc:
+                raise CommandError(f"--from: {sentences.say(exc.reason)}") from None
+        for fire in rule_preview(obj, at=at, count=count, now=now).fires:
             note = f"  [{sentences.say(fire.note)}]" if fire.note else ""
             note += f"  [{sentences.say(fire.start)}]" if fire.start else ""
             self.stdout.write(

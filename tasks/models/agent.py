@@ -13,6 +13,7 @@ from django.conf import settings
 from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
+from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 from jsonschema import Draft202012Validator
 from jsonschema.exceptions import SchemaError
@@ -42,14 +43,14 @@ def not_granted_message() -> str:
     ) % {"prefix": settings.HARNESS_SECRET_PREFIX}
 
 
-def url_not_plain_message() -> str:
+def url_not_plain_message() -> Promise:
     return _(
         "Not a plain URL: no ; path parameters, backslashes, percent-encoded separators or dots, . or .. "
         "segments, or characters outside ASCII. Give the endpoint root as the provider documents it."
     )
 
 
-def url_not_allowed_message() -> str:
+def url_not_allowed_message() -> Promise:
     return _("Not allowed: this deployment sends agent keys only to the URLs listed in HARNESS_AGENT_URL_ALLOW.")
 
 
@@ -133,7 +134,7 @@ class Agent(models.Model):
         return f"{self.name} (echo)" if self.provider == self.Provider.ECHO else self.name
 
     def clean(self) -> None:
-        errors: dict[str, list[str]] = {}
+        errors: dict[str, list[str | Promise]] = {}
         if self.provider == self.Provider.OPENAI:
             if not self.base_url:
                 errors.setdefault("base_url", []).append(_("An HTTP provider needs a base URL."))
@@ -173,10 +174,10 @@ class Agent(models.Model):
 AGENT_SKILLS = frozenset({"llm_json"})
 
 
-def rule_agent_errors(rule) -> dict[str, list[str]]:
+def rule_agent_errors(rule) -> dict[str, list[str | Promise]]:
     """Field messages for a rule's agent and output schema: the schema must itself be a valid
     JSON Schema, and a skill that calls a model needs an agent."""
-    errors: dict[str, list[str]] = {}
+    errors: dict[str, list[str | Promise]] = {}
     schema = rule.output_schema
     if schema is not None:
         if not isinstance(schema, dict | bool):

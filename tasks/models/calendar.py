@@ -304,7 +304,7 @@ def china_law_dates(year: int) -> no_notice.LawDates:
 
 def calendar_gaps(*, today: date, horizon: timedelta = business_days.DEFAULT_HORIZON) -> list[dict]:
     """Calendars an enabled rule runs by that have no data for some date from `today` to `today +
-    horizon`: {"id", "calendar", "source", "no_data_from", "days_left", "rules"}, for /healthz, the
+    horizon`: {"id", "calendar", "source", "no_data_from", "days_left", "rules", "uncertain_days"}, for /healthz, the
     system banner, the alert check and the rule page. Four queries, whatever the calendars in use
     (they are read on every desk page)."""
     calendars = list(BusinessCalendar.objects.filter(rules__enabled=True).distinct())
@@ -340,6 +340,8 @@ def calendar_gaps(*, today: date, horizon: timedelta = business_days.DEFAULT_HOR
                 "no_data_from": gap.isoformat(),
                 "days_left": (gap - today).days,
                 "rules": sorted(rules[cal.id]),
+                # What its rules do meanwhile, where the law's holidays judge a year without data.
+                "uncertain_days": cal.uncertain_days if calendar.guess is not None else None,
             }
         )
     return gaps

@@ -5,6 +5,7 @@ from pathlib import Path
 from django.core.exceptions import ValidationError
 from django.core.validators import MaxValueValidator, MinValueValidator
 from django.db import models
+from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 
 from tasks import secrets
@@ -160,7 +161,7 @@ class TriggerSource(models.Model):
         return states
 
     def clean(self) -> None:
-        errors: dict[str, list[str]] = {}
+        errors: dict[str, list[str | Promise]] = {}
         if self.kind == self.Kind.WEBHOOK:
             if not self.secret_env:
                 errors.setdefault("secret_env", []).append(

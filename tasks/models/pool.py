@@ -12,6 +12,7 @@ from django.core.exceptions import ValidationError
 from django.core.validators import MinValueValidator
 from django.db import models
 from django.db.models import Q
+from django.utils.functional import Promise
 from django.utils.text import format_lazy
 from django.utils.translation import gettext_lazy as _
 from simple_history.models import HistoricalRecords
@@ -98,7 +99,7 @@ class Pool(models.Model):
         return self.name == GLOBAL_POOL
 
     def clean(self) -> None:
-        errors: dict[str, list[str]] = {}
+        errors: dict[str, list[str | Promise]] = {}
         try:
             pool_key_validate(self.key_template)
         except KeyTemplateError as exc:

@@ -7,6 +7,7 @@ from django.core.validators import MinValueValidator
 from django.db import models, transaction
 from django.db.models import Q
 from django.utils import timezone
+from django.utils.functional import Promise
 from django.utils.translation import gettext_lazy as _
 from simple_history.models import HistoricalRecords
 
@@ -406,7 +407,8 @@ class TriggerRule(models.Model):
     last_slot_at = models.DateTimeField(_("last slot at"), null=True, blank=True, editable=False)
     version = models.PositiveIntegerField(_("version"), default=1, editable=False)
     # Why the rule was last paused or resumed (the audit log keeps every reason; this is the latest).
-    pause_reason = models.CharField(_("pause reason"), max_length=500, blank=True, editable=False)
+    PAUSE_REASON_MAX = 500
+    pause_reason = models.CharField(_("pause reason"), max_length=PAUSE_REASON_MAX, blank=True, editable=False)
     created_at = models.DateTimeField(_("created at"), auto_now_add=True)
     updated_at = models.DateTimeField(_("updated at"), auto_now=True)
     # Version history with a field diff in the admin (django-simple-history). Queryset .update()
@@ -473,7 +475,7 @@ class TriggerRule(models.Model):
                     self.paused_at = now
                 elif not previous.enabled and self.enabled:
                     self.paused_at = None
-            if schedule_changed:
+            if schedule_changed or previous is None:
                 self.next_fire_at = self.first_fire_after(now) if self.enabled else None
                 self.last_slot_at = None
             else:
@@ -501,7 +503,9 @@ class TriggerRule(models.Model):
         # Built once per instance and calendar (a slot's guards, key and scope all read it).
         cached = self.__dict__.get("_business_days")
         if cached is None or cached[0] != self.business_calendar_id:
-            cached = (self.business_calendar_id, self.business_calendar.business_days())
+            calendar = self.business_calendar
+            assert calendar is not None  # its id is set
+            cached = (self.business_calendar_id, calendar.business_days())
             self.__dict__["_business_days"] = cached
         return cached[1]
 
@@ -564,12 +568,12 @@ class TriggerRule(models.Model):
             jitter_min=self.jitter_min,
             jitter_max=self.jitter_max,
         )
-        agent = self.agent.name if self.agent_id is not None else ""
+        agent = self.agent.name if self.agent is not None else ""
         return RunPolicy(retry=retry, lease_ttl_seconds=self.lease_ttl_seconds, agent=agent)
 
     def clean(self) -> None:
         """Field-level messages for everything a schedule, key or skill can get wrong."""
-        errors: dict[str, list[str]] = {}
+        errors: dict[str, list[str | Promise]] = {}
         if self.kind == self.Kind.CRON and not self.cron:
             errors.setdefault("cron", []).append(_("A cron rule needs a cron expression."))
         if self.kind == self.Kind.INTERVAL and not self.interval_seconds:
@@ -632,8 +636,8 @@ class TriggerRule(models.Model):
         refused = self.spread_refusal()
         if refused is not None:
             errors.setdefault("spread_seconds", []).append(sentences.say(refused))
-        for field, messages in guard_errors(self).items():
-            errors.setdefault(field, []).extend(sentences.say(m) for m in messages)
+        for field, reasons in guard_errors(self).items():
+            errors.setdefault(field, []).extend(sentences.say(m) for m in reasons)
         if errors:
             raise ValidationError(errors)
 

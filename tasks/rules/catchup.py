@@ -65,7 +65,16 @@ def plan_due_slots(
     return plans
 
 
-def _plan_all(slots, *, now, max_delay, grace, complete, max_count, later) -> list[SlotPlan]:
+def _plan_all(
+    slots: list[datetime],
+    *,
+    now: datetime,
+    max_delay: timedelta,
+    grace: timedelta,
+    complete: bool,
+    max_count: int | None,
+    later: int | None,
+) -> list[SlotPlan]:
     """Catch-up "all". Under a cap, a late slot is capped once at least `max_count` late slots follow
     it: nothing that falls due later can change that. When the list is complete, the most recent
     `max_count` late slots within the max delay run. When it is incomplete, the slots that might

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, time, timedelta
+from typing import Any
 from zoneinfo import ZoneInfo
 
 from tasks.rules import business_days, no_notice
@@ -93,7 +94,7 @@ BAD_DATE = code("guards.bad_date")  # item
 class GuardError(ValueError):
     """A guard setting that cannot be understood; its Reason says what and how to write it."""
 
-    def __init__(self, name: str, /, **params):
+    def __init__(self, name: str, /, **params: Any) -> None:
         self.reason = Reason.of(name, **params)
         super().__init__(str(self.reason))
 
@@ -134,7 +135,7 @@ class Verdict:
     run_after: datetime | None = None
     recheck_at: datetime | None = None
     deadline: datetime | None = None
-    details: dict = field(default_factory=dict)
+    details: dict[str, Any] = field(default_factory=dict)
 
 
 def evaluate_slot(
@@ -148,7 +149,7 @@ def evaluate_slot(
     zone = ZoneInfo(g.timezone)
     local = slot.astimezone(zone)
     day = local.date()
-    calendar_note: dict = {}
+    calendar_note: dict[str, Any] = {}
 
     if day in g.excluded_dates:
         return Verdict(DECIDE, CALENDAR, details={"why": WHY_EXCLUDED_DATE, "date": day.isoformat()})
@@ -164,7 +165,7 @@ def evaluate_slot(
 
     base = slot  # the nominal start the spread is added to: the slot, or the opening it is deferred to
     start = max(slot, now)
-    details: dict = {**calendar_note}
+    details: dict[str, Any] = {**calendar_note}
     if not in_hours(g, local):
         if g.outside_hours == "skip":
             return Verdict(DECIDE, OUTSIDE_WINDOW, details={"why": WHY_OUTSIDE_HOURS, **_hours(g)})
@@ -341,7 +342,7 @@ class HolidayName(str):
     __slots__ = ()
 
 
-def day_details(cal: business_days.BusinessCalendar, business: business_days.Day) -> dict:
+def day_details(cal: business_days.BusinessCalendar, business: business_days.Day) -> dict[str, Any]:
     """A business-day decision's details: what a page or explain needs to word it again later."""
     details: dict[str, object] = {
         "date": business.date.isoformat(),
@@ -358,11 +359,11 @@ def day_details(cal: business_days.BusinessCalendar, business: business_days.Day
     return details
 
 
-def _uncertain(maybe: str, **params) -> Reason:
+def _uncertain(maybe: str, **params: Any) -> Reason:
     return Reason(SLOT_MAY_BE_MAKEUP if maybe == no_notice.MAYBE_MAKEUP else SLOT_MAY_BE_OFF, params)
 
 
-def calendar_reason(details: dict) -> Reason:
+def calendar_reason(details: dict[str, Any]) -> Reason:
     """The words for a business-day decision, rebuilt from its stored details."""
     params = {"date": details.get("date", ""), "calendar": details.get("calendar", "")}
     kind = details.get("day", business_days.WEEKEND)
@@ -378,7 +379,7 @@ def calendar_reason(details: dict) -> Reason:
     return Reason(_DAY_NO_RUN.get(kind, SLOT_HOLIDAY), {**params, "name": HolidayName(details.get("name", ""))})
 
 
-def calendar_run_reason(details: dict) -> Reason:
+def calendar_run_reason(details: dict[str, Any]) -> Reason:
     """The words for a run on a day its calendar had no data for, rebuilt from the details the run
     recorded (its payload's "calendar")."""
     params = {"date": details.get("date", ""), "calendar": details.get("calendar", "")}
@@ -418,5 +419,5 @@ def parse_dates(values: object) -> frozenset[date]:
     return frozenset(out)
 
 
-def _hours(g: Guards) -> dict:
+def _hours(g: Guards) -> dict[str, Any]:
     return {"hours": f"{g.hours_start:%H:%M}-{g.hours_end:%H:%M}"}

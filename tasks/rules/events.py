@@ -11,6 +11,7 @@ import re
 from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from tasks.rules import keys
 from tasks.rules.json_limits import strict_loads
@@ -101,12 +102,12 @@ def body_digest(body: bytes) -> str:
     return hashlib.sha256(body).hexdigest()
 
 
-def canonical_json(payload: dict) -> bytes:
+def canonical_json(payload: dict[str, Any]) -> bytes:
     """A payload's bytes when it did not come over HTTP: stable, so equal payloads hash equal."""
     return json.dumps(payload, sort_keys=True, separators=(",", ":"), ensure_ascii=False, default=str).encode()
 
 
-def parse_body(body: bytes) -> dict:
+def parse_body(body: bytes) -> dict[str, Any]:
     """A JSON object we can store: no NaN/Infinity, no NUL or lone surrogates, bounded nesting."""
     try:
         payload = strict_loads(body)
@@ -133,15 +134,15 @@ class Mapping:
 
 @dataclass(frozen=True)
 class MappedEvent:
-    criteria: dict  # {"object_id": ..., "action": ..., "version": ...}, all strings
-    snapshot: dict  # declared snapshot paths → scalar values (None when absent)
-    refs: dict  # declared reference paths → scalar values (None when absent)
+    criteria: dict[str, Any]  # {"object_id": ..., "action": ..., "version": ...}, all strings
+    snapshot: dict[str, Any]  # declared snapshot paths → scalar values (None when absent)
+    refs: dict[str, Any]  # declared reference paths → scalar values (None when absent)
 
 
 _MISSING = object()
 
 
-def lookup(payload: dict, path: str):
+def lookup(payload: dict[str, Any], path: str) -> Any:
     """The value at a dotted path (`order.customer.id`), or _MISSING."""
     value = payload
     for part in path.split("."):
@@ -151,7 +152,7 @@ def lookup(payload: dict, path: str):
     return value
 
 
-def map_payload(payload: dict, mapping: Mapping) -> MappedEvent:
+def map_payload(payload: dict[str, Any], mapping: Mapping) -> MappedEvent:
     """Criteria, snapshot and references out of a payload; the rest of the document is not kept.
 
     Criteria must be present, non-empty strings or integers. Declared snapshot and reference
@@ -183,7 +184,7 @@ def map_payload(payload: dict, mapping: Mapping) -> MappedEvent:
     )
 
 
-def _declared(payload: dict, paths: Iterable[str], what: str) -> dict:
+def _declared(payload: dict[str, Any], paths: Iterable[str], what: str) -> dict[str, Any]:
     kept: dict[str, object] = {}
     for path in paths:
         value = lookup(payload, path)
@@ -219,7 +220,7 @@ def validate_field_paths(paths: object, *, field: str) -> list[str]:
 # --- business keys --------------------------------------------------------------------------
 
 
-def validate_key_template(template: str, *, params: dict, by_date: bool = False) -> None:
+def validate_key_template(template: str, *, params: dict[str, Any], by_date: bool = False) -> None:
     """An event rule's template: {object_id} required, no {slot}, and {business_date} only when the
     rule says so (`by_date`, the rule's "event key by date"): the date is the day the event arrived,
     so the same event re-sent after midnight would otherwise become a second run.
@@ -250,9 +251,9 @@ def render_key(
     rule_id: int,
     rule: str,
     source: str,
-    criteria: dict,
+    criteria: dict[str, Any],
     business_date: str,
-    params: dict,
+    params: dict[str, Any],
     neighbours: dict[str, str] | None = None,
 ) -> str:
     """The event's biz_key, in the rule's EVENT namespace with every sender value escaped (invariant 1).
@@ -310,7 +311,7 @@ def select_ready_files(
     return sorted(chosen, key=lambda e: (e.mtime, e.name))
 
 
-def file_payload(entry: FileEntry, *, path: str) -> dict:
+def file_payload(entry: FileEntry, *, path: str) -> dict[str, Any]:
     """The event a file arrival stands for. Its version is the file's identity (size and mtime),
     so a rewritten file is a new event and the same file scanned again is the same one."""
     mtime_us = (entry.mtime - EPOCH) // timedelta(microseconds=1)  # exact integer arithmetic
@@ -322,7 +323,7 @@ def file_payload(entry: FileEntry, *, path: str) -> dict:
     }
 
 
-def file_delivery_id(payload: dict) -> str:
+def file_delivery_id(payload: dict[str, Any]) -> str:
     """A stable delivery id per file identity: a rescan is recognised before any work is done."""
     digest = hashlib.sha256(f"{payload['object_id']}\0{payload['version']}".encode()).hexdigest()[:32]
     return f"file:{digest}"

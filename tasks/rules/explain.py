@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from tasks.rules import schedule
 from tasks.rules.reasons import Reason, code
@@ -23,7 +24,8 @@ _LOOKBACK_STEPS = (timedelta(hours=1), timedelta(days=1), NEAREST_LOOKBACK)
 NOT_A_DATETIME = code("explain.not_a_datetime")  # text, zone: the slot asked about cannot be read
 # A slot that has a run.
 RAN = code("explain.ran")  # run, state, source, biz_key
-AWAITING_APPROVAL = code("explain.awaiting_approval")  # run
+AWAITING_APPROVAL = code("explain.awaiting_approval")  # run: a catch-up burst (the words of older releases)
+AWAITING_APPROVAL_FOR = code("explain.awaiting_approval_for")  # run, why (one of the HELD_* below)
 LAST_ERROR = code("explain.last_error")  # error
 STARTS_AT = code("explain.starts_at")  # at
 NOT_STARTED = code("explain.not_started")  # run, waiting (the run store's words for the pool it waits for)
@@ -58,6 +60,14 @@ COALESCED_AWAY = code("explain.coalesced_away")  # run, object
 TRIGGER_RAN = code("explain.trigger_ran")  # run, state, source, triggered_by
 DEDUPE_HITS = code("explain.dedupe_hits")  # n
 NO_RECORD_TRIGGER = code("explain.no_record_trigger")
+# Why a run waits for an operator before it starts (held_for).
+HELD_CATCHUP = code("explain.held_catchup")  # catch-up above the rule's approval threshold
+HELD_UNCERTAIN_DAY = code("explain.held_uncertain_day")  # date, calendar: no notice yet, hold policy
+HELD_ACTION = code("explain.held_action")  # a skill proposed an action that needs a person
+
+# What the scheduler records in a held run's payload ("held"), one name per gate that held it.
+GATE_CATCHUP = "catchup_burst"
+GATE_UNCERTAIN_DAY = "uncertain_day"
 
 
 @dataclass(frozen=True)
@@ -99,7 +109,7 @@ def nearest_slots(spec: schedule.ScheduleSpec, instant: datetime) -> tuple[datet
     return before, schedule.next_slot(spec, instant)
 
 
-def missed_causes(*, reason: str, details: dict, decided_at: datetime) -> list[Reason]:
+def missed_causes(*, reason: str, details: dict[str, Any], decided_at: datetime) -> list[Reason]:
     """Every cause a late slot's decision records, in order: why it was late (no tick reached it in
     time: the scheduler was down or stalled until the decision), then why it was not caught up (the
     rule's catch-up policy, its max delay, its count). Empty for a decision that is not about lateness.
@@ -125,3 +135,34 @@ def missed_causes(*, reason: str, details: dict, decided_at: datetime) -> list[R
 
 def _seconds(n: float) -> str:
     return f"{n:.0f}" if abs(n - round(n)) < 0.05 else f"{n:.1f}"
+
+
+def held_gates(*, approval: bool, calendar: dict[str, Any] | None) -> list[str]:
+    """The gates that hold a slot's new run for approval (recorded in its payload as "held"): a
+    catch-up burst above the rule's threshold (`approval`), and a day its calendar has no notice
+    for under the hold policy (`calendar`, what the calendar said of the day). [] : it starts."""
+    gates = [GATE_CATCHUP] if approval else []
+    if (calendar or {}).get("hold"):
+        gates.append(GATE_UNCERTAIN_DAY)
+    return gates
+
+
+def held_for(*, source: str, attempts: int, payload: dict[str, Any]) -> list[Reason]:
+    """Why a run awaiting approval waits, one Reason per gate, for the run page and explain.
+
+    A run that has attempts waits for a skill's proposed action; one gated at claim says so in its
+    payload's "held". A run claimed before that was recorded is read from what it does carry: its
+    calendar note (an uncertain day under the hold policy), else its source (a catch-up burst)."""
+    if attempts > 0:
+        return [Reason.of(HELD_ACTION)]
+    found = payload.get("calendar")
+    calendar: dict[str, Any] = found if isinstance(found, dict) else {}
+    gates = payload.get("held")
+    if not isinstance(gates, list):
+        gates = [GATE_UNCERTAIN_DAY] if calendar.get("hold") else [GATE_CATCHUP] if source == "catchup" else []
+    said = []
+    if GATE_CATCHUP in gates:
+        said.append(Reason.of(HELD_CATCHUP))
+    if GATE_UNCERTAIN_DAY in gates:
+        said.append(Reason.of(HELD_UNCERTAIN_DAY, date=calendar.get("date", ""), calendar=calendar.get("calendar", "")))
+    return said

@@ -4,10 +4,14 @@ Reasons, worded by tasks/sentences.py)."""
 from __future__ import annotations
 
 from datetime import timedelta
+from typing import TYPE_CHECKING, Any
 
 from tasks.rules import evaluation, events, keys
 from tasks.rules.reasons import Reason, code
 from tasks.skills.sdk import registry
+
+if TYPE_CHECKING:  # for the signatures only: the pure layer never imports the ORM at run time
+    from tasks.models import TriggerRule
 
 FLAG_NAME_MAX = 200
 
@@ -24,7 +28,7 @@ IDENTITY_DISABLED = code("guards.identity_disabled")  # identity
 IDENTITY_FORBIDS_SKILL = code("guards.identity_forbids_skill")  # identity, skill, allowed
 
 
-def rule_guards(rule) -> evaluation.Guards:
+def rule_guards(rule: TriggerRule) -> evaluation.Guards:
     """The frozen Guards of a TriggerRule, for tasks.rules.evaluation (which never sees the ORM)."""
     return evaluation.Guards(
         timezone=rule.timezone,
@@ -44,11 +48,11 @@ def rule_guards(rule) -> evaluation.Guards:
     )
 
 
-def guard_errors(rule) -> dict[str, list[Reason]]:
+def guard_errors(rule: TriggerRule) -> dict[str, list[Reason]]:
     """Field -> what is wrong, for every guard setting that is unusable; empty when all is well."""
     errors: dict[str, list[Reason]] = {}
 
-    def add(field: str, name: str, /, **params) -> None:
+    def add(field: str, name: str, /, **params: Any) -> None:
         errors.setdefault(field, []).append(Reason.of(name, **params))
 
     params = rule.params if isinstance(rule.params, dict) else {}
@@ -62,7 +66,7 @@ def guard_errors(rule) -> dict[str, list[Reason]]:
         errors.setdefault("excluded_dates", []).append(exc.reason)
     if (rule.hours_start is None) != (rule.hours_end is None):
         add("hours_end" if rule.hours_end is None else "hours_start", HOURS_BOTH)
-    elif rule.hours_start is not None and rule.hours_start >= rule.hours_end:
+    elif rule.hours_start is not None and rule.hours_end is not None and rule.hours_start >= rule.hours_end:
         add("hours_end", HOURS_ORDER)
 
     depends = rule.depends_on

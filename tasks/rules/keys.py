@@ -17,6 +17,7 @@ A stored biz_key is `rule/<rule id>/<kind>/<rendered template>` (invariant 1):
 import string
 from datetime import date
 from string import Formatter
+from typing import Any
 from urllib.parse import unquote
 
 from tasks.rules import business_days
@@ -71,7 +72,7 @@ def placeholders(template: str) -> list[str]:
     return names
 
 
-def validate_template(template: str, *, params: dict) -> None:
+def validate_template(template: str, *, params: dict[str, Any]) -> None:
     """Every placeholder must be a built-in or a key of the rule's params; the key must vary per slot
     or object; two placeholders must be separated by an escaped character, or `{a}{b}` would give
     ("x", "yz") and ("xy", "z") one key."""
@@ -139,7 +140,7 @@ def render(
     rule: str,
     slot: str,
     business_date: str,
-    params: dict,
+    params: dict[str, Any],
     escaped: bool = False,
     source: str | None = None,
     previous_business_date: str | None = None,

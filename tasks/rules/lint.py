@@ -6,8 +6,9 @@ admin can show the list on the rule page and a one-word summary as a list column
 
 from dataclasses import dataclass
 from datetime import date
+from typing import Any
 
-from tasks.rules import backpressure, keys, schedule
+from tasks.rules import backpressure, business_days, keys, schedule
 from tasks.rules.reasons import Reason, code
 
 PASS, WARN, FAIL = "pass", "warn", "fail"
@@ -57,6 +58,17 @@ ONE_TIME_INPUT = code("lint.one_time_input")
 CALENDAR_KNOWN = code("lint.calendar_known")  # calendar, source, until
 CALENDAR_NO_DATA = code("lint.calendar_no_data")  # calendar, source, since, days
 CALENDAR_DAYS_LIMITED = code("lint.calendar_days_limited")  # calendar
+# A mainland-China calendar past its data still has the law's holidays (tasks/rules/no_notice.py).
+CALENDAR_NO_NOTICE = code("lint.calendar_no_notice")  # calendar, source, since, days, uncertain (a Reason)
+# What a calendar's policy does on an uncertain day, for the lint and the system banner.
+UNCERTAIN_RUNS = code("lint.uncertain_runs")
+UNCERTAIN_SKIPS = code("lint.uncertain_skips")
+UNCERTAIN_HOLDS = code("lint.uncertain_holds")
+UNCERTAIN_POLICY = {
+    business_days.POLICY_RUN: UNCERTAIN_RUNS,
+    business_days.POLICY_SKIP: UNCERTAIN_SKIPS,
+    business_days.POLICY_HOLD: UNCERTAIN_HOLDS,
+}
 # Placeholders that make a key differ per day or per slot; any other (a param) names a business object.
 DATE_PLACEHOLDERS = keys.TIME_PLACEHOLDERS
 # An alert must carry these for on-call to find the run (see deadletters.alerts.ALERT_FIELDS).
@@ -67,7 +79,7 @@ REQUIRED_ALERT_FIELDS = frozenset({"run_id", "biz_key"})
 class LintInput:
     timezone: str
     dedupe_key_template: str
-    params: dict
+    params: dict[str, Any]
     max_attempts: int
     max_retry_window_seconds: int
     max_delay_seconds: int
@@ -95,6 +107,9 @@ class LintInput:
     calendar_source: str = ""
     calendar_until: date | None = None
     calendar_gap: date | None = None
+    # Past its data: "" when the calendar counts every weekday as a business day; else the policy
+    # (business_days.POLICIES) for the uncertain days, the law's holidays still being known.
+    calendar_uncertain: str = ""
     today: date | None = None
     # Whether cron's day-of-week field or the weekdays guard leave days out (a make-up Saturday too).
     days_limited: bool = False
@@ -139,7 +154,7 @@ def lint_summary(items: list[LintItem]) -> LintSummary:
     return LintSummary(sum(i.status == FAIL for i in items), sum(i.status == WARN for i in items))
 
 
-def _item(check: str, status: str, name: str, /, **params) -> LintItem:
+def _item(check: str, status: str, name: str, /, **params: Any) -> LintItem:
     return LintItem(check, status, Reason.of(name, **params))
 
 
@@ -246,11 +261,16 @@ def _backpressure(rule: LintInput) -> LintItem:
 
 
 def _calendar(rule: LintInput) -> LintItem:
-    values = {"calendar": rule.calendar, "source": rule.calendar_source or "-"}
+    values: dict[str, Any] = {"calendar": rule.calendar, "source": rule.calendar_source or "-"}
     if rule.calendar_gap is not None:
-        # Loud weeks ahead: past its data a calendar knows no holiday and no make-up working day.
+        # Loud weeks ahead: past its data a calendar knows no make-up working day, and no holiday
+        # unless the law fixes them (mainland China), leaving the uncertain days to its policy.
         days = (rule.calendar_gap - rule.today).days if rule.today else 0
-        return _item(CHECK_CALENDAR, WARN, CALENDAR_NO_DATA, **values, since=rule.calendar_gap.isoformat(), days=days)
+        values |= {"since": rule.calendar_gap.isoformat(), "days": days}
+        if rule.calendar_uncertain:
+            uncertain = Reason.of(UNCERTAIN_POLICY[rule.calendar_uncertain])
+            return _item(CHECK_CALENDAR, WARN, CALENDAR_NO_NOTICE, **values, uncertain=uncertain)
+        return _item(CHECK_CALENDAR, WARN, CALENDAR_NO_DATA, **values)
     if rule.days_limited:
         # The calendar decides the business days; cron "1-5" or weekdays "mon-fri" skip make-up Saturdays.
         return _item(CHECK_CALENDAR, WARN, CALENDAR_DAYS_LIMITED, calendar=rule.calendar)

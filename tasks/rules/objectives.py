@@ -22,7 +22,7 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, time, timedelta
-from typing import Protocol
+from typing import Any, Protocol
 from zoneinfo import ZoneInfo
 
 from tasks.rules.evaluation import local_time_instants
@@ -47,7 +47,7 @@ WAITING_READY = "waiting_ready"  # held: readiness flags not set
 WAITING_OVERLAP = "waiting_overlap"  # held: buffered behind an active run of the rule
 WAITING_POOL = "waiting_pool"  # a run that waits for a pool slot (concurrency)
 WAITING_RATE = "waiting_rate"  # a run that waits for a pool's rate token or the provider's pause
-AWAITING_APPROVAL = "awaiting_approval"  # a catch-up run gated on an operator
+AWAITING_APPROVAL = "awaiting_approval"  # a run held for an operator (catch-up burst, uncertain day)
 QUEUED = "queued"  # a run pending (deferred, or due and waiting for a worker)
 RETRYING = "retrying"  # an attempt failed; the next is due at next_try
 RUNNING = "running"
@@ -338,7 +338,7 @@ def objective_errors(
     scheduled: bool,
     start_before_seconds: int | None = None,
     lead_seconds: int | None = None,
-) -> dict:
+) -> dict[str, Any]:
     """Field -> Reasons for an objective that cannot be used; empty when none is set or all is well.
     A latest start or lead time needs an objective, and under an offset objective must be shorter than
     the offset (else every slot would be at risk from its start)."""

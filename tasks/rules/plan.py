@@ -281,6 +281,7 @@ def replay(
             # Nothing decided yet on either side: the tick that comes next decides (catch-up).
             out[slot] = Replayed(slot, PENDING, rec, old, unrecorded=PENDING)
         else:
+            seen: datetime | None
             if history.ticks_since is not None and slot > history.ticks_since:
                 # The scheduler's own history says when a tick first saw the slot.
                 seen, gap = _seen_by_ticks(slot, history.outages, ticked), None
@@ -324,7 +325,9 @@ def replay(
     return out
 
 
-def _guarded(side: RuleSide, history: History, slot: datetime, *, seen: datetime, recorded: Recorded | None):
+def _guarded(
+    side: RuleSide, history: History, slot: datetime, *, seen: datetime, recorded: Recorded | None
+) -> tuple[str, Reason | None, datetime | None]:
     """The guards' verdict on a slot first seen at `seen`; a readiness wait is followed to the
     check that saw the flags set, or to the deadline. (outcome, why, start)."""
     g = side.guards
@@ -383,7 +386,9 @@ def _outages(history: History) -> list[tuple[datetime, datetime, datetime]]:
     return out
 
 
-def _seen_at(slot: datetime, outages, starts: list[datetime]):
+def _seen_at(
+    slot: datetime, outages: list[tuple[datetime, datetime, datetime]], starts: list[datetime]
+) -> tuple[datetime | None, tuple[datetime, datetime] | None]:
     """When a tick first saw the slot: its own instant, or the end of the outage it fell in. (None,
     (after, before)) when no tick is recorded between the last slot seen on time and an outage."""
     i = bisect_right(starts, slot)
@@ -518,7 +523,13 @@ def burst_consequence(fresh: list[datetime]) -> Consequence | None:
 
 
 def key_consequences(
-    old: RuleSide, new: RuleSide, *, slots: list[datetime], old_slots: list[datetime], ran: dict[date, set[str]], day_of
+    old: RuleSide,
+    new: RuleSide,
+    *,
+    slots: list[datetime],
+    old_slots: list[datetime],
+    ran: dict[date, set[str]],
+    day_of: Callable[[datetime], date],
 ) -> list[Consequence]:
     """Dedupe keys whose shape changes: the edited rule's next `slots` keyed otherwise than the rule
     as it is keys them, or a business day that already ran (`ran`: day -> keys run) given a key that
@@ -539,6 +550,6 @@ def key_consequences(
     return out
 
 
-def changes(old: dict, new: dict) -> list[tuple[str, object, object]]:
+def changes(old: dict[str, object], new: dict[str, object]) -> list[tuple[str, object, object]]:
     """The field-by-field diff of two rules' exported values, in the order of `new`."""
     return [(name, old.get(name), value) for name, value in new.items() if old.get(name) != value]

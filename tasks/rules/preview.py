@@ -13,16 +13,24 @@ its first occurrence, or its second under "last". A one-time rule runs once, so 
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, time, timedelta, tzinfo
+from typing import TYPE_CHECKING
 
 from tasks.rules import evaluation, schedule, spread
 from tasks.rules.guards import rule_guards
 from tasks.rules.reasons import Reason, code
 
+if TYPE_CHECKING:  # for the signature only: the pure layer never imports the ORM at run time
+    from tasks.models import TriggerRule
+
 GAP = "gap"
 REPEAT = "repeat"
 HEARTBEAT, EVENT = "heartbeat", "event"  # the TriggerRule kinds without a schedule of their own
+# How many fires "next run" looks through for one the guards let run (a week of a 10-minute cron).
+NEXT_RUN_LOOKAHEAD = 1008
+MAX_NEXT_RUN_DAYS = 400  # and at most this far: past it, a next run is "unknown"
 # How far ahead the preview looks for the zone's offset changes, and how many it names.
 DST_LOOKAHEAD_DAYS = 366
 DST_CHANGES_SHOWN = 2
@@ -37,6 +45,11 @@ CLOCKS_FORWARD_SHIFT = code("preview.clocks_forward_shift")  # when, old, new
 CLOCKS_FORWARD_SKIP = code("preview.clocks_forward_skip")  # when, old, new
 CLOCKS_BACK = code("preview.clocks_back")  # when, old, new, repeat
 NO_DST_CHANGE = code("preview.no_dst_change")  # zone
+# A preview may start on a chosen date (a past or coming Spring Festival), within these years.
+FROM_YEARS = (1900, 9998)
+FROM_NOT_A_DATE = code("preview.from_not_a_date")
+FROM_OUT_OF_RANGE = code("preview.from_out_of_range")  # first, last
+_ISO_DATE = re.compile(r"\d{4}-\d{2}-\d{2}", re.ASCII)
 
 
 @dataclass(frozen=True)
@@ -57,6 +70,33 @@ class Preview:
     description: Reason | None
 
 
+class StartError(ValueError):
+    """A preview's start date that cannot be used; `reason` says why."""
+
+    def __init__(self, reason: Reason) -> None:
+        super().__init__(reason.code)
+        self.reason = reason
+
+
+def preview_start(text: str, *, timezone: str) -> datetime:
+    """Where a preview from the date `text` (YYYY-MM-DD, on the rule zone's calendar) starts: just
+    before the day's first instant, so a fire at midnight is listed. StartError says what is wrong;
+    ScheduleError names a bad zone."""
+    zone = schedule.validate_timezone(timezone)
+    text = text.strip()
+    try:
+        if not _ISO_DATE.fullmatch(text):
+            raise ValueError(text)
+        day = date.fromisoformat(text)
+    except ValueError:
+        raise StartError(Reason.of(FROM_NOT_A_DATE)) from None
+    first, last = FROM_YEARS
+    if not first <= day.year <= last:
+        raise StartError(Reason.of(FROM_OUT_OF_RANGE, first=first, last=last))
+    # Midnight on the zone's clock; where a DST change skips it, the instant the day begins.
+    return datetime.combine(day, time(0), tzinfo=zone).astimezone(UTC) - timedelta(microseconds=1)
+
+
 def schedule_preview(
     spec: schedule.ScheduleSpec,
     *,
@@ -65,10 +105,12 @@ def schedule_preview(
     guards: evaluation.Guards | None = None,
     paused: bool = False,
     spread_of: tuple[str, spread.Spread] | None = None,
+    now: datetime | None = None,
 ) -> Preview:
     """The next `count` fires after `at`. With `guards`, each fire says what they do to it (or, for
     a `paused` rule, that it will not run); with `spread_of` (the rule's name and spread), when its
-    run starts. ScheduleError names the field of an unusable spec."""
+    run starts. `now` (default `at`) says whether a one-time rule's run is past, for a preview that
+    starts on another day. ScheduleError names the field of an unusable spec."""
     rows = schedule.preview(spec, at, count + 1)  # one more: a spread start is bounded by the next slot
     fires = [
         Fire(
@@ -80,10 +122,12 @@ def schedule_preview(
         )
         for row, following in zip(rows[:count], [*rows[1:], None], strict=False)
     ]
-    return Preview(fires, dst_changes(spec, at), _description(spec, at))
+    return Preview(fires, dst_changes(spec, at), _description(spec, at if now is None else now))
 
 
-def _fire_start(spread_of, slot: datetime, following: datetime | None, zone) -> Reason | None:
+def _fire_start(
+    spread_of: tuple[str, spread.Spread] | None, slot: datetime, following: datetime | None, zone: tzinfo | None
+) -> Reason | None:
     """A spread rule's start for one fire: the hash's instant, or the range when a random part is added."""
     if spread_of is None or not spread_of[1]:
         return None
@@ -97,9 +141,9 @@ def _fire_start(spread_of, slot: datetime, following: datetime | None, zone) -> 
     return Reason.of(spread.STARTS, start=start, spread=said)
 
 
-def rule_preview(rule, *, at: datetime, count: int) -> Preview:
-    """A saved rule's preview, guards applied. A heartbeat rule fires once, at its deadline, if no
-    ping comes first; an event rule has no fires."""
+def rule_preview(rule: TriggerRule, *, at: datetime, count: int, now: datetime | None = None) -> Preview:
+    """A saved rule's preview from `at`, guards applied. A heartbeat rule fires once, at its
+    deadline, if no ping comes first; an event rule has no fires."""
     spec = rule.schedule_spec()
     guards, paused = rule_guards(rule), not rule.enabled
     if rule.kind == HEARTBEAT:
@@ -114,7 +158,40 @@ def rule_preview(rule, *, at: datetime, count: int) -> Preview:
     if rule.kind == EVENT:
         return unscheduled(EVENT)
     spread_of = (rule.name, rule.start_spread()) if rule.kind in ("cron", "interval") else None
-    return schedule_preview(spec, at=at, count=count, guards=guards, paused=paused, spread_of=spread_of)
+    return schedule_preview(spec, at=at, count=count, guards=guards, paused=paused, spread_of=spread_of, now=now)
+
+
+def next_run(
+    spec: schedule.ScheduleSpec, guards: evaluation.Guards, *, first: datetime, lookahead: int = NEXT_RUN_LOOKAHEAD
+) -> datetime | None:
+    """The first fire at or after `first` that the static guards (excluded dates, weekdays, the
+    business calendar, hours) let run: the fire the preview marks as running, not a holiday's cron
+    fire. Readiness flags and overlap are not known ahead, so they do not count. None: no fire
+    among the next `lookahead` runs (say "unknown", not the cron's answer)."""
+    after = first - timedelta(microseconds=1)
+    for slot in schedule.slots_between(spec, after, after + timedelta(days=MAX_NEXT_RUN_DAYS), limit=lookahead):
+        if evaluation.evaluate_slot(guards, slot, now=slot, facts=evaluation.Facts()).action != evaluation.DECIDE:
+            return slot
+    return None
+
+
+def guarded(guards: evaluation.Guards) -> bool:
+    """Whether a guard may decide a fire away (so the next fire may not be the next run)."""
+    return bool(guards.excluded_dates or guards.weekdays is not None or guards.calendar is not None) or (
+        guards.hours_start is not None and guards.outside_hours != "run"
+    )
+
+
+def rule_next_run(rule: TriggerRule) -> datetime | None:
+    """A saved, enabled rule's next run (next_run from its next fire); its next fire when no guard
+    can skip one, and for heartbeat and event rules. None: paused, nothing due, or no run ahead."""
+    if not rule.enabled or rule.next_fire_at is None:
+        return None
+    guards = rule_guards(rule)
+    if rule.kind in (HEARTBEAT, EVENT) or not guarded(guards):
+        fire: datetime = rule.next_fire_at
+        return fire
+    return next_run(rule.schedule_spec(), guards, first=rule.next_fire_at)
 
 
 def unscheduled(kind: str) -> Preview:
@@ -226,5 +303,5 @@ def wall_instant(wall: datetime, *, timezone: str, dst_gap: str = "shift", dst_r
 class ScheduleRangeError(schedule.ScheduleError):
     """The wall time is a valid datetime, but its instant is before year 1 or after 9999 UTC."""
 
-    def __init__(self):
+    def __init__(self) -> None:
         super().__init__("run_at", schedule.RUN_AT_OUT_OF_RANGE)

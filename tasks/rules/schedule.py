@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import UTC, date, datetime, timedelta
 from functools import cache
 from itertools import islice
+from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError, available_timezones
 
 from cronsim import CronSim, CronSimError
@@ -89,7 +90,7 @@ Slot = tuple[datetime, Reason | None]  # (UTC instant, what DST did to it; None:
 class ScheduleError(ValueError):
     """An invalid schedule, naming the offending field and, as a Reason, what is wrong with it."""
 
-    def __init__(self, field: str, name: str, /, **params):
+    def __init__(self, field: str, name: str, /, **params: Any) -> None:
         self.field = field
         self.reason = Reason.of(name, **params)
         super().__init__(f"{field}: {self.reason}")
@@ -160,7 +161,7 @@ def validate_cron(expr: str) -> None:
         raise ScheduleError("cron", CRON_NEVER_FIRES, expr=_quoted(expr)) from None
 
 
-def _explain(parts: list[str], lib_msg: str) -> tuple[str, dict]:
+def _explain(parts: list[str], lib_msg: str) -> tuple[str, dict[str, Any]]:
     """ScheduleError's code and parameters for cronsim's complaint."""
     # cronsim says "Bad <field>"; quote the value and the allowed range too.
     field = next((f for f in CRON_FIELDS if lib_msg.lower() == f"bad {f}"), None)
@@ -243,7 +244,7 @@ def business_date(spec: ScheduleSpec, slot: datetime) -> date:
     return local_slot(spec, slot).date()
 
 
-def preview(spec: ScheduleSpec, after: datetime, count: int) -> list[dict]:
+def preview(spec: ScheduleSpec, after: datetime, count: int) -> list[dict[str, Any]]:
     """The next `count` slots as {"utc", "local", "note"}; note is a Reason saying what DST did (or None)."""
     _require_aware(after=after)
     zone = validate_timezone(spec.timezone)

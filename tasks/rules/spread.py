@@ -18,6 +18,7 @@ import hashlib
 import itertools
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
 from tasks.rules import schedule
 from tasks.rules.reasons import Reason, code
@@ -135,7 +136,7 @@ def shortest_gap(spec: schedule.ScheduleSpec, at: datetime) -> tuple[timedelta, 
 
 def refusal(
     spec: schedule.ScheduleSpec, seconds: int, *, at: datetime, start_window_seconds: int | None = None
-) -> tuple[str, dict] | None:
+) -> tuple[str, dict[str, Any]] | None:
     """Why a spread of `seconds` cannot be used with this schedule (a reason code and its
     params), or None. It must be shorter than the interval, the cron's shortest gap, and the
     start window (a run whose start is spread past its window would be cancelled)."""

@@ -97,12 +97,12 @@ def slot_explanation(*, rule: TriggerRule, slot: datetime, now: datetime) -> Exp
     hold = SlotHold.objects.filter(rule=rule, slot=slot).first()
     if hold is not None:
         label = hold.get_reason_display()
-        said = (
+        reason = (
             Reason.of(words.WAITING_UNTIL, hold=label, recheck=hold.recheck_at, deadline=hold.deadline)
             if hold.deadline
             else Reason.of(words.WAITING, hold=label, recheck=hold.recheck_at)
         )
-        return Explanation({**base, "outcome": "waiting", "reason": hold.reason, "details": hold.details}, [said])
+        return Explanation({**base, "outcome": "waiting", "reason": hold.reason, "details": hold.details}, [reason])
     if rule.kind != TriggerRule.Kind.HEARTBEAT and not _is_slot(spec, slot):
         before, after = _nearest(spec, slot)
         details = {
@@ -117,25 +117,25 @@ def slot_explanation(*, rule: TriggerRule, slot: datetime, now: datetime) -> Exp
         if not rule.enabled:
             # Switched off: nothing is scheduled, whatever the guards would say; on resume the
             # schedule is read again from then, so this slot runs only if it is still ahead.
-            said = (
+            reason = (
                 Reason.of(words.NOT_DUE_PAUSED_WHY, why=rule.pause_reason)
                 if rule.pause_reason
                 else Reason.of(words.NOT_DUE_PAUSED)
             )
             result = {**base, "outcome": "not_due", "reason": "paused", "details": _paused_details(rule)}
-            return Explanation(result, [said])
+            return Explanation(result, [reason])
         verdict = evaluation.describe_slot(rule_guards(rule), slot)
         details = {"next_fire_at": rule.next_fire_at.isoformat() if rule.next_fire_at else None}
         result = {**base, "outcome": "not_due", "reason": "", "details": details}
         return Explanation(result, [Reason.of(words.NOT_DUE, expected=verdict)])
     if not rule.enabled and rule.paused_at is not None and slot >= rule.paused_at:
-        said = (
+        reason = (
             Reason.of(words.PAUSED_SINCE_WHY, since=rule.paused_at, why=rule.pause_reason)
             if rule.pause_reason
             else Reason.of(words.PAUSED_SINCE, since=rule.paused_at)
         )
         result = {**base, "outcome": "no_record", "reason": "paused", "details": _paused_details(rule)}
-        return Explanation(result, [said])
+        return Explanation(result, [reason])
     details = {"rule_updated_at": rule.updated_at.isoformat() if rule.updated_at else None}
     return Explanation(
         {**base, "outcome": "no_record", "reason": "", "details": details}, [Reason.of(words.NO_RECORD_SLOT)]
@@ -147,7 +147,10 @@ def _slot_ran(base: dict, run: TaskRun, now: datetime) -> Explanation:
         Reason.of(words.RAN, run=RunRef(run.id), state=run.get_state_display(), source=run.source, biz_key=run.biz_key)
     ]
     if run.state == TaskRun.State.AWAITING_APPROVAL:
-        said = [Reason.of(words.AWAITING_APPROVAL, run=RunRef(run.id))]
+        held = words.held_for(source=run.source, attempts=run.attempts, payload=run.payload or {})
+        said = [Reason.of(words.AWAITING_APPROVAL_FOR, run=RunRef(run.id), why=why) for why in held] or [
+            Reason.of(words.AWAITING_APPROVAL, run=RunRef(run.id))
+        ]
     elif run.state in (TaskRun.State.CANCELLED, TaskRun.State.FAILED) and run.last_error:
         said.append(Reason.of(words.LAST_ERROR, error=run.last_error))
     elif spread_said := _spread_said(base, run, now):
@@ -179,7 +182,7 @@ def _spread_said(base: dict, run: TaskRun, now: datetime) -> Reason | None:
     used = run.payload.get("spread") if isinstance(run.payload, dict) else None
     if not isinstance(used, dict) or run.slot is None or not used.get("seconds"):
         return None
-    zone = ZoneInfo(run.rule.timezone) if run.rule_id else UTC
+    zone = ZoneInfo(run.rule.timezone) if run.rule is not None else UTC
     width = spread.words(spread.Spread(int(used["seconds"]), str(used.get("pool") or "")))
     slot = run.slot.astimezone(zone)
 
@@ -212,7 +215,7 @@ def trigger_explanation(*, rule: TriggerRule, biz_key: str, now: datetime) -> Ex
             "run_id": run.id,
             "carried_by_run_id": survivor.id if survivor else None,
         }
-        said = (
+        reason = (
             Reason.of(
                 words.COALESCED,
                 run=RunRef(run.id),
@@ -225,7 +228,7 @@ def trigger_explanation(*, rule: TriggerRule, biz_key: str, now: datetime) -> Ex
             else Reason.of(words.COALESCED_AWAY, run=RunRef(run.id), object=run.object_key)
         )
         result = {**base, "outcome": "coalesced", "reason": Decision.Reason.COALESCED, "details": details}
-        return Explanation(result, [said])
+        return Explanation(result, [reason])
     if run is not None:
         said = [
             Reason.of(

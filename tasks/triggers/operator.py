@@ -44,7 +44,7 @@ def rule_run_now(
     trial: bool = False,
 ) -> ClaimResult:
     """A real run for a chosen slot or business key, claimed like any trigger: a second click with
-    the same slot or key is a dedupe hit, not a second run. A trial goes to the "trial:" keys."""
+    the same slot or key is a dedupe hit, not a second run. A trial goes to the rule's trial keys (rule/<id>/trial/)."""
     try:
         with transaction.atomic():
             claim = rule_fire(rule=rule, actor=_name(actor), now=now, slot=slot, biz_key=biz_key or None, trial=trial)
@@ -128,7 +128,7 @@ def rule_resume(*, rule: TriggerRule, actor, now: datetime, reason: str) -> None
 def _set_enabled(rule: TriggerRule, *, enabled: bool, actor, now: datetime, reason: str, action: str) -> None:
     if not (reason or "").strip():
         raise RuleActionError("Say why (a reason is required).", field="reason")
-    limit = TriggerRule._meta.get_field("pause_reason").max_length
+    limit = TriggerRule.PAUSE_REASON_MAX
     if len(reason) > limit:
         raise RuleActionError(f"The reason is {len(reason)} characters; the limit is {limit}.", field="reason")
     with transaction.atomic():

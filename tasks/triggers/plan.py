@@ -208,10 +208,13 @@ def rule_plan(
             moved = Reason.of(spread.MOVED_STARTS, old=old.spread_seconds, new=new.spread_seconds)
             consequences.append(planned.Consequence(moved, False))
         if old.identity_id != new.identity_id:
-            names = (old.identity.name if old.identity_id else "-", new.identity.name if new.identity_id else "-")
+            names = (
+                old.identity.name if old.identity is not None else "-",
+                new.identity.name if new.identity is not None else "-",
+            )
             consequences.append(planned.Consequence(Reason.of(planned.IDENTITY, old=names[0], new=names[1]), True))
         if old.agent_id != new.agent_id:
-            names = (old.agent.name if old.agent_id else "-", new.agent.name if new.agent_id else "-")
+            names = (old.agent.name if old.agent is not None else "-", new.agent.name if new.agent is not None else "-")
             consequences.append(planned.Consequence(Reason.of(planned.AGENT, old=names[0], new=names[1]), True))
 
     remarks: list[Reason] = []

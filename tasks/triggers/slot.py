@@ -23,6 +23,7 @@ from runs.outcome import run_fail
 from runs.store import store
 from tasks.models import ReadinessFlag, TriggerRule
 from tasks.rules import catchup, evaluation, keys, schedule
+from tasks.rules import explain as explained
 from tasks.rules.guards import rule_guards
 from tasks.rules.spread import Spread
 from tasks.sentences import error_text
@@ -107,6 +108,7 @@ def slot_handle(
         start = max(verdict.run_after or now, run_after or now)
         # A day the calendar has no data for is recorded on the run; an uncertain one may wait for approval.
         calendar = verdict.details.get("calendar")
+        held = explained.held_gates(approval=approval, calendar=calendar)
         slot_claim(
             rule,
             slot,
@@ -114,10 +116,11 @@ def slot_handle(
             now=now,
             result=result,
             run_after=start,
-            state=TaskRun.State.AWAITING_APPROVAL if approval or (calendar or {}).get("hold") else None,
+            state=TaskRun.State.AWAITING_APPROVAL if held else None,
             batch=batch,
             spread_used=spread_used,
             calendar=calendar,
+            held=held,
         )
     elif verdict.action == evaluation.FAIL:
         _fail_slot(rule, slot, source=source, details=details, now=now, result=result, batch=batch)
@@ -233,6 +236,7 @@ def record_paused_slots(
         slots = schedule.slots_between(rule.schedule_spec(), after, until, limit=MAX_PAUSED_DECISIONS + 1)
     except (schedule.ScheduleError, ValueError):
         return 0
+    details: dict[str, object]
     if due_from is None:
         details = {"paused_at": since.isoformat(), "resumed_at": until.isoformat()}
     else:
@@ -280,15 +284,19 @@ def slot_claim(
     batch: ClaimBatch | None = None,
     spread_used: Spread | None = None,
     calendar: dict | None = None,
+    held: list[str] | None = None,
 ) -> SlotClaimed:
     """Claim the slot's run and say what became of it: created (with the run), a dedupe hit, shed
     by backpressure (run_claim records a "shed" decision), joined to `batch` (which writes and
     counts it), or decided (a rule whose key cannot be rendered: an invalid_rule decision).
-    `calendar`: what the business calendar said of a day it has no data for, kept in the payload."""
+    `calendar`: what the business calendar said of a day it has no data for, kept in the payload;
+    `held`: the gates holding the run for approval (tasks.rules.explain.held_gates), kept too."""
     try:
         work = work_for_slot(rule, slot, source=source, run_after=run_after, spread_used=spread_used)
         if calendar:
             work.payload["calendar"] = calendar
+        if held:
+            work.payload["held"] = held
     except (keys.KeyTemplateError, KeyError, ValueError) as exc:
         # Never drop a slot silently: the rule cannot be evaluated, so say so for this slot.
         log.error("rule %s slot %s: cannot render business key: %s", rule.name, slot, exc)

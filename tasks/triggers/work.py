@@ -18,7 +18,7 @@ SCHEDULER_IDENTITY = "scheduler"
 
 def rule_identity(rule: TriggerRule) -> str:
     """The executing identity a run records (and the executor re-checks); "" for an unrestricted rule."""
-    return rule.identity.name if rule.identity_id else ""
+    return rule.identity.name if rule.identity is not None else ""
 
 
 def slot_values(rule: TriggerRule, slot: datetime) -> dict:

@@ -105,7 +105,9 @@ PAYLOADS[r.CALENDAR_NO_DATA] = {
     "calendar": "中国大陆",
     "no_data_from": "2027-01-01",
     "days_left": 27,
+    "step": "warning",
     "source": "chinesecalendar 1.11.0",
+    "uncertain_days": "hold",
 }
 PAYLOADS[r.INCIDENT_OPENED] = {
     "error_kind": "incident_queue",
@@ -128,6 +130,7 @@ PAYLOADS[r.INCIDENT_CLOSED] = {
 DATA = {"日报", "report:2026-12-01", "timeout", "TimeoutError", "none", "not_ready_expired", "missed"}
 DATA |= {"scheduler_stalled", "report:1", "report:2", "harness"}
 DATA |= {"incident_queue", "incident_scheduler", "agents", "scheduler"}
+DATA |= {"notice", "import"}  # the command "harness notice import", quoted as typed
 DATA |= {r.OBJECTIVE_AT_RISK, r.OBJECTIVE_BREACHED, r.OBJECTIVE_RECOVERED, r.CALENDAR_NO_DATA, "chinesecalendar"}
 KINDS = {
     v for k, v in vars(r).items() if k.isupper() and isinstance(v, str) and k not in ("NOTICE", "WARNING", "URGENT")
@@ -156,6 +159,31 @@ def test_every_kind_of_alert_is_chinese_on_a_zh_hans_channel(kind):
     msg = alert_message(payload, language="zh-hans")
     assert_zh_complete(f"{msg.title}\n{msg.text}", allowed=DATA, where=f"{kind} alert")
     assert msg.title.startswith("[harness] 紧急 ")
+    # "link" is kept as a payload field's name (KEEP); as a label, it is worded.
+    labels = [line.split(":", 1)[0].strip() for line in msg.text.splitlines() if ":" in line]
+    assert "link" not in labels and "链接" in labels
+
+
+@pytest.mark.parametrize(
+    ("incident_kind", "subject", "zh_label", "en_label"),
+    [
+        ("database", "postgresql:db.internal:5432/harness", "数据库中断", "Database outage"),
+        ("broker", "redis://10.0.0.7:6379/0", "消息代理中断", "Broker outage"),
+    ],
+)
+def test_a_database_or_broker_outage_is_worded_in_each_language(incident_kind, subject, zh_label, en_label):
+    payload = {
+        "kind": r.INCIDENT_CLOSED,
+        "severity": r.URGENT,
+        **PAYLOADS[r.INCIDENT_CLOSED],
+        "error_kind": f"incident_{incident_kind}",
+        "incident_kind": incident_kind,
+        "subject": subject,
+    }
+    zh = alert_message(payload, language="zh-hans")
+    assert_zh_complete(f"{zh.title}\n{zh.text}", allowed=DATA | {subject, f"incident_{incident_kind}"}, where="outage")
+    assert zh_label in zh.title and subject in zh.title
+    assert en_label in alert_message(payload, language="en").title
 
 
 def test_the_final_failure_alert_reads_so_in_each_language():
@@ -205,3 +233,29 @@ def test_a_calendar_alert_is_worded_from_its_figures_in_each_language():
     assert "chinesecalendar 1.11.0" in zh.text
     en = alert_message(payload, language="en")
     assert en.title == "[harness] WARNING business calendar 中国大陆 has no data from 2027-01-01 (in 27 days)"
+
+
+@pytest.mark.parametrize(
+    ("step", "policy", "zh_words", "en_words"),
+    [
+        ("notice", "hold", "等待审批", "hold their runs for approval"),
+        ("warning", "skip", "不运行", "do not run"),
+        ("urgent", "run", "照常运行", "run as on a working day"),
+        ("today", "hold", "今天", "has no data from today, 2027-01-01"),
+        ("warning", "", "周一至周五", "count every weekday as a business day"),  # no law to go by
+    ],
+)
+def test_each_step_of_a_calendar_alert_says_what_rules_do_meanwhile_in_each_language(step, policy, zh_words, en_words):
+    payload = {
+        "kind": r.CALENDAR_NO_DATA,
+        "severity": r.URGENT,
+        **PAYLOADS[r.CALENDAR_NO_DATA],
+        "step": step,
+        "uncertain_days": policy,
+        "days_left": 0 if step == "today" else 27,
+    }
+    zh = alert_message(payload, language="zh-hans")
+    assert_zh_complete(f"{zh.title}\n{zh.text}", allowed=DATA, where=f"calendar alert {step}/{policy}")
+    assert zh_words in zh.title + zh.text
+    en = alert_message(payload, language="en")
+    assert en_words in en.title + en.text

@@ -1,12 +1,14 @@
 """Pure alert decisions: severity escalation, storm windows and folding, delivery retry bounds,
 message shapes per receiver format, URL redaction. No database, plain datetimes."""
 
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, date, datetime, timedelta
+from zoneinfo import ZoneInfo
 
 import pytest
 
 from deadletters import alert_rules as r
 from deadletters.alert_texts import alert_message
+from tasks.rules import business_days
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
@@ -37,8 +39,57 @@ def test_it_gives_every_other_event_its_fixed_severity():
         r.SLOT_EXPIRED: r.URGENT,
         r.SLOT_MISSED: r.WARNING,
         r.SCHEDULER_STALLED: r.URGENT,
-        r.CALENDAR_NO_DATA: r.WARNING,
+        # An incident's close reaches every channel its opening paged, so on-call learns it is over.
+        r.INCIDENT_OPENED: r.URGENT,
+        r.INCIDENT_CLOSED: r.URGENT,
     }
+
+
+NEW_YEAR = date(2027, 1, 1)
+
+
+@pytest.mark.parametrize(
+    ("now", "step", "severity"),
+    [
+        (datetime(2026, 11, 16, 23, 59, 59, tzinfo=UTC), None, None),  # 46 days: outside the horizon
+        (datetime(2026, 11, 17, 0, 0, tzinfo=UTC), "notice", r.NOTICE),  # 45 days
+        (datetime(2026, 12, 4, 23, 59, 59, tzinfo=UTC), "notice", r.NOTICE),  # 28 days
+        (datetime(2026, 12, 5, 0, 0, tzinfo=UTC), "warning", r.WARNING),  # 27 days
+        (datetime(2026, 12, 24, 23, 59, 59, tzinfo=UTC), "warning", r.WARNING),  # 8 days
+        (datetime(2026, 12, 25, 0, 0, tzinfo=UTC), "urgent", r.URGENT),  # 7 days
+        (datetime(2026, 12, 31, 23, 59, 59, tzinfo=UTC), "urgent", r.URGENT),  # 1 day
+        (datetime(2027, 1, 1, 0, 0, tzinfo=UTC), "today", r.URGENT),  # the day itself
+        (datetime(2027, 3, 9, 12, 0, tzinfo=UTC), "today", r.URGENT),  # long after: still the last step
+        # Counted in UTC dates whatever zone `now` comes in: 2026-12-25 07:59 CST is 12-24 23:59 UTC.
+        (datetime(2026, 12, 25, 7, 59, tzinfo=ZoneInfo("Asia/Shanghai")), "warning", r.WARNING),
+        (datetime(2026, 12, 25, 8, 0, tzinfo=ZoneInfo("Asia/Shanghai")), "urgent", r.URGENT),
+        (datetime(2026, 12, 31, 19, 0, tzinfo=ZoneInfo("America/New_York")), "today", r.URGENT),
+    ],
+)
+def test_a_calendar_alert_escalates_as_its_first_date_without_data_approaches(now, step, severity):
+    found = r.calendar_step(no_data_from=NEW_YEAR, now=now)
+    assert (found and found.name, found and found.severity) == (step, severity)
+
+
+def test_each_calendar_step_has_its_own_key_once_per_calendar_and_year():
+    keys = {
+        r.calendar_dedupe_key(calendar="cn", no_data_from=day, step=step)
+        for step in r.CALENDAR_STEPS
+        for day in (NEW_YEAR, date(2027, 1, 2), date(2027, 1, 4))  # the gap moves with the days after 1 Jan
+    }
+    assert len(keys) == len(r.CALENDAR_STEPS)
+    assert r.calendar_dedupe_key(calendar="cn", no_data_from=NEW_YEAR, step=r.CALENDAR_STEPS[0]) != (
+        r.calendar_dedupe_key(calendar="cn-sh", no_data_from=NEW_YEAR, step=r.CALENDAR_STEPS[0])
+    )
+    assert r.calendar_dedupe_key(calendar="cn", no_data_from=NEW_YEAR, step=r.CALENDAR_STEPS[0]) != (
+        r.calendar_dedupe_key(calendar="cn", no_data_from=date(2028, 1, 1), step=r.CALENDAR_STEPS[0])
+    )
+
+
+def test_the_first_calendar_step_is_the_calendars_horizon():
+    # A step further ahead than calendar_gaps looks would never be reached.
+    assert r.CALENDAR_STEPS[0].days_before == business_days.DEFAULT_HORIZON.days
+    assert [s.days_before for s in r.CALENDAR_STEPS] == sorted((s.days_before for s in r.CALENDAR_STEPS), reverse=True)
 
 
 @pytest.mark.parametrize(

@@ -161,3 +161,41 @@ def test_an_overrunning_run_is_warned_before_its_deadline(harness):
     print(
         f"\n[e2e objectives] overrun at risk {(deadline - risk.created_at).total_seconds():.1f}s before its objective"
     )
+
+
+def test_a_run_no_worker_consumes_goes_at_risk_a_stall_after_its_slot(harness):
+    """Only the control queue has a worker: the run waits on "celery" with nobody to take it. Usually
+    1 s of work, due within 80 s of its slot: on track while queued, at risk (cause: no worker consumes
+    the queue) once QUEUE_STALL has passed since it became due, while the deadline is still ahead.
+    Prints the lead time, deadline minus the at-risk alert (by design about 80 - 60 s, less one pass)."""
+    harness.worker(
+        "control", concurrency=1, args=("--queues=harness_control",), extra_env={"HARNESS_OBJECTIVE_SECONDS": "1"}
+    )
+    harness.beat()
+    wait_ticking()
+
+    rule = recording_rule(
+        "no-worker", kind="interval", interval_seconds=DAY, objective="offset", objective_offset_seconds=80
+    )
+    history(rule, run_seconds=1)
+    slot = due_now(rule)
+    deadline = slot + timedelta(seconds=80)
+
+    wait_for(
+        lambda: getattr(objective_of(rule, slot), "status", "") == "on_track", timeout=RUN_TIMEOUT, what="on track"
+    )
+    at_risk = wait_for(
+        lambda: (o := objective_of(rule, slot)) is not None and o.status != "on_track" and o,
+        timeout=RUN_TIMEOUT,
+        what="at risk with no worker",
+    )
+    assert at_risk.status == "at_risk" and at_risk.checked_at < deadline
+    assert cause_text(at_risk.cause, lang="en") == "no worker consumes queue celery"
+    assert TaskRun.objects.get(rule=rule, slot=slot).state == "pending"  # nobody took it
+
+    [risk] = Alert.objects.filter(channel=None, kind=AT_RISK_ALERT, payload__rule="no-worker")
+    assert risk.created_at < deadline and "no worker consumes queue celery" in risk.payload["reason"]
+    print(
+        f"\n[e2e objectives] no worker: at risk {(risk.created_at - slot).total_seconds():.1f}s after the slot, "
+        f"{(deadline - risk.created_at).total_seconds():.1f}s before its objective"
+    )

@@ -13,7 +13,7 @@ from django.utils import timezone, translation
 
 from deadletters.models import AlertChannel
 from harness_site.release import code_migrations
-from runs.harness_health import banner_facts, queues_without_worker
+from runs.harness_health import banner_facts, calendar_sentence, queues_without_worker
 from runs.models import SchedulerTick, WorkerHeartbeat
 from tasks.models import BusinessCalendar
 from tests.support.desk import oncall, oncall_client  # noqa: F401
@@ -176,6 +176,25 @@ def test_the_banner_names_a_calendar_about_to_run_out_with_a_link_to_it(oncall_c
         return
     assert 'data-code="calendar_without_data"' in html
     assert reverse("admin:tasks_businesscalendar_change", args=[cal.id]) in html
+
+
+@pytest.mark.parametrize(
+    ("uncertain", "words", "zh"),
+    [
+        (None, "it knows no holiday and its rules run on every weekday", "不知道任何节假日"),
+        ("hold", "skip the holidays the law fixes, and on the days the notice may move its rules' runs wait", "审批"),
+        ("skip", "on the days the notice may move its rules do not run", "不运行"),
+        ("run", "on the days the notice may move its rules run as on an ordinary day", "照常运行"),
+    ],
+)
+def test_the_banner_says_what_a_calendar_without_data_does_to_its_rules(uncertain, words, zh):
+    # Rules keep running past a calendar's data: by weekday, or (mainland China) by the law's
+    # holidays and the calendar's policy for the days a notice would move.
+    gap = {"calendar": "cn", "no_data_from": "2027-01-01", "days_left": 27, "uncertain_days": uncertain}
+    said = calendar_sentence(gap)
+    assert "cn" in said and "2027-01-01" in said and words in said and "will not run" not in said
+    with translation.override("zh-hans"):
+        assert zh in calendar_sentence(gap)
 
 
 @pytest.mark.django_db

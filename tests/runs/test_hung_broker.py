@@ -3,6 +3,8 @@
 (harness_site/broker.py probe_options), not only its connect, and the probe comes back failed.
 The server is real (a TCP listener on loopback that never writes); the transport is Celery's own."""
 
+from datetime import timedelta
+
 import pytest
 from django.contrib.auth import get_user_model
 from django.test import Client
@@ -38,13 +40,14 @@ def test_a_queue_probe_fails_instead_of_waiting_for_an_answer(hung_broker):
 
 
 def test_the_worker_heartbeats_queue_look_comes_back_with_the_queue_unknown(hung_broker):
-    watch = QueueWatch(["default"])
+    watch = QueueWatch(["default"], outage_after=timedelta(seconds=4))
     watch.oldest_age["default"] = 1.0  # an earlier answer, from before the broker hung
     watch.start()
     try:
         watch.ask()
         assert watch.looked.wait(DEADLINE_SECONDS), "the look never came back"
         assert "default" not in watch.oldest_age  # unknown, not the stale answer
+        assert watch.broker.down  # seen down since this look: an incident if it lasts (runs/downtime.py)
     finally:
         watch.stop()
 

@@ -171,4 +171,9 @@ def test_metrics_count_open_incidents_by_kind_and_every_incident_ever():
         ("harness_incidents_open", "queue"): 1,
         ("harness_incidents_total", "scheduler"): 1,
         ("harness_incidents_total", "queue"): 1,
+        **{
+            (name, kind): 0
+            for name in ("harness_incidents_open", "harness_incidents_total")
+            for kind in ("database", "broker")
+        },
     }

@@ -11,11 +11,15 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
+from django.urls import reverse
+from django.utils import timezone
 
+from runs import rollup
 from runs.dashboard import QUANTILES, dashboard_build, percentile
 from runs.models import RunRollup, TaskRun
 from runs.rollup import (
     BIN_RATIO,
+    BUCKET,
     BUCKETS,
     FILL_PER_SWEEP,
     REFRESH_PER_SWEEP,
@@ -64,8 +68,13 @@ def make_runs(n: int, *, now=NOW, span=timedelta(hours=30), seed=7) -> None:
 
 def truth(now=NOW) -> dict:
     """The dashboard's 24 h figures computed straight from the runs, exactly."""
+    return truth_since(now - timedelta(hours=24))
+
+
+def truth_since(since: datetime) -> dict:
+    """The dashboard's figures over the runs triggered from `since` on, exactly."""
     rows = list(
-        TaskRun.objects.filter(trigger_at__gte=now - timedelta(hours=24)).values_list(
+        TaskRun.objects.filter(trigger_at__gte=since).values_list(
             "trigger_at", "state", "dedupe_hits", "is_trial", "start_at", "finish_at", "source"
         )
     )
@@ -106,6 +115,34 @@ def test_before_any_refresh_the_dashboard_reads_the_runs_and_is_the_truth():
     make_runs(3000)
     assert not RunRollup.objects.exists()
     assert_dashboard_is_the_truth()
+
+
+def test_before_any_refresh_the_dashboard_reads_the_newest_runs_only_and_says_what_it_left_out(monkeypatch):
+    # A new deployment with more runs in the last 24 h than a render reads (rollup.LIVE_ROWS, made
+    # small here): the newest whole buckets are exact, the rest is counted as not summarised yet.
+    monkeypatch.setattr(rollup, "LIVE_ROWS", 200)
+    make_runs(3000)
+    since = NOW - timedelta(hours=24)
+    newest = TaskRun.objects.filter(trigger_at__gte=since).order_by("-trigger_at").values_list("trigger_at", flat=True)
+    cut = bucket_of(newest[200])  # the bucket of the first run past the budget: possibly cut short
+    exact = truth_since(cut + BUCKET)
+
+    d = dashboard_build(now=NOW)
+
+    assert d.states == exact["states"] and d.runs_24h < 200
+    assert {h["hour"]: h["by_state"] for h in d.hours if h["by_state"]} == exact["hours"]
+    assert d.unsummarised_minutes == 5 * ((cut - bucket_of(since)) // BUCKET + 1)
+    refresh_all()
+    d = dashboard_build(now=NOW)
+    assert d.unsummarised_minutes == 0  # the sweeper filled the rollup: the whole 24 h again
+    assert_dashboard_is_the_truth()
+
+
+def test_the_dashboard_says_when_part_of_the_day_is_not_summarised_yet(admin_client, monkeypatch):
+    monkeypatch.setattr(rollup, "LIVE_ROWS", 50)
+    make_runs(500, now=timezone.now())
+    page = admin_client.get(reverse("harness-dashboard")).content.decode()
+    assert 'id="dash-unsummarised"' in page and "leave them out" in page
 
 
 def test_after_the_sweeper_filled_the_rollup_the_dashboard_is_still_the_truth():

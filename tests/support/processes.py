@@ -114,6 +114,19 @@ class Proc:
         return self.log_path.read_text(errors="replace")
 
 
+def release_env(env: dict[str, str], checkout: Path) -> dict[str, str]:
+    """The environment of a process of the release checked out at `checkout`: without the HARNESS_*
+    settings its settings do not name. A release refuses a HARNESS_* name it does not know at start
+    (a typo must not pass silently), so a deployment gives each release the settings it reads
+    (docs/upgrading.md); granted secrets (HARNESS_SECRET_*) are a prefix every release reads."""
+    if checkout.resolve() == ROOT:
+        return env
+    named = (checkout / "harness_site" / "settings.py").read_text(encoding="utf-8")
+    return {
+        k: v for k, v in env.items() if not k.startswith("HARNESS_") or k.startswith("HARNESS_SECRET_") or k in named
+    }
+
+
 class Harness:
     """Owns every process a test starts and stops them all at teardown."""
 
@@ -176,7 +189,8 @@ class Harness:
         # Children must see every row this process wrote: no open transaction may hide them.
         connection.close()
         # The tests read beat's sends and the chores' lines (LOG_ROUTINE): a failure report shows them.
-        proc = Proc(name, args, child_env(**{"LOG_ROUTINE": "true", **(extra_env or {})}), self.log_dir, cwd)
+        env = release_env(child_env(**{"LOG_ROUTINE": "true", **(extra_env or {})}), cwd)
+        proc = Proc(name, args, env, self.log_dir, cwd)
         self.procs.append(proc)
         return proc
 

@@ -14,6 +14,8 @@ import psycopg
 import redis
 
 PG_BIN = next(iter(sorted(Path("/usr/lib/postgresql").glob("*/bin"))), None)
+# runuser is in /usr/sbin, which a clean PATH (env -i PATH=/usr/local/bin:/usr/bin:/bin, as CI runs) leaves out.
+RUNUSER = shutil.which("runuser") or shutil.which("runuser", path="/usr/sbin:/sbin") or "runuser"
 
 
 def free_port() -> int:
@@ -109,7 +111,7 @@ class PrivatePostgres:
         return f"postgres://postgres@127.0.0.1:{self.port}/harness"
 
     def _as_postgres(self, *args: str) -> None:
-        prefix = ["runuser", "-u", "postgres", "--"] if os.geteuid() == 0 else []
+        prefix = [RUNUSER, "-u", "postgres", "--"] if os.geteuid() == 0 else []
         subprocess.run([*prefix, *args], check=True, capture_output=True, timeout=120)
 
     def start(self) -> None:

@@ -7,11 +7,12 @@ from datetime import UTC, date, datetime, timedelta
 
 import pytest
 from django.contrib.auth import get_user_model
-from django.utils import timezone
+from django.utils import timezone, translation
 
 from deadletters import alert_rules
 from deadletters.alerts import alert_check_calendars
 from deadletters.models import Alert
+from tasks import sentences
 from tasks.admin.rule_lint import calendar_lint
 from tasks.models import BusinessCalendar, CalendarOverride, TriggerRule
 from tasks.models import calendar as calendar_model
@@ -236,6 +237,32 @@ def test_the_rule_lint_warns_weeks_before_the_calendar_runs_out():
 
 
 @pytest.mark.parametrize(
+    ("policy", "words"),
+    [("hold", "wait for an operator's approval"), ("skip", "its rules do not run"), ("run", "as on an ordinary day")],
+)
+def test_the_lint_says_a_china_calendar_without_a_notice_keeps_the_laws_holidays(policy, words):
+    # Past its data a mainland-China calendar still knows the law's holidays and leaves the
+    # uncertain days to its policy.
+    cal = BusinessCalendar.objects.create(name="c", country="CN", uncertain_days=policy)
+    rule = make_rule("r", kind="cron", cron="0 9 * * *", timezone="Asia/Shanghai", business_calendar=cal)
+    item = lint.rule_lint(lint.LintInput(**LINT_BASE, **calendar_lint(rule, today=date(2026, 11, 20))))[-1]
+    assert (item.status, item.reason.code) == (lint.WARN, lint.CALENDAR_NO_NOTICE)
+    said = sentences.say(item.reason)
+    assert words in said
+    assert "the holidays the law fixes" in said and "every weekday" not in said
+    with translation.override("zh-hans"):
+        zh = sentences.say(item.reason)
+    assert "法定节假日" in zh and not any(w in zh for w in ("approval", "ordinary", "weekday"))
+
+
+def test_past_its_data_any_other_calendar_counts_every_weekday_as_a_business_day():
+    facts = {"calendar": "us", "calendar_source": "holidays", "calendar_gap": date(2027, 1, 1)}
+    item = lint.rule_lint(lint.LintInput(**LINT_BASE, **facts, today=date(2026, 11, 20)))[-1]
+    assert (item.status, item.reason.code) == (lint.WARN, lint.CALENDAR_NO_DATA)
+    assert "counts every weekday as a business day" in sentences.say(item.reason)
+
+
+@pytest.mark.parametrize(
     ("cron", "weekdays", "limited"),
     [("0 9 * * *", "", False), ("0 9 * * 1-5", "", True), ("0 9 * * *", "mon-fri", True)],
 )
@@ -260,23 +287,49 @@ def test_only_calendars_in_use_by_enabled_rules_are_reported():
             "no_data_from": "2027-01-01",
             "days_left": 42,
             "rules": ["cn-report"],
+            "uncertain_days": "hold",
         }
     ]
     assert calendar_model.calendar_gaps(today=date(2026, 6, 1)) == []
     assert unused.name not in json.dumps(calendar_model.calendar_gaps(today=date(2026, 11, 20)))
 
 
-def test_the_alert_says_it_once_per_calendar_and_date():
+def test_the_alert_escalates_as_the_date_approaches_each_step_once_per_calendar_and_year():
     make_rule("cn-report", kind="cron", cron="0 9 * * *", timezone="Asia/Shanghai", business_calendar=china())
-    now = datetime(2026, 11, 20, 8, 0, tzinfo=UTC)
-    gaps = calendar_model.calendar_gaps(today=now.date())
-    first = alert_check_calendars(gaps=gaps, now=now)
-    assert len(first) == 1
-    again = alert_check_calendars(gaps=gaps, now=now + timedelta(minutes=1))
-    assert again == []
-    alert = Alert.objects.get(kind=alert_rules.CALENDAR_NO_DATA)
-    assert alert.severity == alert_rules.WARNING
-    assert "has no data from 2027-01-01" in alert.payload["title"] and alert.payload["rule"] == "cn-report"
+
+    def check(now: datetime) -> list[tuple[str, str]]:
+        # The real check: its gaps as /healthz reads them at `now`, every minute for three minutes.
+        found = []
+        for minute in range(3):
+            at = now + timedelta(minutes=minute)
+            for alert in alert_check_calendars(gaps=calendar_model.calendar_gaps(today=at.date()), now=at):
+                found.append((alert.payload["step"], alert.severity))
+        return found
+
+    assert check(datetime(2026, 11, 16, 8, 0, tzinfo=UTC)) == []  # 46 days: beyond the horizon
+    assert check(datetime(2026, 11, 20, 8, 0, tzinfo=UTC)) == [("notice", alert_rules.NOTICE)]
+    assert check(datetime(2026, 12, 4, 8, 0, tzinfo=UTC)) == []
+    assert check(datetime(2026, 12, 5, 0, 0, tzinfo=UTC)) == [("warning", alert_rules.WARNING)]
+    assert check(datetime(2026, 12, 24, 23, 59, tzinfo=UTC)) == [("urgent", alert_rules.URGENT)]
+    assert check(datetime(2026, 12, 31, 8, 0, tzinfo=UTC)) == []
+    assert check(datetime(2027, 1, 1, 0, 0, tzinfo=UTC)) == [("today", alert_rules.URGENT)]
+    assert check(datetime(2027, 1, 4, 0, 0, tzinfo=UTC)) == []  # the gap is now 4 Jan: the same year
+    alerts = Alert.objects.filter(kind=alert_rules.CALENDAR_NO_DATA, channel=None).order_by("created_at")
+    assert [a.payload["days_left"] for a in alerts] == [42, 27, 7, 0]
+    first = alerts[0].payload
+    assert "has no data from 2027-01-01" in first["title"] and first["rule"] == "cn-report"
+    assert first["uncertain_days"] == "hold"
+
+
+def test_a_calendar_steps_alerts_reach_channels_by_their_minimum_severity():
+    from deadletters.models import AlertChannel
+
+    AlertChannel.objects.create(name="mail", kind="log", min_severity=alert_rules.WARNING)
+    make_rule("cn-report", kind="cron", cron="0 9 * * *", timezone="Asia/Shanghai", business_calendar=china())
+    for now in (datetime(2026, 11, 20, tzinfo=UTC), datetime(2026, 12, 5, tzinfo=UTC)):
+        alert_check_calendars(gaps=calendar_model.calendar_gaps(today=now.date()), now=now)
+    sent = Alert.objects.filter(kind=alert_rules.CALENDAR_NO_DATA, channel__name="mail")
+    assert [a.payload["step"] for a in sent] == ["warning"]  # the notice stays with notice channels
 
 
 def test_healthz_names_a_calendar_running_out_and_stays_ok(client, monkeypatch):
@@ -303,6 +356,7 @@ def test_healthz_names_a_calendar_running_out_and_stays_ok(client, monkeypatch):
             "no_data_from": (end + timedelta(days=1)).isoformat(),
             "days_left": 11,
             "rules": ["cn-report"],
+            "uncertain_days": "hold",
         }
     ]
 

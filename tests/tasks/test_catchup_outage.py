@@ -91,14 +91,14 @@ def test_above_the_approval_threshold_nothing_runs_until_approved_in_the_admin(c
 
     changelist = reverse("admin:runs_taskrun_changelist")
     page = client.get(changelist)
-    assert "Approve selected catch-up runs" in page.content.decode()
+    assert "Approve selected held runs (catch-up burst or uncertain calendar day)" in page.content.decode()
     response = client.post(
         changelist,
-        {"action": "approve_catchup", "_selected_action": [str(pk) for pk in runs.values_list("pk", flat=True)]},
+        {"action": "approve_held", "_selected_action": [str(pk) for pk in runs.values_list("pk", flat=True)]},
         follow=True,
     )
     assert response.status_code == 200
-    assert "Approved 5 catch-up run(s)" in response.content.decode()
+    assert "Approved 5 held run(s)" in response.content.decode()
     approved = list(runs.order_by("slot"))
     assert {r.state for r in approved} == {TaskRun.State.PENDING}
     assert {r.approved_by for r in approved} == {"op"}
@@ -112,7 +112,7 @@ def test_rejecting_cancels_the_gated_runs_and_keeps_the_slots_accounted(client, 
     rule = catching_up(catchup_approval_threshold=10)
     scheduler_tick(now=NOW)
     ids = [str(pk) for pk in TaskRun.objects.filter(rule=rule).values_list("pk", flat=True)]
-    client.post(reverse("admin:runs_taskrun_changelist"), {"action": "reject_catchup", "_selected_action": ids})
+    client.post(reverse("admin:runs_taskrun_changelist"), {"action": "reject_held", "_selected_action": ids})
     assert set(TaskRun.objects.filter(rule=rule).values_list("state", flat=True)) == {TaskRun.State.CANCELLED}
 
 
@@ -124,7 +124,7 @@ def test_the_approve_action_is_hidden_without_the_permission(client):
     client.force_login(user)
     page = client.get(reverse("admin:runs_taskrun_changelist"))
     assert page.status_code == 200
-    assert "approve_catchup" not in page.content.decode()
+    assert "approve_held" not in page.content.decode()
 
 
 def test_under_the_threshold_catch_up_runs_without_approval():

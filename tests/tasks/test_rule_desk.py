@@ -244,7 +244,7 @@ def test_it_pauses_and_resumes_with_a_reason_and_keeps_history(operator_client):
     reasons = list(rule.history.order_by("history_id").values_list("history_change_reason", flat=True))
     assert reasons[-2:] == ["paused: upstream outage", "resumed: upstream back"]
     history = _text(operator_client.get(reverse("admin:tasks_triggerrule_history", args=[rule.pk])))
-    assert "paused: upstream outage" in history and "enabled" in history.lower()
+    assert "Paused: upstream outage" in history  # the prefix worded for the reader and "enabled" in history.lower()
 
 
 def test_it_refuses_a_pause_without_a_reason_on_the_form(operator_client):

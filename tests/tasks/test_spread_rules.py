@@ -183,3 +183,32 @@ def test_a_plan_shows_a_spread_edit_as_moved_starts_not_a_dangerous_change():
     assert not plan.dangerous
     assert ("spread_seconds", 0, 300) in plan.changes
     assert planned.KEY_SHAPE not in {c.said.code for c in plan.consequences}
+
+
+@pytest.mark.django_db
+def test_the_preview_lists_each_fires_planned_start_beside_its_slot(admin_client):
+    """The API's preview (and the admin's, from the same rule_preview) gives each fire its start:
+    the slot plus the rule's stable offset, in the rule's zone; a rule without spread has none."""
+    make_rule("report", kind="cron", cron="0 9 * * *", timezone="Asia/Shanghai", spread_seconds=300, due=T0)
+    make_rule("plain", kind="cron", cron="0 9 * * *", timezone="Asia/Shanghai", due=T0)
+    fires = admin_client.get("/api/v1/rules/report/preview", {"count": 3}).json()
+    assert len(fires) == 3
+    for fire in fires:
+        slot = datetime.fromisoformat(fire["utc"].replace("Z", "+00:00"))
+        start = slot + spread.offset("report", slot, timedelta(seconds=300), next_slot=slot + timedelta(days=1))
+        assert start.astimezone(ZoneInfo("Asia/Shanghai")).strftime("%H:%M:%S") in fire["start"]
+    assert all(not fire["start"] for fire in admin_client.get("/api/v1/rules/plain/preview").json())
+
+
+@pytest.mark.django_db
+def test_the_status_board_shows_a_spread_rules_next_start_under_its_next_fire(admin_client):
+    make_rule("report", kind="cron", cron="0 9 * * *", timezone="Asia/Shanghai", spread_seconds=300, due=T0)
+    make_rule("plain", kind="cron", cron="0 9 * * *", timezone="Asia/Shanghai", due=T0)
+    start = T0 + spread.offset("report", T0, timedelta(seconds=300), next_slot=T0 + timedelta(days=1))
+    page = admin_client.get("/admin/").content.decode()
+    report_row = page[page.index(">report<") :]
+    report_row = report_row[: report_row.index("</tr>")]
+    assert "starts" in report_row
+    assert start.astimezone(ZoneInfo("Asia/Shanghai")).strftime("%H:%M:%S") in report_row
+    plain_row = page[page.index(">plain<") :]
+    assert "starts" not in plain_row[: plain_row.index("</tr>")]

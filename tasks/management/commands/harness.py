@@ -1,9 +1,11 @@
-"""Operator commands: `manage.py harness rules import|export`, `notice import`, `runs`, `records`, `fire`, `demo`."""
+"""Operator commands: `manage.py harness rules import|export`, `notice import`, `runs`, `records`, `fire`, `backfill`,
+`demo`."""
 
 import getpass
 import json
 import secrets
 import sys
+from datetime import timedelta
 from pathlib import Path
 
 from django.conf import settings
@@ -19,7 +21,9 @@ from tasks import services
 from tasks.management.subcommands import GuardCommandsMixin, add_guard_parsers, rules_plan_print
 from tasks.models import DiagnosticRecord, TriggerRule, TriggerSource
 from tasks.notices import NoticeError, notice_import
-from tasks.triggers.operator import rule_fire
+from tasks.triggers import rerun
+from tasks.triggers.explain import SlotParseError, parse_slot
+from tasks.triggers.operator import RuleActionError, rule_fire
 from tasks.triggers.sensors import sensor_scan, sensors_scan_all
 
 DEMO_RULES = Path(__file__).resolve().parents[2] / "fixtures" / "demo_rules.json"
@@ -65,6 +69,22 @@ class Command(GuardCommandsMixin, BaseCommand):
         fire.add_argument("rule")
         fire.add_argument("--slot", help="ISO 8601 instant with offset; default: now cut to the minute")
         fire.add_argument("--actor", default="cli")
+
+        backfill = sub.add_parser(
+            "backfill",
+            help="re-run chosen slots of RULE (missed ones): prints the plan; --yes claims exactly that plan",
+        )
+        backfill.add_argument("rule")
+        backfill.add_argument(
+            "--slots",
+            nargs="+",
+            required=True,
+            help="ISO 8601 instants; without an offset read in the rule's timezone",
+        )
+        backfill.add_argument("--yes", action="store_true", help="claim the plan (default: show it only)")
+        backfill.add_argument("--spacing", type=int, default=10, help="seconds between the runs' releases (0-3600)")
+        backfill.add_argument("--reason", default="", help="why (kept in the audit log)")
+        backfill.add_argument("--by", default="", help="who (default: the operating-system user)")
 
         sensors = sub.add_parser("sensors", help="file-arrival sensors (docs/events.md)")
         sensors_sub = sensors.add_subparsers(dest="sensors_command", required=True)
@@ -198,6 +218,46 @@ class Command(GuardCommandsMixin, BaseCommand):
         claim = rule_fire(rule=obj, actor=actor, now=timezone.now(), slot=at)
         verb = "created" if claim.created else "already exists (dedupe hit counted)"
         self.stdout.write(f"run {claim.run.id} {verb}: {claim.run.biz_key}")
+
+    def _backfill(self, *, rule, slots, yes, spacing, reason, by, **opts):
+        obj = TriggerRule.objects.filter(name=rule).first()
+        if obj is None:
+            raise CommandError(f"no rule named {rule!r}")
+        if not 0 <= spacing <= 3600:
+            raise CommandError("--spacing: a whole number of seconds from 0 to 3600")
+        try:
+            chosen = [parse_slot(text, rule=obj) for text in slots]
+        except SlotParseError as exc:
+            raise CommandError(f"--slots: {exc}") from None
+        now = timezone.now()
+        gap = timedelta(seconds=spacing)
+        try:
+            plan = rerun.rule_slots_rerun_plan(rule=obj, slots=chosen, now=now, spacing=gap)
+        except RuleActionError as exc:
+            raise CommandError(str(exc)) from None
+        for n, item in enumerate(plan.to_run):
+            self.stdout.write(f"run     {item.slot.isoformat()}  {item.biz_key}  due in {spacing * n} s")
+        for item in plan.items:
+            if item.refused:
+                run = f" run {item.run_id} ({item.run_state})" if item.run_id else ""
+                hint = "; replay it: the run's Retry now" if item.run_state == "failed" else ""
+                self.stdout.write(f"refused {item.slot.isoformat()}  {item.refused}{run}{hint}")
+        if not yes:
+            self.stdout.write(f"{len(plan.to_run)} slot(s) would run; nothing created. Add --yes to run them.")
+            return
+        try:
+            done = rerun.slots_rerun(
+                rule=obj,
+                slots=chosen,
+                confirmed=plan.signature,
+                spacing=gap,
+                actor=by or _os_user(),
+                now=now,
+                reason=reason,
+            )
+        except RuleActionError as exc:
+            raise CommandError(str(exc)) from None
+        self.stdout.write(f"{done['created']} run(s) created: {' '.join(map(str, done['runs']))}".rstrip())
 
     def _sensors(self, *, sensors_command, source, **opts):
         now = timezone.now()
