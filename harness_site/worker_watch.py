@@ -47,7 +47,7 @@ from harness_site.forks import background_writes
 from harness_site.release import migrations_missing
 from runs.downtime import Downtime, Span
 from runs.incidents import incident_record_outage
-from runs.store import store
+from runs.store import database
 from runs.workers import (
     WorkerReport,
     pool_report,
@@ -258,7 +258,7 @@ class WorkerWatch(threading.Thread):
             stall_seconds=self.stall,
             stopping=self._stopping_since is not None,
             # The pool's figures mean the runs' only where they share this process's pool (threads).
-            db_pool=pool_report(store().pool_stats()) if self.pool_in_process else None,
+            db_pool=pool_report(database.pool_stats()) if self.pool_in_process else None,
         )
         try:
             worker_beat(report, now=now)

@@ -23,7 +23,7 @@ from django.db.models import Min, Q
 
 from runs.dispatch import run_dispatch_on_commit
 from runs.models import PoolKey, PoolSlot, PoolWaiter, TaskRun
-from runs.store import store
+from runs.store import Admit, Waiting, store
 from tasks.models import GLOBAL_POOL, Pool
 from tasks.rules.flow import Bucket, FairGroup, Take, bucket_take, fair_order, pool_key_render
 from tasks.rules.keys import KeyTemplateError
@@ -111,15 +111,9 @@ def _limited(pool: Pool) -> bool:
 #
 # Most runs draw only from pools that limit nothing (the global pool as installed): admission then
 # decides nothing and only records a slot row per pool, so that a limit set later counts the runs
-# already in. Where the store can (PostgreSQL: runs/store/queries.sql, fragment plain_admission), the
-# lease claim does that in its own statement; anything else (a limit, a pause, a key template, slots
-# already there, no global pool) is pool_admit's, under the pool row locks.
-
-
-def pool_admit_plain() -> bool:
-    """Whether the lease claim may try the plain admission. A run's agent's provider pool is one of
-    its pools there: one with a rate (it counts model calls) or a pause leaves the run to pool_admit."""
-    return store().plain_admission
+# already in. Where the store can (its plain_admission; PostgreSQL: runs/store/queries.sql, fragment
+# plain_admission), the lease claim does that in its own statement; anything else (a limit, a pause,
+# a key template, slots already there, no global pool) is pool_admit's, under the pool row locks.
 
 
 def _key(pool: Pool, values: dict[str, str]) -> str:
@@ -163,7 +157,7 @@ def pool_admit(run: TaskRun, *, worker: str, now: datetime, ttl: timedelta) -> A
             # lease. Its slots are not ours to adopt, and not ours to free; the lease claim decides.
             return Admission(run.id, fence, elsewhere=True)
         if any(f != fence for _, f, _, _ in mine):  # an older attempt's, never released (a crash)
-            PoolSlot.objects.filter(run_id=run.id).exclude(fence=fence).delete()
+            store().slots_drop_stale(run_id=run.id, fence=fence)
         held = {pool_id for pool_id, f, _, _ in mine if f == fence}  # handed over by a release
 
         refusal: Refusal | None = None
@@ -190,9 +184,7 @@ def pool_admit(run: TaskRun, *, worker: str, now: datetime, ttl: timedelta) -> A
 
         if refusal is not None:
             assert refused_pool is not None, "set with the refusal"
-            _wait(run, refused_pool, keys, pools, refusal, now=now)
-            given_back = list(PoolSlot.objects.filter(run_id=run.id, fence=fence).values_list("pool_id", "key"))
-            PoolSlot.objects.filter(run_id=run.id, fence=fence).delete()
+            given_back = store().admission_refused(_waiting(run, refused_pool, keys, pools, refusal, now=now))
             transaction.on_commit(lambda: [pool_wake(pool_id=p, key=k, now=now) for p, k in given_back])
             return Admission(run.id, fence, refusal)
 
@@ -200,26 +192,13 @@ def pool_admit(run: TaskRun, *, worker: str, now: datetime, ttl: timedelta) -> A
             PoolKey.objects.update_or_create(
                 pool_id=pool_id, key=keys[pool_id], defaults={"tokens": take.bucket.tokens, "tokens_at": now}
             )
-        expires = now + ttl
-        if held:
-            PoolSlot.objects.filter(run_id=run.id, fence=fence).update(worker=worker, expires_at=expires)
-        PoolSlot.objects.bulk_create(
-            [
-                PoolSlot(
-                    pool=p,
-                    key=keys[p.id],
-                    run_id=run.id,
-                    fence=fence,
-                    worker=worker,
-                    acquired_at=now,
-                    expires_at=expires,
-                )
-                for p in pools
-                if p.id not in held
-            ]
-        )
+        slots = tuple((p.id, keys[p.id]) for p in pools if p.id not in held)
         # Fair order is remembered at handovers only (pool_wake): without a queue there is no turn to take.
-        PoolWaiter.objects.filter(run_id=run.id).delete()
+        store().admit(
+            Admit(
+                run_id=run.id, fence=fence, worker=worker, slots=slots, held=bool(held), now=now, expires_at=now + ttl
+            )
+        )
     return Admission(run.id, fence)
 
 
@@ -242,37 +221,22 @@ def _rate_queue_end(pool: Pool, key: str, retry_at: datetime, *, run_id: int, no
     return retry_at + timedelta(seconds=ahead.count() * spacing)
 
 
-def _wait(run: TaskRun, pool: Pool, keys: dict, pools: list[Pool], refusal: Refusal, *, now: datetime) -> None:
-    """Record the refusal and put the run back, unstarted: a concurrency waiter is woken by a release
-    (run_after is only the safety net); a rate or paused waiter is due when its token or pause ends."""
-    run_after = now + WAIT_RECHECK if refusal.reason == Reason.CONCURRENCY else refusal.until
-    TaskRun.objects.filter(id=run.id, state__in=TaskRun.CLAIMABLE, fence=run.fence).update(
-        run_after=run_after, dispatched_at=None
-    )
-    waiter, created = PoolWaiter.objects.get_or_create(
+def _waiting(run: TaskRun, pool: Pool, keys: dict, pools: list[Pool], refusal: Refusal, *, now: datetime) -> Waiting:
+    """The refusal as recorded: a concurrency waiter is woken by a release (run_after is only the
+    safety net); a rate or paused waiter is due when its token or pause ends."""
+    return Waiting(
         run_id=run.id,
-        defaults={
-            "pool": pool,
-            "key": refusal.key,
-            "fair_key": _fair_key(pool, keys, pools, run),
-            "reason": refusal.reason,
-            "in_use": refusal.in_use,
-            "limit": refusal.limit,
-            "until": refusal.until,
-            "since": now,
-            "checked_at": now,
-        },
+        fence=run.fence,
+        pool_id=pool.id,
+        key=refusal.key,
+        fair_key=_fair_key(pool, keys, pools, run),
+        reason=refusal.reason,
+        in_use=refusal.in_use,
+        limit=refusal.limit,
+        until=refusal.until,
+        run_after=now + WAIT_RECHECK if refusal.reason == Reason.CONCURRENCY else refusal.until,
+        now=now,
     )
-    if not created:
-        waiter.pool, waiter.key, waiter.reason = pool, refusal.key, refusal.reason
-        waiter.fair_key = _fair_key(pool, keys, pools, run)
-        waiter.in_use, waiter.limit, waiter.until, waiter.checked_at = (
-            refusal.in_use,
-            refusal.limit,
-            refusal.until,
-            now,
-        )
-        waiter.save()
 
 
 def _mark_started(pool_id: int, fair_key: str, *, now: datetime) -> None:
@@ -321,25 +285,12 @@ def pool_wake(*, pool_id: int, key: str, now: datetime) -> int:
         order = fair_order([FairGroup(g["fair_key"], last.get(g["fair_key"]), g["oldest"]) for g in groups], picks=free)
         chosen = _pick(waiting, order)
         runs = list(TaskRun.objects.filter(id__in=chosen, state__in=TaskRun.CLAIMABLE).values_list("id", "fence"))
-        PoolSlot.objects.bulk_create(
-            [
-                PoolSlot(
-                    pool_id=pool_id,
-                    key=key,
-                    run_id=run_id,
-                    fence=fence + 1,
-                    acquired_at=now,
-                    expires_at=now + HANDOFF_TTL,
-                )
-                for run_id, fence in runs
-            ]
-        )
+        store().hand_over(pool_id=pool_id, key=key, runs=runs, now=now, expires_at=now + HANDOFF_TTL)
         fair = dict(PoolWaiter.objects.filter(run_id__in=[r for r, _ in runs]).values_list("run_id", "fair_key"))
         for run_id, _fence in runs:
             if run_id in fair:  # its waiter may be gone meanwhile (coalesced away)
                 _mark_started(pool_id, fair[run_id], now=now)
         ids = [r for r, _ in runs]
-        TaskRun.objects.filter(id__in=ids, state__in=TaskRun.CLAIMABLE).update(run_after=now)
         run_dispatch_on_commit(run_ids=ids, now=now)
     return len(ids)
 
@@ -362,14 +313,13 @@ def _pick(waiting, order: list[str]) -> list[int]:
 def pool_sweep(*, now: datetime) -> dict[str, int]:
     """The sweeper's pass: reclaim expired slots (killed workers, lost handovers), forget waiters
     whose run no longer waits, and hand free capacity to waiting runs."""
-    expired = list(PoolSlot.objects.filter(expires_at__lte=now).values_list("id", "pool_id", "key")[:1000])
-    PoolSlot.objects.filter(id__in=[i for i, _, _ in expired]).delete()
-    forgotten, _ = PoolWaiter.objects.exclude(run__state__in=TaskRun.CLAIMABLE).delete()
+    reclaimed = store().slots_expired_drop(now=now, limit=1000)
+    forgotten = store().waiters_forget()
     keys = set(
         PoolWaiter.objects.filter(reason=Reason.CONCURRENCY).values_list("pool_id", "key").distinct()[:SWEEP_KEYS]
     )
     woken = sum(pool_wake(pool_id=p, key=k, now=now) for p, k in sorted(keys))
-    return {"slots_reclaimed": len(expired), "waiters_forgotten": forgotten, "woken": woken}
+    return {"slots_reclaimed": reclaimed, "waiters_forgotten": forgotten, "woken": woken}
 
 
 def pool_pause(*, pool_id: int, until: datetime) -> None:

@@ -11,12 +11,14 @@ import logging
 from datetime import datetime, timedelta
 
 from django.db import transaction
+from django.db.models import QuerySet
 
 from harness_site.audit.models import AuditEntry
 from harness_site.audit.services import audit_record
 from runs.dispatch import run_dispatch_on_commit
 from runs.models import ActionProposal, TaskRun
 from runs.outcome import run_fail
+from runs.store import Gate, store
 from tasks.skills.errors import ClassifiedError
 
 log = logging.getLogger("harness.approvals")
@@ -40,10 +42,9 @@ def proposal_approve(*, proposal_id: int, actor, now: datetime, note: str = "") 
         if not won:
             return False
         proposal = ActionProposal.objects.select_related("run").get(id=proposal_id)
-        moved = TaskRun.objects.filter(id=proposal.run_id, state=TaskRun.State.AWAITING_APPROVAL).update(
-            state=TaskRun.State.PENDING, run_after=now
-        )
-        if not moved:  # the run was cancelled meanwhile: undo by rolling back the whole decision
+        if not store().approve(
+            proposal.run_id, now=now
+        ):  # the run was cancelled meanwhile: undo by rolling back the whole decision
             transaction.set_rollback(True)
             return False
         audit_record(
@@ -70,12 +71,8 @@ def proposal_reject(*, proposal_id: int, actor, now: datetime, note: str = "") -
         if not won:
             return False
         proposal = ActionProposal.objects.select_related("run").get(id=proposal_id)
-        TaskRun.objects.filter(id=proposal.run_id, state=TaskRun.State.AWAITING_APPROVAL).update(
-            state=TaskRun.State.CANCELLED,
-            finish_at=now,
-            last_error=f"action {proposal.action!r} rejected by {_actor_name(actor)}" + (f": {note}" if note else ""),
-            last_error_kind="rejected",
-        )
+        message = f"action {proposal.action!r} rejected by {_actor_name(actor)}" + (f": {note}" if note else "")
+        store().reject(proposal.run_id, now=now, message=message, kind="rejected")
         audit_record(
             actor=actor,
             action=AuditEntry.Action.PROPOSAL_REJECT,
@@ -131,12 +128,16 @@ APPROVE_PERM = "runs.approve_catchup"
 GATED_SOURCES = (TaskRun.Source.CATCHUP, TaskRun.Source.SCHEDULER)
 
 
-def _gated(ids: list[int]):
+def _gated(ids: list[int]) -> QuerySet[TaskRun]:
     # Only runs gated before their first attempt: the same state is used by runs parked for an
     # action approval, which have attempts and are approved elsewhere.
     return TaskRun.objects.filter(
         id__in=ids, state=TaskRun.State.AWAITING_APPROVAL, source__in=GATED_SOURCES, attempts=0
     )
+
+
+def _gate(run_ids: list[int], *, actor, now: datetime) -> Gate:
+    return Gate(run_ids=tuple(run_ids), sources=GATED_SOURCES, approved_by=_actor_name(actor), now=now)
 
 
 def catchup_approve(*, run_ids: list[int], actor, now: datetime) -> int:
@@ -154,13 +155,7 @@ def catchup_approve(*, run_ids: list[int], actor, now: datetime) -> int:
             i = position[run.rule_id] = position.get(run.rule_id, -1) + 1
             run_after = now + spacing * i
             # Compare-and-set: 0 rows means it was approved or rejected concurrently.
-            n = _gated([run.id]).update(
-                state=TaskRun.State.PENDING,
-                run_after=run_after,
-                approved_by=_actor_name(actor)[:150],
-                approved_at=now,
-                dispatched_at=None,
-            )
+            n = store().gate_release(_gate([run.id], actor=actor, now=now), run_after=run_after)
             released += n
             if n and run_after <= now:
                 due.append(run.id)
@@ -181,13 +176,8 @@ def catchup_reject(*, run_ids: list[int], actor, now: datetime) -> int:
     name = _actor_name(actor)
     with transaction.atomic():
         runs = list(_gated(run_ids).select_related("rule").order_by("id"))
-        rejected = _gated([r.id for r in runs]).update(
-            state=TaskRun.State.CANCELLED,
-            finish_at=now,
-            approved_by=name[:150],
-            approved_at=now,
-            last_error=f"held run rejected by {name}",
-        )
+        gate = _gate([r.id for r in runs], actor=actor, now=now)
+        rejected = store().gate_reject(gate, message=f"held run rejected by {name}")
         if rejected:
             audit_record(
                 actor=actor,

@@ -14,7 +14,7 @@ from harness_site import tracing
 from runs.admission import pool_call_take, pool_pause
 from runs.models import ExternalCall, TaskRun
 from runs.steps import propose_action, run_step
-from runs.store import store
+from runs.store import database, store
 from tasks.agents.budgets import Spend, budget_decide, budget_window
 from tasks.agents.client import ModelCallError, ModelReply, build_messages, chat, input_sha256
 from tasks.models import Agent
@@ -89,7 +89,7 @@ def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model
         store().call_record(record)
     record.state = ExternalCall.State.DONE
     started = time.monotonic()
-    store().connection_release()  # the call waits on the provider: hold no pooled connection meanwhile
+    database.connection_release()  # the call waits on the provider: hold no pooled connection meanwhile
     try:
         reply = chat(agent, messages, now=now)
     except ModelCallError as exc:

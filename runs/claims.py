@@ -8,7 +8,6 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
 
 from deadletters.alerts import alert_decisions
 from harness_site import tracing
@@ -16,7 +15,7 @@ from runs.admission import pool_release
 from runs.backpressure import Pressure, pressure_check, pressure_note_admitted
 from runs.dispatch import run_send_on_commit
 from runs.incidents import incident_unfolded
-from runs.models import Decision, PoolWaiter, TaskRun, run_policy_fields
+from runs.models import Decision, TaskRun, run_policy_fields
 from runs.store import store
 from tasks.models import TriggerRule
 from tasks.rules import backpressure, keys
@@ -156,21 +155,21 @@ def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | 
             if not coalesces:
                 # No savepoint: ON CONFLICT (biz_key) DO NOTHING cannot poison the caller's transaction.
                 run = TaskRun(run_after=run_after, **fields)
-                if run_insert_new([run]):
+                if store().runs_insert([run]):
                     break
-                found = run_count_dedupe_hit(work.biz_key)
+                found = store().dedupe_hit(work.biz_key)
                 if found is not None:
                     return ClaimResult(run=found, created=False)
                 continue  # the conflicting row is gone (never in practice): insert again
             try:
                 # A savepoint, so the conflict does not poison the caller's transaction.
-                with transaction.atomic():
-                    run = TaskRun.objects.create(run_after=run_after, **fields)
+                run = TaskRun(run_after=run_after, **fields)
+                store().run_create(run)
                 break
             except IntegrityError:
-                updated = TaskRun.objects.filter(biz_key=work.biz_key).update(dedupe_hits=F("dedupe_hits") + 1)
-                if updated:
-                    return ClaimResult(run=TaskRun.objects.get(biz_key=work.biz_key), created=False)
+                found = store().dedupe_hit(work.biz_key)
+                if found is not None:
+                    return ClaimResult(run=found, created=False)
                 if not coalesces:  # the conflict was not on biz_key: a real error
                     raise
                 head = _replace_pending(work, now=now)
@@ -291,7 +290,7 @@ class ClaimBatch:
         runs, self._runs = self._runs, []
         if not runs:
             return
-        created = run_insert_new(runs)
+        created = store().runs_insert(runs)
         taken: dict[str, int] = {}
         for run in runs:
             if run.pk is None:
@@ -331,39 +330,18 @@ def claim_batch(*, now: datetime) -> Iterator[ClaimBatch]:
     batch.flush()
 
 
-def run_insert_new(runs: list[TaskRun]) -> list[TaskRun]:
-    """Insert the runs in one statement, skipping any whose biz_key is taken (invariant 1: the
-    unique index decides, never a read first; of two runs with one key the first is inserted).
-    Returns the runs inserted, which get their ids. A conflict on any other constraint raises."""
-    return store().runs_insert(runs)
-
-
-def run_count_dedupe_hit(biz_key: str) -> TaskRun | None:
-    """Count a dedupe hit on the run holding `biz_key` and return it, in one statement."""
-    return store().dedupe_hit(biz_key)
-
-
 def _replace_pending(work: Work, *, now: datetime) -> TaskRun | None:
     """Take the object's pending, never-started run out of the way: state coalesced, in the
     caller's transaction. Locked first, so a worker's compare-and-set claim and this update
     cannot both succeed: a run that started is never replaced."""
-    head = (
-        TaskRun.objects.select_for_update()
-        .filter(rule=work.rule, object_key=work.object_key, coalesces=True, state=TaskRun.State.PENDING, attempts=0)
-        .first()
-    )
-    if head is None:
-        return None
-    changed = TaskRun.objects.filter(pk=head.pk, state=TaskRun.State.PENDING, attempts=0).update(
-        state=TaskRun.State.COALESCED, finish_at=now
-    )
-    if changed:
-        # It may have been waiting for pool capacity, or just been handed a slot: the survivor
-        # waits in its place, and a handed slot goes to the next waiting run now, not in 30 s.
-        PoolWaiter.objects.filter(run_id=head.pk).delete()
+    assert work.rule is not None, "Work.coalesces implies a rule"
+    head = store().coalesce_pending(rule_id=work.rule.pk, object_key=work.object_key, now=now)
+    if head is not None:
+        # It may have been waiting for pool capacity (its waiter row went with it), or just been
+        # handed a slot: a handed slot goes to the next waiting run now, not in 30 s.
         # A handed slot is for the attempt it would have started: fence + 1 (runs/admission.py).
         pool_release(run_id=head.pk, fence=head.fence + 1, now=now)
-    return head if changed else None
+    return head
 
 
 def _record_coalesced(head: TaskRun, *, survivor: TaskRun, work: Work, now: datetime) -> None:
@@ -371,7 +349,7 @@ def _record_coalesced(head: TaskRun, *, survivor: TaskRun, work: Work, now: date
     when asked (runs.selectors.run_coalesced_into), not rewritten here: repointing every earlier
     decision would cost each trigger of a busy object a write per trigger before it."""
     assert work.rule is not None, "Work.coalesces implies a rule"
-    TaskRun.objects.filter(pk=head.pk).update(last_error=f"coalesced into run {survivor.id} ({survivor.biz_key})")
+    store().run_note(head.pk, last_error=f"coalesced into run {survivor.id} ({survivor.biz_key})")
     details = {
         "run_id": head.id,
         "slot": head.slot.isoformat() if head.slot else None,
@@ -383,12 +361,17 @@ def _record_coalesced(head: TaskRun, *, survivor: TaskRun, work: Work, now: date
         "survivor_source": work.source,
         "window_seconds": work.coalesce_window.total_seconds() if work.coalesce_window else 0,
     }
-    fields = {"reason": Decision.Reason.COALESCED, "details": details, "survivor": survivor, "created_at": now}
-    try:
-        with transaction.atomic():
-            Decision.objects.create(rule=work.rule, slot=None, biz_key=head.biz_key, **fields)
-    except IntegrityError:  # the trigger was shed once before it got its run: the decision now says coalesced
-        Decision.objects.filter(rule=work.rule, slot=None, biz_key=head.biz_key).update(hits=F("hits") + 1, **fields)
+    decision = Decision(
+        rule=work.rule,
+        slot=None,
+        biz_key=head.biz_key,
+        reason=Decision.Reason.COALESCED,
+        details=details,
+        survivor=survivor,
+        created_at=now,
+    )
+    # replace: the trigger was shed once before it got its run; the decision now says coalesced.
+    store().decision_record(decision, replace=True)
 
 
 def _shed(work: Work, pressure: Pressure, *, now: datetime) -> ClaimResult:
@@ -397,8 +380,9 @@ def _shed(work: Work, pressure: Pressure, *, now: datetime) -> ClaimResult:
     A trigger whose biz_key already has a run is a dedupe hit, not shed: nothing is inserted here,
     so reading first cannot break invariant 1.
     """
-    if TaskRun.objects.filter(biz_key=work.biz_key).update(dedupe_hits=F("dedupe_hits") + 1):
-        return ClaimResult(run=TaskRun.objects.get(biz_key=work.biz_key), created=False)
+    found = store().dedupe_hit(work.biz_key)
+    if found is not None:
+        return ClaimResult(run=found, created=False)
     details = {
         **pressure.as_details(),
         "recoverability": work.recoverability,
@@ -406,24 +390,19 @@ def _shed(work: Work, pressure: Pressure, *, now: datetime) -> ClaimResult:
         "triggered_by": work.triggered_by,
         "biz_key": work.biz_key,
     }
-    lookup: dict[str, object]
-    if work.slot is not None:
-        lookup = {"rule": work.rule, "slot": work.slot}
-        biz_key = ""  # a key template without {slot} may give two slots one key: the slot is the identity
-    else:
-        lookup = {"rule": work.rule, "slot": None, "biz_key": work.biz_key}
-        biz_key = work.biz_key
-    try:
-        with transaction.atomic():
-            decision = Decision.objects.create(
-                **{**lookup, "biz_key": biz_key},
-                reason=Decision.Reason.SHED,
-                details=details,
-                created_at=now,
-            )
-    except IntegrityError:
-        # The same slot (another tick) or the same business event (a resend) was decided already.
-        Decision.objects.filter(**lookup).update(hits=F("hits") + 1)
-        decision = Decision.objects.get(**lookup)
+    # A slot's decision is keyed by (rule, slot): a key template without {slot} may give two slots
+    # one key, so the slot is the identity. An event's by (rule, biz_key). The same slot (another
+    # tick) or the same business event (a resend) decided already counts one more hit.
+    decision = store().decision_record(
+        Decision(
+            rule=work.rule,
+            slot=work.slot,
+            biz_key="" if work.slot is not None else work.biz_key,
+            reason=Decision.Reason.SHED,
+            details=details,
+            created_at=now,
+        ),
+        replace=False,
+    )
     log.info("shed %s (%s) at %d pending in %s", work.biz_key, work.source, pressure.pending, pressure.pool)
     return ClaimResult(run=None, created=False, decision=decision)

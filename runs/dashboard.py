@@ -20,7 +20,7 @@ from runs.objectives import objective_counts
 from runs.rollup import BIN_RATIO, BUCKET, LIVE, REFRESH_CYCLE, Summary, histogram_percentile, rollup_read
 from runs.selectors import flow_saturation, scheduler_health
 from runs.status import decisions_by_reason, missed_of, next_runs, reason_items
-from runs.store import store
+from runs.store import database
 from tasks.models import TriggerRule
 
 WINDOW = timedelta(hours=24)
@@ -162,7 +162,7 @@ def _duplicate_biz_keys(recent) -> int:
     catalog says so in one row (pg_index). Counting duplicates over every run was a scan of the
     whole table, spilling to disk at a million runs. Where the catalog cannot say (SQLite, or an
     index left invalid by a failed concurrent build), the runs of the last 24 h are counted."""
-    if store().biz_key_unique_valid():
+    if database.biz_key_unique_valid():
         return 0
     return recent.values("biz_key").annotate(n=Count("id")).filter(n__gt=1).order_by().count()
 

@@ -4,11 +4,10 @@ from datetime import datetime
 
 from celery import current_app
 from django.db import transaction
-from django.db.models import F
 
 from harness_site import tracing
 from harness_site.broker import DISPATCHED_HEADER, RUN_HEADER, publish_in_one_round_trip
-from runs.models import TaskRun
+from runs.store import store
 from tasks.skills.sdk import DEFAULT_QUEUE
 
 EXECUTE_TASK = "runs.execute"
@@ -22,11 +21,9 @@ def run_dispatch_on_commit(*, run_ids: list[int], now: datetime) -> None:
     sends it, the worker's lines about the run belong to the run's trace."""
     if not run_ids:
         return
-    runs = TaskRun.objects.filter(id__in=run_ids)
-    rows = list(runs.values_list("id", "trace_id", "queue"))
+    rows = store().runs_mark_dispatched(run_ids, now=now)
     traces = {run_id: trace for run_id, trace, _queue in rows}
     queues = {run_id: queue for run_id, _trace, queue in rows}
-    runs.update(dispatched_at=now, dispatches=F("dispatches") + 1)
     run_send_on_commit(run_ids=run_ids, dispatched_at=now, traces=traces, queues=queues)
 
 

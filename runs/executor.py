@@ -14,20 +14,11 @@ from django.db import OperationalError, transaction
 
 from harness_site import tracing
 from runs import outcome
-from runs.admission import Admission, pool_admit, pool_admit_plain, pool_release
+from runs.admission import Admission, pool_admit, pool_release
 from runs.calls import SkillRuntime
-from runs.leases import (
-    LeaseRenewer,
-    connection_refresh,
-    fenced,
-    object_gate_enter,
-    object_gate_exit,
-    run_lease_claim,
-    run_lease_ttl,
-    run_take,
-)
+from runs.leases import LeaseRenewer, fenced, object_gate_enter, object_gate_exit, run_lease_claim, run_lease_ttl
 from runs.models import Attempt, TaskRun
-from runs.store import NotPlain, store
+from runs.store import NotPlain, database, store
 from tasks.skills.errors import classify
 from tasks.skills.identities import identity_require
 from tasks.skills.sdk import RunParked, SkillContext, SkillError, registry
@@ -44,7 +35,7 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
 
     1. Read the run row (once per attempt; everything below works from it); a run not due is not
        ours. A run with nothing in its way (no object, no start window, pools that limit nothing)
-       is claimed in the same statement on PostgreSQL (runs.leases.run_take), and goes to step 6.
+       is claimed in the same statement on PostgreSQL (the run store's run_take), and goes to step 6.
     2. A first attempt past its start window is cancelled instead ("start_window_passed").
     3. A run with an object key takes that object's lease first, so runs of one object never execute
        at once; "object_busy" means it was pushed back for a later dispatch.
@@ -57,7 +48,10 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
     7. Write the outcome under the fence; an attempt that lost its lease ends "fenced". Whatever
        the outcome, the slots are given back and handed to the next waiting runs.
     """
-    taken = run_take(run_id, worker=worker, now=clock())
+    # Read the run, and claim it in the same statement where nothing stands in its way (the store's
+    # claims_in_take): due and claimable, no object (step 3 comes first), no start window (step 2),
+    # and pools that all limit nothing (its agent's provider pool among them).
+    taken = store().run_take(run_id, worker=worker, now=clock())
     run, attempt = taken.run, taken.attempt
     # The store returns an attempt only with its run, so a missing run is not ours either.
     if run is None or (attempt is None and (run.state not in TaskRun.CLAIMABLE or run.run_after > clock())):
@@ -78,7 +72,7 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
                 return ExecuteOutcome(run_id, "object_busy")
             # Plain admission only where run_take did not find a pool that limits something.
             attempt, admission, refused = _admit_and_claim(
-                run, worker=worker, clock=clock, ttl=ttl, plain=taken.plain is not False and pool_admit_plain()
+                run, worker=worker, clock=clock, ttl=ttl, plain=taken.plain is not False and store().plain_admission
             )
             if refused is not None:
                 return refused
@@ -88,12 +82,12 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
         renewer.start()
         # With a connection pool, the skill's wait (a model call) holds no connection: each of its
         # writes borrows one, and the outcome takes one again.
-        store().connection_release()
+        database.connection_release()
         try:
             result, error = _call_skill(run, attempt, worker, clock, lost=renewer.lost)
         finally:
             renewer.stop()
-        connection_refresh()  # the skill may have run for minutes; its connection may be gone
+        database.connection_refresh()  # the skill may have run for minutes; its connection may be gone
         now = clock()
         if error is None:
             done = outcome.run_succeed(run, attempt, result, now=now, release_worker=worker)
@@ -109,7 +103,8 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
             # Every outcome (success, retry wait, failure, park, fenced, not claimed) frees the slots:
             # a run waiting for a retry holds none (invariant 5).
             pool_release(run_id=run_id, fence=admission.fence, now=clock(), worker=worker)
-        object_gate_exit(gate, now=clock())
+        if gate is not None:  # the run names an object
+            object_gate_exit(gate, now=clock())
 
 
 def _admit_and_claim(

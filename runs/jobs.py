@@ -13,7 +13,7 @@ from runs.approvals import approval_expire_due
 from runs.objectives import objective_prune, objective_sweep
 from runs.outages import outage_sweep
 from runs.retention import decision_sweep
-from runs.store import StatementsStale, store
+from runs.store import StatementsStale, database
 
 log = logging.getLogger("harness.executor")
 DB_UNAVAILABLE = "db_unavailable"
@@ -35,7 +35,7 @@ def run_execute_task(self, run_id: int) -> str:
         # Or a migration left this connection's prepared statements stale, twice (runs/store/postgres.py).
         why = "prepared statements stale" if isinstance(exc, StatementsStale) else "database unavailable"
         log.warning("run %s handed back: %s (%s)", run_id, why, " ".join(str(exc).split())[:200])
-        store().connection_close()
+        database.connection_close()
         return DB_UNAVAILABLE
 
 

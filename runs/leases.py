@@ -18,68 +18,31 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import TypeVar
 
-from django.db import DatabaseError, IntegrityError, transaction
-from django.db.models import F, Q
+from django.db import DatabaseError, transaction
 
 from harness_site.forks import background_writes
 from runs.dispatch import run_dispatch_on_commit
-from runs.models import Attempt, Lease, RunStep, TaskRun
-from runs.store import Taken, store
+from runs.models import Attempt, RunStep, TaskRun
+from runs.store import Held, database, store
 from tasks.skills.sdk import ErrorKind, SkillError
 
 log = logging.getLogger("harness.leases")
 
 
-@dataclass(frozen=True)
-class Held:
-    key: str
-    owner: str
-    token: int
-    expires_at: datetime
-
-
 def lease_acquire(*, key: str, owner: str, ttl: timedelta, now: datetime, run_id: int | None = None) -> Held | None:
-    """Take the lease if it is free or expired; None when someone else holds it.
-
-    A missing row is inserted (a unique-key conflict means another owner inserted it first: retry
-    the update once). The fencing token is bumped in the same statement that takes the lease.
-    """
-    for _ in range(2):
-        # Compare-and-set: a row count of 0 means the lease is held by someone else (or absent).
-        taken = Lease.objects.filter(Q(owner="") | Q(expires_at__isnull=True) | Q(expires_at__lte=now), key=key).update(
-            owner=owner, token=F("token") + 1, acquired_at=now, expires_at=now + ttl, run_id=run_id
-        )
-        if taken:
-            token = Lease.objects.filter(key=key, owner=owner).values_list("token", flat=True).first()
-            return Held(key, owner, token, now + ttl) if token is not None else None
-        if Lease.objects.filter(key=key).exists():
-            return None
-        try:
-            with transaction.atomic():
-                Lease.objects.create(
-                    key=key, owner=owner, token=1, acquired_at=now, expires_at=now + ttl, run_id=run_id
-                )
-            return Held(key, owner, 1, now + ttl)
-        except IntegrityError:
-            continue  # inserted by another owner meanwhile: it may already have released it
-    return None
+    """Take the lease for `ttl` if it is free or expired; None when someone else holds it. The
+    fencing token is bumped in the same statement that takes the lease."""
+    return store().keyed_lease_acquire(key=key, owner=owner, expires_at=now + ttl, now=now, run_id=run_id)
 
 
 def lease_renew(*, held: Held, ttl: timedelta, now: datetime) -> Held | None:
-    """Extend the lease while it is still ours (same owner and token); None means it was lost."""
-    renewed = Lease.objects.filter(key=held.key, owner=held.owner, token=held.token, expires_at__gt=now).update(
-        expires_at=now + ttl
-    )
-    return Held(held.key, held.owner, held.token, now + ttl) if renewed else None
+    """Extend the lease by `ttl` while it is still ours (same owner and token); None means it was lost."""
+    return store().keyed_lease_renew(held, expires_at=now + ttl, now=now)
 
 
 def lease_release(*, held: Held) -> bool:
     """Give the lease back; False if it had already been taken by someone else (nothing changed)."""
-    return bool(
-        Lease.objects.filter(key=held.key, owner=held.owner, token=held.token).update(
-            owner="", expires_at=None, run_id=None
-        )
-    )
+    return store().keyed_lease_release(held)
 
 
 def object_lease_key(object_key: str) -> str:
@@ -119,9 +82,7 @@ def object_gate_enter(*, run: TaskRun, worker: str, clock) -> ObjectGate | None:
     gate = ObjectGate(run_id=run_id, object_key=object_key, held=held)
     if held is None:
         # Compare-and-set on a claimable run only: a run executing elsewhere is left alone.
-        TaskRun.objects.filter(id=run_id, state__in=TaskRun.CLAIMABLE).update(
-            run_after=now + OBJECT_BUSY_DELAY, dispatched_at=None
-        )
+        store().push_back(run_id, run_after=now + OBJECT_BUSY_DELAY)
         return gate
     gate.renewal = KeyRenewal(held=held, run_id=run_id, ttl=ttl, clock=clock)
     gate.renewal.start()
@@ -145,11 +106,6 @@ def object_gate_exit(gate: ObjectGate | None, *, now: datetime) -> None:
     run_dispatch_on_commit(run_ids=next_ids, now=now)
 
 
-def connection_refresh() -> None:
-    """Before a write that follows a long wait (a skill's run): see runs.store."""
-    store().connection_refresh()
-
-
 # --- The run lease: on the TaskRun row itself, so the fence check and the result write are one row. ---
 
 Clock = Callable[[], datetime]
@@ -165,24 +121,6 @@ class LeaseLost(SkillError):
 def run_lease_ttl(run: TaskRun) -> timedelta:
     """The lease length the run was triggered with (its rule's policy, copied into the run at claim)."""
     return timedelta(seconds=run.lease_ttl_seconds)
-
-
-def run_read(run_id: int) -> TaskRun | None:
-    """The run row an attempt works from (read once)."""
-    return store().run_read(run_id)
-
-
-def run_take(run_id: int, *, worker: str, now: datetime) -> Taken:
-    """Read the run an attempt works from and, when nothing stands in its way, claim it (in one
-    statement where the store can: PostgreSQL).
-
-    Nothing stands in the way of a run that is claimable and due, names no object (the object gate
-    comes first), has no start window (run_cancel_late's check), and whose pools, its agent's
-    provider pool among them, all limit nothing (runs.admission's plain admission, taken in the same
-    statement). Any other run is returned unclaimed, as read, for the executor's full path; nothing
-    is written for it.
-    """
-    return store().run_take(run_id, worker=worker, now=now)
 
 
 def run_lease_claim(run: TaskRun, *, worker: str, now: datetime, plain: bool = False) -> Attempt | None:
@@ -211,7 +149,7 @@ def fenced(*, run_id: int, fence: int, lost: threading.Event | None = None) -> I
     """
     if lost is not None and lost.is_set():
         raise LeaseLost()
-    connection_refresh()
+    database.connection_refresh()
     with transaction.atomic():
         if not store().fence_holds(run_id=run_id, fence=fence):
             raise LeaseLost()
@@ -224,7 +162,7 @@ def fenced_step(*, run_id: int, fence: int, name: str, lost: Callable[[], bool])
     the statement that checks the fence. Yields the checkpoint when the step was done (the caller
     returns it and writes nothing; found whatever the lease, as any finished step is), else None
     once the fence is known to hold, with the row locked until commit."""
-    connection_refresh()  # a step may follow minutes of work: replace a connection the server dropped
+    database.connection_refresh()  # a step may follow minutes of work: replace a connection the server dropped
     with transaction.atomic():
         done, holds = store().step_fence(run_id=run_id, fence=fence, name=name)
         if done is None and (lost() or not holds):
@@ -370,12 +308,12 @@ class _Renewals:
                 now = time.monotonic()
                 due = [r for r in self._held.values() if r.due <= now]
             # Never behind the runs for a pooled connection: their leases would run out meanwhile.
-            store().connection_unpooled()
+            database.connection_unpooled()
             # A skill that forks (os.fork, multiprocessing) must not take this connection with it.
             with background_writes():
                 self.renew(due)
                 # A pass every ttl/3 at most: no connection is kept between passes (a pool gets it back).
-                store().connection_close()
+                database.connection_close()
 
     def renew(self, due: list[_Renewal]) -> None:
         """Renew `due` now: one statement for the run leases, one for the keyed ones."""
@@ -388,7 +326,7 @@ class _Renewals:
         try:
             gone = [r for r in renew(batch) if r is not None]
         except DatabaseError as exc:
-            store().connection_close()  # retried on a new connection
+            database.connection_close()  # retried on a new connection
             gone = [r for r in batch if not r.unreachable(exc)]
         with self._cond:
             for r in gone:

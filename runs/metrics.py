@@ -33,7 +33,7 @@ from runs.models import (
 )
 from runs.selectors import scheduler_health
 from runs.status import MISSED_REASONS
-from runs.store import store
+from runs.store import database
 from runs.workers import silent_after
 from tasks.models import EventMetric, Pool
 
@@ -148,8 +148,8 @@ def _latency():
     # Backfills are paced on purpose, so their delay says nothing about the queue (as on the dashboard).
     # Seconds between two instants, native on each backend (runs.store), to the millisecond: Django's
     # own duration arithmetic calls a Python function per row on SQLite.
-    delay = store().seconds_between("start_at", "trigger_at")
-    latency = store().seconds_between("finish_at", "trigger_at")
+    delay = database.seconds_between("start_at", "trigger_at")
+    latency = database.seconds_between("finish_at", "trigger_at")
     buckets = [f"SUM(CASE WHEN d <= {float(b)!r} THEN 1 ELSE 0 END)" for b in QUEUE_DELAY_BUCKETS]
     buckets += [f"SUM(CASE WHEN l <= {float(b)!r} THEN 1 ELSE 0 END)" for b in LATENCY_BUCKETS]
     # MATERIALIZED: computed once per row, not once per bucket (SQLite would otherwise inline it).
@@ -163,7 +163,7 @@ def _latency():
         SELECT COUNT(d), COALESCE(SUM(d), 0), COUNT(l), COALESCE(SUM(l), 0), {", ".join(buckets)}
         FROM started
     """
-    [row] = store().rows(sql, [TaskRun.State.SUCCEEDED, TaskRun.Source.BACKFILL])
+    [row] = database.rows(sql, [TaskRun.State.SUCCEEDED, TaskRun.Source.BACKFILL])
     d_n, d_sum, l_n, l_sum, *counts = row
     n_delay = len(QUEUE_DELAY_BUCKETS)
     yield _histogram(

@@ -5,7 +5,6 @@ writes its audit row in the same transaction."""
 from datetime import datetime
 
 from django.db import IntegrityError, transaction
-from django.db.models import F
 from django.utils.translation import gettext as _
 
 from deadletters.models import DeadLetter
@@ -13,7 +12,8 @@ from deadletters.services import deadletter_mark_replayed
 from harness_site.audit.models import AuditEntry
 from harness_site.audit.services import audit_record
 from runs.dispatch import run_dispatch_on_commit
-from runs.models import Attempt, Lease, PoolSlot, TaskRun
+from runs.models import Lease, TaskRun
+from runs.store import ForceRelease, Replay, store
 from tasks.skills.sdk import ErrorKind
 
 RETRYABLE_STATES = (TaskRun.State.WAITING_RETRY, TaskRun.State.FAILED)
@@ -44,14 +44,9 @@ def run_retry_now(*, run_id: int, actor, now: datetime, reason: str = "", ticket
             if state is None:
                 raise OperationError(_("run %(run)s no longer exists") % {"run": run_id})
             raise OperationError(f"run {run_id} is {TaskRun.State(state).label.lower()}, not failed")
-        fields = {"state": TaskRun.State.PENDING, "run_after": now, "finish_at": None}
-        if run.state == TaskRun.State.FAILED:
-            # A fresh retry window for the new attempt; the attempt cap still counts every attempt.
-            fields["first_failure_at"] = None
-        # Compare-and-set on the state we read: 0 rows means someone else acted first.
+        # Compare-and-set on the state we read: False means someone else acted first.
         try:
-            with transaction.atomic():
-                changed = TaskRun.objects.filter(id=run.id, state=run.state).update(**fields)
+            changed = store().replay(Replay(run_id=run.id, from_state=run.state, now=now))
         except IntegrityError:
             # A coalescing rule keeps one pending run per object (run_one_pending_per_object): a newer
             # trigger of this object is already pending and carries the newest payload.
@@ -94,7 +89,7 @@ def run_cancel(*, run_id: int, actor, now: datetime, reason: str = "") -> bool:
         if run is None:
             return False
         # The executor claims only pending/waiting runs, so a cancelled run can never start.
-        if not TaskRun.objects.filter(id=run.id, state=run.state).update(state=TaskRun.State.CANCELLED, finish_at=now):
+        if not store().cancel(run.id, from_state=run.state, now=now):
             return False
         audit_record(
             actor=actor,
@@ -120,22 +115,13 @@ def run_lease_force_release(*, run_id: int, actor, now: datetime, reason: str) -
         if run is None:
             return False
         message = f"lease of {run.lease_owner or '?'} force-released by {_name(actor)}: {reason}"
-        released = TaskRun.objects.filter(id=run.id, fence=run.fence, state=TaskRun.State.RUNNING).update(
-            state=TaskRun.State.WAITING_RETRY,
-            run_after=now,
-            fence=F("fence") + 1,
-            lease_owner="",
-            lease_expires_at=None,
-            last_error=message,
-            last_error_kind=ErrorKind.LEASE_LOST,
+        # Its running attempt is fenced and its pool slots go with the lease, as on expiry (the
+        # next sweep hands them on). False: finished or renewed under a new fence meanwhile.
+        release = ForceRelease(
+            run_id=run.id, fence=run.fence, now=now, message=message, error_kind=ErrorKind.LEASE_LOST
         )
-        if not released:  # finished or renewed under a new fence between the read and the write
+        if not store().force_release(release):
             return False
-        Attempt.objects.filter(run_id=run.id, fence=run.fence, outcome=Attempt.Outcome.RUNNING).update(
-            outcome=Attempt.Outcome.FENCED, finished_at=now, error_kind=ErrorKind.LEASE_LOST, error=message
-        )
-        # Its pool slots go with the lease, as on expiry (the next sweep hands them on).
-        PoolSlot.objects.filter(run_id=run.id, fence=run.fence).delete()
         audit_record(
             actor=actor,
             action=AuditEntry.Action.LEASE_RELEASE,
@@ -161,9 +147,7 @@ def lease_force_release(*, lease_id: int, actor, now: datetime, reason: str) -> 
         lease = Lease.objects.filter(id=lease_id).first()
         if lease is None or not lease.owner:
             return False
-        if not Lease.objects.filter(id=lease.id, token=lease.token, owner=lease.owner).update(
-            owner="", expires_at=now, token=F("token") + 1
-        ):
+        if not store().keyed_lease_force_release(lease.id, owner=lease.owner, token=lease.token, now=now):
             return False
         audit_record(
             actor=actor,

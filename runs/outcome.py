@@ -2,25 +2,24 @@
 
 Each function is one state change written in the caller's transaction (or its own), and each one
 that follows an attempt is fenced: written only while that attempt still holds the run's lease
-(invariant 2), by `fenced_update`, the one helper that writes under the fence. `run_fail` is the
-only place that writes FAILED and opens the run's dead-letter ticket (invariant 6).
+(invariant 2). This module decides; the run store writes each outcome as one named operation
+(runs.store.protocol). `run_fail` is the only place that writes FAILED and opens the run's
+dead-letter ticket (invariant 6).
 """
 
 import json
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from django.db import transaction
-from django.db.models import F
 
 from deadletters.alerts import alert_retry
 from deadletters.services import deadletter_open
 from runs.admission import pool_wake_freed
-from runs.models import ActionProposal, Attempt, TaskRun
+from runs.models import Attempt, TaskRun
 from runs.retry import RetryDecision, decide_retry
-from runs.store import store
+from runs.store import AttemptEnd, BudgetPark, ErrorRecord, Failure, Proposal, store
 from tasks.skills.error_words import START_WINDOW_KIND  # re-exported: the kinds recorded here
 from tasks.skills.errors import ClassifiedError
 from tasks.skills.sdk import AwaitApproval, BudgetWait, ErrorKind, RunParked
@@ -40,20 +39,19 @@ class ExecuteOutcome:
     released: bool = field(default=False, compare=False)
 
 
-def fenced_update(run: TaskRun, **fields) -> bool:
-    """Write `fields` and release the lease, only if `run.fence` still holds it (one statement).
-
-    False: another worker or the sweeper took the run meanwhile; nothing was written.
-    """
-    return store().run_fenced_update(run, **fields)
-
-
 def attempt_mark_fenced(attempt: Attempt, *, now: datetime) -> ExecuteOutcome:
     """The attempt lost its lease before it could commit: its outcome is discarded."""
     # Also over "lease_expired": the sweeper wrote that first, and "fenced" adds that the worker
     # came back and tried to commit.
-    Attempt.objects.filter(id=attempt.id, outcome__in=[Attempt.Outcome.RUNNING, Attempt.Outcome.LEASE_EXPIRED]).update(
-        outcome=Attempt.Outcome.FENCED, finished_at=now, error_kind=ErrorKind.LEASE_LOST
+    store().attempt_end(
+        AttemptEnd(
+            run_id=attempt.run_id,
+            number=attempt.number,
+            outcome=Attempt.Outcome.FENCED,
+            now=now,
+            error_kind=ErrorKind.LEASE_LOST,
+            only_from=(Attempt.Outcome.RUNNING, Attempt.Outcome.LEASE_EXPIRED),
+        )
     )
     log.warning("run %s attempt %s lost its lease; outcome discarded", attempt.run_id, attempt.number)
     return ExecuteOutcome(attempt.run_id, "fenced", "lease lost before commit")
@@ -70,7 +68,7 @@ def run_succeed(
     """
     done = store().run_succeed(run, attempt, _jsonable(result), now=now, release_worker=release_worker)
     released = done.waiting is not None
-    if done.waiting is not None:
+    if done.waiting:  # freed pairs that runs wait for (none, mostly)
         pool_wake_freed(done.waiting, now=now)
     if not done.written:
         fenced_out = attempt_mark_fenced(attempt, now=now)
@@ -90,12 +88,7 @@ def run_attempt_failed(
     """A worker's attempt failed: retry later or fail for good, by the run's policy (fenced)."""
     with transaction.atomic():
         decision = run_record_failure(
-            run,
-            error=error,
-            now=now,
-            draw=draw,
-            retry_after=retry_after,
-            attempts=Attempt.objects.filter(id=attempt.id),
+            run, error=error, now=now, draw=draw, retry_after=retry_after, attempt_number=attempt.number
         )
         if decision is None:
             return attempt_mark_fenced(attempt, now=now)
@@ -110,17 +103,20 @@ def run_record_failure(
     error: ClassifiedError,
     now: datetime,
     draw: float,
-    attempts,
+    attempt_number: int,
     retry_after: float | None = None,
     take_lease: bool = False,
     attempt_outcome: str | None = None,
+    attempt_only_from: tuple[str, ...] = (),
 ) -> RetryDecision | None:
-    """Apply the run's retry policy (invariant 5) to its failed latest attempt, fenced on `run.fence`.
+    """Apply the run's retry policy (invariant 5) to its failed attempt `attempt_number`, fenced on
+    `run.fence`.
 
     Used by the executor (its own attempt failed) and by the sweeper (`take_lease`: the lease
-    expired, so the fence is bumped and the lost worker can never commit). None: the fence no longer
-    held and nothing was written. A retry waits in the database (run_after) and records its alert;
-    a final failure goes through `run_fail`, the one place that writes FAILED.
+    expired, so the fence is bumped and the lost worker can never commit; only an attempt still
+    in `attempt_only_from` is ended). None: the fence no longer held and nothing was written. A
+    retry waits in the database (run_after) and records its alert; a final failure goes through
+    `run_fail`, the one place that writes FAILED.
     """
     policy = run.retry_policy()
     first_failure_at = run.first_failure_at or now
@@ -133,25 +129,29 @@ def run_record_failure(
         draw=draw,
         retry_after=retry_after,
     )
-    # Column values and expressions for QuerySet.update(), which takes any of them.
-    fields: dict[str, Any] = {
-        "first_failure_at": first_failure_at,
-        "last_error": error.message,
-        "last_error_kind": error.kind,
-    }
-    if take_lease:
-        fields["fence"] = F("fence") + 1
+    failure = Failure(
+        run_id=run.id,
+        error=_record(error),
+        first_failure_at=first_failure_at,
+        now=now,
+        fence=run.fence,
+        take_lease=take_lease,
+    )
     if decision.retry:
-        if not fenced_update(run, state=TaskRun.State.WAITING_RETRY, run_after=decision.run_after, **fields):
+        assert decision.run_after is not None, "a retry says when"
+        if not store().retry_later(failure, run_after=decision.run_after):
             return None
-    elif not run_fail(run, error=error, reason=decision.reason, now=now, fenced=True, **fields):
+    elif not run_fail(run, error=error, reason=decision.reason, now=now, failure=failure):
         return None
-    attempts.update(
-        outcome=attempt_outcome or (Attempt.Outcome.RETRY if decision.retry else Attempt.Outcome.FAILED),
-        finished_at=now,
-        error_kind=error.kind,
-        error_digest=error.digest,
-        error=error.message,
+    store().attempt_end(
+        AttemptEnd(
+            run_id=run.id,
+            number=attempt_number,
+            outcome=attempt_outcome or (Attempt.Outcome.RETRY if decision.retry else Attempt.Outcome.FAILED),
+            now=now,
+            error=_record(error),
+            only_from=attempt_only_from,
+        )
     )
     if decision.retry:
         # Recorded with the outcome (an outbox row); sent by a worker after commit.
@@ -165,29 +165,25 @@ def run_fail(
     error: ClassifiedError,
     reason: str,
     now: datetime,
-    fenced: bool = False,
     from_states: tuple[str, ...] = (),
-    **fields,
+    failure: Failure | None = None,
 ) -> bool:
     """Fail the run for good and open its one dead-letter ticket, in the caller's transaction.
 
-    The write is conditional: on the fence (`fenced`, for an attempt that holds the lease) or on
-    the run still being in one of `from_states` (a slot failed at fire time, an approval expired).
-    False: the condition no longer held; nothing was written and no ticket was opened.
+    The write is conditional: on the fence (`failure`, as run_record_failure builds it for an
+    attempt that holds the lease) or on the run still being in one of `from_states` (a slot failed
+    at fire time, an approval expired). False: the condition no longer held; nothing was written
+    and no ticket was opened.
     """
-    fields = {
-        "first_failure_at": run.first_failure_at or now,
-        "last_error": error.message,
-        "last_error_kind": error.kind,
-        **fields,
-        "state": TaskRun.State.FAILED,
-        "finish_at": now,
-    }
-    if fenced:
-        written = fenced_update(run, **fields)
-    else:
-        written = bool(TaskRun.objects.filter(id=run.id, state__in=from_states).update(**fields))
-    if not written:
+    if failure is None:
+        failure = Failure(
+            run_id=run.id,
+            error=_record(error),
+            first_failure_at=run.first_failure_at or now,
+            now=now,
+            from_states=from_states,
+        )
+    if not store().fail(failure):
         return False
     run.refresh_from_db()
     deadletter_open(run=run, error=error, reason=reason, now=now)
@@ -203,38 +199,22 @@ def run_park(run: TaskRun, attempt: Attempt, parked: RunParked, *, now: datetime
       provider pool may be called again). The attempt is taken back (deleted, count decremented):
       waiting must not use up retries.
     """
-    with transaction.atomic():
-        if isinstance(parked, AwaitApproval):
-            fields: dict[str, Any] = {"state": TaskRun.State.AWAITING_APPROVAL, "last_error": "", "last_error_kind": ""}
-        elif isinstance(parked, BudgetWait):
-            fields = {
-                "state": TaskRun.State.WAITING_RETRY,
-                "run_after": parked.until,
-                "attempts": F("attempts") - 1,
-                "last_error": str(parked),
-                "last_error_kind": parked.kind,
-            }
-        else:
-            raise TypeError(f"unknown parking reason {parked!r}")
-        if not fenced_update(run, **fields):
-            return attempt_mark_fenced(attempt, now=now)
-        if isinstance(parked, AwaitApproval):
-            Attempt.objects.filter(id=attempt.id).update(outcome=Attempt.Outcome.PARKED, finished_at=now)
-            ActionProposal.objects.get_or_create(
-                run_id=run.id,
-                step=parked.step,
-                defaults={
-                    "action": parked.action,
-                    "risk": parked.risk,
-                    "args": parked.action_args,
-                    "proposed_at": now,
-                    "expires_at": now + parked.ttl,
-                },
-            )
-            status = "awaiting_approval"
-        else:
-            Attempt.objects.filter(id=attempt.id).delete()
-            status = "waiting_budget"
+    if isinstance(parked, AwaitApproval):
+        proposal = Proposal(
+            step=parked.step,
+            action=parked.action,
+            risk=parked.risk,
+            args=parked.action_args,
+            expires_at=now + parked.ttl,
+        )
+        written, status = store().park_for_approval(run, attempt, proposal, now=now), "awaiting_approval"
+    elif isinstance(parked, BudgetWait):
+        park = BudgetPark(until=parked.until, message=str(parked), kind=parked.kind)
+        written, status = store().park_for_budget(run, attempt, park), "waiting_budget"
+    else:
+        raise TypeError(f"unknown parking reason {parked!r}")
+    if not written:
+        return attempt_mark_fenced(attempt, now=now)
     log.info("run %s parked: %s", run.id, parked)
     return ExecuteOutcome(run.id, status, str(parked))
 
@@ -248,15 +228,13 @@ def run_cancel_late(run: TaskRun, *, now: datetime) -> bool:
     start_by = run.start_by
     if run.state != TaskRun.State.PENDING or run.attempts != 0 or start_by is None or now <= start_by:
         return False
-    # Compare-and-set: 0 rows means a worker claimed it (in time) or it changed meanwhile.
-    return bool(
-        TaskRun.objects.filter(id=run.id, state=TaskRun.State.PENDING, attempts=0).update(
-            state=TaskRun.State.CANCELLED,
-            finish_at=now,
-            last_error=f"start window passed: it had to start by {start_by.isoformat()}",
-            last_error_kind=START_WINDOW_KIND,
-        )
-    )
+    # Compare-and-set: False means a worker claimed it (in time) or it changed meanwhile.
+    message = f"start window passed: it had to start by {start_by.isoformat()}"
+    return store().cancel_late(run.id, now=now, message=message, kind=START_WINDOW_KIND)
+
+
+def _record(error: ClassifiedError) -> ErrorRecord:
+    return ErrorRecord(kind=error.kind, message=error.message, digest=error.digest)
 
 
 def _jsonable(value: object) -> object:

@@ -9,6 +9,7 @@ from django.db import transaction
 from django.db.models import F
 
 from runs.models import Decision, DecisionTally
+from runs.store import store
 
 # Deleted per sweep at most, so one sweep after a long pause stays short; the next continues.
 RETENTION_BATCH = 5000
@@ -29,15 +30,10 @@ def decision_sweep(*, now: datetime, days: int | None = None) -> int:
     with transaction.atomic():
         # Locked, so two sweeps count each deleted decision once (PostgreSQL: the second waits and
         # finds the rows gone; SQLite: IMMEDIATE transactions run one at a time).
-        gone = list(
-            Decision.objects.select_for_update(of=("self",))
-            .filter(id__in=ids)
-            .values_list("id", "rule__name", "reason")
-        )
+        gone = store().decisions_delete(ids)
         if not gone:
             return 0
-        Decision.objects.filter(id__in=[g[0] for g in gone]).delete()
-        for (rule_name, reason), n in sorted(Counter((g[1], g[2]) for g in gone).items()):
+        for (rule_name, reason), n in sorted(Counter(gone).items()):
             tally, _created = DecisionTally.objects.get_or_create(rule_name=rule_name, reason=reason)
             DecisionTally.objects.filter(pk=tally.pk).update(count=F("count") + n)
     return len(gone)

@@ -24,7 +24,7 @@ from django.db import transaction
 from django.db.models import Q, QuerySet
 
 from runs.models import RunRollup, TaskRun
-from runs.store import store
+from runs.store import database
 
 WINDOW = timedelta(hours=24)
 BUCKET = timedelta(minutes=5)
@@ -205,7 +205,7 @@ def _summaries(rows: QuerySet) -> tuple[dict[datetime, Summary], int, datetime |
     """summarize(rows, key=bucket_of), the runs read, and the oldest bucket among them (None: no
     runs). PostgreSQL summarises in SQL (a few rows per bucket come back instead of every run);
     `rows` is a values_list of ROW_FIELDS, sliced or not."""
-    if store().summarizes_in_sql:
+    if database.summarizes_in_sql():
         return _summarize_in_postgres_rows(rows)
     found = list(rows)
     oldest = min((bucket_of(r[0]) for r in found), default=None)
@@ -240,7 +240,7 @@ def _summarize_in_postgres_rows(rows: QuerySet) -> tuple[dict[datetime, Summary]
     """
     out: dict[datetime, Summary] = {}
     read, oldest = 0, None
-    for b, kind, key, n, hits, trials in store().rows(sql, [*inner_params, EPOCH, BUCKET.total_seconds()]):
+    for b, kind, key, n, hits, trials in database.rows(sql, [*inner_params, EPOCH, BUCKET.total_seconds()]):
         if kind == "n":
             read, oldest = n, (EPOCH + BUCKET * b if b is not None else None)
             continue

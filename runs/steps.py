@@ -17,9 +17,9 @@ from datetime import timedelta
 from typing import Any
 
 from harness_site import tracing
-from runs.leases import LeaseLost, connection_refresh, fenced_step
+from runs.leases import LeaseLost, fenced_step
 from runs.models import ActionProposal, RunStep
-from runs.store import store
+from runs.store import database, store
 from tasks.skills.actions import APPROVAL_RISKS, action_get, effective_risk
 from tasks.skills.sdk import AwaitApproval, ErrorKind, SkillContext, SkillError, digest
 
@@ -47,7 +47,7 @@ def run_step(ctx: SkillContext, name: str, fn: Callable[[], Any], *, write: bool
             output = fn()
             store().step_insert(_step(ctx, name, output))
         return output
-    connection_refresh()  # a step may follow minutes of work: replace a connection the server dropped
+    database.connection_refresh()  # a step may follow minutes of work: replace a connection the server dropped
     done = step_done(ctx, name)
     if done is not None:
         return _resumed(ctx, done)
@@ -55,7 +55,7 @@ def run_step(ctx: SkillContext, name: str, fn: Callable[[], Any], *, write: bool
         _checkpoint(ctx, name, None, skipped=True)
         ctx.logger.info("run %s: dry run, write step %s skipped", ctx.run_id, name)
         return None
-    store().connection_release()  # a read step may wait (a model call): hold no pooled connection meanwhile
+    database.connection_release()  # a read step may wait (a model call): hold no pooled connection meanwhile
     output = fn()
     _checkpoint(ctx, name, output)
     return output
@@ -70,7 +70,7 @@ def _checkpoint(ctx: SkillContext, name: str, output: Any, *, skipped: bool = Fa
     """The step's checkpoint alone, under the fence (one statement where the store can)."""
     if ctx.lease_lost():
         raise LeaseLost()
-    connection_refresh()  # after a read step's wait
+    database.connection_refresh()  # after a read step's wait
     if not store().step_checkpoint(_step(ctx, name, output, skipped=skipped), fence=ctx.fence):
         raise LeaseLost()
 

@@ -22,7 +22,7 @@ from django.db.models import F, Q
 from harness_site.broker import QueueProbe, queue_probe
 from runs.admission import pool_sweep
 from runs.dispatch import run_dispatch_on_commit
-from runs.models import Attempt, PoolSlot, TaskRun
+from runs.models import Attempt, TaskRun
 from runs.outcome import run_record_failure
 from runs.rollup import rollup_refresh
 from runs.store import store
@@ -98,11 +98,7 @@ def _expire_one(run_id: int, fence: int, *, now: datetime, draw: float) -> bool:
     """Take the lease back from a lost worker: bump the fence so it can never commit, count the
     attempt, then retry or dead-letter by the run's policy."""
     with transaction.atomic():
-        run = (
-            TaskRun.objects.select_for_update(skip_locked=True)
-            .filter(id=run_id, fence=fence, state=TaskRun.State.RUNNING, lease_expires_at__lt=now)
-            .first()
-        )
+        run = store().expiring(run_id, fence=fence, now=now)
         if run is None:  # renewed, finished or taken by another sweeper meanwhile
             return False
         error = ClassifiedError(
@@ -116,14 +112,15 @@ def _expire_one(run_id: int, fence: int, *, now: datetime, draw: float) -> bool:
             error=error,
             now=now,
             draw=draw,
-            attempts=Attempt.objects.filter(run=run, number=run.attempts, outcome=Attempt.Outcome.RUNNING),
+            attempt_number=run.attempts,
             take_lease=True,
             attempt_outcome=Attempt.Outcome.LEASE_EXPIRED,
+            attempt_only_from=(Attempt.Outcome.RUNNING,),
         )
         if decision is None:
             return False
         # The lost attempt's pool slots go with its lease (pool_sweep hands them on).
-        PoolSlot.objects.filter(run_id=run_id, fence=fence).delete()
+        store().slots_drop(run_id=run_id, fence=fence)
         # A model call it sent and never saw answered may still be billed: say so on its row.
         store().call_mark_lost(run_id)
     log.warning("run %s: lease expired, %s", run_id, decision.reason)

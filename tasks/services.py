@@ -12,7 +12,7 @@ from django.utils.dateparse import parse_datetime
 
 from harness_site.audit.models import AuditEntry
 from harness_site.audit.services import audit_record
-from runs.store import store
+from runs.store import database
 from tasks import sentences
 from tasks.agent_io import agent_export, agent_resolve, agent_save, agent_stage
 from tasks.calendar_io import calendar_export, calendar_resolve, calendar_save, calendar_stage
@@ -227,7 +227,7 @@ def rule_import_stage(text: str | bytes) -> StagedImport:
             rule.full_clean()
             # What the database will be given: a "" time or a 20-digit number passes full_clean
             # (blank values are not validated) and would fail only inside the save.
-            store().values_check(rule, add=created)
+            database.values_check(rule, add=created)
         except (ValidationError, *STAGING_ERRORS) as exc:
             errors.extend(staging_errors(label, exc))
             continue

@@ -7,7 +7,7 @@ from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.utils.functional import cached_property
 
-from runs.store import store
+from runs.store import database
 from tasks.models import TriggerRule
 from tasks.skills.error_words import ERROR_KIND_LABELS
 
@@ -26,7 +26,7 @@ class EstimatedCountPaginator(Paginator):
     def count(self) -> int:
         rows = self.object_list
         if isinstance(rows, QuerySet) and not rows.query.where:
-            estimate = store().table_estimate(rows.model._meta.db_table)
+            estimate = database.table_estimate(rows.model._meta.db_table)
             if estimate is not None and estimate > ESTIMATE_ABOVE:
                 return estimate
         return super().count

@@ -1,26 +1,67 @@
-"""The run store: every write of a run's lifecycle behind one interface (claim, batch claim, take
-with admission, renew, fenced outcome, release, a skill's step checkpoints, its model calls'
-records and their budget count, and the report reads that differ by database).
+"""The run store: every write of a run's life behind one interface, RunStore (runs.store.protocol):
+claim, batch claim, take with admission, renew, each outcome (succeed, retry later, fail, park,
+cancel late), expiry, operator actions (replay, cancel, force-release), keyed leases, a skill's
+step checkpoints, its model calls' records and their budget count.
 
 The domain modules (runs.claims, runs.admission, runs.leases, runs.outcome, the tick) decide; the
-store writes. Two backends: PostgreSQL, whose hot-path statements are named once in
-runs/store/queries.sql, and SQLite, the ORM's writes. The backend is chosen once per process, from
-the default database. Only this package touches django.db's connection (an import-linter contract
-in pyproject.toml says so).
+store writes. Two backends implement RunStore whole: PostgreSQL, whose hot-path statements are named
+once in runs/store/queries.sql, and SQLite, the ORM's writes (runs.store.orm, plain functions the
+PostgreSQL store also names where it has no statement of its own). The backend is chosen once per
+process, from the default database. Only this package touches django.db's connection, and only it
+writes run tables (import-linter contracts in pyproject.toml); the connection helpers and report
+reads live beside the store, in runs.store.database.
 """
 
 from functools import cache
 
-from django.db import DEFAULT_DB_ALIAS, connections
-
-from runs.store.base import NotPlain, OrmStore, Succeeded, Taken
+from runs.store.database import is_postgres
 from runs.store.postgres import PostgresStore, StatementsStale
+from runs.store.protocol import (
+    Admit,
+    AttemptEnd,
+    BudgetPark,
+    ErrorRecord,
+    Failure,
+    ForceRelease,
+    Gate,
+    Held,
+    NotPlain,
+    Proposal,
+    Replay,
+    RunStore,
+    Succeeded,
+    Taken,
+    Waiting,
+)
 from runs.store.sqlite import SqliteStore
 
-__all__ = ["NotPlain", "OrmStore", "StatementsStale", "Succeeded", "Taken", "store"]
+__all__ = [
+    "Admit",
+    "AttemptEnd",
+    "BudgetPark",
+    "ErrorRecord",
+    "Failure",
+    "ForceRelease",
+    "Gate",
+    "Held",
+    "NotPlain",
+    "PostgresStore",
+    "Proposal",
+    "Replay",
+    "RunStore",
+    "SqliteStore",
+    "StatementsStale",
+    "Succeeded",
+    "Taken",
+    "Waiting",
+    "store",
+]
+
+# Both backends implement RunStore whole (mypy checks these two lines).
+BACKENDS: tuple[type[RunStore], ...] = (PostgresStore, SqliteStore)
 
 
 @cache
-def store() -> OrmStore:
+def store() -> RunStore:
     """This process's run store."""
-    return PostgresStore() if connections[DEFAULT_DB_ALIAS].vendor == "postgresql" else SqliteStore()
+    return PostgresStore() if is_postgres() else SqliteStore()

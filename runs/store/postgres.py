@@ -13,25 +13,17 @@ import re
 from datetime import datetime
 from functools import cache
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 from django.conf import settings
 from django.db import DatabaseError, OperationalError
+from django.db.backends.utils import CursorWrapper
 from django.db.models import DateTimeField, JSONField, Model
 
 from runs.models import Attempt, Decision, ExternalCall, RunStep, TaskRun
-from runs.store.base import (
-    CALL_RESULT_FIELDS,
-    NotPlain,
-    OrmStore,
-    Succeeded,
-    Taken,
-    _claim_changes,
-    _claimed,
-    _db,
-    _next_attempt,
-    keyed_created,
-)
+from runs.store import orm
+from runs.store.orm import CALL_RESULT_FIELDS, M, _db, claim_changes, claimed_in_memory, keyed_created, next_attempt
+from runs.store.protocol import KeyedLeaseRenewal, NotPlain, PoolPair, RunLeaseRenewal, Succeeded, Taken
 from tasks.agents.budgets import Spend
 from tasks.models import GLOBAL_POOL, Agent, TriggerRule
 
@@ -67,7 +59,7 @@ def queries() -> dict[str, str]:
 _ONLY_WHEN_ASKED = 2**31 - 1
 
 
-def _cursor():
+def _cursor() -> CursorWrapper:
     """A cursor on this thread's connection for a named statement: server-side prepared, inside
     Django's wrapper (query logging, execute wrappers, error translation)."""
     db = _db()
@@ -84,18 +76,20 @@ def _cursor():
 
 
 @cache
-def _prepared_cursor_classes():
+def _prepared_cursor_classes() -> tuple[type[Any], type[Any]]:
     from django.db.backends.postgresql.base import CursorDebugWrapper, ServerBindingCursor  # psycopg: PostgreSQL only
 
     class PreparedCursor(ServerBindingCursor):
-        def execute(self, query, params=None, *, prepare=None, binary=None):
+        def execute(self, query: Any, params: Any = None, *, prepare: Any = None, binary: Any = None) -> Any:
             return super().execute(query, params, prepare=True, binary=binary)  # type: ignore[misc]  # psycopg's
 
     class PreparedDebugWrapper(CursorDebugWrapper):
         """Logs a statement with its values, as Django does for client-side cursors (the database's
         own text has $1 placeholders): tests and DEBUG only."""
 
-        def debug_sql(self, sql=None, params=None, use_last_executed_query=False, many=False):
+        def debug_sql(
+            self, sql: Any = None, params: Any = None, use_last_executed_query: bool = False, many: bool = False
+        ) -> Any:
             if use_last_executed_query and not many:
                 sql = self.db.ops.compose_sql(sql, params)
             return super().debug_sql(sql, params, False, many)
@@ -121,7 +115,7 @@ def _stale(exc: BaseException) -> bool:
     return state == _GONE or (state == _RESULT_TYPE_CHANGED and "cached plan" in str(cause))
 
 
-def _execute(name: str, params: dict):
+def _execute(name: str, params: dict[str, Any]) -> CursorWrapper:
     """Run a named statement. If PostgreSQL says its prepared form is stale, drop every statement
     this connection prepared and run it once more; inside a transaction (aborted by the error, and
     its rollback drops them) or a second time, raise StatementsStale."""
@@ -148,32 +142,32 @@ def _execute(name: str, params: dict):
     return cur
 
 
-def _one(name: str, params: dict) -> tuple:
+def _one(name: str, params: dict[str, Any]) -> tuple[Any, ...]:
     """The one row a statement always returns (its SELECT has no FROM that could be empty)."""
     with _execute(name, params) as cur:
         row = cur.fetchone()
     if row is None:
         raise RuntimeError(f"{name} returned no row")
-    return row
+    return tuple(row)
 
 
-def _run(names: tuple[str, ...], values: tuple) -> TaskRun:
+def _run(names: tuple[str, ...], values: tuple[Any, ...]) -> TaskRun:
     run = _instance(TaskRun, names, values)
     assert isinstance(run, TaskRun)
     return run
 
 
-def _step(names: tuple[str, ...], values: tuple) -> RunStep:
+def _step(names: tuple[str, ...], values: tuple[Any, ...]) -> RunStep:
     step = _instance(RunStep, names, values)
     assert isinstance(step, RunStep)
     return step
 
 
-def _step_values(step: RunStep) -> dict:
+def _step_values(step: RunStep) -> dict[str, Any]:
     return _insert_values(RunStep, step)
 
 
-def _instance(model: type[Model], names: tuple[str, ...], values: tuple) -> Model:
+def _instance(model: type[Model], names: tuple[str, ...], values: tuple[Any, ...]) -> Model:
     """A model from a row whose columns are `names` (any order): the
     database's converters applied as the ORM would (JSON text to objects), then from_db."""
     db = _db()
@@ -183,7 +177,7 @@ def _instance(model: type[Model], names: tuple[str, ...], values: tuple) -> Mode
 
 
 @cache
-def _row_plan(model: type[Model], names: tuple[str, ...]) -> list:
+def _row_plan(model: type[Model], names: tuple[str, ...]) -> list[tuple[int, Any]]:
     """For each concrete field in order: its column's index in the row, and its converter."""
     index = {name: i for i, name in enumerate(names)}
     return [
@@ -198,7 +192,7 @@ def _row_plan(model: type[Model], names: tuple[str, ...]) -> list:
 _NAMES: dict[str, tuple[str, ...]] = {}
 
 
-def _names(statement: str, cur) -> tuple[str, ...]:
+def _names(statement: str, cur: CursorWrapper) -> tuple[str, ...]:
     """The column names of a statement's rows, read once per process: building cursor.description
     costs psycopg a Column object per column, per call (most of an execution's client CPU here)."""
     names = _NAMES.get(statement)
@@ -207,35 +201,36 @@ def _names(statement: str, cur) -> tuple[str, ...]:
     return names
 
 
-def _insert_values(model: type[Model], obj: Model) -> dict:
+def _insert_values(model: type[Model], obj: Model) -> dict[str, Any]:
     """An instance's values as a named INSERT's parameters."""
     return {column: get(obj) for column, get in _insert_getters(model)}
 
 
 @cache
-def _insert_getters(model: type[Model]) -> list:
+def _insert_getters(model: type[Model]) -> list[tuple[str, Any]]:
     """How each column's parameter is read from an instance, decided once per model: on PostgreSQL
     Django's preparation of text, numbers, booleans, aware datetimes and foreign keys returns them as
     they are, so only JSON is prepared and only auto_now fields are stamped."""
-    getters: list = []
+    getters: list[tuple[str, Any]] = []
     for f in model._meta.concrete_fields:
         if f.primary_key:
             continue
         if isinstance(f, JSONField):
-            getters.append((f.column, lambda obj, f=f: f.get_db_prep_save(getattr(obj, f.attname), _db())))
+            getters.append((str(f.column), lambda obj, f=f: f.get_db_prep_save(getattr(obj, f.attname), _db())))
         elif isinstance(f, DateTimeField) and (f.auto_now or f.auto_now_add):
-            getters.append((f.column, lambda obj, f=f: f.pre_save(obj, True)))
+            getters.append((str(f.column), lambda obj, f=f: f.pre_save(obj, True)))
         else:
-            getters.append((f.column, lambda obj, name=f.attname: getattr(obj, name)))
+            getters.append((str(f.column), lambda obj, name=f.attname: getattr(obj, name)))
     return getters
 
 
-class PostgresStore(OrmStore):
-    plain_admission = True
-    summarizes_in_sql = True
+class PostgresStore:
+    """The run store on PostgreSQL: the hot path's named statements; the rest are the ORM's
+    operations (runs.store.orm), each named here."""
 
-    def seconds_between(self, later: str, earlier: str) -> str:
-        return f"EXTRACT(EPOCH FROM ({later} - {earlier}))::float8"
+    claims_in_take: ClassVar[bool] = True
+    plain_admission: ClassVar[bool] = True
+    releases_on_success: ClassVar[bool] = True
 
     # --- claims ---
 
@@ -245,7 +240,7 @@ class PostgresStore(OrmStore):
     def decisions_insert(self, decisions: list[Decision]) -> list[Decision]:
         return self._insert(Decision, decisions, ("rule_id", "slot"), one=None, many="decisions_insert_many")
 
-    def _insert(self, model, objs: list, unique: tuple[str, ...], *, one: str | None, many: str) -> list:
+    def _insert(self, model: type[M], objs: list[M], unique: tuple[str, ...], *, one: str | None, many: str) -> list[M]:
         if not objs:
             return []
         values = [_insert_values(model, obj) for obj in objs]
@@ -300,7 +295,7 @@ class PostgresStore(OrmStore):
         return Taken(run, attempt, plain)
 
     def lease_claim(self, run: TaskRun, *, worker: str, now: datetime, plain: bool) -> Attempt | None:
-        changes = _claim_changes(run, worker=worker, now=now)
+        changes = claim_changes(run, worker=worker, now=now)
         params = {
             "run_id": run.id,
             "worker": worker,
@@ -317,20 +312,20 @@ class PostgresStore(OrmStore):
             if not admitted:
                 raise NotPlain()
             return None
-        attempt = _next_attempt(run, worker=worker, now=now)
+        attempt = next_attempt(run, worker=worker, now=now)
         attempt.pk = attempt_id
         attempt._state.adding, attempt._state.db = False, _db().alias
-        _claimed(run, changes)
+        claimed_in_memory(run, changes)
         return attempt
 
-    def run_leases_renew(self, leases: list[tuple[int, int, datetime]]) -> set[int]:
+    def run_leases_renew(self, leases: list[RunLeaseRenewal]) -> set[int]:
         if not leases:
             return set()
         ids, fences, expires = (list(column) for column in zip(*leases, strict=True))
         with _execute("run_leases_renew", {"ids": ids, "fences": fences, "expires_at": expires}) as cur:
             return {row[0] for row in cur.fetchall()}
 
-    def keyed_leases_renew(self, leases: list[tuple[str, str, int, datetime, datetime]]) -> set[str]:
+    def keyed_leases_renew(self, leases: list[KeyedLeaseRenewal]) -> set[str]:
         if not leases:
             return set()
         keys, owners, tokens, nows, expires = (list(column) for column in zip(*leases, strict=True))
@@ -348,7 +343,7 @@ class PostgresStore(OrmStore):
             "fence": run.fence,
             "attempt_id": attempt.id,
             "now": now,
-            "result": self.json_prep(result),
+            "result": _json(result),
         }
         if release_worker is None:
             done, _ = _one("run_succeed", params)
@@ -356,7 +351,7 @@ class PostgresStore(OrmStore):
         done, waiting = _one("run_succeed_release", {**params, "worker": release_worker})
         return Succeeded(bool(done), [tuple(pair) for pair in waiting])
 
-    def slots_release(self, *, run_id: int, fence: int, worker: str | None) -> list[tuple[int, str]]:
+    def slots_release(self, *, run_id: int, fence: int, worker: str | None) -> list[PoolPair]:
         (waiting,) = _one("slots_release", {"run_id": run_id, "fence": fence, "worker": worker})
         return [tuple(pair) for pair in waiting]
 
@@ -380,7 +375,7 @@ class PostgresStore(OrmStore):
 
     def step_checkpoint(self, step: RunStep, *, fence: int) -> bool:
         with _execute("step_checkpoint", {**_step_values(step), "fence": fence}) as cur:
-            return cur.rowcount == 1
+            return bool(cur.rowcount == 1)
 
     # --- model calls ---
 
@@ -422,14 +417,62 @@ class PostgresStore(OrmStore):
         call._state.adding, call._state.db = False, _db().alias
         return Spend(calls=calls, tokens=tokens)
 
-    # --- reports ---
+    # --- the ORM's operations: no statement of their own (yet) ---
 
-    def biz_key_unique_valid(self) -> bool:
-        with _execute("biz_key_unique_valid", {}) as cur:
-            row = cur.fetchone()
-        return bool(row and row[0])
+    slots_drop_stale = staticmethod(orm.slots_drop_stale)
+    admit = staticmethod(orm.admit)
+    admission_refused = staticmethod(orm.admission_refused)
+    hand_over = staticmethod(orm.hand_over)
+    slots_expired_drop = staticmethod(orm.slots_expired_drop)
+    waiters_forget = staticmethod(orm.waiters_forget)
+    run_create = staticmethod(orm.run_create)
+    coalesce_pending = staticmethod(orm.coalesce_pending)
+    run_note = staticmethod(orm.run_note)
+    runs_mark_dispatched = staticmethod(orm.runs_mark_dispatched)
+    decision_record = staticmethod(orm.decision_record)
+    decisions_delete = staticmethod(orm.decisions_delete)
+    hold_record = staticmethod(orm.hold_record)
+    hold_recheck = staticmethod(orm.hold_recheck)
+    hold_release = staticmethod(orm.hold_release)
+    retry_later = staticmethod(orm.retry_later)
+    fail = staticmethod(orm.fail)
+    attempt_end = staticmethod(orm.attempt_end)
+    park_for_approval = staticmethod(orm.park_for_approval)
+    park_for_budget = staticmethod(orm.park_for_budget)
+    cancel_late = staticmethod(orm.cancel_late)
+    push_back = staticmethod(orm.push_back)
+    expiring = staticmethod(orm.expiring)
+    slots_drop = staticmethod(orm.slots_drop)
+    replay = staticmethod(orm.replay)
+    cancel = staticmethod(orm.cancel)
+    force_release = staticmethod(orm.force_release)
+    keyed_lease_force_release = staticmethod(orm.keyed_lease_force_release)
+    approve = staticmethod(orm.approve)
+    reject = staticmethod(orm.reject)
+    gate_release = staticmethod(orm.gate_release)
+    gate_reject = staticmethod(orm.gate_reject)
+    keyed_lease_acquire = staticmethod(orm.keyed_lease_acquire)
+    keyed_lease_renew = staticmethod(orm.keyed_lease_renew)
+    keyed_lease_release = staticmethod(orm.keyed_lease_release)
+    fence_holds = staticmethod(orm.fence_holds)
+    call_mark_lost = staticmethod(orm.call_mark_lost)
 
-    def table_estimate(self, table: str) -> int | None:
-        with _execute("table_estimate", {"table": table}) as cur:
-            row = cur.fetchone()
-        return max(int(row[0]), 0) if row else None
+
+def _json(value: Any) -> Any:
+    return TaskRun._meta.get_field("result").get_db_prep_save(value, _db())
+
+
+# --- report reads (runs.store.database) ---
+
+
+def biz_key_unique_valid() -> bool:
+    """Whether the unique index behind run_unique_biz_key is valid: then no two runs share a key."""
+    with _execute("biz_key_unique_valid", {}) as cur:
+        row = cur.fetchone()
+    return bool(row and row[0])
+
+
+def table_estimate(table: str) -> int | None:
+    with _execute("table_estimate", {"table": table}) as cur:
+        row = cur.fetchone()
+    return max(int(row[0]), 0) if row else None

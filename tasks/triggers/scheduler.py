@@ -66,7 +66,7 @@ def scheduler_tick(*, now: datetime, max_slots: int | None = None) -> TickResult
                     _tick_rule(rule, now=now, max_slots=max_slots, result=result, advanced=advanced, batch=batch)
             result.add(batch.counts)
             # One UPDATE for the batch's next_fire_at; before commit, so the next batch skips them.
-            _rules_advance(advanced)
+            store().rules_advance(advanced)
             result.rules += len(rules)
         if len(rules) < RULE_BATCH:
             break
@@ -113,11 +113,6 @@ def scheduler_tick_until_next_wakeup(*, clock, sleep, max_slots: int | None = No
         if not result.rules:  # taken by another beat's tick meanwhile (or paused): nothing left here
             return total
     return total
-
-
-def _rules_advance(rules: list[TriggerRule]) -> None:
-    """Write each rule's last_slot_at and next_fire_at in one statement."""
-    store().rules_advance(rules)
 
 
 def _tick_rule(

@@ -11,7 +11,7 @@ import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Max
 
 from deadletters.alerts import alert_decisions, alert_slot_expired
@@ -20,6 +20,7 @@ from runs.claims import ClaimBatch, ClaimOutcome, run_claim
 from runs.incidents import incident_unfolded
 from runs.models import Decision, SlotHold, TaskRun
 from runs.outcome import run_fail
+from runs.store import store
 from tasks.models import ReadinessFlag, TriggerRule
 from tasks.rules import catchup, evaluation, keys, schedule
 from tasks.rules import explain as explained
@@ -147,29 +148,26 @@ def catchup_last_start(rule: TriggerRule, *, now: datetime, spacing: timedelta) 
 
 def _hold(rule, slot, verdict: evaluation.Verdict, *, source: str, now: datetime, hold: SlotHold | None) -> None:
     if hold is not None:
-        SlotHold.objects.filter(pk=hold.pk).update(
-            recheck_at=verdict.recheck_at, checks=hold.checks + 1, details=verdict.details
-        )
+        store().hold_recheck(hold.pk, recheck_at=verdict.recheck_at, checks=hold.checks + 1, details=verdict.details)
         return
-    try:
-        with transaction.atomic():
-            SlotHold.objects.create(
-                rule=rule,
-                slot=slot,
-                reason=verdict.reason,
-                source=source,
-                recheck_at=verdict.recheck_at,
-                deadline=verdict.deadline,
-                details=verdict.details,
-                created_at=now,
-            )
-    except IntegrityError:
-        pass  # another tick holds this slot already; it will be re-checked once
+    # False: another tick holds this slot already; it will be re-checked once.
+    store().hold_record(
+        SlotHold(
+            rule=rule,
+            slot=slot,
+            reason=verdict.reason,
+            source=source,
+            recheck_at=verdict.recheck_at,
+            deadline=verdict.deadline,
+            details=verdict.details,
+            created_at=now,
+        )
+    )
 
 
 def _release(hold: SlotHold | None) -> None:
     if hold is not None:
-        SlotHold.objects.filter(pk=hold.pk).delete()
+        store().hold_release(hold.pk)
 
 
 def _fail_slot(rule, slot, *, source: str, details: dict, now: datetime, result, batch: ClaimBatch | None) -> None:
@@ -251,7 +249,7 @@ def record_paused_slots(
     if len(slots) > MAX_PAUSED_DECISIONS:
         rows[-1].details = {**details, "truncated": f"only the first {MAX_PAUSED_DECISIONS} paused slots are recorded"}
     # A slot that already has a decision (a held slot resolved as paused) keeps it.
-    Decision.objects.bulk_create(rows, ignore_conflicts=True)
+    store().decisions_insert(rows)
     return len(rows)
 
 
@@ -329,11 +327,9 @@ def slot_decide(rule, slot, *, reason, details, now, result, batch: ClaimBatch |
     if batch is not None:
         batch.decide(decision)
         return
-    try:
-        with transaction.atomic():
-            decision.save(force_insert=True)
-            # An outbox row, with the decision written now; none for a slot inside a scheduler outage.
-            alert_decisions(incident_unfolded([decision]), now=now)
-        result.decisions += 1
-    except IntegrityError:
-        pass  # another tick recorded this slot's decision already
+    with transaction.atomic():
+        if not store().decisions_insert([decision]):
+            return  # another tick recorded this slot's decision already
+        # An outbox row, with the decision written now; none for a slot inside a scheduler outage.
+        alert_decisions(incident_unfolded([decision]), now=now)
+    result.decisions += 1

@@ -6,8 +6,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import DataError, connection, transaction
 
-from runs.claims import Work, run_claim, run_insert_new
+from runs.claims import Work, run_claim
 from runs.models import TaskRun
+from runs.store import store
 from tests.support.races import run_concurrently
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -78,7 +79,7 @@ def test_a_value_too_long_for_its_column_is_refused_never_cut_to_fit(batch):
     ]
     try:
         with transaction.atomic():
-            run_insert_new(runs)
+            store().runs_insert(runs)
     except DataError:
         assert connection.vendor == "postgresql"
     stored = list(TaskRun.objects.filter(biz_key__startswith="kkk").values_list("biz_key", flat=True))

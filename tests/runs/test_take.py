@@ -1,4 +1,4 @@
-"""runs.leases.run_take: the worker's first statement reads the run and, when nothing stands
+"""The run store's run_take: the worker's first statement reads the run and, when nothing stands
 in its way, claims it too. Claimed: exactly what the read-then-claim path writes (state, fence,
 attempts, lease, the attempt row, a slot in each pool), and the lease as long as run_lease_ttl says.
 Not claimed: the row as it is, nothing written, for the executor's full path.
@@ -12,8 +12,9 @@ from django.test.utils import CaptureQueriesContext
 
 from runs.claims import Work, run_claim
 from runs.executor import run_execute
-from runs.leases import run_lease_claim, run_lease_ttl, run_take
+from runs.leases import run_lease_claim, run_lease_ttl
 from runs.models import Attempt, PoolSlot, TaskRun
+from runs.store import store
 from tasks.models import GLOBAL_POOL, Agent, Pool
 from tasks.rules import keys
 from tasks.rules.policy import DEFAULT_LEASE_TTL_SECONDS
@@ -64,7 +65,7 @@ def untouched(run: TaskRun) -> bool:
 def test_a_plain_run_is_read_and_claimed_in_one_statement():
     run = claim("take:plain")
     with CaptureQueriesContext(connection) as queries:
-        taken = run_take(run.id, worker="w1", now=T0)
+        taken = store().run_take(run.id, worker="w1", now=T0)
     assert len(queries) == 1
 
     stored = TaskRun.objects.get(id=run.id)
@@ -89,7 +90,7 @@ def test_a_plain_run_is_read_and_claimed_in_one_statement():
 
 def test_it_writes_what_the_read_then_claim_path_writes():
     by_take, by_claim = claim("take:a"), claim("take:b")
-    run_take(by_take.id, worker="w1", now=T0)
+    store().run_take(by_take.id, worker="w1", now=T0)
     assert run_lease_claim(TaskRun.objects.get(id=by_claim.id), worker="w1", now=T0, plain=True) is not None
 
     fields = ["state", "fence", "attempts", "lease_owner", "lease_expires_at", "start_at", "executed_by"]
@@ -109,7 +110,7 @@ def test_it_writes_what_the_read_then_claim_path_writes():
 )
 def test_the_lease_is_as_long_as_run_lease_ttl_says(policy):
     run = claim(f"take:ttl:{policy}", policy=None if policy is None else run_policy(policy))
-    taken = run_take(run.id, worker="w1", now=T0)
+    taken = store().run_take(run.id, worker="w1", now=T0)
     assert taken.attempt is not None
     assert taken.run.lease_expires_at - T0 == run_lease_ttl(taken.run)
     if not (policy or {}).get("lease_ttl_seconds"):
@@ -143,7 +144,7 @@ def test_a_run_with_something_in_its_way_is_read_and_not_claimed(obstacle):
         kwargs["policy"] = run_policy(agent="a")
     run = claim(f"take:{obstacle}", **kwargs)
 
-    taken = run_take(run.id, worker="w1", now=T0)
+    taken = store().run_take(run.id, worker="w1", now=T0)
 
     assert taken.attempt is None
     assert taken.run == run and taken.run.fence == 0 and taken.run.state == TaskRun.State.PENDING
@@ -157,7 +158,7 @@ def test_a_run_with_an_agent_whose_pool_limits_nothing_is_claimed_with_a_slot_in
     Agent.objects.create(name="a", provider="echo", model="echo", pool=pool)
     run = claim("take:agent", policy=run_policy(agent="a"))
 
-    taken = run_take(run.id, worker="w1", now=T0)
+    taken = store().run_take(run.id, worker="w1", now=T0)
 
     assert taken.attempt is not None and taken.plain is True and taken.run.agent == "a"
     slots = set(PoolSlot.objects.filter(run=run).values_list("pool__name", "fence", "worker"))
@@ -166,15 +167,15 @@ def test_a_run_with_an_agent_whose_pool_limits_nothing_is_claimed_with_a_slot_in
 
 def test_a_run_executing_elsewhere_or_finished_is_read_and_left_alone():
     run = claim("take:elsewhere")
-    assert run_take(run.id, worker="w1", now=T0).attempt is not None
-    again = run_take(run.id, worker="w2", now=T0)  # a duplicate message
+    assert store().run_take(run.id, worker="w1", now=T0).attempt is not None
+    again = store().run_take(run.id, worker="w2", now=T0)  # a duplicate message
     assert again.attempt is None and again.run.lease_owner == "w1" and again.run.fence == 1
     assert Attempt.objects.filter(run=run).count() == 1
     assert set(PoolSlot.objects.filter(run=run).values_list("worker", flat=True)) == {"w1"}
 
 
 def test_no_such_run():
-    assert run_take(10**12, worker="w1", now=T0).run is None
+    assert store().run_take(10**12, worker="w1", now=T0).run is None
 
 
 @pytest.mark.parametrize("obstacle", ["object key", "limited pool"])

@@ -11,7 +11,7 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from runs.metrics import metrics_registry
-from runs.store import store
+from runs.store import database
 from runs.workers import WorkerReport, pool_report, worker_beat
 from tests.support.desk import oncall, oncall_client  # noqa: F401
 
@@ -93,9 +93,9 @@ def test_a_heartbeat_keeps_what_it_needs_of_the_pools_stats():
 @pytest.mark.django_db(transaction=True)
 def test_the_store_reads_a_real_pools_stats_and_none_without_a_pool():
     if connection.vendor != "postgresql":
-        assert store().pool_stats() is None  # SQLite: one connection per thread, no pool
+        assert database.pool_stats() is None  # SQLite: one connection per thread, no pool
         return
-    assert store().pool_stats() is None  # no HARNESS_DB_POOL_MAX in the tests
+    assert database.pool_stats() is None  # no HARNESS_DB_POOL_MAX in the tests
     original = connection.settings_dict
     connection.close()
     # A fixed size, filled before the look: a pool that grows counts a connection being opened too.
@@ -104,9 +104,9 @@ def test_the_store_reads_a_real_pools_stats_and_none_without_a_pool():
     try:
         connection.pool.open(wait=True, timeout=10)  # both connections ready before the look
         connection.ensure_connection()  # this thread holds one
-        held = pool_report(store().pool_stats())
+        held = pool_report(database.pool_stats())
         connection.close()  # given back
-        returned = pool_report(store().pool_stats())
+        returned = pool_report(database.pool_stats())
     finally:
         connection.close()
         connection.close_pool()
