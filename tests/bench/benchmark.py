@@ -78,23 +78,37 @@ def configure_env(args: argparse.Namespace) -> None:
         sys.path.insert(0, str(ROOT))
 
 
-def ensure_database(url: str) -> None:
+def server_connection(url: str):
+    """An autocommit connection to the maintenance database of `url`'s server (CREATE/DROP DATABASE)."""
     import psycopg
-    from psycopg import sql
 
     parts = urlsplit(url)
-    name = parts.path.lstrip("/")
-    with psycopg.connect(
+    return psycopg.connect(
         host=parts.hostname or "127.0.0.1",
         port=parts.port or 5432,
         user=parts.username,
         password=parts.password,
         dbname="postgres",
         autocommit=True,
-    ) as conn:
+    )
+
+
+def ensure_database(url: str) -> None:
+    from psycopg import sql
+
+    name = urlsplit(url).path.lstrip("/")
+    with server_connection(url) as conn:
         if not conn.execute("SELECT 1 FROM pg_database WHERE datname = %s", [name]).fetchone():
             conn.execute(sql.SQL("CREATE DATABASE {}").format(sql.Identifier(name)))
             print(f"created database {name}")
+
+
+def drop_database(url: str) -> None:
+    from psycopg import sql
+
+    name = urlsplit(url).path.lstrip("/")
+    with server_connection(url) as conn:
+        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def flush_broker(url: str) -> None:
@@ -493,6 +507,43 @@ def bench_lateness(args: argparse.Namespace, tag: str, log_dir: Path, procs: lis
         "lateness": [(r[3] - r[1]).total_seconds() for r in started_rows],
         "queue": [(r[3] - r[2]).total_seconds() for r in started_rows],
     }
+
+
+def fill_rollup() -> None:
+    """What the sweeper does in its first minute: every bucket of the dashboard's rollup."""
+    from django.utils import timezone
+
+    from runs.rollup import BUCKETS, FILL_PER_SWEEP, rollup_refresh
+
+    for _ in range(BUCKETS // FILL_PER_SWEEP + 2):
+        rollup_refresh(now=timezone.now())
+
+
+def measure_pages(client, urls: list[tuple[str, str]], rounds: int) -> tuple[dict[str, list[float]], dict[str, int]]:
+    """Seconds per page in each of `rounds` interleaved rounds, and each page's SQL statement count
+    (from a warm-up request, which also fails loudly on anything but HTTP 200)."""
+    from django.db import connection
+
+    times: dict[str, list[float]] = {name: [] for name, _ in urls}
+    queries: dict[str, int] = {}
+    for name, url in urls:
+        count = [0]
+
+        def counting(execute, sql, params, many, context, count=count):
+            count[0] += 1
+            return execute(sql, params, many, context)
+
+        with connection.execute_wrapper(counting):
+            response = client.get(url)
+        if response.status_code != 200:
+            raise RuntimeError(f"{url}: HTTP {response.status_code}")
+        queries[name] = count[0]
+    for _ in range(rounds):
+        for name, url in urls:
+            t0 = time.perf_counter()
+            client.get(url)
+            times[name].append(time.perf_counter() - t0)
+    return times, queries
 
 
 def cleanup_rules(prefix: str) -> None:

@@ -450,16 +450,6 @@ def _generate_runs(upto: int) -> None:
         cur.execute("VACUUM (ANALYZE) deadletters_deadletter")
 
 
-def _fill_rollup() -> None:
-    """What the sweeper does in its first minute on these runs: every bucket of the dashboard's rollup."""
-    from django.utils import timezone
-
-    from runs.rollup import BUCKETS, FILL_PER_SWEEP, rollup_refresh
-
-    for _ in range(BUCKETS // FILL_PER_SWEEP + 2):
-        rollup_refresh(now=timezone.now())
-
-
 def _drop_generated_runs() -> None:
     from django.db import connection
 
@@ -491,29 +481,7 @@ def _pages():
 
 
 def _measure_pages(client, rounds: int) -> tuple[dict, dict]:
-    from django.db import connection
-
-    pages = _pages()
-    times: dict[str, list[float]] = {name: [] for name, _ in pages}
-    queries: dict[str, int] = {}
-    for name, url in pages:  # warm-up, and the query count
-        count = [0]
-
-        def counting(execute, sql, params, many, context, count=count):
-            count[0] += 1
-            return execute(sql, params, many, context)
-
-        with connection.execute_wrapper(counting):
-            response = client.get(url)
-        if response.status_code != 200:
-            raise RuntimeError(f"{url}: HTTP {response.status_code}")
-        queries[name] = count[0]
-    for _ in range(rounds):
-        for name, url in pages:
-            t0 = time.perf_counter()
-            client.get(url)
-            times[name].append(time.perf_counter() - t0)
-    return times, queries
+    return bench.measure_pages(client, _pages(), rounds)
 
 
 def goal_pages(args) -> None:
@@ -535,7 +503,7 @@ def goal_pages(args) -> None:
         _generate_runs(rows)
         print(f"  (generated runs up to {rows:,} in {time.perf_counter() - t0:.0f} s)", flush=True)
         t0 = time.perf_counter()
-        _fill_rollup()
+        bench.fill_rollup()
         print(f"  (dashboard rollup filled as the sweeper would in {time.perf_counter() - t0:.0f} s)", flush=True)
         results[rows] = _measure_pages(client, args.rounds)
     print(f"\nGoal 4: operator pages, {args.rounds} interleaved rounds (seconds; ratio to the admin index)")

@@ -18,11 +18,11 @@ import statistics
 import sys
 import time
 from pathlib import Path
-from urllib.parse import quote, urlsplit
+from urllib.parse import quote
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 
-from tests.bench import benchmark as bench  # configure_env, ensure_database
+from tests.bench import benchmark as bench  # configure_env, the database, measure_pages
 
 DEFAULT_DATABASE_URL = "postgres://root@127.0.0.1:5432/h_pages_bench"
 INDEX = "app index /admin/auth/"
@@ -41,28 +41,6 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--keep", action="store_true", help="keep the database (default: dropped at the end)")
     p.add_argument("--db-reuse-max", type=int, default=0)
     return p.parse_args()
-
-
-def _admin(url: str):
-    import psycopg
-
-    parts = urlsplit(url)
-    return psycopg.connect(
-        host=parts.hostname or "127.0.0.1",
-        port=parts.port or 5432,
-        user=parts.username,
-        password=parts.password,
-        dbname="postgres",
-        autocommit=True,
-    )
-
-
-def drop_database(url: str) -> None:
-    from psycopg import sql
-
-    name = urlsplit(url).path.lstrip("/")
-    with _admin(url) as conn:
-        conn.execute(sql.SQL("DROP DATABASE IF EXISTS {} WITH (FORCE)").format(sql.Identifier(name)))
 
 
 def make_rules(n: int, prefix: str) -> list[int]:
@@ -130,16 +108,6 @@ def generate_runs(upto: int, rule_ids: list[int]) -> None:
         cur.execute("VACUUM (ANALYZE) deadletters_deadletter")
 
 
-def fill_rollup() -> None:
-    """What the sweeper does in its first minute: every bucket of the dashboard's rollup."""
-    from django.utils import timezone
-
-    from runs.rollup import BUCKETS, FILL_PER_SWEEP, rollup_refresh
-
-    for _ in range(BUCKETS // FILL_PER_SWEEP + 2):
-        rollup_refresh(now=timezone.now())
-
-
 def clear_rollup() -> None:
     from runs.models import RunRollup
 
@@ -167,28 +135,8 @@ def pages(upto: int) -> list[tuple[str, str]]:
 
 def measure(client, urls: list[tuple[str, str]], rounds: int) -> tuple[dict[str, float], dict[str, int]]:
     """Median ms per page over `rounds` interleaved rounds, and each page's SQL statement count."""
-    from django.db import connection
-
-    times: dict[str, list[float]] = {name: [] for name, _ in urls}
-    queries: dict[str, int] = {}
-    for name, url in urls:  # warm-up, and the statement count
-        count = [0]
-
-        def counting(execute, sql, params, many, context, count=count):
-            count[0] += 1
-            return execute(sql, params, many, context)
-
-        with connection.execute_wrapper(counting):
-            response = client.get(url)
-        if response.status_code != 200:
-            raise RuntimeError(f"{url}: HTTP {response.status_code}")
-        queries[name] = count[0]
-    for _ in range(rounds):
-        for name, url in urls:
-            t0 = time.perf_counter()
-            client.get(url)
-            times[name].append((time.perf_counter() - t0) * 1000)
-    return {name: statistics.median(v) for name, v in times.items()}, queries
+    times, queries = bench.measure_pages(client, urls, rounds)
+    return {name: statistics.median(v) * 1000 for name, v in times.items()}, queries
 
 
 def measure_size(client, rows: int, rule_ids: list[int], rounds: int) -> tuple[dict[str, float], dict[str, int]]:
@@ -198,7 +146,7 @@ def measure_size(client, rows: int, rule_ids: list[int], rounds: int) -> tuple[d
     urls = pages(rows)
     clear_rollup()  # a new deployment, or a sweeper that has not run yet
     before, q_before = measure(client, [urls[0], ("dashboard before its rollup", "/admin/dashboard/")], rounds)
-    fill_rollup()
+    bench.fill_rollup()
     ms, queries = measure(client, urls, rounds)
     ms["dashboard before its rollup"] = before["dashboard before its rollup"] * ms[INDEX] / before[INDEX]
     queries["dashboard before its rollup"] = q_before["dashboard before its rollup"]
@@ -231,7 +179,7 @@ def main() -> None:
     bench.configure_env(args)
     os.environ.setdefault("ALLOWED_HOSTS", "localhost,127.0.0.1,testserver")
     os.environ.setdefault("LOG_LEVEL", "ERROR")
-    drop_database(args.database_url)
+    bench.drop_database(args.database_url)
     bench.ensure_database(args.database_url)
     import django
 
@@ -264,7 +212,7 @@ def main() -> None:
     finally:
         connection.close()
         if not args.keep:
-            drop_database(args.database_url)
+            bench.drop_database(args.database_url)
 
 
 if __name__ == "__main__":

@@ -187,3 +187,11 @@ def wait_succeeded(runs: list[TaskRun], *, timeout: float, what: str) -> float:
         what=what,
     )
     return time.monotonic() - started
+
+
+def private_env(harness, pg, rd, **extra: str) -> dict[str, str]:
+    """The environment of processes on the test's own servers (the `servers` fixture), its database migrated."""
+    env = {"DATABASE_URL": pg.url, "CELERY_BROKER_URL": rd.url, "REDIS_URL": rd.url, **extra}
+    migrated = harness.manage("migrate", "--no-input", extra_env=env, timeout=300)
+    assert migrated.returncode == 0, migrated.stderr
+    return env

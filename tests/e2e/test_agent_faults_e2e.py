@@ -19,7 +19,7 @@ from django.utils import timezone
 from runs.claims import Work, run_claim
 from runs.models import Attempt, ExternalCall, RunStep, TaskRun
 from tasks.models import Agent, DiagnosticRecord, Pool
-from tests.e2e.helpers import tcp_ports
+from tests.e2e.helpers import private_env, tcp_ports
 from tests.support.agent_runs import (
     AGENT_ENV,
     GOOD,
@@ -35,7 +35,7 @@ from tests.support.agent_runs import (
 from tests.support.fake_model import FakeModelServer, Reply, json_completion
 from tests.support.processes import Harness, Proc, wait_for
 from tests.support.runs import run_policy
-from tests.support.servers import PG_BIN, PrivatePostgres, PrivateRedis
+from tests.support.servers import PG_BIN
 
 pytestmark = [
     pytest.mark.e2e,
@@ -191,21 +191,6 @@ def test_sigterm_of_an_agent_worker_with_500_runs_in_flight_finishes_or_hands_ba
     assert_leases_kept(ids)
 
 
-@pytest.fixture
-def servers(tmp_path):
-    pg, rd = PrivatePostgres(), PrivateRedis(tmp_path)
-    pg.start()
-    rd.start()
-    yield pg, rd
-    rd.stop()
-    pg.stop()
-
-
-def _rows(pg: PrivatePostgres, sql: str, *args) -> list[tuple]:
-    with pg.connect() as conn:
-        return conn.execute(sql, args).fetchall()
-
-
 CLAIM_SCRIPT = f"""
 from django.utils import timezone
 from runs.claims import Work, run_claim
@@ -221,35 +206,31 @@ for i in range({RUNS}):
 @pytest.mark.skipif(PG_BIN is None, reason="needs PostgreSQL's server binaries")
 def test_a_postgres_restart_with_500_agent_runs_in_flight_loses_and_doubles_none(harness, servers):
     pg, rd = servers
-    env = {"DATABASE_URL": pg.url, "CELERY_BROKER_URL": rd.url, "REDIS_URL": rd.url}
-    migrated = harness.manage("migrate", "--no-input", extra_env=env, timeout=300)
-    assert migrated.returncode == 0, migrated.stderr
+    env = private_env(harness, pg, rd)
     control(harness, env)
     worker = agent_worker(harness, "agents1", env)
     claimed = harness.manage("shell", "-c", CLAIM_SCRIPT, extra_env=env, timeout=300)
     assert claimed.returncode == 0, claimed.stderr
 
     def running() -> int:
-        (finished,) = _rows(pg, "SELECT count(*) FROM runs_taskrun WHERE state = 'succeeded'")[0]
+        (finished,) = pg.rows("SELECT count(*) FROM runs_taskrun WHERE state = 'succeeded'")[0]
         assert not finished, f"{finished} runs finished before all {RUNS} were in flight"
-        return _rows(pg, "SELECT count(*) FROM runs_taskrun WHERE state = 'running'")[0][0]
+        return pg.rows("SELECT count(*) FROM runs_taskrun WHERE state = 'running'")[0][0]
 
     peak = wait_for(lambda: (n := running()) == RUNS and n, timeout=IN_FLIGHT_TIMEOUT, what=f"{RUNS} in flight")
     pg.restart(down=2)
     restarted = time.monotonic()
 
     def unfinished() -> int:
-        return _rows(pg, "SELECT count(*) FROM runs_taskrun WHERE state NOT IN ('succeeded','failed','cancelled')")[0][
-            0
-        ]
+        return pg.rows("SELECT count(*) FROM runs_taskrun WHERE state NOT IN ('succeeded','failed','cancelled')")[0][0]
 
     wait_for(lambda: unfinished() == 0, timeout=SETTLE_TIMEOUT, interval=0.5, what="every run to finish")
     took = time.monotonic() - restarted
 
-    states = Counter(s for (s,) in _rows(pg, "SELECT state FROM runs_taskrun"))
-    records = Counter(r for (r,) in _rows(pg, "SELECT run_id FROM tasks_diagnosticrecord"))
-    attempts = Counter(a for (a,) in _rows(pg, "SELECT attempts FROM runs_taskrun"))
-    story = Counter(_rows(pg, "SELECT split_part(worker, '@', 1), outcome, error_kind FROM runs_attempt"))
+    states = Counter(s for (s,) in pg.rows("SELECT state FROM runs_taskrun"))
+    records = Counter(r for (r,) in pg.rows("SELECT run_id FROM tasks_diagnosticrecord"))
+    attempts = Counter(a for (a,) in pg.rows("SELECT attempts FROM runs_taskrun"))
+    story = Counter(pg.rows("SELECT split_part(worker, '@', 1), outcome, error_kind FROM runs_attempt"))
     print(
         f"\n[e2e agent postgres restart] {peak} runs in flight; all finished {took:.0f}s after the restart; "
         f"attempts per run {dict(sorted(attempts.items()))}; attempts {dict(sorted(story.items()))}"

@@ -11,7 +11,8 @@ import pytest
 from runs.models import Decision, TaskRun
 from tasks.models import BusinessCalendar, DiagnosticRecord
 from tasks.triggers.scheduler import scheduler_tick
-from tests.e2e.helpers import recording_rule, wait_finished, wait_run_of
+from tests.e2e.helpers import wait_finished, wait_run_of
+from tests.support.rules import working_day_rule
 
 pytestmark = [pytest.mark.e2e, pytest.mark.one_pass("postgresql")]
 
@@ -21,15 +22,8 @@ MON_HOLIDAY = datetime(2026, 2, 16, 1, 0, tzinfo=UTC)
 
 def test_a_make_up_saturday_runs_and_a_holiday_monday_is_a_decision(harness):
     china = BusinessCalendar.objects.create(name="cn-mainland", country="CN")
-    rule = recording_rule(
-        "cn-working-day",
-        kind="cron",
-        cron="0 9 * * *",
-        timezone="Asia/Shanghai",
-        business_calendar=china,
-        dedupe_key_template="{rule}:{business_date}:data-of-{previous_business_date}",
-        due=SAT_MAKEUP,
-        now=SAT_MAKEUP,
+    rule = working_day_rule(
+        china, due=SAT_MAKEUP, name="cn-working-day", reason="end-to-end test", skill="harness.record"
     )
     harness.worker()
 

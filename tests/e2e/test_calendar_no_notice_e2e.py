@@ -13,7 +13,7 @@ import pytest
 from runs.models import Decision, TaskRun
 from tasks.models import BusinessCalendar
 from tasks.triggers.scheduler import scheduler_tick
-from tests.e2e.helpers import recording_rule
+from tests.support.rules import working_day_rule
 
 pytestmark = [pytest.mark.e2e]
 
@@ -24,16 +24,7 @@ MONDAY = datetime(2027, 1, 4, 1, 0, tzinfo=UTC)
 
 def test_new_years_day_2027_does_not_run_on_a_calendar_without_2027_data(harness):
     china = BusinessCalendar.objects.create(name="cn-mainland", country="CN")
-    rule = recording_rule(
-        "cn-working-day",
-        kind="cron",
-        cron="0 9 * * *",
-        timezone="Asia/Shanghai",
-        business_calendar=china,
-        dedupe_key_template="{rule}:{business_date}:data-of-{previous_business_date}",
-        due=EVE,
-        now=EVE,
-    )
+    rule = working_day_rule(china, due=EVE, name="cn-working-day", reason="end-to-end test", skill="harness.record")
     ticks = []
     for now in (EVE, NEW_YEAR, MONDAY):
         type(rule).objects.filter(pk=rule.pk).update(next_fire_at=now)

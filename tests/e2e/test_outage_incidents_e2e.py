@@ -8,8 +8,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 
+from tests.e2e.helpers import private_env
 from tests.support.processes import wait_for
-from tests.support.servers import PG_BIN, PrivatePostgres, PrivateRedis
+from tests.support.servers import PG_BIN
 
 pytestmark = [
     pytest.mark.e2e,
@@ -23,23 +24,8 @@ DOWN = 6.0  # seconds each server is down
 SLACK = timedelta(seconds=3)  # a heartbeat, a probe's timeout and a loaded machine
 
 
-@pytest.fixture
-def servers(tmp_path):
-    pg, rd = PrivatePostgres(), PrivateRedis(tmp_path)
-    pg.start()
-    rd.start()
-    yield pg, rd
-    rd.stop()
-    pg.stop()
-
-
-def _rows(pg, sql: str, *args):
-    with pg.connect() as conn:
-        return conn.execute(sql, args).fetchall()
-
-
 def _incidents(pg, kind: str):
-    return _rows(pg, "SELECT id, started_at, ended_at FROM runs_incident WHERE kind = %s", kind)
+    return pg.rows("SELECT id, started_at, ended_at FROM runs_incident WHERE kind = %s", kind)
 
 
 def _seen_by_both(procs, kind: str) -> bool:
@@ -48,17 +34,10 @@ def _seen_by_both(procs, kind: str) -> bool:
 
 def test_two_workers_record_one_incident_per_database_and_broker_outage(harness, servers, tmp_path):
     pg, rd = servers
-    env = {
-        "DATABASE_URL": pg.url,
-        "CELERY_BROKER_URL": rd.url,
-        "REDIS_URL": rd.url,
-        "HARNESS_WORKER_HEARTBEAT_SECONDS": str(HEARTBEAT),
-    }
-    migrated = harness.manage("migrate", "--no-input", extra_env=env, timeout=300)
-    assert migrated.returncode == 0, migrated.stderr
+    env = private_env(harness, pg, rd, HARNESS_WORKER_HEARTBEAT_SECONDS=str(HEARTBEAT))
     procs = [harness.worker("w1", concurrency=1, extra_env=env), harness.worker("w2", concurrency=1, extra_env=env)]
     wait_for(
-        lambda: _rows(pg, "SELECT count(*) FROM runs_workerheartbeat WHERE queues <> ''")[0][0] == 2,
+        lambda: pg.rows("SELECT count(*) FROM runs_workerheartbeat WHERE queues <> ''")[0][0] == 2,
         timeout=90,
         what="both workers reporting",
     )
@@ -82,8 +61,7 @@ def test_two_workers_record_one_incident_per_database_and_broker_outage(harness,
         assert down_at <= started_at <= down_at + SLACK, (kind, down_at, started_at)
         assert up_at - SLACK <= ended_at <= up_at + SLACK, (kind, up_at, ended_at)
         assert (ended_at - started_at).total_seconds() >= DOWN - 1
-        pages = _rows(
-            pg,
+        pages = pg.rows(
             "SELECT count(*) FROM deadletters_alert WHERE channel_id IS NULL AND kind = 'incident_closed' "
             "AND (payload->>'incident_id')::int = %s",
             incident_id,

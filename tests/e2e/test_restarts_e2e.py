@@ -9,8 +9,9 @@ from collections import Counter
 import pytest
 from django.db import connection
 
+from tests.e2e.helpers import private_env
 from tests.support.processes import wait_for
-from tests.support.servers import PG_BIN, PrivatePostgres, PrivateRedis
+from tests.support.servers import PG_BIN
 
 pytestmark = [
     pytest.mark.e2e,
@@ -35,30 +36,13 @@ RULE = {
 }
 
 
-@pytest.fixture
-def servers(tmp_path):
-    pg, rd = PrivatePostgres(), PrivateRedis(tmp_path)
-    pg.start()
-    rd.start()
-    yield pg, rd
-    rd.stop()
-    pg.stop()
-
-
-def _rows(pg, sql: str, *args):
-    with pg.connect() as conn:
-        return conn.execute(sql, args).fetchall()
-
-
 def _running(pg) -> int:
-    return _rows(pg, "SELECT count(*) FROM runs_taskrun WHERE state = 'running'")[0][0]
+    return pg.rows("SELECT count(*) FROM runs_taskrun WHERE state = 'running'")[0][0]
 
 
 def test_workers_and_beat_survive_a_redis_and_a_postgres_restart_with_runs_in_flight(harness, servers, tmp_path):
     pg, rd = servers
-    env = {"DATABASE_URL": pg.url, "CELERY_BROKER_URL": rd.url, "REDIS_URL": rd.url}
-    migrated = harness.manage("migrate", "--no-input", extra_env=env, timeout=300)
-    assert migrated.returncode == 0, migrated.stderr
+    env = private_env(harness, pg, rd)
     rules = tmp_path / "rules.json"
     rules.write_text(json.dumps({"rules": [RULE]}))
     imported = harness.manage("harness", "rules", "import", str(rules), extra_env=env)
@@ -80,8 +64,7 @@ def test_workers_and_beat_survive_a_redis_and_a_postgres_restart_with_runs_in_fl
     # Recovered: new runs succeed after both restarts.
     wait_for(
         lambda: (
-            _rows(
-                pg,
+            pg.rows(
                 "SELECT count(*) FROM runs_taskrun WHERE state = 'succeeded' AND finish_at > now() - "
                 "interval '3 seconds'",
             )[0][0]
@@ -96,7 +79,7 @@ def test_workers_and_beat_survive_a_redis_and_a_postgres_restart_with_runs_in_fl
         conn.execute("UPDATE tasks_triggerrule SET enabled = false, next_fire_at = NULL")
     wait_for(
         lambda: (
-            _rows(pg, "SELECT count(*) FROM runs_taskrun WHERE state NOT IN ('succeeded','failed','cancelled')")[0][0]
+            pg.rows("SELECT count(*) FROM runs_taskrun WHERE state NOT IN ('succeeded','failed','cancelled')")[0][0]
             == 0
         ),
         timeout=90,
@@ -105,9 +88,9 @@ def test_workers_and_beat_survive_a_redis_and_a_postgres_restart_with_runs_in_fl
 
     alive = [p.name for p in procs if p.popen.poll() is None]
     crashed = [p.name for p in procs if "Unrecoverable error" in p.log()]
-    runs = _rows(pg, "SELECT slot, biz_key, state, attempts FROM runs_taskrun")
-    decisions = _rows(pg, "SELECT slot, reason FROM runs_decision")
-    records = Counter(b for (b,) in _rows(pg, "SELECT biz_key FROM tasks_diagnosticrecord"))
+    runs = pg.rows("SELECT slot, biz_key, state, attempts FROM runs_taskrun")
+    decisions = pg.rows("SELECT slot, reason FROM runs_decision")
+    records = Counter(b for (b,) in pg.rows("SELECT biz_key FROM tasks_diagnosticrecord"))
     states = Counter(state for _, _, state, _ in runs)
     print(
         f"\n[e2e restarts] slots {len(runs) + len(decisions)}: runs {dict(states)}, decisions "

@@ -5,7 +5,7 @@ running harness.noop, one run per slot. The schedule fields a kind needs come wi
 `make_rule("orders", kind="event")` is a valid event rule; a test names only what its behaviour depends on.
 """
 
-from datetime import datetime
+from datetime import UTC, date, datetime
 
 from tasks.models import TriggerRule
 
@@ -56,6 +56,26 @@ def make_rule(
         TriggerRule.objects.filter(pk=rule.pk).update(next_fire_at=due, last_slot_at=None)
         rule.refresh_from_db()
     return rule
+
+
+def at_0900_shanghai(d: date) -> datetime:
+    return datetime(d.year, d.month, d.day, 1, 0, tzinfo=UTC)
+
+
+def working_day_rule(calendar, *, due: datetime, name: str = "cn-daily-report", **fields) -> TriggerRule:
+    """A 09:00 Shanghai rule on a business calendar whose key names its business day and the one
+    before it, due at `due` (read from `due` too, so the host's clock plays no part)."""
+    return make_rule(
+        name,
+        kind="cron",
+        cron="0 9 * * *",
+        timezone="Asia/Shanghai",
+        business_calendar=calendar,
+        dedupe_key_template="{rule}:{business_date}:data-of-{previous_business_date}",
+        due=due,
+        now=due,
+        **fields,
+    )
 
 
 def rule_form_post(**over) -> dict:

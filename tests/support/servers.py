@@ -150,6 +150,11 @@ class PrivatePostgres:
     def connect(self) -> psycopg.Connection:
         return psycopg.connect(self._dsn(), autocommit=True)
 
+    def rows(self, sql: str, *args) -> list[tuple]:
+        """One query on a fresh connection: the test's view of the database, beside the processes'."""
+        with self.connect() as conn:
+            return conn.execute(sql, args).fetchall()
+
     def restart(self, *, down: float = 2.0) -> None:
         self._ctl("stop", "-m", "fast", "-w")
         time.sleep(down)

@@ -16,12 +16,7 @@ from tasks.sentences import say_all
 from tasks.triggers.explain import slot_explanation
 from tasks.triggers.plan import plan_json, rule_plan
 from tasks.triggers.scheduler import scheduler_tick
-from tests.support.rules import make_rule
-
-
-def at_0900_shanghai(d: date) -> datetime:
-    return datetime(d.year, d.month, d.day, 1, 0, tzinfo=UTC)
-
+from tests.support.rules import at_0900_shanghai, make_rule, working_day_rule
 
 SAT_MAKEUP = at_0900_shanghai(date(2026, 2, 14))
 MON_HOLIDAY = at_0900_shanghai(date(2026, 2, 16))
@@ -30,19 +25,6 @@ MON_HOLIDAY = at_0900_shanghai(date(2026, 2, 16))
 @pytest.fixture
 def china(db):
     return BusinessCalendar.objects.create(name="cn-mainland", country="CN")
-
-
-def working_day_rule(calendar, *, due: datetime):
-    return make_rule(
-        "cn-daily-report",
-        kind="cron",
-        cron="0 9 * * *",
-        timezone="Asia/Shanghai",
-        business_calendar=calendar,
-        dedupe_key_template="{rule}:{business_date}:data-of-{previous_business_date}",
-        due=due,
-        now=due,
-    )
 
 
 def test_a_make_up_saturday_runs_with_the_previous_business_day_in_its_key(china):

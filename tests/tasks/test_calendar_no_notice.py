@@ -6,7 +6,7 @@ and its explain says the data was missing; an imported notice is read by every c
 country, and a local override still wins."""
 
 import json
-from datetime import UTC, date, datetime
+from datetime import date
 from io import StringIO
 
 import pytest
@@ -21,12 +21,7 @@ from tasks.models.calendar import china_law_dates
 from tasks.sentences import say_all
 from tasks.triggers.explain import slot_explanation
 from tasks.triggers.scheduler import scheduler_tick
-from tests.support.rules import make_rule
-
-
-def at_0900_shanghai(d: date) -> datetime:
-    return datetime(d.year, d.month, d.day, 1, 0, tzinfo=UTC)
-
+from tests.support.rules import at_0900_shanghai, working_day_rule
 
 NEW_YEAR = at_0900_shanghai(date(2027, 1, 1))
 MONDAY = at_0900_shanghai(date(2027, 1, 4))
@@ -36,20 +31,6 @@ BRIDGE = at_0900_shanghai(date(2027, 2, 4))  # Thursday before 除夕 2027: a no
 @pytest.fixture
 def china(db):
     return BusinessCalendar.objects.create(name="cn-mainland", country="CN")
-
-
-def working_day_rule(calendar, *, due: datetime, name="cn-daily-report", **kw):
-    return make_rule(
-        name,
-        kind="cron",
-        cron="0 9 * * *",
-        timezone="Asia/Shanghai",
-        business_calendar=calendar,
-        dedupe_key_template="{rule}:{business_date}:data-of-{previous_business_date}",
-        due=due,
-        now=due,
-        **kw,
-    )
 
 
 def explain_text(rule, slot, lang="en") -> str:

@@ -7,6 +7,7 @@ from django.contrib.auth import get_user_model
 from django.urls import reverse
 
 from tasks.models import ReadinessFlag, ServiceIdentity, TriggerRule
+from tests.support.rules import rule_form_post
 
 pytestmark = pytest.mark.django_db
 
@@ -34,33 +35,15 @@ def test_an_operator_sets_and_clears_a_flag_in_the_admin(client, op):
 
 
 def _rule_form(**over) -> dict:
-    data = {
+    fields = {
         "name": "guarded",
-        "enabled": "on",
         "reason": "test",
-        "kind": "cron",
         "cron": "0 8 * * *",
-        "interval_seconds": "",
-        "run_at_0": "",
-        "run_at_1": "",
         "timezone": "Europe/Berlin",
-        "dst_gap": "shift",
-        "dst_repeat": "first",
         "dedupe_key_template": "{rule}:{business_date}",
-        "skill": "harness.noop",
         "params": "{}",
-        "max_attempts": "3",
-        "backoff_base_seconds": "2.0",
-        "max_delay_seconds": "300",
-        "max_retry_window_seconds": "3600",
-        "jitter_min": "0.5",
-        "jitter_max": "1.5",
-        "lease_ttl_seconds": "300",
-        "catchup": "none",
-        "catchup_max_delay_seconds": "300",
     }
-    data.update(over)
-    return data
+    return rule_form_post(**{**fields, **over})
 
 
 @pytest.mark.parametrize(

@@ -25,7 +25,7 @@ from tasks.triggers.plan import plan_json, rule_plan
 from tasks.triggers.scheduler import scheduler_tick
 from tests.support.api import api_for
 from tests.support.desk import make_user
-from tests.support.rules import make_rule
+from tests.support.rules import make_rule, rule_form_post
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)  # 13:00 in Berlin
 MINUTE = timedelta(minutes=1)
@@ -187,32 +187,17 @@ def test_a_catchup_burst_and_a_key_of_another_shape_are_dangerous():
 
 
 def _form(rule: TriggerRule, **over) -> dict:
-    data = {
+    fields = {
         "name": rule.name,
+        "enabled": None,
         "reason": rule.reason,
         "kind": rule.kind,
         "cron": rule.cron,
-        "interval_seconds": "",
-        "run_at_0": "",
-        "run_at_1": "",
         "timezone": rule.timezone,
-        "dst_gap": "shift",
-        "dst_repeat": "first",
         "dedupe_key_template": rule.dedupe_key_template,
-        "skill": "harness.noop",
         "params": "{}",
-        "max_attempts": "3",
-        "backoff_base_seconds": "2.0",
-        "max_delay_seconds": "300",
-        "max_retry_window_seconds": "3600",
-        "jitter_min": "0.5",
-        "jitter_max": "1.5",
-        "lease_ttl_seconds": "300",
-        "catchup": "none",
-        "catchup_max_delay_seconds": "300",
     }
-    data.update(over)
-    return data
+    return rule_form_post(**{**fields, **over})
 
 
 @pytest.mark.django_db
