@@ -280,8 +280,12 @@ def harness_claim(tag: str, i: int, *, dispatch: bool = True, rule=None):
     from runs.claims import Work, run_claim
     from runs.models import TaskRun
 
+    from tasks.rules import keys
+
+    # A rule's runs are keyed in its namespace (run_claim refuses any other key).
+    prefix = keys.namespace(rule.pk, keys.MANUAL_KEY) if rule is not None else ""
     work = Work(
-        biz_key=f"bench:{tag}:{i}",
+        biz_key=f"{prefix}bench:{tag}:{i}",
         skill="harness.noop",
         source=TaskRun.Source.API,
         triggered_by="benchmark",
