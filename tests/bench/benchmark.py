@@ -279,7 +279,6 @@ def harness_claim(tag: str, i: int, *, dispatch: bool = True, rule=None):
 
     from runs.claims import Work, run_claim
     from runs.models import TaskRun
-
     from tasks.rules import keys
 
     # A rule's runs are keyed in its namespace (run_claim refuses any other key).
