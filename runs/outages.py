@@ -33,15 +33,20 @@ def scheduler_tick_record(*, now: datetime, claimed: int, dedupe_hits: int, name
     """Record a tick at `now`: the last tick moves on (never back, for a slower beat's tick), and a
     gap longer than the slot grace since the last tick becomes one outage row. O(1): one row read
     under lock, one update, an insert only after an outage."""
-    row, created = SchedulerTick.objects.get_or_create(
-        name=name,
-        defaults={"last_tick_at": now, "last_claimed": claimed, "last_dedupe_hits": dedupe_hits, "history_since": now},
-    )
-    if created:
-        return
     with transaction.atomic():
         # Locked, so two beats ticking at once record one outage, not two.
-        row = SchedulerTick.objects.select_for_update().get(pk=row.pk)
+        row = SchedulerTick.objects.select_for_update().filter(name=name).first()
+        if row is None:  # the first tick ever (two at once: get_or_create keeps one row)
+            SchedulerTick.objects.get_or_create(
+                name=name,
+                defaults={
+                    "last_tick_at": now,
+                    "last_claimed": claimed,
+                    "last_dedupe_hits": dedupe_hits,
+                    "history_since": now,
+                },
+            )
+            return
         previous = row.last_tick_at
         if now - previous > slot_grace():
             SchedulerOutage.objects.create(name=name, started_at=previous, ended_at=now)
