@@ -177,6 +177,8 @@ def test_raising_a_limit_in_the_admin_takes_effect_within_a_minute_without_a_res
     client = Client()
     client.force_login(admin)
 
+    # The new limit holds from the save's commit, inside the POST: "before the edit" ends when it begins.
+    edit_begun_at = timezone.now()
     response = client.post(
         reverse("admin:tasks_pool_change", args=[dial.id]),
         {
@@ -200,10 +202,11 @@ def test_raising_a_limit_in_the_admin_takes_effect_within_a_minute_without_a_res
         (a.started_at for a in after if max_overlap([b for b in attempts if b.started_at <= a.started_at]) >= 3), None
     )
     print(
-        f"\n[e2e flow] limit 1 -> 3: max before {max_overlap(attempts, until=changed_at)}, after {max_overlap(after)}, "
+        f"\n[e2e flow] limit 1 -> 3: max before {max_overlap(attempts, until=edit_begun_at)}, "
+        f"after {max_overlap(after)}, "
         f"3 at once {(first_three_at - changed_at).total_seconds() if first_three_at else None}s after the edit"
     )
-    assert max_overlap(attempts, until=changed_at) == 1 and max_overlap(attempts) == 3
+    assert max_overlap(attempts, until=edit_begun_at) == 1 and max_overlap(attempts) == 3
     assert first_three_at is not None and first_three_at - changed_at < timedelta(minutes=1)
 
 
