@@ -64,14 +64,20 @@ def test_the_banner_says_the_scheduler_is_down_on_every_page_while_beat_is_stopp
         browser.execute_script("window.__notReloaded = true")
         until(browser, lambda d: "scheduler_stalled" in _codes(d), "the stall, live", OUTAGE)
         assert browser.execute_script("return window.__notReloaded === true"), "the page was reloaded"
-        fact = browser.find_element(By.CSS_SELECTOR, f"{FACTS}[data-code=scheduler_stalled]")
-        assert STALLED[lang] in fact.text
-        link = fact.find_element(By.TAG_NAME, "a").get_attribute("href")
+        # The banner is re-rendered every 5 s: the sentence and its link are read in one script call, so
+        # a swap between two reads cannot leave a stale element in between.
+        text, link = browser.execute_script(
+            "const li = document.querySelector(arguments[0]);"
+            "return [li.innerText, li.querySelector('a').href];",
+            f"{FACTS}[data-code=scheduler_stalled]",
+        )
+        assert STALLED[lang] in text
         assert link.endswith(reverse("harness-dashboard") + "#dash-scheduler")
         scroll, client = overflow(browser)
         assert scroll <= client, f"{lang} {width}: {scroll} > {client}"
         if page == reverse("harness-status"):
-            assert "scheduler" in browser.find_element(By.ID, "status-harness").get_attribute("innerHTML")
+            status = browser.execute_script("return document.getElementById('status-harness').innerHTML")
+            assert "scheduler" in status
         _shot(browser, f"banner-stalled-{lang}-{width}")
 
     harness.beat("beat2")
