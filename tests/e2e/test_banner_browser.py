@@ -67,8 +67,7 @@ def test_the_banner_says_the_scheduler_is_down_on_every_page_while_beat_is_stopp
         # The banner is re-rendered every 5 s: the sentence and its link are read in one script call, so
         # a swap between two reads cannot leave a stale element in between.
         text, link = browser.execute_script(
-            "const li = document.querySelector(arguments[0]);"
-            "return [li.innerText, li.querySelector('a').href];",
+            "const li = document.querySelector(arguments[0]);return [li.innerText, li.querySelector('a').href];",
             f"{FACTS}[data-code=scheduler_stalled]",
         )
         assert STALLED[lang] in text
