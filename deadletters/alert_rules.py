@@ -15,11 +15,11 @@ SLOT_EXPIRED = "slot_expired"  # a slot waited for readiness until its deadline 
 SLOT_MISSED = "slot_missed"  # a slot was missed beyond the catch-up window
 SCHEDULER_STALLED = "scheduler_stalled"
 CALENDAR_NO_DATA = "calendar_no_data"  # a business calendar in use has no data for a date weeks ahead
-# Freshness objectives (runs/objectives.py): a slot expected to miss its objective, missed, or back in time.
+# Freshness objectives (runs/engine/objectives.py): a slot expected to miss its objective, missed, or back in time.
 OBJECTIVE_AT_RISK = "objective_at_risk"
 OBJECTIVE_BREACHED = "objective_breached"
 OBJECTIVE_RECOVERED = "objective_recovered"
-# An incident of the harness itself (runs/incidents.py): one page when it opens, one when it closes.
+# An incident of the harness itself (runs/engine/incidents.py): one page when it opens, one when it closes.
 # A scheduler outage opens with SCHEDULER_STALLED; the other kinds with INCIDENT_OPENED.
 INCIDENT_OPENED = "incident_opened"
 INCIDENT_CLOSED = "incident_closed"

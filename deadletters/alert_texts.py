@@ -133,7 +133,7 @@ UNCERTAIN_POLICY_LABELS = {
 # An objective alert's why: its cause (a stored Reason, worded by tasks.sentences) and its deadline.
 OBJECTIVE_KINDS = (rules.OBJECTIVE_AT_RISK, rules.OBJECTIVE_BREACHED, rules.OBJECTIVE_RECOVERED)
 OBJECTIVE_WHY = gettext_lazy("%(cause)s; objective %(deadline_local)s")
-# A final failure's reason, as runs.retry words it (English, for the log): read back into a sentence.
+# A final failure's reason, as runs.engine.retry words it (English, for the log): read back into a sentence.
 RETRY_REASONS = (
     (re.compile(r"^error kind '(?P<kind>[^']*)' is not retried$"), gettext_lazy("error kind %(kind)s is not retried")),
     (

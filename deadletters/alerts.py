@@ -263,7 +263,7 @@ def _rule_link(rule_name: str, *, rule_id: int | None = None) -> str:
 
 
 def alert_check_scheduler(*, health: dict, now: datetime, link: str | None = None) -> Alert | None:
-    """Alert once per stall, from the scheduler's health figures (runs.selectors.scheduler_health).
+    """Alert once per stall, from the scheduler's health figures (runs.desk.selectors.scheduler_health).
 
     The stall is named by the last tick it follows, so a check every minute while it lasts finds its
     alert recorded; a new stall after recovery alerts again. A scheduler that never ticked is

@@ -4,8 +4,8 @@ from celery import shared_task
 from django.utils import timezone
 
 from deadletters import alerts
-from runs.harness_health import health_figures
-from runs.incidents import incident_sync
+from runs.desk.harness_health import health_figures
+from runs.engine.incidents import incident_sync
 
 
 # Queued on commit of the event that recorded the alert. One try per message: a failed send is

@@ -55,7 +55,7 @@ def deadletter_mark_replayed(*, now: datetime, ticket_id: int | None = None, run
     """Mark the open ticket (by id, or the run's open one) replayed; its id, or None if none was open.
 
     Compare-and-set on the open state, so two replays of one ticket mark it once. Called by the one
-    replay, runs.operations.run_retry_now, in its transaction.
+    replay, runs.engine.operations.run_retry_now, in its transaction.
     """
     open_tickets = DeadLetter.objects.filter(state=DeadLetter.State.PENDING_MANUAL)
     found = open_tickets.filter(id=ticket_id) if ticket_id is not None else open_tickets.filter(run_id=run_id)

@@ -47,7 +47,7 @@ log = logging.getLogger("harness.broker")
 
 CLAIM_CHECK_SECONDS = 1.0  # how often a consumer looks for a dead owner's claimed messages
 DRAIN_BATCH = 100  # messages delivered per event-loop tick at most (prefetch limits apply first)
-# A run's id travels in the message headers (runs/dispatch.py) and in the file name, so the queue can
+# A run's id travels in the message headers (runs/engine/dispatch.py) and in the file name, so the queue can
 # be read without opening files (queue_probe below).
 RUN_HEADER = "harness_run"
 # The run's dispatched_at (epoch seconds) as written on its row: on Redis, a run dispatched before every

@@ -59,7 +59,7 @@ def _connections_after(**_kwargs) -> None:
 
 @task_prerun.connect
 def _trace_enter(task=None, **_kwargs) -> None:
-    # The traceparent header of the message (runs.dispatch) is the task's context; see tracing.task_enter.
+    # The traceparent header of the message (runs.engine.dispatch) is the task's context; see tracing.task_enter.
     if task is not None:
         tracing.task_enter(task)
 
@@ -97,7 +97,7 @@ def _stamp_sent_at(headers=None, **_kwargs) -> None:
 @worker_init.connect
 def _watch_worker(sender=None, **kwargs) -> None:
     """Worker heartbeats, the stall watchdog and the bounded warm shutdown (harness_site/worker_watch.py)."""
-    # Imported here, not at the top: worker_watch reads runs.workers, whose models need the app registry,
+    # Imported here, not at the top: worker_watch reads runs.engine.workers, whose models need the app registry,
     # which is ready at worker_init but not when harness_site/__init__.py imports this module.
     from harness_site import worker_watch
 

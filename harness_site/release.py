@@ -1,7 +1,7 @@
 """Where the code and the schema stand (invariant 9: upgrades never stop the work).
 
 A release is named by its migrations: the latest migration of each app in its code. A worker reports
-the ones it was built for in its heartbeat (runs/workers.py); the schema is at the latest migration
+the ones it was built for in its heartbeat (runs/engine/workers.py); the schema is at the latest migration
 applied of each app. A worker older than the schema keeps working (migrations are expand-only) and
 /healthz names it; a worker whose code needs migrations not yet applied refuses to start.
 """

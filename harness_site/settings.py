@@ -179,7 +179,7 @@ if DATABASES["default"]["ENGINE"] == "django.db.backends.sqlite3":
     )
 elif DB_POOL_MAX > 0:
     # A bounded pool per process (psycopg_pool, through Django): a thread takes a connection for
-    # each short write and gives it back, so runs that wait on a model hold none (runs.store's
+    # each short write and gives it back, so runs that wait on a model hold none (runs.engine.store's
     # connection_release). A thread finding the pool empty waits up to HARNESS_DB_POOL_TIMEOUT s.
     DATABASES["default"]["CONN_MAX_AGE"] = 0  # the pool keeps connections; Django keeps none
     DATABASES["default"].setdefault("OPTIONS", {})["pool"] = {
@@ -344,7 +344,7 @@ CELERY_ACCEPT_CONTENT = ["json"]
 #     (harness_site/broker.py; measured: prefetched runs started elsewhere 1.2 s after kill -9);
 #   * Redis: kombu restores unacknowledged messages only after the visibility timeout (1 hour), so
 #     the sweeper re-sends them once the worker is silent for 10 s and they are neither queued nor
-#     held (runs/sweeper.py; measured: 13-14 s after kill -9).
+#     held (runs/engine/sweeper.py; measured: 13-14 s after kill -9).
 # A run that was executing keeps its lease until it expires (the rule's lease TTL), then is retried.
 CELERY_TASK_ACKS_LATE = True
 CELERY_TASK_REJECT_ON_WORKER_LOST = True
@@ -408,14 +408,14 @@ HARNESS: HarnessSettings = {
     # Seconds between scheduler ticks; the data migration installs the beat entry with it.
     "TICK_SECONDS": env.whole("HARNESS_TICK_SECONDS", default=1, low=1, high=3600, why_low="a busy loop"),
     "SWEEP_SECONDS": env.whole("HARNESS_SWEEP_SECONDS", default=1, low=1, high=3600, why_low="a busy loop"),
-    # At most this often the sweeper evaluates the freshness objectives of open slots (runs/objectives.py).
+    # At most this often the sweeper evaluates the freshness objectives of open slots (runs/engine/objectives.py).
     "OBJECTIVE_SECONDS": env.whole("HARNESS_OBJECTIVE_SECONDS", default=15, low=1, high=3600),
     # A message is sent again only after it has been nowhere (neither queued nor held by a worker)
     # this long since it was sent: the commit-to-publish delay and a consumer's reporting delay.
     "REDISPATCH_SECONDS": env.whole("HARNESS_REDISPATCH_SECONDS", default=10, low=1, high=86400),
     # Seconds between file-sensor scans (beat entry "harness: file sensors").
     "SENSOR_SECONDS": env.whole("HARNESS_SENSOR_SECONDS", default=30, low=1, high=86400, why_low="a busy loop"),
-    # PostgreSQL: the hot path's statements are prepared once per connection (runs/store/postgres.py). Turn off
+    # PostgreSQL: the hot path's statements are prepared once per connection (runs/engine/store/postgres.py). Turn off
     # behind a pooler that cannot keep prepared statements (PgBouncer in transaction mode before 1.21).
     "PREPARED_STATEMENTS": env.boolean("HARNESS_PREPARED_STATEMENTS", default=True),
     # Upper bound on slots one rule may materialise per tick (bounded catch-up work).
@@ -441,7 +441,7 @@ HARNESS: HarnessSettings = {
     # Seconds before a failed alert delivery is tried again; the delay doubles each time (up to 10
     # minutes, 5 tries in all: deadletters/alert_rules.py).
     "ALERT_RETRY_SECONDS": env.number("HARNESS_ALERT_RETRY_SECONDS", default=10.0, low=0, high=3600, low_open=True),
-    # Backpressure (runs/backpressure.py): a process counts pending runs at most this often per scope,
+    # Backpressure (runs/engine/backpressure.py): a process counts pending runs at most this often per scope,
     # adding the runs it admitted since; watermark edits take effect within it.
     "BACKPRESSURE_CACHE_SECONDS": env.number("HARNESS_BACKPRESSURE_CACHE_SECONDS", default=1.0, low=0, high=3600),
     # Prometheus /metrics on the web app answers only a request bearing this token (unset: /metrics is
@@ -449,7 +449,7 @@ HARNESS: HarnessSettings = {
     # address of its own (docs/observability.md).
     "METRICS_TOKEN": env.text("HARNESS_METRICS_TOKEN", default=""),
     "METRICS_BIND": env.text("HARNESS_METRICS_BIND", default="127.0.0.1:9464"),
-    # Worker liveness (harness_site/worker_watch.py, runs/workers.py): each worker process reports
+    # Worker liveness (harness_site/worker_watch.py, runs/engine/workers.py): each worker process reports
     # itself this often; one that has work waiting and takes none for WORKER_STALL_SECONDS is "not
     # consuming" in /healthz and exits, so that its runner (Procfile, systemd) starts it again.
     "WORKER_HEARTBEAT_SECONDS": env.number(

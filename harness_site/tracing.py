@@ -2,7 +2,7 @@
 
 A trace id is born at every trigger entry (a tick's slot, an event from a webhook, a queue, a file or
 Python, an operator's button, the API) and is kept on the run (`TaskRun.trace_id`, set in one place:
-`runs.claims.Work`) and its dead-letter ticket. It travels in the "execute run" message as a W3C
+`runs.engine.claims.Work`) and its dead-letter ticket. It travels in the "execute run" message as a W3C
 `traceparent` header, is bound again by the worker from the run row (the row is the truth, the
 header a hint: a re-dispatch by the sweeper carries the sweep's context), appears on every log line
 (harness_site/logs.py) and goes to model providers as `traceparent`.
@@ -76,7 +76,7 @@ def log_fields() -> dict[str, Any]:
 
 def bind(**fields: Any) -> None:
     """Add work fields (run_id, biz_key, rule, attempt) to the current context's log lines; the
-    scope that set up the context (runs.executor via `scoped`, a Celery task) drops them again."""
+    scope that set up the context (runs.engine.executor via `scoped`, a Celery task) drops them again."""
     _fields.set({**_fields.get(), **{k: v for k, v in fields.items() if v is not None}})
 
 

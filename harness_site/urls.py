@@ -38,14 +38,14 @@ urlpatterns = [
     path("healthz", healthz, name="healthz"),
     # Browsers ask for /favicon.ico on every page whatever the page links: not a 404 in every log.
     path("favicon.ico", lambda request: HttpResponsePermanentRedirect(static("harness/favicon.svg"))),
-    # Prometheus (runs/metrics.py): off unless HARNESS_METRICS_TOKEN is set; a Bearer token then.
+    # Prometheus (runs/desk/metrics.py): off unless HARNESS_METRICS_TOKEN is set; a Bearer token then.
     path("metrics", metrics_view, name="metrics"),
     # Before admin/, so the admin's catch-all does not take it; admin_view requires a staff login.
     path("admin/dashboard/", admin.site.admin_view(dashboard_view), name="harness-dashboard"),
     path("admin/display-zone/", admin.site.admin_view(display_zone_view), name="harness-display-zone"),
     path("admin/flow/", admin.site.admin_view(flow_view), name="harness-flow"),
     path("admin/system-banner/", admin.site.admin_view(system_banner_view), name="harness-system-banner"),
-    # The staff landing page is the status board (runs/status.py); Django's list of pages moves one click away.
+    # The staff landing page is the status board (runs/desk/status.py); Django's list of pages moves one click away.
     path("admin/", admin.site.admin_view(status_view), name="harness-status"),
     path("admin/apps/", admin.site.admin_view(apps_view), name="harness-apps"),
     path("admin/", admin.site.urls),

@@ -3,13 +3,13 @@ on the warm shutdown (connected in harness_site/celery.py at
 worker_init, once the models can be imported).
 
 * A worker reports as soon as it starts (before its pool exists), again when it is ready, then every
-  HARNESS_WORKER_HEARTBEAT_SECONDS: what it holds (runs/workers.py), runs received, running, waiting,
+  HARNESS_WORKER_HEARTBEAT_SECONDS: what it holds (runs/engine/workers.py), runs received, running, waiting,
   and when it last made progress. A SIGSTOPped, frozen or killed worker stops reporting, and /healthz
   says "not responding"; a worker started again on the same node replaces it at its first report.
 * The heartbeat's writes never cross a fork of a pool process (harness_site/forks.py), and never wait
   for the broker: a second thread looks into the worker's queues, each look bounded by a short timeout,
   and the heartbeat reads its last answer.
-* Progress is work finished or started (runs/workers.py worker_progressed), not work received: a
+* Progress is work finished or started (runs/engine/workers.py worker_progressed), not work received: a
   worker holding messages that finishes and starts nothing is "not consuming" after half of
   HARNESS_WORKER_STALL_SECONDS; at the full period the watchdog ends the worker (its pool processes
   first), so that its runner starts a fresh one (the Procfile runner, harness_site/keepalive.py;
@@ -17,7 +17,7 @@ worker_init, once the models can be imported).
 * It observes database and broker outages it lives through (the alerts pass, a Celery task, cannot: it
   needs both): the heartbeat's write failing with a database error, and the queue watch's look
   failing, each until the next success. Once over, an outage that lasted at least two heartbeats is
-  recorded as an incident (runs/downtime.py decides, runs/incidents.py records; several workers that
+  recorded as an incident (runs/engine/downtime.py decides, runs/engine/incidents.py records; several workers that
   saw one outage widen one incident).
 * A warm shutdown (SIGTERM) that has not finished after HARNESS_WORKER_SHUTDOWN_SECONDS ends the same
   way: a worker whose pool is stuck would otherwise wait for it for ever. Runs still running then lose
@@ -45,10 +45,10 @@ from django.utils import timezone
 from harness_site.broker import PROBE_TIMEOUT, RUN_HEADER, queue_probe
 from harness_site.forks import background_writes
 from harness_site.release import migrations_missing
-from runs.downtime import Downtime, Span
-from runs.incidents import incident_record_outage
-from runs.store import database
-from runs.workers import (
+from runs.engine.downtime import Downtime, Span
+from runs.engine.incidents import incident_record_outage
+from runs.engine.store import database
+from runs.engine.workers import (
     WorkerReport,
     pool_report,
     runs_with_live_lease,

@@ -1,7 +1,7 @@
 """The index behind a partial business-key search, on each database.
 
 On PostgreSQL a GIN index of UPPER(biz_key) with pg_trgm's gin_trgm_ops: it serves the
-`icontains` that runs/key_search.py builds (UPPER(biz_key) LIKE UPPER('%…%')). pg_trgm ships with
+`icontains` that runs/desk/key_search.py builds (UPPER(biz_key) LIKE UPPER('%…%')). pg_trgm ships with
 PostgreSQL and is a trusted extension, but creating it needs the CREATE privilege on the database;
 without it the search is the same, by a scan (README.md, "Production"). SQLite has neither GIN nor
 pg_trgm: there the index is a plain one of the same expression, so a table rebuild (SQLite's way

@@ -127,8 +127,8 @@ class TaskRun(models.Model):
     is_trial = models.BooleanField(_("is trial"), default=False)
     # Last time a "execute run" message was sent; the sweeper re-sends only after a grace period.
     dispatched_at = models.DateTimeField(_("dispatched at"), null=True, blank=True)
-    # "Execute run R" messages sent for this run, all attempts together (runs/dispatch.py): more than
-    # attempts + 1 means the sweeper re-sent a message it took for lost (runs/sweeper.py).
+    # "Execute run R" messages sent for this run, all attempts together (runs/engine/dispatch.py): more than
+    # attempts + 1 means the sweeper re-sent a message it took for lost (runs/engine/sweeper.py).
     dispatches = models.PositiveIntegerField(_("messages sent"), default=0)
     # The run lease: who may execute it, until when, and the fencing token of the current holder.
     lease_owner = models.CharField(_("lease owner"), max_length=200, blank=True)
@@ -157,7 +157,7 @@ class TaskRun(models.Model):
                 condition=~Q(state="awaiting_approval") | Q(lease_expires_at__isnull=True),
                 name="run_awaiting_approval_no_lease",
             ),
-            # Coalescing (runs.claims): at most one not-yet-started run per object of a coalescing
+            # Coalescing (runs.engine.claims): at most one not-yet-started run per object of a coalescing
             # rule. A second insert conflicts, and the claim replaces the pending one instead.
             models.UniqueConstraint(
                 fields=["rule", "object_key"],
@@ -183,7 +183,7 @@ class TaskRun(models.Model):
             models.Index(fields=["rule"], condition=Q(state="pending"), name="run_pending_idx"),
             # admin search by a trace id from a log line (runs/admin get_search_results).
             models.Index(fields=["trace_id"], condition=~Q(trace_id=""), name="run_trace_idx"),
-            # runs.key_search: part of a biz_key, any case (UPPER(biz_key) LIKE); pg_trgm on PostgreSQL.
+            # runs.desk.key_search: part of a biz_key, any case (UPPER(biz_key) LIKE); pg_trgm on PostgreSQL.
             KeyTrigramIndex(OpClass(Upper("biz_key"), name="gin_trgm_ops"), name="run_biz_key_trgm_idx"),
         ]
         permissions = [
@@ -209,7 +209,7 @@ class TaskRun(models.Model):
 
 def run_policy_fields(policy: RunPolicy) -> dict:
     """The run's policy columns for `policy`: the one place that copies a rule's policy into a run
-    (runs.claims, at claim time)."""
+    (runs.engine.claims, at claim time)."""
     retry = policy.retry
     return {
         "lease_ttl_seconds": policy.lease_ttl_seconds,
@@ -328,7 +328,7 @@ class Decision(models.Model):
     reason = models.CharField(_("reason"), max_length=30, choices=Reason.choices)
     details = models.JSONField(_("details"), default=dict, blank=True)
     # Coalesced: the run that replaced this trigger's run. If that one was replaced in turn, the run
-    # carrying the work now is runs.selectors.run_coalesced_into (explain and intake answers use it).
+    # carrying the work now is runs.desk.selectors.run_coalesced_into (explain and intake answers use it).
     survivor = models.ForeignKey(
         TaskRun,
         null=True,
@@ -370,7 +370,7 @@ class Decision(models.Model):
 
 class DecisionTally(models.Model):
     """Decisions deleted by retention, counted by rule name and reason, so /metrics can say how many
-    decisions were ever recorded: the rows still kept plus these (runs.metrics). Written only by the
+    decisions were ever recorded: the rows still kept plus these (runs.desk.metrics). Written only by the
     retention sweep, in the transaction that deletes the decisions it counts."""
 
     rule_name = models.CharField(_("rule name"), max_length=200)
@@ -421,7 +421,7 @@ class SlotHold(models.Model):
 
 class Backpressure(models.Model):
     """The watermarks of pending runs for one pool, and whether intake is shedding there now
-    (runs/backpressure.py). The global pool's row is the harness-wide watermark: every pending run
+    (runs/engine/backpressure.py). The global pool's row is the harness-wide watermark: every pending run
     counts; another pool's counts the pending runs of the rules that name it.
 
     The state is kept here, not in a process, so every intake of every process agrees; it flips
@@ -499,7 +499,7 @@ class SchedulerTick(models.Model):
 
 class SchedulerOutage(models.Model):
     """A span in which no scheduler tick ran for longer than the slot grace: from the last tick before
-    to the first tick after (runs/outages.py). Slots in it were first seen late, by the tick that
+    to the first tick after (runs/engine/outages.py). Slots in it were first seen late, by the tick that
     ended it. One row per outage, written by that tick; none in steady state."""
 
     name = models.CharField(_("name"), max_length=200)
@@ -521,7 +521,7 @@ class SchedulerOutage(models.Model):
 
 class RunRollup(models.Model):
     """What the dashboard counts for one 5-minute bucket of trigger_at: runs by state, dedupe hits,
-    trials, and histograms of queue delay and end-to-end latency (runs/rollup.py). Derived data,
+    trials, and histograms of queue delay and end-to-end latency (runs/engine/rollup.py). Derived data,
     recomputed from the runs by the sweeper, so a million runs cost the dashboard 288 rows."""
 
     bucket = models.DateTimeField(_("bucket"), unique=True)  # rollup_read: the dashboard's range by bucket
@@ -801,7 +801,7 @@ class WorkerHeartbeat(models.Model):
     stopping = models.BooleanField(_("shutting down"), default=False)
     # Its watchdog ends it after work has waited this long (HARNESS_WORKER_STALL_SECONDS).
     stall_seconds = models.FloatField(_("stall period (s)"), default=60.0)
-    # The process's database connection pool at beat_at (runs.workers.POOL_STATS), where its runs
+    # The process's database connection pool at beat_at (runs.engine.workers.POOL_STATS), where its runs
     # share it (a threads worker with HARNESS_DB_POOL_MAX); null elsewhere.
     db_pool = models.JSONField(_("database pool"), null=True, blank=True)
     # The latest migration of each app in the worker's code (harness_site.release): the release it
@@ -819,7 +819,7 @@ class WorkerHeartbeat(models.Model):
 
 class SlotObjective(models.Model):
     """One slot's freshness objective and how it is going (tasks/rules/objectives.py): written by the
-    objective pass (runs/objectives.py) each time it looks, closed once the slot's outcome is final.
+    objective pass (runs/engine/objectives.py) each time it looks, closed once the slot's outcome is final.
 
     One row per slot (unique), so each alert (at risk, breached, recovered) goes out once per slot,
     and the last 30 days of met/missed are a read of closed rows.
@@ -875,7 +875,7 @@ class SlotObjective(models.Model):
 
 class Incident(models.Model):
     """A span in which the harness itself was unwell: the scheduler stalled, a queue had no consuming
-    worker, or the database or broker was unreachable (runs/incidents.py). Opened by the periodic
+    worker, or the database or broker was unreachable (runs/engine/incidents.py). Opened by the periodic
     health pass from /healthz's own figures, or by the first scheduler tick after a gap no pass saw;
     closed when the figure is well. Database and broker outages are recorded, once over, by the
     workers that lived through them.
@@ -884,7 +884,7 @@ class Incident(models.Model):
     class Kind(models.TextChoices):
         SCHEDULER = "scheduler", _("Scheduler outage")
         QUEUE = "queue", _("Queue without a consuming worker")
-        # Seen by the workers that lived through it, recorded when it was over (runs/downtime.py).
+        # Seen by the workers that lived through it, recorded when it was over (runs/engine/downtime.py).
         DATABASE = "database", _("Database outage")
         BROKER = "broker", _("Broker outage")
 

@@ -24,14 +24,14 @@ from harness_site.api.problems import ApiProblem, problem_json
 from harness_site.api.tokens import bearer_credential, secret_matches
 from harness_site.broker import probe_options, queue_probe
 from harness_site.desk import now, require_perm
-from runs import selectors
-from runs import status as board
-from runs.dashboard import dashboard_build
-from runs.harness_health import Fact, banner_facts, health_figures
-from runs.metrics import metrics_registry
+from runs.desk import selectors
+from runs.desk import status as board
+from runs.desk.dashboard import dashboard_build
+from runs.desk.harness_health import Fact, banner_facts, health_figures
+from runs.desk.metrics import metrics_registry
+from runs.engine.objectives import objective_status_for_rules
+from runs.engine.workers import worker_health
 from runs.models import TaskRun
-from runs.objectives import objective_status_for_rules
-from runs.workers import worker_health
 
 log = logging.getLogger("harness.health")
 
@@ -54,7 +54,7 @@ def healthz(request):
     for a date within weeks: a warning, never a 503), `queues_without_worker` (task queues no consuming
     worker reads), `alerts_log_only` (no alert channel can deliver), `workers_older_than_schema` (workers whose
     code is older than the migrations applied, docs/upgrading.md: a warning, never a 503) and
-    the scheduler's figures: the facts the desk's system banner shows (runs/harness_health.py)."""
+    the scheduler's figures: the facts the desk's system banner shows (runs/desk/harness_health.py)."""
     if request.method not in ("GET", "HEAD"):
         response = JsonResponse({"ok": False, "reason": "method_not_allowed", "detail": "GET /healthz"}, status=405)
         response["Allow"] = "GET, HEAD"
@@ -83,7 +83,7 @@ def _may_see_details(request) -> bool:
 
 def _health() -> dict:
     """Every figure /healthz reports, `reason` the first code that is not ok and `detail` its words.
-    The database's figures come from runs.harness_health, the desk banner's one home."""
+    The database's figures come from runs.desk.harness_health, the desk banner's one home."""
     at = timezone.now()
     try:
         status = health_figures(now=at)
@@ -271,7 +271,7 @@ STATUS_OBJECTIVES = status_objectives
 
 def status_view(request):
     """The staff landing page, /admin/: every rule as one row, worst first, filterable, searchable and
-    live (runs/status.py). Staff without the rights to read rules, runs and tickets get the admin's
+    live (runs/desk/status.py). Staff without the rights to read rules, runs and tickets get the admin's
     list of pages instead, which stays one click away for everyone (/admin/apps/)."""
     if not all(request.user.has_perm(p) for p in STATUS_PERMS):
         return admin.site.index(request)
@@ -329,7 +329,7 @@ FLOW_TOP_KEYS = 5
 
 def flow_view(request):
     """The flow page under /admin/flow/: each pool's limit, in use, waiting (top keys), shed and
-    coalesced in the last hour, and its oldest waiting run (runs/selectors.pool_pressure)."""
+    coalesced in the last hour, and its oldest waiting run (runs/desk/selectors.pool_pressure)."""
     for perm in FLOW_PERMS:
         require_perm(request, perm)
     at = now()
@@ -347,7 +347,7 @@ def flow_view(request):
 
 @csrf_exempt  # read-only, token-authenticated; a POST gets a 405, not the CSRF middleware's HTML 403
 def metrics_view(request):
-    """Prometheus metrics of the whole deployment, read from the database (runs/metrics.py).
+    """Prometheus metrics of the whole deployment, read from the database (runs/desk/metrics.py).
 
     Off (404) unless HARNESS_METRICS_TOKEN is set; then only `Authorization: Bearer <token>` is
     answered (401 otherwise). `manage.py metrics_serve` serves them on an address of their own instead.

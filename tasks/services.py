@@ -12,7 +12,7 @@ from django.utils.dateparse import parse_datetime
 
 from harness_site.audit.models import AuditEntry
 from harness_site.audit.services import audit_record
-from runs.store import database
+from runs.engine.store import database
 from tasks import sentences
 from tasks.agent_io import agent_export, agent_resolve, agent_save, agent_stage
 from tasks.calendar_io import calendar_export, calendar_resolve, calendar_save, calendar_stage

@@ -166,7 +166,7 @@ def _default_language():
 @pytest.fixture(autouse=True)
 def _pressure_measurements_forgotten():
     """Backpressure measurements are cached per process for a second of `now`; tests reuse instants."""
-    from runs.backpressure import pressure_cache_clear
+    from runs.engine.backpressure import pressure_cache_clear
 
     pressure_cache_clear()
     yield

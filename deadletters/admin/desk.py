@@ -17,9 +17,9 @@ from harness_site.desk import OptionalReasonForm, confirm_bulk, confirm_object, 
 from harness_site.templatetags.harness import clip_html
 from runs.admin.desk import run_page_timeline
 from runs.admin.scale import ErrorKindFilter
-from runs.dashboard import deadletter_backlog
-from runs.key_search import key_search
-from runs.operations import run_retry_now
+from runs.desk.dashboard import deadletter_backlog
+from runs.desk.key_search import key_search
+from runs.engine.operations import run_retry_now
 from tasks.skills.error_words import error_kind_label
 
 ERROR_CHARS = 60  # an error's first line in the list; the desk still fits 1440 px
@@ -97,7 +97,7 @@ class DeadLetterDeskMixin(DeadLetterAdminBase):
 
     def get_search_results(self, request, queryset, search_term):
         """The admin's search (run id, trace id, key contains), plus the stored keys a raw client
-        key stands for (`callback:order-7` finds `…/callback%3Aorder-7`): runs/key_search.py."""
+        key stands for (`callback:order-7` finds `…/callback%3Aorder-7`): runs/desk/key_search.py."""
         found, duplicates = super().get_search_results(request, queryset, search_term)
         if search_term.strip():
             by_key, _whole = key_search(queryset, search_term)

@@ -1,5 +1,5 @@
 """Dead letters: list and find by biz_key, get, replay with the original biz_key (the one replay,
-runs.operations.run_retry_now), close with a note, assign (deadletters.services)."""
+runs.engine.operations.run_retry_now), close with a note, assign (deadletters.services)."""
 
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -27,7 +27,7 @@ from harness_site.api.serializers import (
     ReplaySerializer,
     staff_user,
 )
-from runs.operations import OperationError, run_retry_now
+from runs.engine.operations import OperationError, run_retry_now
 from tasks.rules.keys import search_candidates
 
 VIEW = ("deadletters.view_deadletter",)

@@ -1,4 +1,4 @@
-"""Incidents of the harness itself (runs/incidents.py): list, newest first, and one with what it cost.
+"""Incidents of the harness itself (runs/engine/incidents.py): list, newest first, and one with what it cost.
 Read-only: incidents are opened and closed by the alerts pass and the scheduler tick."""
 
 from django.utils import timezone
@@ -9,7 +9,7 @@ from rest_framework.response import Response
 from harness_site.api.base import COMMON, DeskView, ascii_number, problems, query_choice
 from harness_site.api.problems import ApiProblem
 from harness_site.api.runs import Cursor, paginated
-from runs.incidents import incident_actions, incident_cost, incident_link, incident_missed
+from runs.engine.incidents import incident_actions, incident_cost, incident_link, incident_missed
 from runs.models import Incident
 
 VIEW = ("runs.view_incident",)

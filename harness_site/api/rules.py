@@ -35,8 +35,8 @@ from harness_site.api.serializers import (
     RuleUpdateSerializer,
     RunNowSerializer,
 )
+from runs.engine.objectives import objective_filter_rules, objective_status_for_rules
 from runs.models import SlotObjective
-from runs.objectives import objective_filter_rules, objective_status_for_rules
 from tasks import sentences
 from tasks.models import TriggerRule
 from tasks.rules.preview import FROM_YEARS, StartError, preview_start, rule_preview

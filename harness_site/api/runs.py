@@ -1,6 +1,6 @@
 """Runs: list (the admin's filters, cursor pagination), get (attempts, decisions, tickets), delayed
 one-time runs (POST /runs: tasks.triggers.once.schedule_once), retry now and cancel
-(runs.operations, the admin's own services)."""
+(runs.engine.operations, the admin's own services)."""
 
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
@@ -30,10 +30,10 @@ from harness_site.api.serializers import (
     RunSerializer,
     ScheduleOnceSerializer,
 )
-from runs.key_search import key_search
+from runs.desk.key_search import key_search
+from runs.desk.selectors import run_timeline
+from runs.engine.operations import OperationError, run_cancel, run_retry_now
 from runs.models import TaskRun
-from runs.operations import OperationError, run_cancel, run_retry_now
-from runs.selectors import run_timeline
 from tasks.models import TriggerRule
 from tasks.triggers.once import OnceError, schedule_once
 
@@ -81,7 +81,7 @@ def run_get(run_id) -> TaskRun:
 
 
 def run_detail(run: TaskRun) -> dict:
-    """The run page's data (runs.selectors.run_timeline): attempts, decisions and tickets."""
+    """The run page's data (runs.desk.selectors.run_timeline): attempts, decisions and tickets."""
     timeline = run_timeline(run, now=timezone.now())
     run.attempt_list = [row["a"] for row in timeline["attempts"]]
     run.decisions = timeline["decisions"]

@@ -1,5 +1,5 @@
 """The status board as data: every rule worst first with its health, last outcome, open tickets,
-next fire, and the slots missed and decided in the last 24 h (runs/status.py, the admin's landing page)."""
+next fire, and the slots missed and decided in the last 24 h (runs/desk/status.py, the admin's landing page)."""
 
 from django.utils import timezone
 from drf_spectacular.utils import OpenApiParameter, extend_schema
@@ -8,7 +8,7 @@ from rest_framework.response import Response
 
 from harness_site.api.base import COMMON, DeskView, problems, query_choice, query_text
 from harness_site.api.problems import invalid
-from runs import status
+from runs.desk import status
 
 
 class LastOutcomeSerializer(serializers.Serializer):

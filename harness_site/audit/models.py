@@ -21,13 +21,13 @@ class AuditEntry(models.Model):
         DEADLETTER_REPLAY = "deadletter.replay", _("Dead letter replayed")
         DEADLETTER_CLOSE = "deadletter.close", _("Dead letter closed")
         DEADLETTER_ASSIGN = "deadletter.assign", _("Dead letter assigned")
-        # Written by runs/approvals.py when someone decides a skill's proposed action.
+        # Written by runs/engine/approvals.py when someone decides a skill's proposed action.
         PROPOSAL_APPROVE = "proposal.approve", _("Proposed action approved")
         PROPOSAL_REJECT = "proposal.reject", _("Proposed action rejected")
-        # Written by runs/approvals.py when someone releases or rejects gated catch-up runs.
+        # Written by runs/engine/approvals.py when someone releases or rejects gated catch-up runs.
         CATCHUP_APPROVE = "catchup.approve", _("Catch-up runs approved")
         CATCHUP_REJECT = "catchup.reject", _("Catch-up runs rejected")
-        # Written by runs/backpressure.py when someone edits a scope's watermarks.
+        # Written by runs/engine/backpressure.py when someone edits a scope's watermarks.
         WATERMARK_CHANGE = "watermark.change", _("Backpressure watermarks changed")
 
     at = models.DateTimeField(_("at"))

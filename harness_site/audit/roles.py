@@ -76,9 +76,9 @@ GROUPS = {
         "tasks.change_triggersource",
         "runs.retry_run",
         "runs.cancel_run",
-        # Catch-up runs held above the rule's approval threshold (runs/approvals.py).
+        # Catch-up runs held above the rule's approval threshold (runs/engine/approvals.py).
         "runs.approve_catchup",
-        # Approve or reject a risky action a skill proposed (runs/approvals.py).
+        # Approve or reject a risky action a skill proposed (runs/engine/approvals.py).
         "runs.decide_actionproposal",
         "runs.acknowledge_slotobjective",
     ],

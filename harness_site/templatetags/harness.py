@@ -104,7 +104,7 @@ def key(biz_key, chars=CLIP_CHARS, rule_name="", whole=False):
 
 @register.simple_tag
 def strip_cells(cells, rule_name="", run_prefix="", decision_prefix="") -> str:
-    """A history strip's cells (runs.status.history_strips) as links, built here rather than in the
+    """A history strip's cells (runs.desk.status.history_strips) as links, built here rather than in the
     template: a status page draws thousands of them, each with its title (what, which key, when)."""
     no_run = _("no run")
     html = []

@@ -23,9 +23,11 @@ from runs.admin.desk import (  # also registers the live run leases desk
 from runs.admin.rerun import rerun_slots
 from runs.admin.scale import ErrorKindFilter, EstimatedCountPaginator
 from runs.admin.steps import ActionProposalInline, ExternalCallInline, RunStepInline
-from runs.backpressure import pending_count, watermarks_set
-from runs.incident_page import incident_page
-from runs.key_search import key_search
+from runs.desk.incident_page import incident_page
+from runs.desk.key_search import key_search
+from runs.desk.selectors import duration_text, run_wait_explain
+from runs.engine.backpressure import pending_count, watermarks_set
+from runs.engine.objectives import cause_text, objective_acknowledge
 from runs.models import (
     Attempt,
     Backpressure,
@@ -38,8 +40,6 @@ from runs.models import (
     SlotObjective,
     TaskRun,
 )
-from runs.objectives import cause_text, objective_acknowledge
-from runs.selectors import duration_text, run_wait_explain
 from tasks.skills.error_words import error_kind_label
 
 # A W3C trace id as log lines and trace viewers print it (harness_site/tracing.py).
@@ -205,7 +205,7 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
         term = search_term.strip()
         if not term:
             return queryset, False
-        # The raw text a client sent finds its stored (escaped) key as well (runs/key_search.py).
+        # The raw text a client sent finds its stored (escaped) key as well (runs/desk/key_search.py).
         found, _whole = key_search(queryset, term)
         duplicates = False
         if term.isdigit() and len(term) < 19:
@@ -321,7 +321,7 @@ class SchedulerTickAdmin(ReadOnlyAdmin):
 
 @admin.register(SchedulerOutage)
 class SchedulerOutageAdmin(ReadOnlyAdmin):
-    """Spans with no scheduler tick for longer than the slot grace (runs/outages.py)."""
+    """Spans with no scheduler tick for longer than the slot grace (runs/engine/outages.py)."""
 
     list_display = ("name", "started_at", "ended_at")
     date_hierarchy = "ended_at"
@@ -329,7 +329,7 @@ class SchedulerOutageAdmin(ReadOnlyAdmin):
 
 @admin.register(SlotObjective)
 class SlotObjectiveAdmin(ReadOnlyAdmin):
-    """Each slot's freshness objective, as the objective pass last saw it (runs/objectives.py)."""
+    """Each slot's freshness objective, as the objective pass last saw it (runs/engine/objectives.py)."""
 
     list_display = ("rule", "slot", "deadline", "status", "cause_text", "lateness_seconds", "acknowledged_by")
     list_filter = ("status", "closed", "rule")
@@ -352,7 +352,7 @@ class SlotObjectiveAdmin(ReadOnlyAdmin):
 
 @admin.register(Incident)
 class IncidentAdmin(ReadOnlyAdmin):
-    """Incidents of the harness itself (runs/incidents.py); each one's page is what it cost, on one axis."""
+    """Incidents of the harness itself (runs/engine/incidents.py); each one's page is what it cost, on one axis."""
 
     list_display = ("__str__", "kind", "subject", "started_at", "ended_at", "duration", "missed")
     list_filter = ("kind",)

@@ -26,9 +26,10 @@ from harness_site.desk import (
     quiet_flag,
 )
 from runs.admin.scale import RuleFilter
-from runs.approvals import APPROVE_PERM, catchup_approve, catchup_reject
-from runs.models import Lease, RunLease, TaskRun
-from runs.operations import (
+from runs.desk.selectors import duration_text as _seconds
+from runs.desk.selectors import run_timeline, run_wait_explain
+from runs.engine.approvals import APPROVE_PERM, catchup_approve, catchup_reject
+from runs.engine.operations import (
     CANCELLABLE_STATES,
     RETRYABLE_STATES,
     lease_force_release,
@@ -36,8 +37,7 @@ from runs.operations import (
     run_lease_force_release,
     run_retry_now,
 )
-from runs.selectors import duration_text as _seconds
-from runs.selectors import run_timeline, run_wait_explain
+from runs.models import Lease, RunLease, TaskRun
 from tasks.rules.explain import held_for
 from tasks.sentences import say_all
 

@@ -7,7 +7,7 @@ from django.core.paginator import Paginator
 from django.db.models import QuerySet
 from django.utils.functional import cached_property
 
-from runs.store import database
+from runs.engine.store import database
 from tasks.models import TriggerRule
 from tasks.skills.error_words import ERROR_KIND_LABELS
 

@@ -6,7 +6,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from runs.approvals import proposal_approve, proposal_reject
+from runs.engine.approvals import proposal_approve, proposal_reject
 from runs.models import ActionProposal, ExternalCall, RunStep
 
 

@@ -10,7 +10,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from harness_site.desk import JSON_FORMFIELDS
-from runs.calls import agent_spend
+from runs.engine.calls import agent_spend
 from tasks.agents.budgets import budget_window
 from tasks.models.agent import ENV_NAME, ENV_NAME_MESSAGE, Agent
 from tasks.secrets import MODEL, secret_name_error, secret_use_refusal, secret_value

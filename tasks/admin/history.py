@@ -10,8 +10,8 @@ from django.utils.translation import gettext as _
 
 from deadletters.models import DeadLetter
 from harness_site.audit.models import AuditEntry
+from runs.desk.status import cell_kind
 from runs.models import Decision, TaskRun
-from runs.status import cell_kind
 from tasks.models import TriggerRule
 from tasks.rules import keys
 from tasks.rules.preview import rule_next_run

@@ -15,8 +15,8 @@ from django.utils.translation import gettext_lazy
 
 from harness_site.desk import ReasonForm, change_url, desk_object, now, posted, require_perm
 from harness_site.templatetags.harness import ago_html
-from runs.dashboard import skill_duration_p99s
-from runs.status import rule_rows
+from runs.desk.dashboard import skill_duration_p99s
+from runs.desk.status import rule_rows
 from tasks import sentences
 from tasks.admin.history import rule_status
 from tasks.admin.rule_backfill import RuleBackfillMixin
@@ -79,7 +79,7 @@ class RuleDeskMixin(RuleReviewMixin, RuleBackfillMixin):
 
     def changelist_view(self, request, extra_context=None):
         # One p99 query per distinct skill for the whole page, not one per row; every rule's last
-        # outcome and open tickets in the status board's three queries (runs/status.py).
+        # outcome and open tickets in the status board's three queries (runs/desk/status.py).
         skills = list(TriggerRule.objects.values_list("skill", flat=True).distinct())
         self._request_local.p99 = skill_duration_p99s(skills)
         self._request_local.rows = {row.id: row for row in rule_rows(now=now())}

@@ -3,7 +3,7 @@ instead of failing (the run goes to waiting_retry with run_after at the reset).
 
 Windows are fixed UTC hours, so "resets at" is one instant everybody can read off the dashboard.
 The call budget is exact under concurrency: a call is counted before it is made, under a lock on
-the agent's row (runs/calls.py, budget_take). Tokens are known only from a reply, so the calls in
+the agent's row (runs/engine/calls.py, budget_take). Tokens are known only from a reply, so the calls in
 flight when the token budget runs out may overshoot it by their own tokens.
 """
 

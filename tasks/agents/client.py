@@ -11,7 +11,7 @@
     read timeout            → timeout
     body not chat JSON      → model_invalid_output (raw text attached)
 
-runs/calls.py wraps it for a run: checks the agent's budget, then records one ExternalCall row per
+runs/engine/calls.py wraps it for a run: checks the agent's budget, then records one ExternalCall row per
 call, with a SHA-256 of the input and never the key (nor the prompt, unless the agent opts in).
 The API key is read at call time from the variable the agent names, only if the deployment granted
 that variable, and sent only to a base URL the deployment allows (tasks/secrets.py), connected to an
@@ -101,7 +101,7 @@ class ModelCallError(SkillError):
     ):
         super().__init__(kind, message)
         self.status = status
-        self.retry_after = retry_after  # read by runs.executor._retry_after
+        self.retry_after = retry_after  # read by runs.engine.executor._retry_after
         self.raw_output = raw_output[:MAX_RAW_OUTPUT]  # attached to the dead-letter ticket
 
 

@@ -126,7 +126,7 @@ class History:
     pauses: tuple[tuple[datetime, datetime | None], ...] = ()  # (switched off, switched on or None)
     flags: dict[tuple[str, str], datetime] = field(default_factory=dict)  # (name, scope) -> set_at, set now
     grace: timedelta = timedelta(seconds=60)
-    # The scheduler's own history (runs/outages.py): spans no tick ran in for longer than the grace,
+    # The scheduler's own history (runs/engine/outages.py): spans no tick ran in for longer than the grace,
     # (last tick before, first tick after), complete from `ticks_since` on (None: no tick history).
     outages: tuple[tuple[datetime, datetime], ...] = ()
     ticks_since: datetime | None = None

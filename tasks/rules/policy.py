@@ -12,7 +12,7 @@ DEFAULT_LEASE_TTL_SECONDS = 300
 
 @dataclass(frozen=True)
 class RetryPolicy:
-    """Bounded exponential backoff with jitter (invariant 5): runs.retry decides with it."""
+    """Bounded exponential backoff with jitter (invariant 5): runs.engine.retry decides with it."""
 
     max_attempts: int = 3
     backoff_base_seconds: float = 2.0

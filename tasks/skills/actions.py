@@ -2,7 +2,7 @@
 
 The grade belongs to the action, not to the model that proposed it: a skill may raise it for one
 proposal, never lower it. Low runs at once (after validation); medium and high wait for a human
-(runs.steps.propose_action). A handler runs inside the run's fenced transaction, so it commits at
+(runs.engine.steps.propose_action). A handler runs inside the run's fenced transaction, so it commits at
 most once per run.
 """
 

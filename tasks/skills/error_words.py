@@ -5,7 +5,7 @@ from django.utils.translation import gettext_lazy as _
 
 from tasks.skills.sdk import ErrorKind, ProviderWait
 
-# Kinds the runtime records on a run that waits or was given up, not a skill's error (runs/outcome.py).
+# Kinds the runtime records on a run that waits or was given up, not a skill's error (runs/engine/outcome.py).
 BUDGET_WAIT_KIND = "budget"
 START_WINDOW_KIND = "start_window"
 

@@ -1,7 +1,7 @@
 """The generic `llm_json` skill: prompt from the run's snapshot → the rule's agent → JSON validated
 against the rule's schema → one write.
 
-Steps (each checkpointed; see runs/steps.py):
+Steps (each checkpointed; see runs/engine/steps.py):
   fetch_input   which agent and schema this run uses (from the payload snapshot taken at trigger time)
   call_model    render the prompt, call the agent, parse and validate; invalid output is not checkpointed,
                 so the retry asks the model again (model_invalid_output, bounded by max_attempts)

@@ -84,7 +84,7 @@ def digest(value: Any) -> str:
 
 class SkillRuntime(Protocol):
     """What the executor supplies behind a context: checkpoints, proposals and recorded model calls
-    (runs/calls.py). A protocol, so skills and this SDK never import the execution app."""
+    (runs/engine/calls.py). A protocol, so skills and this SDK never import the execution app."""
 
     def step(self, ctx: "SkillContext", name: str, fn: Callable[[], Any], *, write: bool) -> Any: ...
 
@@ -118,7 +118,7 @@ class SkillContext:
     payload: dict[str, Any] = field(default_factory=dict)
     # Supplied by the executor: a transaction that first checks this attempt still holds the lease.
     fenced: Callable[[], AbstractContextManager[None]] = field(default=lambda: _unfenced())
-    # Supplied by the executor: checkpointed steps, proposals and model calls (runs/calls.py).
+    # Supplied by the executor: checkpointed steps, proposals and model calls (runs/engine/calls.py).
     runtime: SkillRuntime = field(default_factory=_NoRuntime)
     # Supplied by the executor: True once this attempt's lease is lost (another worker may run it).
     # A long skill checks it between units of work; ctx.step and ctx.fenced() check it for you.

@@ -1,7 +1,7 @@
 """Event intake: one path for webhooks, queue messages, file arrivals and Python callers.
 
 An event is refused (recorded, counted, nothing run) or accepted: mapped to object id, action
-and version, rendered into the rule's biz_key and claimed through runs.claims.run_claim, so the
+and version, rendered into the rule's biz_key and claimed through runs.engine.claims.run_claim, so the
 same business event is one run however often and however it arrives (invariants 1 and 7).
 docs/events.md describes the protocol and every refusal code.
 """
@@ -15,9 +15,9 @@ from django.db import IntegrityError, transaction
 from django.db.models import F
 
 from harness_site import tracing
-from runs.claims import run_claim
+from runs.desk.selectors import run_coalesced_into
+from runs.engine.claims import run_claim
 from runs.models import Decision, TaskRun
-from runs.selectors import run_coalesced_into
 from tasks.models import EventDelivery, EventMetric, EventRefusal, RefusalCount, TriggerSource
 from tasks.rules import events, signatures
 from tasks.rules.events import Refused

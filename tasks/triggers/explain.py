@@ -14,8 +14,8 @@ from zoneinfo import ZoneInfo
 
 from django.utils.dateparse import parse_datetime
 
+from runs.desk.selectors import run_coalesced_into, run_wait_explain
 from runs.models import Decision, SlotHold, TaskRun
-from runs.selectors import run_coalesced_into, run_wait_explain
 from tasks import sentences
 from tasks.models import TriggerRule
 from tasks.rules import evaluation, keys, schedule, spread

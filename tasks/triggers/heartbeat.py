@@ -2,7 +2,7 @@
 
 from datetime import datetime, timedelta
 
-from runs.claims import ClaimBatch
+from runs.engine.claims import ClaimBatch
 from runs.models import TaskRun
 from tasks.models import TriggerRule
 from tasks.triggers.slot import slot_handle

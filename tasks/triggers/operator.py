@@ -11,7 +11,7 @@ from django.db import transaction
 from harness_site import tracing
 from harness_site.audit.models import AuditEntry
 from harness_site.audit.services import audit_record
-from runs.claims import ClaimResult, run_claim
+from runs.engine.claims import ClaimResult, run_claim
 from runs.models import TaskRun
 from tasks import sentences
 from tasks.models import TriggerRule

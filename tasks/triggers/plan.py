@@ -13,9 +13,8 @@ from itertools import islice
 
 from django.db.models import DateTimeField, ExpressionWrapper, F, Q
 
+from runs.engine.outages import outages_between, slot_grace
 from runs.models import Decision, SlotHold, TaskRun
-from runs.outages import outages_between
-from runs.selectors import slot_grace
 from tasks import sentences
 from tasks.models import ReadinessFlag, TriggerRule
 from tasks.rules import evaluation, schedule, spread
@@ -76,7 +75,7 @@ def rule_history_read(rule: TriggerRule | None, *, since: datetime, now: datetim
     the schedule is a hard start: records before it belong to the schedule then in force (the rule's
     history says which), not to the rule as it is. A rule whose schedule was set only at its creation
     is read from its oldest record when that is older (a record proves the slots were read then).
-    The scheduler's own outages come from its tick history (runs/outages.py).
+    The scheduler's own outages come from its tick history (runs/engine/outages.py).
     """
     grace = slot_grace()
     ticks = outages_between(since, now, now=now)

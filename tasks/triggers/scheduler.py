@@ -7,12 +7,11 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.db import transaction
 
-from runs.claims import ClaimBatch, ClaimCounts, claim_batch
-from runs.incidents import incident_close, incident_scheduler_gap
+from runs.engine.claims import ClaimBatch, ClaimCounts, claim_batch
+from runs.engine.incidents import incident_close, incident_scheduler_gap
+from runs.engine.outages import scheduler_tick_record, slot_grace
+from runs.engine.store import store
 from runs.models import Decision, TaskRun
-from runs.outages import scheduler_tick_record
-from runs.selectors import slot_grace
-from runs.store import store
 from tasks.models import TriggerRule
 from tasks.rules import catchup, schedule
 from tasks.triggers import heartbeat

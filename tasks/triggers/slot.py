@@ -16,11 +16,11 @@ from django.db.models import Max
 
 from deadletters.alerts import alert_decisions, alert_slot_expired
 from harness_site import tracing
-from runs.claims import ClaimBatch, ClaimOutcome, run_claim
-from runs.incidents import incident_unfolded
+from runs.engine.claims import ClaimBatch, ClaimOutcome, run_claim
+from runs.engine.incidents import incident_unfolded
+from runs.engine.outcome import run_fail
+from runs.engine.store import store
 from runs.models import Decision, SlotHold, TaskRun
-from runs.outcome import run_fail
-from runs.store import store
 from tasks.models import ReadinessFlag, TriggerRule
 from tasks.rules import catchup, evaluation, keys, schedule
 from tasks.rules import explain as explained

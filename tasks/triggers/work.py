@@ -8,7 +8,7 @@ carries the rule's executing identity, its object key and its snapshot, whoever 
 
 from datetime import datetime, timedelta
 
-from runs.claims import Work
+from runs.engine.claims import Work
 from runs.models import TaskRun
 from tasks.models import TriggerRule, TriggerSource
 from tasks.rules import business_days, events, keys, schedule, spread

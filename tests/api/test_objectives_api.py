@@ -5,7 +5,7 @@ from datetime import UTC, datetime, time, timedelta
 
 import pytest
 
-from runs.objectives import objective_evaluate
+from runs.engine.objectives import objective_evaluate
 from tasks.models import TriggerRule
 from tasks.services import rule_export
 from tasks.triggers.scheduler import scheduler_tick

@@ -65,7 +65,7 @@ def test_it_keeps_the_audit_log_read_only(operator_client, operator):
 
 
 def _awaiting_proposal():
-    """A run a skill parked for approval, with its pending high-risk proposal (as runs/approvals.py expects)."""
+    """A run a skill parked for approval, with its pending high-risk proposal (as runs/engine/approvals.py expects)."""
     from datetime import timedelta
 
     from django.utils import timezone

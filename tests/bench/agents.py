@@ -139,8 +139,8 @@ def case(n: int, k: int, pool_max: int, args: argparse.Namespace, log_dir: Path,
     from django.db.models import Max
     from django.utils import timezone
 
-    from runs.claims import run_claim
-    from runs.dispatch import run_dispatch_on_commit
+    from runs.engine.claims import run_claim
+    from runs.engine.dispatch import run_dispatch_on_commit
     from runs.models import TaskRun
 
     tag = f"agents:{pool_max}:{n}x{k}:{time.time_ns()}"

@@ -5,7 +5,7 @@
 One invocation, in order (worker processes are the same for every phase):
   0. PostgreSQL baseline: single-client INSERT ... ON CONFLICT DO NOTHING, autocommit.
   1. Bare Celery baseline: N no-op tasks (tests/bench/bench_tasks.py) from first publish to last execution.
-  2. Harness: N runs of harness.noop claimed through runs.claims.run_claim (source "api", autocommit: one
+  2. Harness: N runs of harness.noop claimed through runs.engine.claims.run_claim (source "api", autocommit: one
      INSERT each, dispatched once it committed), then executed by the workers until all have succeeded.
   3. Pool accounting: N runs claimed without a message, then dispatched at once and drained,
      first with every pool switched off (no admission rows or locks), then drawing from a named pool
@@ -277,7 +277,7 @@ def harness_claim(tag: str, i: int, *, dispatch: bool = True, rule=None):
     and Procrastinate's defer are measured the same way, outside any transaction."""
     from django.utils import timezone
 
-    from runs.claims import Work, run_claim
+    from runs.engine.claims import Work, run_claim
     from runs.models import TaskRun
     from tasks.rules import keys
 
@@ -380,7 +380,7 @@ def _bench_drain(n: int, tag: str, procs: list[Proc], timeout: float, *, rule) -
     from celery import current_app
     from django.db.models import Max, Min
 
-    from runs.dispatch import EXECUTE_TASK
+    from runs.engine.dispatch import EXECUTE_TASK
     from runs.models import TaskRun
 
     ids = [harness_claim(tag, i, dispatch=False, rule=rule).run.id for i in range(n)]
@@ -407,7 +407,7 @@ def _execute_statements(tag: str, rule) -> int:
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
-    from runs import executor
+    from runs.engine import executor
 
     run = harness_claim(tag, 0, dispatch=False, rule=rule).run
     with CaptureQueriesContext(connection) as queries:
@@ -436,7 +436,7 @@ def statement_counts(tag: str) -> dict:
     from django.test.utils import CaptureQueriesContext
     from django.utils import timezone
 
-    from runs import executor
+    from runs.engine import executor
 
     with CaptureQueriesContext(connection) as claim_q:
         harness_claim(f"{tag}-count", 0)
@@ -516,7 +516,7 @@ def fill_rollup() -> None:
     """What the sweeper does in its first minute: every bucket of the dashboard's rollup."""
     from django.utils import timezone
 
-    from runs.rollup import BUCKETS, FILL_PER_SWEEP, rollup_refresh
+    from runs.engine.rollup import BUCKETS, FILL_PER_SWEEP, rollup_refresh
 
     for _ in range(BUCKETS // FILL_PER_SWEEP + 2):
         rollup_refresh(now=timezone.now())

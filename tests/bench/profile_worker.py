@@ -1,6 +1,6 @@
 """Profile the worker's execute path in process (cProfile): claim N harness.noop runs (or, with
 --skill llm_json, runs asking an agent whose provider is a fake model server on loopback that answers
-at once), then execute each as a worker would (runs.executor.run_execute), and print where the CPU
+at once), then execute each as a worker would (runs.engine.executor.run_execute), and print where the CPU
 went: the top functions by own time, and own time by package (Django, psycopg, the harness, ...).
 Not part of the suite.
 
@@ -63,8 +63,8 @@ def main() -> None:
     from django.db import transaction
     from django.utils import timezone
 
-    from runs import executor
-    from runs.claims import Work, run_claim
+    from runs.engine import executor
+    from runs.engine.claims import Work, run_claim
     from tasks.models import Agent
     from tests.support.runs import api_work, run_policy
 

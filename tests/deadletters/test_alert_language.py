@@ -11,8 +11,8 @@ import pytest
 
 from deadletters import alert_rules as r
 from deadletters.alert_texts import alert_message
+from runs.engine.objectives import objective_alert_payload
 from runs.models import SlotObjective
-from runs.objectives import objective_alert_payload
 from tasks.rules import objectives
 from tasks.rules.reasons import Reason
 from tasks.sentences import reason_dump
@@ -78,7 +78,7 @@ PAYLOADS = {
 
 
 def _objective_payload(kind: str, reason: Reason) -> dict:
-    """An objective alert's payload as the objective pass records it (runs.objectives)."""
+    """An objective alert's payload as the objective pass records it (runs.engine.objectives)."""
     rule = SimpleNamespace(id=1, name="日报", timezone="Asia/Shanghai")
     row = SlotObjective(slot=AT, deadline=AT + timedelta(minutes=30), cause=reason_dump(reason))
     return objective_alert_payload(rule, row, kind=kind)

@@ -23,10 +23,10 @@ from deadletters.alerts import (
 )
 from deadletters.models import Alert, AlertChannel, DeadLetter
 from deadletters.services import deadletter_open
-from runs.claims import Work, run_claim
-from runs.executor import run_execute
+from runs.desk.selectors import scheduler_health
+from runs.engine.claims import Work, run_claim
+from runs.engine.executor import run_execute
 from runs.models import SchedulerTick, TaskRun
-from runs.selectors import scheduler_health
 from tasks.models import TriggerRule
 from tasks.skills.errors import classify
 from tasks.skills.sdk import SkillError
@@ -511,8 +511,8 @@ def test_it_prunes_finished_alerts_after_the_retention_but_never_a_pending_one(r
 
 
 def test_a_lost_worker_alerts_like_a_failed_attempt():
-    from runs.leases import run_lease_claim
-    from runs.sweeper import sweep
+    from runs.engine.leases import run_lease_claim
+    from runs.engine.sweeper import sweep
 
     run = make_run({}, {"max_attempts": 3, "lease_ttl_seconds": 60})
     TaskRun.objects.filter(id=run.id).update(skill="harness.noop")

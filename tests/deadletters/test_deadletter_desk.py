@@ -14,8 +14,8 @@ from django.utils.html import strip_tags
 
 from deadletters.models import DeadLetter
 from harness_site.audit.models import AuditEntry
+from runs.engine.operations import run_retry_now
 from runs.models import TaskRun
-from runs.operations import run_retry_now
 from tests.support.desk import (  # noqa: F401 - fixtures
     make_failed_run,
     oncall,
@@ -118,7 +118,7 @@ def test_it_queues_one_replay_for_two_concurrent_replays(oncall):
 
 @pytest.mark.django_db
 def test_it_runs_the_replayed_attempt_as_attempt_two(oncall_client):
-    from runs import executor
+    from runs.engine import executor
 
     run = make_failed_run("report:again")
     oncall_client.post(reverse("admin:deadletters_deadletter_replay", args=[DeadLetter.objects.get().pk]), {})

@@ -14,7 +14,7 @@ from django.db import connection, transaction
 from deadletters.alerts import alert_deliver_due, alert_final_failure
 from deadletters.models import Alert, AlertChannel, DeadLetter
 from deadletters.services import deadletter_open
-from runs.claims import Work, run_claim
+from runs.engine.claims import Work, run_claim
 from runs.models import TaskRun
 from tasks.skills.errors import classify
 from tasks.skills.sdk import SkillError

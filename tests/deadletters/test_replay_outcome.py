@@ -10,8 +10,8 @@ from django.urls import reverse
 
 from deadletters.models import DeadLetter
 from deadletters.replays import replay_outcome
+from runs.engine.operations import run_retry_now
 from runs.models import TaskRun
-from runs.operations import run_retry_now
 from tests.support.desk import make_failed_replay, make_failed_run, make_user
 
 pytestmark = pytest.mark.django_db

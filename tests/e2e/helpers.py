@@ -9,7 +9,7 @@ from datetime import datetime, timedelta
 from django.db import connection
 from django.utils import timezone
 
-from runs.claims import Work, run_claim
+from runs.engine.claims import Work, run_claim
 from runs.models import SchedulerTick, TaskRun, WorkerHeartbeat
 from tasks.models import TriggerRule
 from tests.support.processes import Proc, wait_for

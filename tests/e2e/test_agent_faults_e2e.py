@@ -16,7 +16,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from runs.claims import Work, run_claim
+from runs.engine.claims import Work, run_claim
 from runs.models import Attempt, ExternalCall, RunStep, TaskRun
 from tasks.models import Agent, DiagnosticRecord, Pool
 from tests.e2e.helpers import private_env, tcp_ports
@@ -193,7 +193,7 @@ def test_sigterm_of_an_agent_worker_with_500_runs_in_flight_finishes_or_hands_ba
 
 CLAIM_SCRIPT = f"""
 from django.utils import timezone
-from runs.claims import Work, run_claim
+from runs.engine.claims import Work, run_claim
 from runs.models import TaskRun
 from tests.support.runs import run_policy
 now = timezone.now()

@@ -2,7 +2,7 @@
 
 Agent runs spend their time waiting on a model. A worker in the threads pool holds many such runs
 at once; with HARNESS_DB_POOL_MAX set, each thread borrows a pooled connection for each short write
-and gives it back before the skill waits (runs.store's connection_release). Here 40 runs of
+and gives it back before the skill waits (runs.engine.store's connection_release). Here 40 runs of
 `harness.sleep` (a stand-in for a model call) are in flight together on one worker whose pool
 holds at most 4 connections: every run succeeds once, and the server never sees more than 4
 connections from the worker.
@@ -14,7 +14,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from runs.claims import run_claim
+from runs.engine.claims import run_claim
 from runs.models import Attempt, TaskRun, WorkerHeartbeat
 from tests.support.runs import api_work
 

@@ -19,7 +19,7 @@ import time
 import pytest
 from django.utils import timezone
 
-from runs.claims import Work, run_claim
+from runs.engine.claims import Work, run_claim
 from runs.models import TaskRun
 from tests.e2e.helpers import recording_rule, wait_ticking
 from tests.support.processes import wait_for

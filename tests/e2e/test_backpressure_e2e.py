@@ -5,8 +5,8 @@ with the newest payload; intake resumes below the low watermark. Real worker and
 import pytest
 from django.utils import timezone
 
+from runs.desk.selectors import run_coalesced_into
 from runs.models import Backpressure, Decision, TaskRun
-from runs.selectors import run_coalesced_into
 from tasks.models import DiagnosticRecord, Pool, TriggerRule, TriggerSource
 from tasks.triggers.events import event_intake
 from tests.e2e.helpers import RUN_TIMEOUT, recording_rule, wait_ticking

@@ -10,7 +10,7 @@ from pathlib import Path
 from django.urls import reverse
 
 from deadletters.models import AlertChannel
-from runs import selectors
+from runs.engine import outages
 from runs.models import SchedulerTick
 from tests.support.browser import BROWSER_MARKS, LAPTOP, PHONE, login, make_browser, overflow, until  # noqa: F401 - make_browser: a fixture
 from tests.support.desk import make_user
@@ -43,7 +43,7 @@ def test_the_banner_says_the_scheduler_is_down_on_every_page_while_beat_is_stopp
     from selenium.webdriver.common.by import By
 
     # A stall is 10 tick periods (10 s at the default 1 s tick), not the 30 s floor: a shorter test.
-    monkeypatch.setattr(selectors, "MIN_STALL", timedelta(0))
+    monkeypatch.setattr(outages, "MIN_STALL", timedelta(0))
     make_user("omar", "On-call")
     AlertChannel.objects.create(name="log", kind="log", min_severity="notice")  # alerts reach someone
     harness.worker()

@@ -8,9 +8,9 @@ from dataclasses import replace
 import pytest
 from django.utils import timezone
 
-from runs.claims import Work, run_claim
+from runs.engine.claims import Work, run_claim
+from runs.engine.sweeper import sweep
 from runs.models import ExternalCall, TaskRun
-from runs.sweeper import sweep
 from tasks.models import Agent
 from tests.e2e.helpers import RUN_TIMEOUT, START_TIMEOUT, wait_finished
 from tests.support.fake_model import FakeModelServer, json_completion

@@ -6,8 +6,8 @@ from datetime import timedelta
 import pytest
 from django.utils import timezone
 
+from runs.engine.outages import slot_grace
 from runs.models import Decision, TaskRun
-from runs.selectors import slot_grace
 from tasks.models import DiagnosticRecord, TriggerRule
 from tasks.triggers.scheduler import scheduler_tick
 from tests.e2e.helpers import RUN_TIMEOUT, START_TIMEOUT, freeze, recording_rule

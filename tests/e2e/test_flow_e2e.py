@@ -16,7 +16,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from deadletters.models import DeadLetter
-from runs.claims import Work, run_claim
+from runs.engine.claims import Work, run_claim
 from runs.models import Attempt, ExternalCall, TaskRun
 from tasks.models import GLOBAL_POOL, Agent, Pool
 from tasks.rules import keys

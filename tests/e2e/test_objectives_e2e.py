@@ -9,8 +9,8 @@ import pytest
 from django.utils import timezone
 
 from deadletters.models import Alert
+from runs.engine.objectives import AT_RISK_ALERT, BREACHED_ALERT, cause_text
 from runs.models import SlotObjective, TaskRun
-from runs.objectives import AT_RISK_ALERT, BREACHED_ALERT, cause_text
 from tasks.models import Pool, TriggerRule
 from tests.e2e.helpers import RUN_TIMEOUT, recording_rule, wait_ticking
 from tests.support.processes import wait_for

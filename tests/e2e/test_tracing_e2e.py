@@ -107,7 +107,7 @@ def test_a_queue_producers_traceparent_is_the_runs_trace(harness):
 
 
 def test_a_worker_with_otel_variables_exports_the_runs_spans_in_its_trace(harness):
-    from runs.claims import Work, run_claim
+    from runs.engine.claims import Work, run_claim
 
     worker = harness.worker("w1", extra_env={"OTEL_TRACES_EXPORTER": "console", "OTEL_BSP_SCHEDULE_DELAY": "100"})
     runs = [

@@ -88,7 +88,7 @@ def test_killing_every_idle_pool_child_does_not_stop_the_worker(harness):
 def test_runs_held_by_a_killed_worker_are_delivered_again_without_waiting_for_a_sweep(harness):
     """w1 holds runs it received and had not started (prefetched); kill -9. The file broker puts them
     back when its consumer dies (about a second); on Redis the sweeper re-sends them once w1 is silent
-    and they are neither queued nor held (runs/sweeper.py), instead of after a 30 s re-dispatch."""
+    and they are neither queued nor held (runs/engine/sweeper.py), instead of after a 30 s re-dispatch."""
     harness.beat()
     # w1 takes runs only: with ticks and sweeps in its prefetch too, CI saw it hold two of the three.
     w1 = harness.worker("w1", concurrency=1, args=("--prefetch-multiplier=3", "--queues=celery"))

@@ -13,7 +13,7 @@ import pytest
 from django.conf import settings
 from django.utils import timezone
 
-from runs.claims import run_claim
+from runs.engine.claims import run_claim
 from runs.models import Attempt, TaskRun
 from tests.support.runs import api_work
 

@@ -8,7 +8,7 @@ from django.urls import reverse
 
 from deadletters.models import DeadLetter
 from deadletters.services import deadletter_open
-from runs.claims import Work, run_claim
+from runs.engine.claims import Work, run_claim
 from runs.models import Attempt, TaskRun
 from tasks.skills.errors import classify
 from tasks.skills.sdk import ErrorKind, SkillError

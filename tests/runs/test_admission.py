@@ -9,14 +9,14 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 
-from runs.admission import HANDOFF_TTL, pool_admit, pool_release
-from runs.claims import Work, run_claim
-from runs.executor import run_execute
-from runs.leases import LeaseRenewer, run_lease_claim
+from runs.engine.admission import HANDOFF_TTL, pool_admit, pool_release
+from runs.engine.claims import Work, run_claim
+from runs.engine.executor import run_execute
+from runs.engine.leases import LeaseRenewer, run_lease_claim
+from runs.engine.operations import run_lease_force_release
+from runs.engine.store import NotPlain
+from runs.engine.sweeper import sweep
 from runs.models import Attempt, PoolSlot, PoolWaiter, TaskRun
-from runs.operations import run_lease_force_release
-from runs.store import NotPlain
-from runs.sweeper import sweep
 from tasks.models import GLOBAL_POOL, Pool
 from tasks.rules import keys
 from tasks.skills.sdk import SkillContext, registry

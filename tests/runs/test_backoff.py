@@ -5,8 +5,8 @@ from itertools import pairwise
 
 import pytest
 
+from runs.engine.retry import RetryPolicy, backoff_delay, decide_retry
 from runs.models import TaskRun, run_policy_fields
-from runs.retry import RetryPolicy, backoff_delay, decide_retry
 from tasks.models import TriggerRule
 from tasks.rules.policy import RunPolicy
 from tasks.skills.sdk import ErrorKind

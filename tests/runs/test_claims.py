@@ -6,9 +6,9 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import DataError, connection, transaction
 
-from runs.claims import Work, run_claim
+from runs.engine.claims import Work, run_claim
+from runs.engine.store import store
 from runs.models import TaskRun
-from runs.store import store
 from tests.support.races import run_concurrently
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -11,14 +11,14 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from runs.admission import pool_wake
-from runs.approvals import catchup_approve
-from runs.claims import MAX_COALESCE_TURNS, run_claim
-from runs.executor import run_execute
-from runs.leases import run_lease_claim
+from runs.desk.selectors import run_coalesced_into, run_timeline
+from runs.engine.admission import pool_wake
+from runs.engine.approvals import catchup_approve
+from runs.engine.claims import MAX_COALESCE_TURNS, run_claim
+from runs.engine.executor import run_execute
+from runs.engine.leases import run_lease_claim
+from runs.engine.operations import OperationError, run_retry_now
 from runs.models import Decision, PoolSlot, PoolWaiter, TaskRun
-from runs.operations import OperationError, run_retry_now
-from runs.selectors import run_coalesced_into, run_timeline
 from tasks.models import Pool, TriggerRule, TriggerSource
 from tasks.triggers.events import event_intake
 from tasks.triggers.operator import rule_fire

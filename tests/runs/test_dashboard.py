@@ -13,19 +13,19 @@ from django.test import Client
 from django.urls import reverse
 from django.utils import timezone
 
-from runs.dashboard import dashboard_build, percentile
+from runs.desk.dashboard import dashboard_build, percentile
+from runs.engine.rollup import BIN_RATIO, BUCKETS, FILL_PER_SWEEP, rollup_refresh
 from runs.models import Decision, SchedulerTick, TaskRun
-from runs.rollup import BIN_RATIO, BUCKETS, FILL_PER_SWEEP, rollup_refresh
 from tests.support.desk import daily_report, make_failed_run, viewer, viewer_client  # noqa: F401
 
 pytestmark = pytest.mark.django_db
 BIG = 20_000
-# Session + user, then the dashboard's own aggregates (see runs/dashboard.py): a constant.
-# 16 since flow control: two aggregates over pool slots and waiters (runs/selectors.flow_saturation).
+# Session + user, then the dashboard's own aggregates (see runs/desk/dashboard.py): a constant.
+# 16 since flow control: two aggregates over pool slots and waiters (runs/desk/selectors.flow_saturation).
 # 20: the desk reads each user's display zone (one indexed row) and counts undeliverable urgent alerts
 # (the channel list and one count; deadletters/alert_health.py); worker heartbeats are one read of the
-# workers' reports (runs/workers.worker_health).
-# 21: the slots decided without a run in 24 h, by reason (runs/status.decisions_by_reason).
+# workers' reports (runs/engine/workers.worker_health).
+# 21: the slots decided without a run in 24 h, by reason (runs/desk/status.decisions_by_reason).
 # 22: the recent incidents of the harness itself.
 MAX_QUERIES = 22
 
@@ -67,7 +67,7 @@ def test_it_computes_the_dashboard_numbers():
     assert sum(h["total"] for h in d.hours) == 101 and len(d.hours) in (24, 25)
     assert d.dedupe_hits_24h == 25 and round(d.dedupe_share, 4) == round(25 / 126, 4)
     assert (d.queue_due, d.queue_later, d.running) == (20, 0, 0)
-    # Percentiles from the rollup's histograms: within one 5 % bin of percentile_cont (runs/rollup.py).
+    # Percentiles from the rollup's histograms: within one 5 % bin of percentile_cont (runs/engine/rollup.py).
     assert d.queue_delay["p50"] == pytest.approx(3.0, abs=1.0) and d.queue_delay["p99"] <= 5.0 * BIN_RATIO
     assert 3.0 <= d.latency["p50"] <= 7.0
     assert (d.deadletters_new_today, d.deadletters_open) == (1, 1)

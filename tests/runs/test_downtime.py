@@ -1,11 +1,11 @@
-"""runs/downtime.py: an outage seen by a process that lived through it becomes a span only when its
+"""runs/engine/downtime.py: an outage seen by a process that lived through it becomes a span only when its
 failures lasted at least the threshold (pure, `now` passed in)."""
 
 from datetime import UTC, datetime, timedelta
 
 import pytest
 
-from runs.downtime import Downtime, Span
+from runs.engine.downtime import Downtime, Span
 
 T0 = datetime(2026, 12, 5, 9, 0, tzinfo=UTC)
 BEAT = timedelta(seconds=2)

@@ -4,7 +4,7 @@ work and 1.7 min waiting for a person)."""
 
 from datetime import UTC, datetime, timedelta
 
-from runs.durations import covered, worked
+from runs.engine.durations import covered, worked
 
 T = datetime(2026, 3, 29, 0, 30, tzinfo=UTC)  # a DST night in Europe: UTC arithmetic does not care
 

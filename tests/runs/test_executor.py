@@ -16,11 +16,11 @@ from django.utils import timezone
 from deadletters.alerts import alert_deliver_due
 from deadletters.models import AlertChannel, DeadLetter
 from deadletters.services import deadletter_open
-from runs.claims import run_claim
-from runs.executor import run_execute
-from runs.leases import LeaseLost, fenced, run_lease_claim
+from runs.engine.claims import run_claim
+from runs.engine.executor import run_execute
+from runs.engine.leases import LeaseLost, fenced, run_lease_claim
+from runs.engine.sweeper import sweep
 from runs.models import Attempt, TaskRun
-from runs.sweeper import sweep
 from tasks.models import DiagnosticRecord
 from tasks.skills import builtin as builtin_skills
 from tasks.skills.errors import classify

@@ -15,8 +15,8 @@ from django.db.backends.signals import connection_created
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
-from runs import executor
-from runs.claims import run_claim
+from runs.engine import executor
+from runs.engine.claims import run_claim
 from runs.models import TaskRun
 from tasks.models import Agent, DiagnosticRecord
 from tests.support.fake_model import FakeModelServer, json_completion

@@ -8,12 +8,12 @@ import pytest
 from django.urls import reverse
 from django.utils import timezone
 
-from runs.admission import pool_admit
-from runs.claims import Work, run_claim
-from runs.executor import run_execute
-from runs.leases import run_lease_claim
+from runs.desk.selectors import flow_saturation, pool_pressure
+from runs.engine.admission import pool_admit
+from runs.engine.claims import Work, run_claim
+from runs.engine.executor import run_execute
+from runs.engine.leases import run_lease_claim
 from runs.models import Decision, SchedulerTick, TaskRun
-from runs.selectors import flow_saturation, pool_pressure
 from tasks.models import GLOBAL_POOL, Pool
 from tasks.rules import keys
 from tasks.triggers.explain import slot_explain

@@ -9,10 +9,10 @@ from django.db import OperationalError, connection
 from django.utils import timezone
 
 from deadletters.models import DeadLetter
-from runs.claims import run_claim
+from runs.engine.claims import run_claim
+from runs.engine.sweeper import sweep
 from runs.jobs import DB_UNAVAILABLE, run_execute_task
 from runs.models import TaskRun
-from runs.sweeper import sweep
 from tasks.skills.sdk import ErrorKind, SkillContext, registry
 from tests.support.runs import api_work
 

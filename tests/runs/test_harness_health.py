@@ -1,6 +1,6 @@
 # ruff: noqa: F811  (pytest fixtures imported from tests.support.desk are redefined as arguments)
 """The system banner: what is wrong with the harness itself, on every desk page, from the same
-figures as /healthz (runs/harness_health.py)."""
+figures as /healthz (runs/desk/harness_health.py)."""
 
 from datetime import UTC, datetime, timedelta
 
@@ -13,7 +13,7 @@ from django.utils import timezone, translation
 
 from deadletters.models import AlertChannel
 from harness_site.release import code_migrations
-from runs.harness_health import banner_facts, calendar_sentence, queues_without_worker
+from runs.desk.harness_health import banner_facts, calendar_sentence, queues_without_worker
 from runs.models import SchedulerTick, WorkerHeartbeat
 from tasks.models import BusinessCalendar
 from tests.support.desk import oncall, oncall_client  # noqa: F401

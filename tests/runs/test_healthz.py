@@ -11,9 +11,9 @@ from django.utils import timezone
 
 from harness_site.api.tokens import token_create
 from harness_site.celery import app
+from runs.desk.selectors import scheduler_health
+from runs.engine.workers import worker_progressed, worker_starting
 from runs.models import SchedulerTick
-from runs.selectors import scheduler_health
-from runs.workers import worker_progressed, worker_starting
 from tests.support.rules import make_rule
 from tests.support.servers import free_port
 

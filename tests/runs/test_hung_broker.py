@@ -47,7 +47,7 @@ def test_the_worker_heartbeats_queue_look_comes_back_with_the_queue_unknown(hung
         watch.ask()
         assert watch.looked.wait(DEADLINE_SECONDS), "the look never came back"
         assert "default" not in watch.oldest_age  # unknown, not the stale answer
-        assert watch.broker.down  # seen down since this look: an incident if it lasts (runs/downtime.py)
+        assert watch.broker.down  # seen down since this look: an incident if it lasts (runs/engine/downtime.py)
     finally:
         watch.stop()
 

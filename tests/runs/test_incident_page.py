@@ -9,7 +9,7 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
-from runs.incident_grid import COLUMNS, cell_state, grid_window
+from runs.desk.incident_grid import COLUMNS, cell_state, grid_window
 from runs.models import Decision, Incident, TaskRun
 from tasks.models import TriggerRule
 from tasks.triggers.scheduler import scheduler_tick

@@ -11,8 +11,8 @@ from django.test import override_settings
 
 from deadletters.models import Alert
 from harness_site.audit.models import AuditEntry
-from runs.harness_health import health_figures
-from runs.incidents import incident_actions, incident_cost, incident_problems, incident_sync
+from runs.desk.harness_health import health_figures
+from runs.engine.incidents import incident_actions, incident_cost, incident_problems, incident_sync
 from runs.models import Decision, Incident, TaskRun
 from tasks.triggers.scheduler import scheduler_tick
 from tests.support.rules import make_rule
@@ -155,7 +155,7 @@ def test_metrics_count_open_incidents_by_kind_and_every_incident_ever():
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from runs.metrics import metrics_registry
+    from runs.desk.metrics import metrics_registry
 
     scheduler_tick(now=at(0))
     scheduler_tick(now=at(100))  # one scheduler outage, over

@@ -1,4 +1,4 @@
-"""A partial business-key search stays an index probe at a million runs (runs/key_search.py).
+"""A partial business-key search stays an index probe at a million runs (runs/desk/key_search.py).
 
 PostgreSQL's trigram index (run_biz_key_trgm_idx on UPPER(biz_key)) reads the whole posting list
 of every trigram in its condition, so the condition names the term's rare part (its digits), and
@@ -11,7 +11,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from runs.key_search import contains, indexed_part, key_search
+from runs.desk.key_search import contains, indexed_part, key_search
 from runs.models import TaskRun
 
 

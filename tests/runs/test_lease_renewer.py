@@ -1,4 +1,4 @@
-"""The lease renewer (runs/leases.py): it tells the running skill when the lease is lost, and the
+"""The lease renewer (runs/engine/leases.py): it tells the running skill when the lease is lost, and the
 attempt then stops and commits nothing (invariant 2). Real database, real threads."""
 
 import logging
@@ -10,11 +10,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from runs.claims import Work, run_claim
-from runs.executor import run_execute
-from runs.leases import LeaseRenewer, _renewals, run_lease_claim
+from runs.engine.claims import Work, run_claim
+from runs.engine.executor import run_execute
+from runs.engine.leases import LeaseRenewer, _renewals, run_lease_claim
+from runs.engine.operations import run_lease_force_release
 from runs.models import Attempt, TaskRun
-from runs.operations import run_lease_force_release
 from tasks.models import DiagnosticRecord
 from tests.support.runs import run_policy
 

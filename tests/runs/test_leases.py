@@ -1,4 +1,4 @@
-"""Keyed leases with fencing tokens: compare-and-set acquire, renew and release (runs/leases.py)."""
+"""Keyed leases with fencing tokens: compare-and-set acquire, renew and release (runs/engine/leases.py)."""
 
 import threading
 from datetime import UTC, datetime, timedelta
@@ -6,7 +6,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 
-from runs.leases import lease_acquire, lease_release, lease_renew, object_lease_key
+from runs.engine.leases import lease_acquire, lease_release, lease_renew, object_lease_key
 from runs.models import Lease
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

@@ -14,11 +14,11 @@ from django.utils import timezone
 
 from deadletters.alerts import alert_deliver_due
 from deadletters.models import AlertChannel, DeadLetter
-from runs.approvals import approval_expire_due, proposal_approve, proposal_reject
-from runs.claims import Work, run_claim
-from runs.executor import run_execute
+from runs.engine.approvals import approval_expire_due, proposal_approve, proposal_reject
+from runs.engine.claims import Work, run_claim
+from runs.engine.executor import run_execute
+from runs.engine.sweeper import sweep
 from runs.models import ActionProposal, Attempt, ExternalCall, RunStep, TaskRun
-from runs.sweeper import sweep
 from tasks.models import Agent, DiagnosticRecord, Pool
 from tasks.skills.actions import action
 from tasks.skills.sdk import ErrorKind, SkillContext

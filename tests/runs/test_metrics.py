@@ -1,4 +1,4 @@
-"""Prometheus /metrics (runs/metrics.py): read back with prometheus_client's own parser, the values
+"""Prometheus /metrics (runs/desk/metrics.py): read back with prometheus_client's own parser, the values
 match the database after a known workload; a scrape costs a fixed number of queries; the endpoint
 is off without a token and refuses a wrong one."""
 
@@ -13,11 +13,11 @@ from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
 from deadletters.models import Alert, DeadLetter
-from runs.claims import run_claim
-from runs.executor import run_execute
-from runs.metrics import LATENCY_BUCKETS, QUEUE_DELAY_BUCKETS, SCRAPE_QUERIES, metrics_registry
+from runs.desk.metrics import LATENCY_BUCKETS, QUEUE_DELAY_BUCKETS, SCRAPE_QUERIES, metrics_registry
+from runs.engine.claims import run_claim
+from runs.engine.executor import run_execute
+from runs.engine.retention import decision_sweep
 from runs.models import Attempt, Decision, PoolSlot, PoolWaiter, SchedulerTick, TaskRun
-from runs.retention import decision_sweep
 from tasks.models import EventMetric, Pool, TriggerRule
 from tasks.triggers.events import event_metric_count
 from tasks.triggers.scheduler import scheduler_tick

@@ -1,4 +1,4 @@
-"""The objective pass (runs/objectives.py) on the real database, the clock passed in: the status and
+"""The objective pass (runs/engine/objectives.py) on the real database, the clock passed in: the status and
 cause of real slots (readiness, pool, pause), one alert per slot and kind, acknowledgement, a fixed
 number of queries, and a test day whose met/missed history and metrics agree with the runs table."""
 
@@ -12,10 +12,10 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from deadletters.alerts import alert_check_scheduler
 from deadletters.models import Alert
-from runs.executor import run_execute
-from runs.metrics import metrics_registry
-from runs.models import PoolSlot, PoolWaiter, SchedulerTick, SlotObjective, TaskRun
-from runs.objectives import (
+from runs.desk.metrics import metrics_registry
+from runs.desk.selectors import scheduler_health
+from runs.engine.executor import run_execute
+from runs.engine.objectives import (
     AT_RISK_ALERT,
     BREACHED_ALERT,
     OBJECTIVE_PASS_QUERIES,
@@ -27,7 +27,7 @@ from runs.objectives import (
     objective_status_for_rules,
     objective_sweep,
 )
-from runs.selectors import scheduler_health
+from runs.models import PoolSlot, PoolWaiter, SchedulerTick, SlotObjective, TaskRun
 from tasks.flags import flag_set
 from tasks.models import BusinessCalendar, Pool, TriggerRule
 from tasks.triggers.operator import rule_pause

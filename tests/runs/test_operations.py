@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 import pytest
 
 from deadletters.models import DeadLetter
+from runs.engine.operations import OperationError, run_retry_now
 from runs.models import TaskRun
-from runs.operations import OperationError, run_retry_now
 from tests.support.desk import make_failed_run
 
 NOW = datetime(2026, 3, 2, 9, 0, tzinfo=UTC)

@@ -8,7 +8,7 @@ import pytest
 from django.db import connection
 
 from deadletters.models import Alert
-from runs.incidents import incident_record_outage
+from runs.engine.incidents import incident_record_outage
 from runs.models import Decision, Incident
 from tasks.triggers.scheduler import scheduler_tick
 from tests.support.rules import make_rule

@@ -1,4 +1,4 @@
-"""The hot path's statements are prepared once per PostgreSQL connection (runs/store/postgres.py):
+"""The hot path's statements are prepared once per PostgreSQL connection (runs/engine/store/postgres.py):
 planning those CTEs cost more than running them. What is checked here is what the server says it
 holds (pg_prepared_statements), that a statement is planned once and then reused, that the switch
 turns it off, and that a rollback (which makes psycopg drop every prepared statement) loses nothing.
@@ -13,12 +13,12 @@ from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext, override_settings
 from django.utils import timezone
 
-from runs import executor
-from runs.claims import Work, run_claim
+from runs.engine import executor
+from runs.engine.claims import Work, run_claim
+from runs.engine.store import StatementsStale, store
+from runs.engine.store.postgres import _execute, queries
 from runs.jobs import DB_UNAVAILABLE, run_execute_task
 from runs.models import TaskRun
-from runs.store import StatementsStale, store
-from runs.store.postgres import _execute, queries
 
 pytestmark = [
     pytest.mark.django_db,
@@ -26,7 +26,7 @@ pytestmark = [
 ]
 
 # The named statements of the claim and of one execution (tests/runs/test_query_counts.py), by the
-# first line of their text in runs/store/queries.sql.
+# first line of their text in runs/engine/store/queries.sql.
 HOT = {
     name: queries()[statement].splitlines()[0]
     for name, statement in {"claim": "runs_insert_one", "take": "run_take", "success": "run_succeed_release"}.items()

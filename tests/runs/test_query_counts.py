@@ -15,9 +15,9 @@ from django.utils import timezone
 
 from deadletters.models import Alert
 from harness_site.broker import DISPATCHED_HEADER, RUN_HEADER, SENT_AT_HEADER
-from runs import executor
-from runs.claims import Work, run_claim
-from runs.leases import LeaseRenewer, _renewals, run_lease_claim
+from runs.engine import executor
+from runs.engine.claims import Work, run_claim
+from runs.engine.leases import LeaseRenewer, _renewals, run_lease_claim
 from runs.models import Decision, TaskRun
 from tasks.models import TriggerRule
 from tasks.triggers.scheduler import scheduler_tick

@@ -18,11 +18,11 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from runs.admission import pool_call_take
-from runs.calls import model_call
-from runs.claims import Work, run_claim
-from runs.executor import run_execute
-from runs.leases import LeaseRenewer, run_lease_claim
+from runs.engine.admission import pool_call_take
+from runs.engine.calls import model_call
+from runs.engine.claims import Work, run_claim
+from runs.engine.executor import run_execute
+from runs.engine.leases import LeaseRenewer, run_lease_claim
 from runs.models import ExternalCall, PoolKey, PoolSlot, PoolWaiter, TaskRun
 from tasks.models import GLOBAL_POOL, Agent, Pool
 from tasks.rules import keys

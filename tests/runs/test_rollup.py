@@ -1,4 +1,4 @@
-"""The dashboard's rollup (runs/rollup.py): the rollup-backed dashboard says what the runs say.
+"""The dashboard's rollup (runs/engine/rollup.py): the rollup-backed dashboard says what the runs say.
 
 Counts are exact; percentiles within one histogram bin (5 %) of percentile_cont over the same runs.
 Real database, `now` passed explicitly; the sweeper's refresh is called as the sweep calls it.
@@ -14,10 +14,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from runs import rollup
-from runs.dashboard import QUANTILES, dashboard_build, percentile
-from runs.models import RunRollup, TaskRun
-from runs.rollup import (
+from runs.desk.dashboard import QUANTILES, dashboard_build, percentile
+from runs.engine import rollup
+from runs.engine.rollup import (
     BIN_RATIO,
     BUCKET,
     BUCKETS,
@@ -32,6 +31,7 @@ from runs.rollup import (
     rollup_refresh,
     summarize,
 )
+from runs.models import RunRollup, TaskRun
 
 pytestmark = pytest.mark.django_db
 

@@ -13,9 +13,9 @@ from django.utils.html import strip_tags
 
 from deadletters.models import DeadLetter
 from harness_site.audit.models import AuditEntry
-from runs import executor, leases
+from runs.engine import executor, leases
+from runs.engine.operations import run_lease_force_release
 from runs.models import Attempt, Lease, TaskRun
-from runs.operations import run_lease_force_release
 from tests.support.desk import (  # noqa: F401 - fixtures
     daily_report,
     make_failed_run,

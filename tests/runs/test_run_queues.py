@@ -7,9 +7,9 @@ import pytest
 from django.utils import timezone
 
 from harness_site.broker import RUN_HEADER
-from runs.claims import run_claim
+from runs.engine.claims import run_claim
+from runs.engine.sweeper import sweep
 from runs.models import TaskRun
-from runs.sweeper import sweep
 from tasks.rules.keys import MANUAL, namespace
 from tasks.skills.sdk import AGENT_QUEUE, DEFAULT_QUEUE, SkillContext, SkillRegistry, registry
 from tests.support.rules import make_rule

@@ -6,8 +6,8 @@ from datetime import UTC, datetime, timedelta
 
 import pytest
 
+from runs.engine.outages import Outage, outage_sweep, outages_between, scheduler_tick_record
 from runs.models import SchedulerOutage, SchedulerTick
-from runs.outages import Outage, outage_sweep, outages_between, scheduler_tick_record
 from tasks.triggers.scheduler import scheduler_tick
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)

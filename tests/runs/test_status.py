@@ -1,5 +1,5 @@
 # ruff: noqa: F811  (pytest fixtures imported from tests.support.desk are redefined as arguments)
-"""The status board (runs/status.py): every rule one row, worst first, with missed and decided slots,
+"""The status board (runs/desk/status.py): every rule one row, worst first, with missed and decided slots,
 open tickets, last outcome and a 48-cell strip; the staff landing page at /admin/."""
 
 from datetime import UTC, datetime, timedelta
@@ -7,7 +7,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.urls import reverse
 
-from runs import status
+from runs.desk import status
 from runs.models import Decision, TaskRun
 from tasks.models import TriggerRule
 from tests.support.desk import client_for, make_failed_run, make_user, oncall, oncall_client  # noqa: F401

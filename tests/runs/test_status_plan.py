@@ -1,5 +1,5 @@
 """The status board probes each rule's newest runs by run_rule_recent_idx, whatever the planner
-believes of the rules (runs/status.py _runs_of_rule_newest_first). With few distinct rules among
+believes of the rules (runs/desk/status.py _runs_of_rule_newest_first). With few distinct rules among
 many runs it expected thousands of runs per rule, walked run_recent_idx instead, and for a rule
 without runs read that whole index once per rule: minutes at a million runs and 1,000 rules."""
 
@@ -10,8 +10,8 @@ from django.db import connection
 from django.test.utils import CaptureQueriesContext
 from django.utils import timezone
 
+from runs.desk.status import board_build
 from runs.models import TaskRun
-from runs.status import board_build
 from tests.support.rules import make_rule
 
 pytestmark = [

@@ -1,4 +1,4 @@
-"""Checkpointed steps under the run's fence (runs/steps.py): a step done once is returned, never done
+"""Checkpointed steps under the run's fence (runs/engine/steps.py): a step done once is returned, never done
 again; a checkpoint or a write step's writes commit only while this attempt holds the lease."""
 
 import logging
@@ -10,10 +10,10 @@ import pytest
 from django.db import connection, transaction
 from django.db.models import F
 
-from runs.claims import run_claim
-from runs.leases import LeaseLost, run_lease_claim
+from runs.engine.claims import run_claim
+from runs.engine.leases import LeaseLost, run_lease_claim
+from runs.engine.steps import run_step
 from runs.models import RunStep, TaskRun
-from runs.steps import run_step
 from tasks.models import DiagnosticRecord
 from tasks.skills.sdk import SkillContext
 from tests.support.runs import api_work

@@ -17,20 +17,8 @@ from pathlib import Path
 import pytest
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
 
-from runs.claims import Work, run_claim
-from runs.models import (
-    ActionProposal,
-    Attempt,
-    Decision,
-    ExternalCall,
-    Lease,
-    PoolSlot,
-    PoolWaiter,
-    RunStep,
-    SlotHold,
-    TaskRun,
-)
-from runs.store import (
+from runs.engine.claims import Work, run_claim
+from runs.engine.store import (
     BACKENDS,
     Admit,
     AttemptEnd,
@@ -48,7 +36,19 @@ from runs.store import (
     Waiting,
     database,
 )
-from runs.store.postgres import QUERIES_FILE, parse_queries, queries
+from runs.engine.store.postgres import QUERIES_FILE, parse_queries, queries
+from runs.models import (
+    ActionProposal,
+    Attempt,
+    Decision,
+    ExternalCall,
+    Lease,
+    PoolSlot,
+    PoolWaiter,
+    RunStep,
+    SlotHold,
+    TaskRun,
+)
 from tasks.agents.budgets import Spend
 from tasks.models import GLOBAL_POOL, Agent, Pool, TriggerRule
 from tasks.rules import keys
@@ -72,7 +72,7 @@ def fresh(run: TaskRun) -> TaskRun:
 
 
 def test_every_statement_the_postgres_store_runs_is_named_in_the_file():
-    source = (ROOT / "runs/store/postgres.py").read_text()
+    source = (ROOT / "runs/engine/store/postgres.py").read_text()
     used = set(re.findall(r'_(?:execute|one)\(\s*"([a-z_]+)"', source))
     used |= set(re.findall(r'"(runs_insert_one|runs_insert_many|decisions_insert_many)"', source))
     used |= set(re.findall(r'"(run_succeed|run_succeed_release|lease_claim|lease_claim_plain)"', source))
@@ -110,7 +110,7 @@ def test_no_statement_selects_or_returns_star():
     migration adds a column to fails on every later call ("cached plan must not change result type")."""
     found = {name: stars(text) for name, text in queries().items() if stars(text)}
     assert not found, found
-    ours = (ROOT / "runs/store/postgres.py").read_text() + (ROOT / "runs/store/orm.py").read_text()
+    ours = (ROOT / "runs/engine/store/postgres.py").read_text() + (ROOT / "runs/engine/store/orm.py").read_text()
     assert not re.search(r"(SELECT|RETURNING) \*|\b\w\.\*", ours)
 
 
@@ -122,7 +122,7 @@ def test_the_star_check_finds_a_planted_star():
 
 @pytest.mark.parametrize(("fragment", "model"), [("step_row", RunStep), ("agent_row", Agent), ("run_row", TaskRun)])
 def test_each_row_a_statement_reads_names_every_column_of_its_model(fragment, model):
-    """Rows become models by column name (runs/store/postgres.py): each must name all of its model's."""
+    """Rows become models by column name (runs/engine/store/postgres.py): each must name all of its model's."""
     probe = {"run_row": "id, {run_columns}"}.get(fragment, "{" + fragment + "}")
     text = parse_queries(QUERIES_FILE.read_text() + f"\n-- probe --\n{probe}\n")["probe"]
     assert [c.strip() for c in text.split(",")] == [f.column for f in model._meta.concrete_fields]

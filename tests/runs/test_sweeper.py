@@ -12,11 +12,11 @@ from django.db import connection
 from deadletters.alerts import alert_deliver_due
 from deadletters.models import AlertChannel, DeadLetter
 from harness_site.broker import QueueProbe
-from runs.claims import run_claim
-from runs.executor import run_execute
-from runs.leases import run_lease_claim
+from runs.engine.claims import run_claim
+from runs.engine.executor import run_execute
+from runs.engine.leases import run_lease_claim
+from runs.engine.sweeper import redispatch_after, sweep
 from runs.models import Attempt, TaskRun
-from runs.sweeper import redispatch_after, sweep
 from tests.support.runs import api_work
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
@@ -36,7 +36,7 @@ EMPTY_QUEUE = QueueProbe(queue="celery", depth=0, oldest_age=None, queued_runs=f
 
 
 class FakeCelery:
-    """The Celery app at the boundary runs.dispatch uses: a producer taken from the pool once per
+    """The Celery app at the boundary runs.engine.dispatch uses: a producer taken from the pool once per
     batch, and "execute run R" messages sent by name through it. Records the run ids sent."""
 
     def __init__(self) -> None:
@@ -60,7 +60,7 @@ class FakeCelery:
 def sent(monkeypatch) -> list[int]:
     """Run ids of the "execute run" messages sent to Celery (the boundary, not our storage)."""
     app = FakeCelery()
-    monkeypatch.setattr("runs.dispatch.current_app", app)
+    monkeypatch.setattr("runs.engine.dispatch.current_app", app)
     return app.sent
 
 

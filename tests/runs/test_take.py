@@ -10,11 +10,11 @@ import pytest
 from django.db import connection
 from django.test.utils import CaptureQueriesContext
 
-from runs.claims import Work, run_claim
-from runs.executor import run_execute
-from runs.leases import run_lease_claim, run_lease_ttl
+from runs.engine.claims import Work, run_claim
+from runs.engine.executor import run_execute
+from runs.engine.leases import run_lease_claim, run_lease_ttl
+from runs.engine.store import store
 from runs.models import Attempt, PoolSlot, TaskRun
-from runs.store import store
 from tasks.models import GLOBAL_POOL, Agent, Pool
 from tasks.rules import keys
 from tasks.rules.policy import DEFAULT_LEASE_TTL_SECONDS

@@ -30,9 +30,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from deadletters.models import DeadLetter
 from harness_site import tracing
 from harness_site.logs import ContextFilter, JsonFormatter, logging_config
-from runs.claims import Work, run_claim
-from runs.dispatch import run_dispatch_on_commit
-from runs.executor import run_execute
+from runs.engine.claims import Work, run_claim
+from runs.engine.dispatch import run_dispatch_on_commit
+from runs.engine.executor import run_execute
 from runs.models import TaskRun
 from tasks.models import Agent, TriggerRule, TriggerSource
 from tasks.rules import events, signatures
@@ -226,7 +226,7 @@ def test_every_slot_and_every_button_press_starts_a_trace_of_its_own_without_the
 
 
 def test_a_redispatched_run_is_executed_in_its_own_trace_whatever_the_message_says(spans, published):
-    from runs.claims import Work, run_claim
+    from runs.engine.claims import Work, run_claim
 
     run = run_claim(
         Work(biz_key="trace:redispatch", skill="harness.noop", source="api", triggered_by="tests", payload={}),

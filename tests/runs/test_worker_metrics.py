@@ -10,9 +10,9 @@ from django.urls import reverse
 from prometheus_client import generate_latest
 from prometheus_client.parser import text_string_to_metric_families
 
-from runs.metrics import metrics_registry
-from runs.store import database
-from runs.workers import WorkerReport, pool_report, worker_beat
+from runs.desk.metrics import metrics_registry
+from runs.engine.store import database
+from runs.engine.workers import WorkerReport, pool_report, worker_beat
 from tests.support.desk import oncall, oncall_client  # noqa: F401
 
 pytestmark = pytest.mark.django_db

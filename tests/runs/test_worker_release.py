@@ -6,8 +6,8 @@ from django.contrib.auth import get_user_model
 from django.utils import timezone
 
 from harness_site.release import behind, code_migrations, label, migrations_missing, schema_migrations
+from runs.engine.workers import worker_starting, workers_older_than_schema
 from runs.models import SchedulerTick, WorkerHeartbeat
-from runs.workers import worker_starting, workers_older_than_schema
 
 
 def test_a_worker_is_behind_where_the_schema_is_past_its_code():

@@ -4,7 +4,7 @@ their attempts ended. Shared by the agent-fault and rolling-upgrade tests."""
 
 from collections import Counter
 
-from runs.claims import Work, run_claim
+from runs.engine.claims import Work, run_claim
 from runs.models import Attempt, TaskRun
 from tasks.models import Agent
 from tests.support.processes import Harness

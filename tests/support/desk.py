@@ -11,8 +11,8 @@ from selenium.webdriver.chrome.service import Service
 from deadletters.models import DeadLetter
 from deadletters.services import deadletter_open
 from harness_site.audit.roles import roles_ensure
+from runs.engine.operations import run_retry_now
 from runs.models import Attempt, TaskRun
-from runs.operations import run_retry_now
 from tasks.models import TriggerRule
 from tasks.skills.errors import ClassifiedError
 from tests.support.rules import make_rule

@@ -10,7 +10,7 @@ submodules).
     type = "forbidden_names"
     module = "django.db"
     names = ["connection", "connections"]
-    allowed_importers = ["runs.store"]
+    allowed_importers = ["runs.engine.store"]
 """
 
 import ast

@@ -11,7 +11,7 @@ move); an `ignore` entry that matches nothing breaks it too, so the list only sh
     type = "forbidden_writes"
     models_module = "runs.models"
     models = ["TaskRun", "Attempt"]
-    allowed_importers = ["runs.store"]
+    allowed_importers = ["runs.engine.store"]
 
 Not seen: a write through an instance (`run.save()`, `obj.delete()`): an instance's model is not
 known without running the code. The run store's operations take instances' ids, not instances.

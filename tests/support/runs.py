@@ -2,7 +2,7 @@
 
 from dataclasses import fields
 
-from runs.claims import Work
+from runs.engine.claims import Work
 from runs.models import TaskRun
 from tasks.rules.policy import DEFAULT_LEASE_TTL_SECONDS, RetryPolicy, RunPolicy
 

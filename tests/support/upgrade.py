@@ -13,7 +13,7 @@ from django.apps import apps
 from django.utils import timezone
 
 from harness_site.release import PREVIOUS_RELEASE, code_migrations
-from runs.claims import run_claim
+from runs.engine.claims import run_claim
 from runs.models import Attempt, TaskRun
 from tasks.models import DiagnosticRecord
 from tests.support.processes import ROOT, wait_for

@@ -8,8 +8,8 @@ from django.db import connection
 from django.urls import reverse
 
 from deadletters.models import DeadLetter
-from runs.claims import Work, run_claim
-from runs.executor import run_execute
+from runs.engine.claims import Work, run_claim
+from runs.engine.executor import run_execute
 from runs.models import ActionProposal, ExternalCall, TaskRun
 from tasks.models import Agent
 from tests.support.fake_model import FakeModelServer, Reply, completion, json_completion

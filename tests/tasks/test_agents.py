@@ -9,7 +9,7 @@ import pytest
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-from runs.calls import agent_budget_list
+from runs.engine.calls import agent_budget_list
 from tasks.agents.budgets import Spend, budget_decide, budget_window
 from tasks.models import Agent, TriggerRule
 from tasks.services import RuleImportError, rule_export, rule_import

@@ -13,8 +13,8 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from harness_site.audit.models import AuditEntry
-from runs.backpressure import pressure_cache_clear
-from runs.claims import Work, run_claim
+from runs.engine.backpressure import pressure_cache_clear
+from runs.engine.claims import Work, run_claim
 from runs.models import Backpressure, Decision, TaskRun
 from tasks import sentences
 from tasks.admin.rule_lint import lint_input

@@ -14,7 +14,7 @@ from django.contrib.auth import get_user_model
 from django.core.management import CommandError, call_command
 from django.utils import translation
 
-from runs.approvals import catchup_approve
+from runs.engine.approvals import catchup_approve
 from runs.models import Decision, TaskRun
 from tasks.models import BusinessCalendar, CalendarOverride, NoticeDay
 from tasks.models.calendar import china_law_dates

@@ -7,8 +7,8 @@ import pytest
 from django.contrib.auth import get_user_model
 from django.urls import reverse
 
+from runs.engine.sweeper import sweep
 from runs.models import Decision, SlotHold, TaskRun
-from runs.sweeper import sweep
 from tasks.flags import flag_set
 from tasks.models import TriggerRule
 from tasks.rules import schedule

@@ -1,6 +1,6 @@
 """Invariant 1, keys part: a biz_key is scoped to its rule and trigger kind by construction, and its
 values are escaped, so no two rules, trigger kinds or distinct inputs meet on one key. Every case
-goes through the real claim path (runs.claims.run_claim and the run_unique_biz_key constraint)."""
+goes through the real claim path (runs.engine.claims.run_claim and the run_unique_biz_key constraint)."""
 
 import importlib
 from datetime import UTC, datetime, timedelta
@@ -11,9 +11,9 @@ from django.contrib.auth.models import User
 from django.core.exceptions import ValidationError
 from django.urls import reverse
 
-from runs.claims import Work, run_claim
+from runs.engine.claims import Work, run_claim
+from runs.engine.operations import run_retry_now
 from runs.models import TaskRun
-from runs.operations import run_retry_now
 from tasks.models import TriggerRule, TriggerSource
 from tasks.rules import keys
 from tasks.triggers.events import event_intake

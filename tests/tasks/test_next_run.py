@@ -11,7 +11,7 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 from django.utils import timezone
 
-from runs.status import next_runs
+from runs.desk.status import next_runs
 from tasks.models import BusinessCalendar, CalendarOverride
 from tasks.rules import business_days, evaluation, preview, schedule
 from tasks.rules.guards import rule_guards

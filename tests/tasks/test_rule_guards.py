@@ -7,10 +7,10 @@ import pytest
 from django.core.exceptions import ValidationError
 
 from deadletters.models import DeadLetter
-from runs.executor import run_execute
+from runs.desk.selectors import scheduler_health
+from runs.engine.executor import run_execute
+from runs.engine.retention import decision_sweep
 from runs.models import Decision, SlotHold, TaskRun
-from runs.retention import decision_sweep
-from runs.selectors import scheduler_health
 from tasks.models import ServiceIdentity, TriggerRule
 from tasks.triggers.heartbeat import rule_ping
 from tasks.triggers.operator import rule_fire, rule_save

@@ -10,8 +10,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 
+from runs.engine.outages import slot_grace
 from runs.models import Decision, SchedulerTick, TaskRun
-from runs.selectors import slot_grace
 from tasks.models import TriggerRule
 from tasks.rules import schedule
 from tasks.triggers.scheduler import scheduler_tick

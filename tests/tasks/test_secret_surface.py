@@ -25,8 +25,8 @@ from django.urls import NoReverseMatch, reverse
 
 from deadletters.alerts import alert_deliver_due
 from deadletters.models import Alert, AlertChannel, DeadLetter
-from runs.claims import Work, run_claim
-from runs.executor import run_execute
+from runs.engine.claims import Work, run_claim
+from runs.engine.executor import run_execute
 from runs.models import ExternalCall, RunStep, TaskRun
 from tasks.models import Agent, TriggerRule
 from tasks.rules import keys

@@ -128,7 +128,7 @@ def scrape(now: datetime) -> dict[str, float]:
     from prometheus_client import generate_latest
     from prometheus_client.parser import text_string_to_metric_families
 
-    from runs.metrics import metrics_registry
+    from runs.desk.metrics import metrics_registry
 
     text = generate_latest(metrics_registry(clock=lambda: now)).decode()
     return {s.name: s.value for f in text_string_to_metric_families(text) for s in f.samples}

@@ -3,7 +3,7 @@
 For a deployment that keeps /metrics off the public web app: bind it to an internal interface
 (HARNESS_METRICS_BIND, default 127.0.0.1:9464) that only the Prometheus server reaches. No token is
 asked here; the address is the protection. The values are the same as the web app's /metrics: both
-read the database (runs/metrics.py), so one such process per deployment is enough.
+read the database (runs/desk/metrics.py), so one such process per deployment is enough.
 """
 
 from wsgiref.simple_server import WSGIRequestHandler, make_server
@@ -13,7 +13,7 @@ from django.core.management.base import BaseCommand, CommandError
 from django.db import DatabaseError, close_old_connections
 from prometheus_client import make_wsgi_app
 
-from runs.metrics import metrics_registry
+from runs.desk.metrics import metrics_registry
 
 
 class _QuietHandler(WSGIRequestHandler):

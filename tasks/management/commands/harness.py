@@ -16,7 +16,7 @@ from django.core.serializers.json import DjangoJSONEncoder
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from runs.selectors import run_list_recent
+from runs.desk.selectors import run_list_recent
 from tasks import services
 from tasks.management.subcommands import GuardCommandsMixin, add_guard_parsers, rules_plan_print
 from tasks.models import DiagnosticRecord, TriggerRule, TriggerSource

@@ -1,0 +1,122 @@
+"""Skills in steps: checkpointed outputs, dry-run write skipping, and actions that wait for a human.
+
+A step's output is checkpointed as a RunStep row under the run's fence. A retried or replayed
+attempt finds the row and returns its output instead of doing the step again, so a run killed
+after `call_model` resumes at `write_result` without calling the model a second time.
+
+- A read step (`write=False`, e.g. a model call) runs outside any transaction (never hold a database
+  lock across a network call) and is checkpointed afterwards, in one statement that writes only
+  while this attempt holds the lease.
+- A write step runs inside the fenced transaction together with its checkpoint: the write and the
+  record that it happened commit together or not at all, and only while this attempt holds the lease.
+  The same transaction looks the checkpoint up (runs.engine.leases.fenced_step).
+"""
+
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any
+
+from harness_site import tracing
+from runs.engine.leases import LeaseLost, fenced_step
+from runs.engine.store import database, store
+from runs.models import ActionProposal, RunStep
+from tasks.skills.actions import APPROVAL_RISKS, action_get, effective_risk
+from tasks.skills.sdk import AwaitApproval, ErrorKind, SkillContext, SkillError, digest
+
+# An unanswered approval expires after this long (params.approval_ttl_seconds overrides it per rule).
+DEFAULT_APPROVAL_TTL = timedelta(hours=24)
+
+
+def step_done(ctx: SkillContext, name: str) -> RunStep | None:
+    return store().step_read(ctx.run_id, name)
+
+
+@tracing.traced(
+    "run.step", attributes=lambda ctx, name, *_a, write=False, **_k: {"harness.step": name, "harness.write": write}
+)
+def run_step(ctx: SkillContext, name: str, fn: Callable[[], Any], *, write: bool = False) -> Any:
+    """Run step `name` of this run once and checkpoint its output; return the checkpoint if it exists.
+
+    A write step in a dry run is not run: it is recorded as skipped and returns None.
+    Raises LeaseLost if this attempt no longer holds the run: nothing is written.
+    """
+    if write and not ctx.dry_run:
+        with fenced_step(run_id=ctx.run_id, fence=ctx.fence, name=name, lost=ctx.lease_lost) as done:
+            if done is not None:
+                return _resumed(ctx, done)
+            output = fn()
+            store().step_insert(_step(ctx, name, output))
+        return output
+    database.connection_refresh()  # a step may follow minutes of work: replace a connection the server dropped
+    done = step_done(ctx, name)
+    if done is not None:
+        return _resumed(ctx, done)
+    if write:
+        _checkpoint(ctx, name, None, skipped=True)
+        ctx.logger.info("run %s: dry run, write step %s skipped", ctx.run_id, name)
+        return None
+    database.connection_release()  # a read step may wait (a model call): hold no pooled connection meanwhile
+    output = fn()
+    _checkpoint(ctx, name, output)
+    return output
+
+
+def _resumed(ctx: SkillContext, done: RunStep) -> Any:
+    ctx.logger.info("run %s: step %s completed in attempt %s; resuming after it", ctx.run_id, done.name, done.attempt)
+    return done.output
+
+
+def _checkpoint(ctx: SkillContext, name: str, output: Any, *, skipped: bool = False) -> None:
+    """The step's checkpoint alone, under the fence (one statement where the store can)."""
+    if ctx.lease_lost():
+        raise LeaseLost()
+    database.connection_refresh()  # after a read step's wait
+    if not store().step_checkpoint(_step(ctx, name, output, skipped=skipped), fence=ctx.fence):
+        raise LeaseLost()
+
+
+def _step(ctx: SkillContext, name: str, output: Any, *, skipped: bool = False) -> RunStep:
+    return RunStep(
+        run_id=ctx.run_id,
+        name=name,
+        attempt=ctx.attempt,
+        output=output,
+        digest=digest(output),  # TypeError here means the step returned something that is not JSON
+        skipped=skipped,
+        completed_at=ctx.current_time(),
+    )
+
+
+def propose_action(
+    ctx: SkillContext, action: str, args: dict[str, Any], *, step: str | None = None, risk: str | None = None
+) -> Any:
+    """Run `action` once for this run, as step `step` (default "action:<name>").
+
+    Low risk runs at once. Medium and high park the run (AwaitApproval) until a human approves;
+    the approved proposal's args, the ones the human saw, are what runs. A rejected or expired
+    proposal fails the attempt (state_precondition). In a dry run the action is skipped.
+    """
+    step = step or f"action:{action}"
+    handler = action_get(action)
+    grade = effective_risk(handler.risk, risk)
+    # Only an action that needs approval looks its step up here: run_step looks it up anyway.
+    if not ctx.dry_run and grade in APPROVAL_RISKS and step_done(ctx, step) is None:
+        proposal = ActionProposal.objects.filter(run_id=ctx.run_id, step=step).first()
+        if proposal is None or proposal.status == ActionProposal.Status.PENDING:
+            raise AwaitApproval(step=step, action=action, risk=grade, args=args, ttl=_approval_ttl(ctx))
+        if proposal.status != ActionProposal.Status.APPROVED:
+            who = f" by {proposal.decided_by}" if proposal.decided_by else ""
+            raise SkillError(ErrorKind.STATE_PRECONDITION, f"action {action!r} was {proposal.status}{who}")
+        args = proposal.args
+    return run_step(ctx, step, lambda: handler.fn(ctx, args), write=True)
+
+
+def _approval_ttl(ctx: SkillContext) -> timedelta:
+    value = ctx.params.get("approval_ttl_seconds")
+    if value is None:
+        return DEFAULT_APPROVAL_TTL
+    if isinstance(value, bool) or not isinstance(value, int | float) or value <= 0:
+        raise SkillError(
+            ErrorKind.INVALID_PARAM, f"params.approval_ttl_seconds must be a positive number, got {value!r}"
+        )
+    return timedelta(seconds=value)
