@@ -29,7 +29,7 @@ from runs.desk import status as board
 from runs.desk.dashboard import dashboard_build
 from runs.desk.harness_health import Fact, banner_facts, health_figures
 from runs.desk.metrics import metrics_registry
-from runs.engine.objectives import objective_status_for_rules
+from runs.desk.objectives import objective_status_for_rules
 from runs.engine.workers import worker_health
 from runs.models import TaskRun
 

@@ -35,7 +35,7 @@ from harness_site.api.serializers import (
     RuleUpdateSerializer,
     RunNowSerializer,
 )
-from runs.engine.objectives import objective_filter_rules, objective_status_for_rules
+from runs.desk.objectives import objective_filter_rules, objective_status_for_rules
 from runs.models import SlotObjective
 from tasks import sentences
 from tasks.models import TriggerRule

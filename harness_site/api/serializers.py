@@ -6,7 +6,7 @@ from drf_spectacular.utils import extend_schema_field
 from rest_framework import serializers
 
 from deadletters.models import DeadLetter
-from runs.engine.objectives import RuleObjective, objective_status_for_rules
+from runs.desk.objectives import RuleObjective, objective_status_for_rules
 from runs.models import Attempt, Decision, SlotObjective, TaskRun
 from tasks.models import TriggerRule
 from tasks.services import EXPORT_FIELDS, IMPORT_TYPES, NULLABLE_IMPORT_FIELDS, REQUIRED_IMPORT_FIELDS

@@ -15,9 +15,9 @@ from django.db.models import Count, F, Q
 from django.utils.translation import gettext as _
 
 from deadletters.models import DeadLetter
+from runs.desk.objectives import objective_counts
 from runs.desk.selectors import flow_saturation, scheduler_health
 from runs.desk.status import decisions_by_reason, missed_of, next_runs, reason_items
-from runs.engine.objectives import objective_counts
 from runs.engine.rollup import BIN_RATIO, BUCKET, LIVE, REFRESH_CYCLE, Summary, histogram_percentile, rollup_read
 from runs.engine.store import database
 from runs.models import Incident, TaskRun

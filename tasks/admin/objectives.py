@@ -1,5 +1,5 @@
 """The rules' freshness objectives in the admin: a column and a filter on the rule list, and the rule
-page's status with its cause and the last 30 days as met/missed cells (runs/engine/objectives.py reads them)."""
+page's status with its cause and the last 30 days as met/missed cells (runs/desk/objectives.py reads them)."""
 
 from django.contrib import admin
 from django.urls import reverse
@@ -8,7 +8,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from runs.engine.objectives import RuleObjective, objective_filter_rules, objective_history, objective_status_for_rules
+from runs.desk.objectives import RuleObjective, objective_filter_rules, objective_history, objective_status_for_rules
 from runs.models import SlotObjective
 from tasks.admin.base import RuleAdminBase
 from tasks.models import TriggerRule

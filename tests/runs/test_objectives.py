@@ -13,6 +13,7 @@ from prometheus_client.parser import text_string_to_metric_families
 from deadletters.alerts import alert_check_scheduler
 from deadletters.models import Alert
 from runs.desk.metrics import metrics_registry
+from runs.desk.objectives import objective_history, objective_status_for_rules
 from runs.desk.selectors import scheduler_health
 from runs.engine.executor import run_execute
 from runs.engine.objectives import (
@@ -23,8 +24,6 @@ from runs.engine.objectives import (
     cause_text,
     objective_acknowledge,
     objective_evaluate,
-    objective_history,
-    objective_status_for_rules,
     objective_sweep,
 )
 from runs.models import PoolSlot, PoolWaiter, SchedulerTick, SlotObjective, TaskRun
