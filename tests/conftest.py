@@ -64,7 +64,7 @@ LONGEST_FIRST = (
     "tests/e2e/test_schedule_e2e.py::test_two_beats_and_two_workers",
     "tests/runs/test_dashboard.py::test_it_renders_the_dashboard_within_a_fixed_number_of_queries_on_20k_runs",
     "tests/runs/test_metrics.py::test_a_scrape_of_many_runs_is_the_same_queries_and_prints_its_time",
-    "tests/tasks/test_scheduler_tick.py::test_every_slot_ends_in_exactly_one_run_or_decision[gap2-",
+    "tests/tasks/triggers/test_scheduler.py::test_every_slot_ends_in_exactly_one_run_or_decision[gap2-",
     "tests/deadletters/test_alerts.py::test_a_storm_of_500",
     "tests/e2e/test_failures_e2e.py::",
     "tests/e2e/test_flow_e2e.py::",

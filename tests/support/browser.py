@@ -24,7 +24,7 @@ BROWSER_MARKS = [
     ),
     # What a browser shows does not depend on the database: these run in the SQLite pass. Each costs
     # 40-65 s of a loaded machine; the pages' queries and bad input are tested on both databases
-    # without a browser (tests/runs/test_query_counts.py, tests/tasks/test_admin_bad_input.py).
+    # without a browser (tests/runs/test_query_counts.py, tests/site/test_admin_bad_input.py).
     pytest.mark.skipif(connection.vendor == "postgresql", reason="browser tests run in the SQLite pass"),
 ]
 

@@ -1,8 +1,8 @@
 """The DST days the schedule is tested on, as (zone, local day, cron, {policy: UTC slots that day}).
 
 Expected instants are written out in UTC so that a wrong conversion cannot agree with itself. The
-schedule tests check them (tests/tasks/test_schedule.py) and so does the plan's replay of history
-(tests/tasks/test_plan_replay.py), which must agree with the schedule on every one of them.
+schedule tests check them (tests/tasks/rules/test_schedule.py) and so does the plan's replay of history
+(tests/tasks/rules/test_plan_replay.py), which must agree with the schedule on every one of them.
 """
 
 from datetime import UTC, date, datetime

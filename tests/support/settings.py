@@ -44,7 +44,7 @@ _isolate(os.environ)
 # a generated one, in os.environ so that the processes a test starts inherit it.
 os.environ["SECRET_KEY"] = "tests-" + secrets.token_urlsafe(48)
 # The suite's catch-up tests are written around a 10 s slot grace (short outages in test time); the
-# default (60 s) has its own test in tests/tasks/test_scheduler_tick.py. Children inherit it.
+# default (60 s) has its own test in tests/tasks/triggers/test_scheduler.py. Children inherit it.
 os.environ.setdefault("HARNESS_SLOT_GRACE_SECONDS", "10")
 
 # The fake model server listens on loopback (any port); x.example is the validation tests' provider.

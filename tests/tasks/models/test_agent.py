@@ -3,7 +3,6 @@ demo file, prompt rendering and the pure budget decision."""
 
 import json
 from datetime import UTC, datetime, timedelta
-from pathlib import Path
 
 import pytest
 from django.core.exceptions import ValidationError
@@ -15,9 +14,10 @@ from tasks.models import Agent, TriggerRule
 from tasks.services import RuleImportError, rule_export, rule_import
 from tasks.skills.llm_json import render_prompt
 from tasks.skills.sdk import SkillError
+from tests.support.processes import ROOT
 from tests.support.rules import build_rule
 
-DEMO = Path(__file__).resolve().parents[2] / "tasks" / "fixtures" / "demo_rules.json"
+DEMO = ROOT / "tasks" / "fixtures" / "demo_rules.json"
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 
 

@@ -275,7 +275,7 @@ def test_it_saves_a_good_edit_and_bumps_the_version(admin_client):
     rule = _make_rule("report")
     url = reverse("admin:tasks_triggerrule_change", args=[rule.pk])
 
-    # Confirmed for the version it was planned against (the "Review change" step: test_rule_plan.py).
+    # Confirmed for the version it was planned against (the "Review change" step: tests/tasks/triggers/test_plan.py).
     edit = rule_form_post(name="report", cron="30 18 * * *", dedupe_key_template="{rule}:{business_date}")
     response = admin_client.post(url, {**edit, "_plan_confirmed": "1"})
 

@@ -9,7 +9,8 @@ from zoneinfo import ZoneInfo
 
 import tzdata
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.support.processes import ROOT
+
 PROBE = """
 import os, zoneinfo
 from datetime import UTC, datetime
