@@ -16,7 +16,7 @@ from tests.support.processes import wait_for
 pytestmark = [pytest.mark.e2e, pytest.mark.one_pass("sqlite")]
 
 # Interval rules, so that three slots pass in 45 s of real downtime: the catch-up policy does not
-# care how a slot was computed (cron minutes, across zones and DST days, are tests/tasks/test_catchup*.py).
+# care how a slot was computed (cron minutes, across zones and DST days, are tests/tasks/rules/test_catchup*.py).
 PERIOD = timedelta(seconds=15)
 DOWN_SLOTS = 3
 # The scheduler's on-time grace for this test's processes and its own: shorter than the suite's 10 s,
