@@ -36,6 +36,30 @@ def fieldsets_copy(spec: Iterable[tuple[StrOrPromise | None, Mapping[str, Any]]]
     return [(name, dict(opts)) for name, opts in spec]
 
 
+if TYPE_CHECKING:
+    from django.http import HttpRequest
+
+    _ModelAdmin = admin.ModelAdmin[Any]
+else:
+    _ModelAdmin = object
+
+
+class ReadOnlyAdminMixin(_ModelAdmin):
+    """Put before admin.ModelAdmin: records that services write and the admin only shows. Nobody adds or
+    changes one here; `deletable` admins let those with the delete permission remove rows."""
+
+    deletable = False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.deletable and super().has_delete_permission(request, obj)
+
+
 CONFIRM_TEMPLATE = "admin/desk/confirm.html"
 FORM_TEMPLATE = "admin/desk/form.html"
 

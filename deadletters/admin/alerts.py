@@ -17,6 +17,7 @@ from deadletters.alert_health import channel_failing, channel_problem, channels_
 from deadletters.alert_texts import KIND_LABELS, alert_title
 from deadletters.alerts import alert_send_test
 from deadletters.models import Alert, AlertChannel
+from harness_site.desk import ReadOnlyAdminMixin
 from harness_site.templatetags.harness import ago_html, clip_html, pretty_json
 
 if TYPE_CHECKING:
@@ -172,7 +173,7 @@ class AlertKindFilter(admin.SimpleListFilter):
 
 
 @admin.register(Alert)
-class AlertAdmin(admin.ModelAdmin):
+class AlertAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """The outbox, read-only: what was recorded, where it went, and why a delivery failed."""
 
     list_display = (
@@ -231,12 +232,3 @@ class AlertAdmin(admin.ModelAdmin):
     @admin.display(description=_("title"))
     def title(self, obj: Alert) -> str:
         return alert_title(obj.payload or {})  # in the reader's language
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False

@@ -75,13 +75,6 @@ class DeadLetterDeskMixin(DeadLetterAdminBase):
     has_close_permission = has_perm_method("deadletters.close_deadletter")
     has_assign_permission = has_perm_method("deadletters.assign_deadletter")
 
-    def has_change_permission(self, request, obj=None) -> bool:
-        # Tickets change only through the actions below (compare-and-set, audited).
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
     def get_list_display(self, request):
         # What failed sits together: the error kind, its fingerprint and the error's first line.
         columns = [c for c in super().get_list_display(request) if c != "error_kind"]
