@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 
 from harness_site.audit.models import AuditEntry
-from harness_site.audit.services import audit_record
+from harness_site.audit.services import actor_name, audit_record
 from runs.claims import ClaimResult, Work, run_claim
 from runs.models import TaskRun
 from tasks import sentences
@@ -161,7 +161,7 @@ def schedule_once(
             known = ", ".join(sorted(registry.names()))
             raise OnceError("skill", f"Unknown skill {skill!r}. Registered: {known}.")
         due = once_due_at(now=now, run_at=run_at, timezone=timezone, delay_seconds=delay_seconds)
-    name = getattr(actor, "get_username", lambda: str(actor))()
+    name = actor_name(actor)
     prefix = (
         keys.namespace(rule.pk, keys.ONCE_KEY) if rule is not None else keys.skill_scoped(skill_name, keys.ONCE_KEY, "")
     )
