@@ -5,6 +5,7 @@ channel list and the dashboard card "urgent alerts undeliverable": an alert nobo
 only noticed here. Read-only."""
 
 from datetime import datetime, timedelta
+from typing import TYPE_CHECKING, TypedDict
 
 from django.conf import settings
 from django.db.models import Max, OuterRef, Q, QuerySet, Subquery
@@ -14,6 +15,20 @@ from deadletters.alert_urls import alert_url_error
 from deadletters.models import Alert, AlertChannel
 
 URGENT_WINDOW = timedelta(hours=24)
+
+
+class ChannelHealth(TypedDict):
+    """What channels_with_health annotates on each channel."""
+
+    last_delivered_at: datetime | None
+    last_error: str | None
+    last_error_at: datetime | None
+
+
+if TYPE_CHECKING:
+    from django_stubs_ext import WithAnnotations
+
+    HealthChannel = WithAnnotations[AlertChannel, ChannelHealth]
 
 
 def channels_with_health(channels: QuerySet) -> QuerySet:

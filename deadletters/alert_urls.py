@@ -1,9 +1,10 @@
 """Where may an alert channel send? Only under a URL root of HARNESS_ALERT_URL_ALLOW (tasks/outbound.py:
 the agents' matching, with a query string allowed for webhook tokens). Checked when a channel is saved
 (model validation: the admin form and anything that calls full_clean) and again before every delivery,
-so a row changed behind validation's back sends nothing."""
+so a row changed behind validation's back sends nothing. And where does an alert link to (admin_link)?"""
 
 from django.conf import settings
+from django.urls import reverse
 from django.utils.translation import gettext
 
 from tasks.outbound import plain_url_error, url_allow_error
@@ -27,3 +28,8 @@ def alert_url_message(url: str) -> str:
         "Not allowed: this deployment sends alerts only to the URLs listed in HARNESS_ALERT_URL_ALLOW. "
         "Ask whoever runs the harness to add the receiver's host there."
     )
+
+
+def admin_link(viewname: str, *args: object) -> str:
+    """The absolute address of an admin page, for an alert's link (HARNESS ADMIN_BASE_URL)."""
+    return settings.HARNESS["ADMIN_BASE_URL"].rstrip("/") + reverse(viewname, args=args)

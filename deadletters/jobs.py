@@ -3,7 +3,7 @@
 from celery import shared_task
 from django.utils import timezone
 
-from deadletters import alerts
+from deadletters import alert_queue, alerts
 from runs.desk.harness_health import health_figures
 from runs.engine.incidents import incident_sync
 
@@ -12,7 +12,7 @@ from runs.engine.incidents import incident_sync
 # retried from the outbox row (next_attempt_at) by alerts_check, not by a countdown in worker memory.
 @shared_task(name="deadletters.alert_deliver", acks_late=True, ignore_result=True)
 def alert_deliver_task(alert_id: int) -> str:
-    return alerts.alert_deliver(alert_id=alert_id, now=timezone.now())
+    return alert_queue.alert_deliver(alert_id=alert_id, now=timezone.now())
 
 
 # Periodic (beat entry "harness: alerts", control queue): idempotent, a lost one is replaced by the next.
@@ -24,15 +24,15 @@ def alerts_check_task() -> dict:
     figures = health_figures(now=now)
     incidents = incident_sync(figures=figures, now=now)
     calendars = alerts.alert_check_calendars(gaps=figures["calendars_without_data"], now=now)
-    summaries = alerts.alert_summarise_due(now=now)
-    due = alerts.alert_redispatch_due(now=now)
+    summaries = alert_queue.alert_summarise_due(now=now)
+    due = alert_queue.alert_redispatch_due(now=now)
     for alert_id in due:  # a duplicate message is harmless: alert_deliver claims by compare-and-set
-        alerts.alert_send(alert_id)
+        alert_queue.alert_send(alert_id)
     return {
         "incidents_opened": len(incidents.opened),
         "incidents_closed": len(incidents.closed),
         "calendar_alerts": len(calendars),
         "summaries": summaries,
         "redispatched": len(due),
-        "pruned": alerts.alert_prune(now=now),
+        "pruned": alert_queue.alert_prune(now=now),
     }

@@ -352,7 +352,7 @@ def publish_in_one_round_trip(producer) -> Iterator[None]:
     The file broker and other transports publish as before. An error at the end raises: the rows
     are committed, so a message that did not arrive is a lost hint the sweeper sends again."""
     channel = getattr(producer, "channel", None)
-    if not (hasattr(channel, "conn_or_acquire") and hasattr(channel, "unacked_key")):
+    if channel is None or not (hasattr(channel, "conn_or_acquire") and hasattr(channel, "unacked_key")):
         yield
         return
     # One client per channel, kept: building a redis-py client (its ~80 response callbacks) cost more

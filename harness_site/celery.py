@@ -48,7 +48,8 @@ def _connections_before(**_kwargs) -> None:
     if time.monotonic() - _connections_ok_at[0] < HEALTH_CHECK_AFTER_IDLE:
         for conn in connections.all(initialized_only=True):
             if conn.connection is not None and not conn.errors_occurred:
-                conn.health_check_done = True
+                # django-stubs do not declare this attribute (Django's own, since 4.1).
+                conn.health_check_done = True  # type: ignore[attr-defined]
 
 
 @task_postrun.connect

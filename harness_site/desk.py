@@ -3,7 +3,7 @@ bulk actions and for single-object buttons. Views stay thin: a form, one service
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from django import forms
@@ -17,7 +17,6 @@ from django.http import Http404, HttpResponseRedirect
 from django.template.response import TemplateResponse
 from django.urls import reverse
 from django.utils import timezone
-from django.utils.functional import Promise
 from django.utils.html import format_html
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
@@ -26,6 +25,40 @@ from tasks.rules import json_limits
 
 if TYPE_CHECKING:
     from django.utils.functional import _StrOrPromise as StrOrPromise
+
+# An admin's fieldsets as a page may edit them: each options dict a plain dict (django-stubs type the
+# options as a TypedDict, which an edit by key cannot keep).
+Fieldsets = list[tuple["StrOrPromise | None", dict[str, Any]]]
+
+
+def fieldsets_copy(spec: Iterable[tuple[StrOrPromise | None, Mapping[str, Any]]]) -> Fieldsets:
+    """`spec` (a ModelAdmin's fieldsets) with each options dict copied, to be edited."""
+    return [(name, dict(opts)) for name, opts in spec]
+
+
+if TYPE_CHECKING:
+    from django.http import HttpRequest
+
+    _ModelAdmin = admin.ModelAdmin[Any]
+else:
+    _ModelAdmin = object
+
+
+class ReadOnlyAdminMixin(_ModelAdmin):
+    """Put before admin.ModelAdmin: records that services write and the admin only shows. Nobody adds or
+    changes one here; `deletable` admins let those with the delete permission remove rows."""
+
+    deletable = False
+
+    def has_add_permission(self, request: HttpRequest) -> bool:
+        return False
+
+    def has_change_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return False
+
+    def has_delete_permission(self, request: HttpRequest, obj: Any = None) -> bool:
+        return self.deletable and super().has_delete_permission(request, obj)
+
 
 CONFIRM_TEMPLATE = "admin/desk/confirm.html"
 FORM_TEMPLATE = "admin/desk/form.html"
@@ -145,6 +178,11 @@ def has_perm_method(perm: str) -> Callable:
 M = TypeVar("M", bound=models.Model)
 
 
+def form_data(form: forms.Form | None) -> dict[str, Any]:
+    """The cleaned data of a confirmation's form (none without a form class)."""
+    return form.cleaned_data if form is not None else {}
+
+
 def confirm_bulk(
     modeladmin: admin.ModelAdmin[M],
     request,
@@ -214,7 +252,7 @@ def confirm_object(
     form_class: type[forms.Form] | None = OptionalReasonForm,
     form_kwargs: dict | None = None,
     done_url: str | None = None,
-    failed_message: str | Promise = NOTHING_CHANGED,
+    failed_message: StrOrPromise = NOTHING_CHANGED,
     button: str | None = None,
 ):
     """A single-object button: GET shows the confirmation page, POST does it once."""

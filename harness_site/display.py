@@ -79,6 +79,7 @@ def display_zone_view(request):
 def zones_for(request, rule_zone: str | None) -> tuple[tzinfo, tzinfo | None]:
     """(primary, secondary) zones for an instant on this page: secondary is None when it would repeat."""
     rule_tz = zone_or_none(rule_zone or "")
+    primary: tzinfo
     choice = getattr(request, "display_zone", DeskPreference.Zone.RULE)
     if request is None:  # an admin list column: the zone the middleware activated (UTC or the browser's)
         current = timezone.get_current_timezone()

@@ -2,7 +2,8 @@
 by its label in the reader's language, yes / no for a boolean, "—" for nothing; never the stored
 code (`wall`) nor Python's True / False / None, which the library shows by default."""
 
-from django.db.models import Model
+from typing import TYPE_CHECKING, Any
+
 from simple_history.template_utils import HistoricalRecordContextHelper
 
 from harness_site.templatetags.harness import shown_value
@@ -17,10 +18,16 @@ class ReadableHistory(HistoricalRecordContextHelper):
         return shown_value(value)
 
 
-class ReadableHistoryMixin:
-    """For a SimpleHistoryAdmin: its History page words each change with ReadableHistory."""
+if TYPE_CHECKING:
+    from django.contrib import admin
 
-    model: type[Model]
+    _Admin = admin.ModelAdmin[Any]  # SimpleHistoryAdmin, which ships no types
+else:
+    _Admin = object
+
+
+class ReadableHistoryMixin(_Admin):
+    """For a SimpleHistoryAdmin: its History page words each change with ReadableHistory."""
 
     def get_historical_record_context_helper(self, request, historical_record):
         return ReadableHistory(self.model, historical_record)

@@ -34,7 +34,7 @@ class JsonFormatter(logging.Formatter):
     process, and the formatted exception when there is one."""
 
     def format(self, record: logging.LogRecord) -> str:
-        line = {
+        line: dict[str, object] = {
             "time": datetime.fromtimestamp(record.created, UTC).isoformat(timespec="milliseconds"),
             "level": record.levelname,
             "logger": record.name,

@@ -208,10 +208,11 @@ def task_enter(task) -> None:
     request = getattr(task, "request", None)
     headers = getattr(request, "headers", None) or {}
     value = getattr(request, TRACEPARENT, None) or headers.get(TRACEPARENT)
-    tokens = [_fields.set({})]
+    tokens: list[contextvars.Token[Any]] = [_fields.set({})]
     if isinstance(value, str) and not _celery_instrumented:
         tokens.append(otel_context.attach(context_from_headers({TRACEPARENT: value})))
-    request.harness_trace_tokens = tokens
+    if request is not None:
+        request.harness_trace_tokens = tokens
 
 
 def task_exit(task) -> None:
@@ -255,8 +256,9 @@ def otel_configure(*, django: bool = False, celery: bool = False, environ=os.env
         return False
     from opentelemetry.sdk.resources import Resource
     from opentelemetry.sdk.trace import TracerProvider
-    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter
+    from opentelemetry.sdk.trace.export import BatchSpanProcessor, ConsoleSpanExporter, SpanExporter
 
+    exporter: SpanExporter
     exporter_name = environ.get("OTEL_TRACES_EXPORTER", "otlp").strip().lower() or "otlp"
     if exporter_name == "console":
         exporter = ConsoleSpanExporter()

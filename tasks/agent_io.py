@@ -30,7 +30,7 @@ AGENT_FIELDS = (
 REQUIRED_AGENT_FIELDS = ("name", "provider", "model")
 # JSON type of each imported agent field (bool is not a number); null is allowed where the model allows it.
 _NUMBER = (int, float)
-AGENT_IMPORT_TYPES = {
+AGENT_IMPORT_TYPES: dict[str, type | tuple[type, ...]] = {
     "name": str,
     "provider": str,
     "base_url": str,
@@ -82,7 +82,7 @@ def agent_stage(items, pools: Staged | None = None) -> tuple[dict[str, tuple[Age
             item = {**item, "pool": pool}
         elif "pool" in item:
             item = {**item, "pool": None}
-        if problems:
+        if problems or not isinstance(name, str):  # a name that is not a text is among the problems
             errors.extend(f"{label} {p}" for p in problems)
             continue
         agent = Agent.objects.filter(name=name).first()
@@ -113,7 +113,11 @@ def agent_save(staged: dict[str, tuple[Agent, bool, bool]]) -> None:
             agent.save()
 
 
-def _type_name(expected) -> str:
-    return {str: "a string", list: "a JSON list", int: "a whole number", bool: "true or false"}.get(
-        expected, "a number"
-    )
+def _type_name(expected: type | tuple[type, ...]) -> str:
+    names: dict[type | tuple[type, ...], str] = {
+        str: "a string",
+        list: "a JSON list",
+        int: "a whole number",
+        bool: "true or false",
+    }
+    return names.get(expected, "a number")

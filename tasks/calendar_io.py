@@ -55,7 +55,7 @@ def calendar_stage(items) -> tuple[Staged, list[str]]:
             problems.append(f"field name: {name!r} appears more than once in the file")
         overrides, override_problems = _overrides(item.get("overrides"))
         problems += override_problems
-        if problems:
+        if problems or not isinstance(name, str):  # a name that is not a text is among the problems
             errors.extend(f"{label} {p}" for p in problems)
             continue
         cal = BusinessCalendar.objects.filter(name=name).first()
@@ -110,9 +110,10 @@ def _overrides(value) -> tuple[list[tuple[date, str, str]] | None, list[str]]:
         if not isinstance(entry, dict) or set(entry) - set(OVERRIDE_FIELDS):
             problems.append(f"{where}: expected an object with {', '.join(OVERRIDE_FIELDS)}")
             continue
+        raw = entry.get("date")
         try:
-            day = date.fromisoformat(entry.get("date"))
-        except (TypeError, ValueError):
+            day = date.fromisoformat(raw if isinstance(raw, str) else "")  # not a text: refused as ""
+        except ValueError:
             problems.append(f'{where}: date must be YYYY-MM-DD, e.g. "2026-12-31"')
             continue
         if entry.get("kind") not in kinds:

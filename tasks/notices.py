@@ -69,7 +69,7 @@ def notice_import(text: str | bytes, *, now: datetime) -> dict:
             days[day] = (kind, name.strip())
     if not days and not errors:
         errors.append("the notice names no day")
-    if errors:
+    if errors or not isinstance(country, str) or not isinstance(year, int):  # the checks above named why
         raise NoticeError(errors)
     country = country.strip().upper()
     with transaction.atomic():

@@ -41,7 +41,7 @@ def pool_stage(items) -> tuple[Staged, list[str]]:
         problems = field_problems(item, POOL_FIELDS, REQUIRED_POOL_FIELDS)
         if isinstance(name, str) and name in staged:
             problems.append(f"field name: {name!r} appears more than once in the file")
-        if problems:
+        if problems or not isinstance(name, str):  # a name that is not a text is among the problems
             errors.extend(f"{label} {p}" for p in problems)
             continue
         pool = Pool.objects.filter(name=name).first()

@@ -18,6 +18,7 @@ from tasks.agent_io import agent_export, agent_resolve, agent_save, agent_stage
 from tasks.calendar_io import calendar_export, calendar_resolve, calendar_save, calendar_stage
 from tasks.file_items import STAGING_ERRORS, field_problems, file_entries, staging_errors
 from tasks.models import Agent, Pool, ServiceIdentity, TriggerRule
+from tasks.models.fields import model_field
 from tasks.pool_io import POOL_FIELDS, pool_export, pool_lookup, pool_save, pool_stage
 from tasks.rules import json_limits
 from tasks.rules import plan as planned
@@ -147,7 +148,7 @@ def rule_export_one(rule: TriggerRule) -> dict:
 # The global pool as the migration installs it is left out of an export (nothing to carry): its
 # name and reason, every other field at its default (a field added later included).
 _UNTOUCHED_GLOBAL = {
-    **{f: Pool._meta.get_field(f).get_default() for f in POOL_FIELDS},
+    **{f: model_field(Pool, f).get_default() for f in POOL_FIELDS},
     "name": "global",
     "reason": "Every run draws from the global pool. Empty limits: unlimited.",
 }

@@ -8,11 +8,14 @@ from deadletters.admin.alerts import AlertAdmin, AlertChannelAdmin  # noqa: F401
 from deadletters.admin.desk import DeadLetterDeskMixin
 from deadletters.models import DeadLetter
 from deadletters.replays import ticket_replay_outcome
+from harness_site.desk import ReadOnlyAdminMixin
 from harness_site.templatetags.harness import ago_html, key_html, pretty_json, when_html
 
 
 @admin.register(DeadLetter)
-class DeadLetterAdmin(DeadLetterDeskMixin, admin.ModelAdmin):
+class DeadLetterAdmin(DeadLetterDeskMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Tickets change only through the desk's actions (compare-and-set, audited), never by a form."""
+
     # Fits 1440 px beside the filters (owner and fingerprint are added by the desk mixin).
     list_display = (
         "id",
@@ -107,6 +110,3 @@ class DeadLetterAdmin(DeadLetterDeskMixin, admin.ModelAdmin):
 
     def get_readonly_fields(self, request, obj=None):
         return (*super().get_readonly_fields(request, obj), "payload_json", "output_json")
-
-    def has_add_permission(self, request) -> bool:
-        return False

@@ -1,5 +1,7 @@
 """Admin pages for alert channels (with "send test alert") and the alert outbox (read-only)."""
 
+from typing import TYPE_CHECKING
+
 from django import forms
 from django.contrib import admin, messages
 from django.core.exceptions import ValidationError
@@ -15,7 +17,13 @@ from deadletters.alert_health import channel_failing, channel_problem, channels_
 from deadletters.alert_texts import KIND_LABELS, alert_title
 from deadletters.alerts import alert_send_test
 from deadletters.models import Alert, AlertChannel
+from harness_site.desk import ReadOnlyAdminMixin
 from harness_site.templatetags.harness import ago_html, clip_html, pretty_json
+
+if TYPE_CHECKING:
+    from django.utils.functional import _StrOrPromise as StrOrPromise
+
+    from deadletters.alert_health import HealthChannel
 
 
 class AlertChannelForm(forms.ModelForm):
@@ -45,7 +53,8 @@ class AlertChannelForm(forms.ModelForm):
         return url
 
     def clean(self):
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         kind = data.get("kind")
         if kind == AlertChannel.Kind.WEBHOOK and not data.get("url"):
             self.add_error("url", _("A webhook channel needs a URL."))
@@ -84,11 +93,11 @@ class AlertChannelAdmin(admin.ModelAdmin):
         return format_html('<span class="ok" title="{}">✔</span>', _("delivering"))
 
     @admin.display(description=_("last delivered"), ordering="last_delivered_at")
-    def delivered(self, obj: AlertChannel) -> str:
+    def delivered(self, obj: "HealthChannel") -> "StrOrPromise":
         return ago_html(obj.last_delivered_at) if obj.last_delivered_at else _("never")
 
     @admin.display(description=_("last error"))
-    def error_column(self, obj: AlertChannel) -> str:
+    def error_column(self, obj: "HealthChannel") -> "StrOrPromise":
         if channel_problem(obj) == "no_recipients":
             return format_html('<span class="bad">{}</span>', _("no recipients and ADMINS is unset"))
         if channel_problem(obj) == "url_not_allowed":
@@ -100,7 +109,7 @@ class AlertChannelAdmin(admin.ModelAdmin):
         )
 
     @admin.display(description=_("health"))
-    def health_note(self, obj: AlertChannel) -> str:
+    def health_note(self, obj: "HealthChannel") -> "StrOrPromise":
         if channel_problem(obj) == "no_recipients":
             return format_html(
                 '<p class="errornote">{}</p>',
@@ -124,7 +133,7 @@ class AlertChannelAdmin(admin.ModelAdmin):
         return _("Last delivered: %(when)s") % {"when": obj.last_delivered_at or _("never")}
 
     @admin.display(description=_("target"))
-    def target(self, obj: AlertChannel) -> str:
+    def target(self, obj: AlertChannel) -> "StrOrPromise":
         if obj.kind == AlertChannel.Kind.WEBHOOK:
             return rules.redact_url(obj.url)
         if obj.kind == AlertChannel.Kind.EMAIL:
@@ -164,7 +173,7 @@ class AlertKindFilter(admin.SimpleListFilter):
 
 
 @admin.register(Alert)
-class AlertAdmin(admin.ModelAdmin):
+class AlertAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """The outbox, read-only: what was recorded, where it went, and why a delivery failed."""
 
     list_display = (
@@ -217,18 +226,9 @@ class AlertAdmin(admin.ModelAdmin):
         return format_html('<pre class="json">{}</pre>', pretty_json(obj.payload))
 
     @admin.display(description=_("channel"), ordering="channel__name")
-    def channel_name(self, obj: Alert) -> str:
+    def channel_name(self, obj: Alert) -> "StrOrPromise":
         return obj.channel.name if obj.channel is not None else _("log (built in)")
 
     @admin.display(description=_("title"))
     def title(self, obj: Alert) -> str:
         return alert_title(obj.payload or {})  # in the reader's language
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False

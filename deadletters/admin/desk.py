@@ -13,7 +13,15 @@ from django.utils.translation import gettext_lazy, ngettext
 from deadletters.models import DeadLetter
 from deadletters.replays import ticket_replay_outcome
 from deadletters.services import deadletter_assign, deadletter_close
-from harness_site.desk import OptionalReasonForm, confirm_bulk, confirm_object, desk_object, has_perm_method, now
+from harness_site.desk import (
+    OptionalReasonForm,
+    confirm_bulk,
+    confirm_object,
+    desk_object,
+    form_data,
+    has_perm_method,
+    now,
+)
 from harness_site.templatetags.harness import clip_html
 from runs.admin.desk import run_page_timeline
 from runs.admin.scale import ErrorKindFilter
@@ -46,9 +54,9 @@ class AssignForm(forms.Form):
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
-        self.fields["owner"].queryset = (
-            get_user_model().objects.filter(is_active=True, is_staff=True).order_by("username")
-        )
+        owner = self.fields["owner"]
+        if isinstance(owner, forms.ModelChoiceField):  # as declared above
+            owner.queryset = get_user_model().objects.filter(is_active=True, is_staff=True).order_by("username")
 
 
 # Mixed into DeadLetterAdmin (deadletters/admin/__init__.py): the type checker reads it as such.
@@ -66,13 +74,6 @@ class DeadLetterDeskMixin(DeadLetterAdminBase):
     has_replay_permission = has_perm_method("deadletters.replay_deadletter")
     has_close_permission = has_perm_method("deadletters.close_deadletter")
     has_assign_permission = has_perm_method("deadletters.assign_deadletter")
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        # Tickets change only through the actions below (compare-and-set, audited).
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     def get_list_display(self, request):
         # What failed sits together: the error kind, its fingerprint and the error's first line.
@@ -143,7 +144,7 @@ class DeadLetterDeskMixin(DeadLetterAdminBase):
             form_class=CloseForm,
             eligible=lambda t: t.state == DeadLetter.State.PENDING_MANUAL,
             do=lambda t, form: deadletter_close(
-                ticket_id=t.id, actor=request.user, now=at, note=form.cleaned_data["note"]
+                ticket_id=t.id, actor=request.user, now=at, note=form_data(form)["note"]
             ),
         )
 
@@ -161,10 +162,10 @@ class DeadLetterDeskMixin(DeadLetterAdminBase):
             form_class=AssignForm,
             do=lambda t, form: deadletter_assign(
                 ticket_id=t.id,
-                owner=form.cleaned_data["owner"],
+                owner=form_data(form)["owner"],
                 actor=request.user,
                 now=at,
-                reason=form.cleaned_data["reason"],
+                reason=form_data(form)["reason"],
             ),
         )
 
@@ -225,7 +226,7 @@ class DeadLetterDeskMixin(DeadLetterAdminBase):
                 _("Run #%(id)s %(biz_key)s stays failed; no replay.") % {"id": ticket.run_id, "biz_key": ticket.biz_key}
             ],
             do=lambda form: deadletter_close(
-                ticket_id=ticket.id, actor=request.user, now=now(), note=form.cleaned_data["note"]
+                ticket_id=ticket.id, actor=request.user, now=now(), note=form_data(form)["note"]
             ),
             failed_message=_("Nothing changed: this ticket was already replayed or closed."),
         )
@@ -245,10 +246,10 @@ class DeadLetterDeskMixin(DeadLetterAdminBase):
             summary=[_("Currently: %(owner)s.") % {"owner": ticket.owner or _("nobody")}],
             do=lambda form: deadletter_assign(
                 ticket_id=ticket.id,
-                owner=form.cleaned_data["owner"],
+                owner=form_data(form)["owner"],
                 actor=request.user,
                 now=now(),
-                reason=form.cleaned_data["reason"],
+                reason=form_data(form)["reason"],
             ),
         )
 

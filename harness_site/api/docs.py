@@ -6,6 +6,8 @@ fetch from this site alone, since the bundles themselves would reach out: Redoc 
 (cdn.redoc.ly), Swagger UI for its online validator badge (also turned off here).
 """
 
+from typing import TYPE_CHECKING
+
 from drf_spectacular.settings import spectacular_settings
 from drf_spectacular.utils import extend_schema
 from drf_spectacular.views import SpectacularAPIView, SpectacularRedocView, SpectacularSwaggerView
@@ -31,7 +33,13 @@ class PublicSchemaView(SpectacularAPIView):
     permission_classes = []
 
 
-class LocalAssetsOnly:
+if TYPE_CHECKING:
+    from rest_framework.views import APIView as _View  # the views this is mixed into
+else:
+    _View = object
+
+
+class LocalAssetsOnly(_View):
     def finalize_response(self, request, response, *args, **kwargs):
         response = super().finalize_response(request, response, *args, **kwargs)
         response["Content-Security-Policy"] = LOCAL_ONLY

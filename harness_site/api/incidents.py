@@ -22,7 +22,16 @@ class IncidentSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = Incident
-        fields = ("id", "kind", "subject", "started_at", "detected_at", "ended_at", "duration_seconds", "detail")
+        fields: tuple[str, ...] = (
+            "id",
+            "kind",
+            "subject",
+            "started_at",
+            "detected_at",
+            "ended_at",
+            "duration_seconds",
+            "detail",
+        )
         fields += ("link",)
 
     def get_duration_seconds(self, incident: Incident) -> float:

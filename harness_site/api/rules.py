@@ -160,9 +160,9 @@ class RuleListView(DeskView):
             if objective not in SlotObjective.Status.values:
                 raise invalid("objective", f"{objective!r} is not one of {', '.join(SlotObjective.Status.values)}")
             rules = objective_filter_rules(rules, objective)
-        rules = list(rules)
-        found = objective_status_for_rules([r.id for r in rules if r.objective])
-        return Response(RuleSerializer(rules, many=True, context={"objectives": found}).data)
+        listed = list(rules)
+        found = objective_status_for_rules([r.id for r in listed if r.objective])
+        return Response(RuleSerializer(listed, many=True, context={"objectives": found}).data)
 
     @extend_schema(
         operation_id="rules_create",

@@ -83,9 +83,12 @@ def run_get(run_id) -> TaskRun:
 def run_detail(run: TaskRun) -> dict:
     """The run page's data (runs.desk.selectors.run_timeline): attempts, decisions and tickets."""
     timeline = run_timeline(run, now=timezone.now())
-    run.attempt_list = [row["a"] for row in timeline["attempts"]]
-    run.decisions = timeline["decisions"]
-    run.tickets = timeline["tickets"]
+    # Set on the instance as a queryset annotation would be: the serializer reads them as attributes.
+    vars(run).update(
+        attempt_list=[row["a"] for row in timeline["attempts"]],
+        decisions=timeline["decisions"],
+        tickets=timeline["tickets"],
+    )
     return RunDetailSerializer(run).data
 
 
@@ -199,12 +202,13 @@ class RunListView(DeskView):
             )
         except OnceError as exc:
             raise invalid(exc.field, str(exc)) from None
+        run = claim.run
+        if run is None:  # shed: backpressure never sheds one-time input, so a claim here always has its run
+            raise ApiProblem(503, "shed", "the harness is shedding work; try again later")
         if not claim.created:
-            idempotency_check(key=data["idempotency_key"], fingerprint=fingerprint, payload=claim.run.payload)
-        body = ClaimSerializer({"created": claim.created, "run": claim.run}).data
-        return Response(
-            body, status=201 if claim.created else 200, headers={"Location": f"/api/v1/runs/{claim.run.id}"}
-        )
+            idempotency_check(key=data["idempotency_key"], fingerprint=fingerprint, payload=run.payload)
+        body = ClaimSerializer({"created": claim.created, "run": run}).data
+        return Response(body, status=201 if claim.created else 200, headers={"Location": f"/api/v1/runs/{run.id}"})
 
 
 @extend_schema(tags=["runs"], parameters=[RUN_ID])

@@ -9,6 +9,7 @@ from deadletters.models import DeadLetter
 from runs.desk.objectives import RuleObjective, objective_status_for_rules
 from runs.models import Attempt, Decision, SlotObjective, TaskRun
 from tasks.models import TriggerRule
+from tasks.models.fields import model_field
 from tasks.services import EXPORT_FIELDS, IMPORT_TYPES, NULLABLE_IMPORT_FIELDS, REQUIRED_IMPORT_FIELDS
 
 # --- strict JSON types ------------------------------------------------------------------------
@@ -58,18 +59,18 @@ class StrictBooleanField(serializers.BooleanField):
 def _input_field(name: str, *, creating: bool) -> serializers.Field:
     """The documented type of one rule field, from the import's own type table."""
     kind = IMPORT_TYPES.get(name)
-    model_field = TriggerRule._meta.get_field(name)
+    field = model_field(TriggerRule, name)
     opts = {
         "required": creating and name in REQUIRED_IMPORT_FIELDS,
         "allow_null": name in NULLABLE_IMPORT_FIELDS,
-        "help_text": str(model_field.help_text or model_field.verbose_name),
+        "help_text": str(field.help_text or field.verbose_name),
     }
     if name in ("agent", "business_calendar"):
         return StrictCharField(allow_blank=True, **{**opts, "allow_null": True})
     if name == "output_schema":
         return serializers.JSONField(**{**opts, "allow_null": True})
-    if getattr(model_field, "choices", None):
-        return serializers.ChoiceField(choices=model_field.choices, **opts)
+    if field.choices:
+        return serializers.ChoiceField(choices=field.choices, **opts)
     if name == "run_at":
         return serializers.DateTimeField(**opts)
     if kind is str:
@@ -276,8 +277,8 @@ class RunSerializer(serializers.ModelSerializer):
 
     class Meta:
         model = TaskRun
-        fields = RUN_FIELDS
-        read_only_fields = fields
+        fields: tuple[str, ...] = RUN_FIELDS
+        read_only_fields: tuple[str, ...] = fields
 
 
 class TicketRefSerializer(serializers.ModelSerializer):

@@ -2,10 +2,11 @@ from django.contrib import admin
 from django.utils.translation import gettext_lazy as _
 
 from harness_site.audit.models import AuditEntry
+from harness_site.desk import ReadOnlyAdminMixin
 
 
 @admin.register(AuditEntry)
-class AuditEntryAdmin(admin.ModelAdmin):
+class AuditEntryAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("at", "actor", "action", "target_kind", "target_label", "reason")
     list_filter = ("action", "target_type", "actor")
     search_fields = ("target_label", "target_id", "reason", "actor")
@@ -23,12 +24,3 @@ class AuditEntryAdmin(admin.ModelAdmin):
     @admin.display(description=_("target type"), ordering="target_type")
     def target_kind(self, entry: AuditEntry) -> str:
         return str(self.TARGET_LABELS.get(entry.target_type, entry.target_type))
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False

@@ -4,7 +4,7 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 from simple_history.admin import SimpleHistoryAdmin
 
-from harness_site.desk import JSON_FORMFIELDS
+from harness_site.desk import JSON_FORMFIELDS, ReadOnlyAdminMixin
 from harness_site.history_words import ReadableHistoryMixin
 from tasks.admin import agents, calendars, events, pools  # noqa: F401  (register the Agent, calendar, event and pool admins)
 from tasks.admin.guards import GuardAdminMixin  # also registers flags, identities and API tokens
@@ -82,16 +82,12 @@ class TriggerRuleAdmin(GuardAdminMixin, ObjectiveAdminMixin, RuleDeskMixin, Read
 
 
 @admin.register(DiagnosticRecord)
-class DiagnosticRecordAdmin(admin.ModelAdmin):
+class DiagnosticRecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    deletable = True
+
     list_display = ("id", "biz_key", "rule_name", "slot", "attempt", "fence", "worker", "created_at")
     list_filter = ("rule_name",)
     search_fields = ("biz_key",)
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
 
 
 # Event intake: sources, deliveries, refusals, counters.

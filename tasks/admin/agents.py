@@ -3,8 +3,11 @@
 Shows the NAME of the key's environment variable and, if the deployment granted it, whether it is set
 in this process; never a value."""
 
+from typing import Any
+
 from django import forms
 from django.contrib import admin
+from django.http import QueryDict
 from django.utils import timezone
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
@@ -36,14 +39,14 @@ class AgentForm(forms.ModelForm):
             raise forms.ValidationError(ENV_NAME_MESSAGE)
         return value
 
-    def clean(self) -> dict:
-        cleaned = super().clean()
-        if "api_key_env" in self._errors:
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        if "api_key_env" in self.errors:
             # Whatever was wrong (bad name, too long), it may be a pasted key: never render it back.
-            data = self.data.copy()
+            data = self.data.copy() if isinstance(self.data, QueryDict) else dict(self.data)
             data[self.add_prefix("api_key_env")] = ""
             self.data = data
-        return cleaned
+        return self.cleaned_data
 
 
 @admin.register(Agent)

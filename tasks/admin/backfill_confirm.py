@@ -17,6 +17,8 @@ BACKFILL_CONFIRM_MAX_AGE = 30 * 60  # seconds
 
 def backfill_token(plan: BackfillPlan, *, reason: str, user) -> str:
     """The plan a confirmation page shows, signed: what the click may execute, and nothing else."""
+    if plan.planned_at is None:  # rule_backfill_plan sets it: a plan made otherwise cannot be confirmed
+        raise ValueError("a backfill plan without its planning instant")
     return signing.dumps(
         {
             "rule": plan.rule.pk,
@@ -44,7 +46,8 @@ class BackfillConfirmForm(forms.Form):
         self.rule, self.user = rule, user
 
     def clean(self):
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         invalid = forms.ValidationError(
             _(
                 "This confirmation is not valid (it was changed, or made for another rule or user); "

@@ -11,21 +11,17 @@ from django.utils.safestring import mark_safe
 from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
-from harness_site.desk import JSON_FORMFIELDS
+from harness_site.desk import JSON_FORMFIELDS, ReadOnlyAdminMixin
 from tasks.models import EventDelivery, EventMetric, EventRefusal, RefusalCount, TriggerSource
 from tasks.triggers.events import ACCEPTED, DUPLICATE, REDELIVERY
 
 NOT_REFUSALS = (ACCEPTED, DUPLICATE, REDELIVERY)
 
 
-class _RecordAdmin(admin.ModelAdmin):
-    """Records are written by the intake only; the admin shows them."""
+class _RecordAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
+    """Records are written by the intake only; the admin shows them (and may prune them)."""
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
+    deletable = True
 
 
 @admin.register(TriggerSource)
@@ -187,6 +183,7 @@ class EventRefusalAdmin(_RecordAdmin):
 
 @admin.register(RefusalCount)
 class RefusalCountAdmin(_RecordAdmin):
+    deletable = False
     list_display = ("hour", "source_label", "reason", "status", "count", "last_at")
     list_filter = ("reason",)
     search_fields = ("source_name",)
@@ -196,12 +193,10 @@ class RefusalCountAdmin(_RecordAdmin):
     def source_label(self, row: RefusalCount) -> str:
         return row.source_name or gettext("(unknown sources)")
 
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
 
 @admin.register(EventMetric)
 class EventMetricAdmin(_RecordAdmin):
+    deletable = False
     list_display = ("source_label", "outcome", "count", "last_at")
     list_filter = ("outcome",)
     search_fields = ("source_name",)
@@ -209,6 +204,3 @@ class EventMetricAdmin(_RecordAdmin):
     @admin.display(description=_("source"), ordering="source_name")
     def source_label(self, metric: EventMetric) -> str:
         return metric.source_name or gettext("(unknown sources)")
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False

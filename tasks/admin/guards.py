@@ -1,10 +1,13 @@
 """Admin for the rules' guards: the rule page's guard fieldsets, the "why did or didn't it run at
 that slot?" view; readiness flags, service identities and API tokens."""
 
+from typing import TYPE_CHECKING, Any, cast
+
 from django import forms
 from django.contrib import admin, messages
 from django.contrib.auth import get_user_model
 from django.core.exceptions import PermissionDenied
+from django.http import HttpRequest
 from django.template.response import TemplateResponse
 from django.urls import path, reverse
 from django.utils import timezone
@@ -13,13 +16,19 @@ from django.utils.translation import gettext
 from django.utils.translation import gettext_lazy as _
 
 from harness_site.api.tokens import token_create, token_hash
-from harness_site.desk import JSON_FORMFIELDS, desk_object
+from harness_site.desk import JSON_FORMFIELDS, desk_object, fieldsets_copy
 from tasks.admin.base import RuleAdminBase
 from tasks.admin.explain_html import explain_sentence
 from tasks.flags import FlagError, flag_clear, flag_set
 from tasks.models import ApiToken, ReadinessFlag, ServiceIdentity, TriggerRule
 from tasks.models.access import ALL_SCOPES, API_SCOPES
+from tasks.models.fields import model_field
 from tasks.triggers.explain import SlotParseError, parse_slot, slot_explanation, trigger_explanation
+
+if TYPE_CHECKING:
+    _RuleForm = forms.ModelForm[TriggerRule]
+else:
+    _RuleForm = object
 
 GUARD_FIELDSETS = (
     (
@@ -68,8 +77,28 @@ def _defaults() -> dict:
         "snapshot_fields",
         "depends_scope",
     ):
-        out[name] = TriggerRule._meta.get_field(name).get_default()
+        out[name] = model_field(TriggerRule, name).get_default()
     return out
+
+
+class GuardDefaultsForm(_RuleForm):
+    """Put before a rule form: a guard field left empty takes the model's default (guard_defaults)."""
+
+    guard_defaults: dict[str, Any] = {}
+
+    def __init__(self, *args: Any, **kw: Any) -> None:
+        super().__init__(*args, **kw)
+        for name in self.guard_defaults:
+            if name in self.fields:
+                self.fields[name].required = False
+
+    def clean(self) -> dict[str, Any]:
+        super().clean()
+        data = self.cleaned_data
+        for name, default in self.guard_defaults.items():
+            if name in self.fields and data.get(name) in (None, ""):
+                data[name] = default
+        return data
 
 
 class GuardAdminMixin(RuleAdminBase):
@@ -79,35 +108,23 @@ class GuardAdminMixin(RuleAdminBase):
         return (*super().get_readonly_fields(request, obj), "last_ping_at")
 
     def get_fieldsets(self, request, obj=None):
-        fieldsets = [(name, dict(opts)) for name, opts in super().get_fieldsets(request, obj)]
+        fieldsets = fieldsets_copy(super().get_fieldsets(request, obj))
         for _name, opts in fieldsets:
             if "catchup" in opts.get("fields", ()):  # by field, not by its (translated) title
                 opts["fields"] = [*opts.get("fields", ()), *(f for f in CATCHUP_EXTRA if f not in opts["fields"])]
         present = {f for _n, o in fieldsets for f in o.get("fields", ())}
-        for name, opts in GUARD_FIELDSETS:
-            if not present.intersection(opts["fields"]):
-                fieldsets.append((name, {**opts, "classes": ("collapse",)}))
+        for name, guard_opts in GUARD_FIELDSETS:
+            if not present.intersection(guard_opts["fields"]):
+                fieldsets.append((name, {**guard_opts, "classes": ("collapse",)}))
         return fieldsets
 
-    def get_form(self, request, obj=None, **kwargs):
-        base = super().get_form(request, obj, **kwargs)
-        defaults = _defaults()
-
-        class GuardDefaultsForm(base):
-            def __init__(self, *args, **kw):
-                super().__init__(*args, **kw)
-                for name in defaults:
-                    if name in self.fields:
-                        self.fields[name].required = False
-
-            def clean(self):
-                data = super().clean()
-                for name, default in defaults.items():
-                    if name in self.fields and data.get(name) in (None, ""):
-                        data[name] = default
-                return data
-
-        return GuardDefaultsForm
+    def get_form(
+        self, request: HttpRequest, obj: TriggerRule | None = None, change: bool = False, **kwargs: Any
+    ) -> "type[forms.ModelForm[TriggerRule]]":
+        base = super().get_form(request, obj, change, **kwargs)
+        # The desk's form class is chosen at run time (type checkers take no such base in a class statement).
+        form = type("GuardDefaultsForm", (GuardDefaultsForm, base), {"guard_defaults": _defaults()})
+        return cast("type[forms.ModelForm[TriggerRule]]", form)
 
     def get_urls(self):
         wrap = self.admin_site.admin_view

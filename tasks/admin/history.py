@@ -3,6 +3,7 @@ the next fire, the last outcome, open dead letters, and a strip of the last 48 r
 each a link (Airflow's grid, healthchecks' event log). Read-only; four small queries."""
 
 from datetime import datetime
+from typing import Any
 
 from django.db.models import Q
 from django.urls import reverse
@@ -25,7 +26,7 @@ def rule_history(rule: TriggerRule, *, cells: int = HISTORY_CELLS) -> list[dict]
     # run_rule_recent_idx (rule, -trigger_at).
     runs = TaskRun.objects.filter(rule=rule).order_by("-trigger_at")[:cells]
     decisions = Decision.objects.filter(rule=rule).order_by("-created_at")[:cells]
-    items = []
+    items: list[dict[str, Any]] = []
     for r in runs.only("id", "state", "slot", "trigger_at", "biz_key", "is_trial"):
         items.append(
             {

@@ -1,6 +1,8 @@
 """The rules' freshness objectives in the admin: a column and a filter on the rule list, and the rule
 page's status with its cause and the last 30 days as met/missed cells (runs/desk/objectives.py reads them)."""
 
+from typing import TYPE_CHECKING
+
 from django.contrib import admin
 from django.urls import reverse
 from django.utils import timezone
@@ -13,7 +15,11 @@ from runs.models import SlotObjective
 from tasks.admin.base import RuleAdminBase
 from tasks.models import TriggerRule
 
-OBJECTIVE_FIELDSET = (
+if TYPE_CHECKING:
+    from django.contrib.admin.options import _FieldOpts
+    from django.utils.functional import _StrOrPromise as StrOrPromise
+
+OBJECTIVE_FIELDSET: "tuple[StrOrPromise, _FieldOpts]" = (
     _("Freshness objective"),
     {
         "fields": (

@@ -108,7 +108,7 @@ class RuleBackfillMixin(RuleAdminBase):
         confirm = BackfillConfirmForm(request.POST, rule=rule, user=request.user)
         if not confirm.is_valid():
             for error in confirm.non_field_errors():
-                self.message_user(request, error, messages.ERROR)
+                self.message_user(request, str(error), messages.ERROR)
             return self._backfill_form_page(request, rule, BackfillForm())
         c = confirm.cleaned_data["confirmed"]
         try:

@@ -135,7 +135,8 @@ class TriggerRuleForm(forms.ModelForm):
             self.initial["run_at"] = self._shown_run_at
 
     def clean(self):
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         wall = data.get("run_at")
         if not isinstance(wall, datetime) or wall.tzinfo is not None:
             return data
@@ -200,7 +201,8 @@ class RunNowForm(forms.Form):
             ) from exc
 
     def clean(self):
-        data = super().clean()
+        super().clean()
+        data = self.cleaned_data
         if data.get("slot") and data.get("biz_key"):
             raise forms.ValidationError(_("Give a slot or a business key, not both."))
         return data

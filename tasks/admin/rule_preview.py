@@ -54,11 +54,11 @@ def schedule_preview(
         dst_gap=data.get("dst_gap") or "shift",
         dst_repeat=data.get("dst_repeat") or "first",
     )
-    saved = rule is not None and rule.pk is not None
+    saved = rule if rule is not None and rule.pk is not None else None
     guards, guards_error = None, ""
-    if saved:
+    if saved is not None:
         try:
-            guards = rule_guards(rule)
+            guards = rule_guards(saved)
         except (ValueError, TypeError, KeyError) as exc:  # a rule saved around full_clean must not 500 the page
             guards_error = _("cannot evaluate the guards: %(error)s") % {"error": exc}
     if calendar is not SAVED and not guards_error:
@@ -68,7 +68,7 @@ def schedule_preview(
             guards = dataclasses.replace(guards, calendar=chosen, timezone=spec.timezone or guards.timezone)
         elif chosen is not None:
             guards = evaluation.Guards(timezone=spec.timezone, calendar=chosen)
-    shows_guards = saved or guards is not None
+    shows_guards = saved is not None or guards is not None
     now_at = at
     if start:
         try:
@@ -80,18 +80,18 @@ def schedule_preview(
     try:
         if spec.kind in (preview.HEARTBEAT, preview.EVENT):
             # No schedule of their own: a saved heartbeat rule's one fire is its deadline.
-            same = saved and rule.kind == spec.kind and guards is not None
-            found = (
-                preview.rule_preview(rule, at=at, count=count, now=now_at) if same else preview.unscheduled(spec.kind)
-            )
+            if saved is not None and saved.kind == spec.kind and guards is not None:
+                found = preview.rule_preview(saved, at=at, count=count, now=now_at)
+            else:
+                found = preview.unscheduled(spec.kind)
         else:
-            spread_of = (rule.name, rule.start_spread()) if saved and rule.kind == spec.kind else None
+            spread_of = (saved.name, saved.start_spread()) if saved is not None and saved.kind == spec.kind else None
             found = preview.schedule_preview(
                 spec,
                 at=at,
                 count=count,
                 guards=guards,
-                paused=saved and not rule.enabled,
+                paused=saved is not None and not saved.enabled,
                 spread_of=spread_of,
                 now=now_at,
             )

@@ -12,6 +12,7 @@ from harness_site.desk import change_url, now
 from tasks import sentences
 from tasks.admin.base import RuleAdminBase
 from tasks.models import TriggerRule
+from tasks.models.fields import model_field
 from tasks.rules import evaluation, keys, schedule
 from tasks.rules.preview import dst_changes
 from tasks.triggers.plan import plan_json, rule_plan
@@ -76,7 +77,7 @@ class RuleReviewMixin(RuleAdminBase):
 
 def _field_label(name: str) -> str:
     try:
-        return str(TriggerRule._meta.get_field(name).verbose_name)
+        return str(model_field(TriggerRule, name).verbose_name)
     except FieldDoesNotExist:
         return name
 

@@ -13,7 +13,7 @@ from django.utils.html import format_html, format_html_join
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
-from harness_site.desk import ReasonForm, change_url, desk_object, now, posted, require_perm
+from harness_site.desk import ReasonForm, change_url, desk_object, fieldsets_copy, now, posted, require_perm
 from harness_site.templatetags.harness import ago_html
 from runs.desk.dashboard import skill_duration_p99s
 from runs.desk.status import rule_rows
@@ -49,7 +49,7 @@ class RuleDeskMixin(RuleReviewMixin, RuleBackfillMixin):
         return (*fields, "enabled") if obj is not None else fields
 
     def get_fieldsets(self, request, obj=None):
-        fieldsets = [(name, dict(opts)) for name, opts in super().get_fieldsets(request, obj)]
+        fieldsets = fieldsets_copy(super().get_fieldsets(request, obj))
         placed = False
         for _name, opts in fieldsets:
             fields = list(opts.get("fields", ()))

@@ -414,6 +414,8 @@ class TriggerRule(models.Model):
     # Version history with a field diff in the admin (django-simple-history). Queryset .update()
     # calls (the scheduler advancing next_fire_at) write no history: only edits and actions do.
     history = HistoricalRecords(excluded_fields=["next_fire_at", "last_slot_at", "updated_at"])
+    # Set before a save to word its version row (django-simple-history reads it); not a column.
+    _change_reason: str
 
     class Meta:
         verbose_name = _("trigger rule")

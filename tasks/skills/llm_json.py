@@ -46,7 +46,8 @@ def render_prompt(template: str, values: dict[str, Any]) -> str:
 
 def prompt_values(ctx: SkillContext) -> dict[str, Any]:
     inputs = {k: v for k, v in ctx.params.items() if k not in SKILL_PARAMS}
-    snapshot = ctx.payload.get("snapshot") if isinstance(ctx.payload.get("snapshot"), dict) else {}
+    found = ctx.payload.get("snapshot")
+    snapshot: dict[str, Any] = found if isinstance(found, dict) else {}
     values: dict[str, Any] = {**inputs, **snapshot}
     values.update(
         biz_key=ctx.biz_key,

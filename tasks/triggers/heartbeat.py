@@ -12,6 +12,8 @@ def heartbeat_tick(rule: TriggerRule, *, now: datetime, result, batch: ClaimBatc
     """A heartbeat rule is due: no ping arrived within period + grace. Fire it once, then again every
     period while the silence lasts; a ping moves next_fire_at forward (rule_ping)."""
     slot = rule.next_fire_at
+    if slot is None:  # not scheduled (paused meanwhile): nothing is due
+        return
     slot_handle(rule, slot, source=TaskRun.Source.HEARTBEAT, now=now, result=result, batch=batch)
     every = timedelta(seconds=rule.heartbeat_every_seconds or 60)
     following = slot + every
@@ -20,7 +22,7 @@ def heartbeat_tick(rule: TriggerRule, *, now: datetime, result, batch: ClaimBatc
     TriggerRule.objects.filter(pk=rule.pk).update(last_slot_at=slot, next_fire_at=following)
 
 
-def rule_ping(*, rule: TriggerRule, now: datetime) -> datetime | None:
+def rule_ping(*, rule: TriggerRule, now: datetime) -> datetime:
     """Record a heartbeat ping: the rule now fires only if the next ping is later than period + grace.
     Returns the new deadline; raises ValueError for a rule that is not a heartbeat rule."""
     if rule.kind != TriggerRule.Kind.HEARTBEAT:

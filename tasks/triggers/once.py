@@ -24,7 +24,7 @@ from datetime import UTC, datetime, timedelta
 from django.db import transaction
 
 from harness_site.audit.models import AuditEntry
-from harness_site.audit.services import audit_record
+from harness_site.audit.services import actor_name, audit_record
 from runs.engine.claims import ClaimResult, Work, run_claim
 from runs.models import TaskRun
 from tasks import sentences
@@ -70,7 +70,7 @@ def once_due_at(
     Raises OnceError naming run_at, timezone or delay_seconds."""
     if (run_at is None) == (delay_seconds is None):
         raise OnceError("run_at", "Give run_at or delay_seconds (exactly one).")
-    if delay_seconds is not None:
+    if run_at is None:  # so delay_seconds is given (exactly one, checked above)
         if (
             isinstance(delay_seconds, bool)
             or not isinstance(delay_seconds, int | float)
@@ -133,6 +133,7 @@ def schedule_once(
     """
     if (rule is None) == (not skill):
         raise OnceError("skill", "Give a rule or a skill (exactly one).")
+    skill_name = skill or ""  # the skill when there is no rule (given, checked above)
     if not isinstance(idempotency_key, str) or not idempotency_key.strip():
         raise OnceError("idempotency_key", "idempotency_key is required: a string naming this unit of work.")
     if len(idempotency_key) > MAX_IDEMPOTENCY_KEY or any(ord(c) < 32 or c == "\x7f" for c in idempotency_key):
@@ -160,8 +161,10 @@ def schedule_once(
             known = ", ".join(sorted(registry.names()))
             raise OnceError("skill", f"Unknown skill {skill!r}. Registered: {known}.")
         due = once_due_at(now=now, run_at=run_at, timezone=timezone, delay_seconds=delay_seconds)
-    name = getattr(actor, "get_username", lambda: str(actor))()
-    prefix = keys.namespace(rule.pk, keys.ONCE_KEY) if rule is not None else keys.skill_scoped(skill, keys.ONCE_KEY, "")
+    name = actor_name(actor)
+    prefix = (
+        keys.namespace(rule.pk, keys.ONCE_KEY) if rule is not None else keys.skill_scoped(skill_name, keys.ONCE_KEY, "")
+    )
     if len(prefix) + len(keys.escape(idempotency_key)) > keys.MAX_KEY_LENGTH:
         raise OnceError(
             "idempotency_key",
@@ -172,7 +175,7 @@ def schedule_once(
         work = (
             work_for_once(rule, key=idempotency_key, actor=name, run_after=due.utc, params=params)
             if rule is not None
-            else _skill_work(skill, key=idempotency_key, actor=name, run_after=due.utc, params=params)
+            else _skill_work(skill_name, key=idempotency_key, actor=name, run_after=due.utc, params=params)
         )
     except schedule.ScheduleError as exc:
         raise OnceError(

@@ -10,7 +10,7 @@ from django.db import transaction
 
 from harness_site import tracing
 from harness_site.audit.models import AuditEntry
-from harness_site.audit.services import audit_record
+from harness_site.audit.services import actor_name, audit_record
 from runs.engine.claims import ClaimResult, run_claim
 from runs.models import TaskRun
 from tasks import sentences
@@ -47,7 +47,9 @@ def rule_run_now(
     the same slot or key is a dedupe hit, not a second run. A trial goes to the rule's trial keys (rule/<id>/trial/)."""
     try:
         with transaction.atomic():
-            claim = rule_fire(rule=rule, actor=_name(actor), now=now, slot=slot, biz_key=biz_key or None, trial=trial)
+            claim = rule_fire(
+                rule=rule, actor=actor_name(actor), now=now, slot=slot, biz_key=biz_key or None, trial=trial
+            )
             audit_record(
                 actor=actor,
                 action=AuditEntry.Action.RULE_TRIAL if trial else AuditEntry.Action.RULE_RUN_NOW,
@@ -272,7 +274,7 @@ def rule_backfill(*, plan: BackfillPlan, actor, now: datetime, reason: str = "")
         for slot in plan.slots:
             claim = rule_fire(
                 rule=plan.rule,
-                actor=_name(actor),
+                actor=actor_name(actor),
                 now=now,
                 slot=slot,
                 source=TaskRun.Source.BACKFILL,
@@ -296,7 +298,3 @@ def rule_backfill(*, plan: BackfillPlan, actor, now: datetime, reason: str = "")
             },
         )
     return {"created": created, "dedupe_hits": hits}
-
-
-def _name(actor) -> str:
-    return getattr(actor, "get_username", lambda: str(actor))()

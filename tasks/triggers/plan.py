@@ -96,10 +96,14 @@ def rule_history_read(rule: TriggerRule | None, *, since: datetime, now: datetim
     with_details = Q(reason__in=(Decision.Reason.NOT_READY, Decision.Reason.NOT_READY_EXPIRED, Decision.Reason.PAUSED))
     late = Q(created_at__gt=ExpressionWrapper(F("slot") + grace, output_field=DateTimeField()))
     for pk, slot, reason in decisions.exclude(with_details | late).values_list("id", "slot", "reason"):
+        if slot is None:  # slot__gt above: a decision without a slot is not among them
+            continue
         records[slot] = planned.Recorded(reason, slot, decision_id=pk)
     for pk, slot, reason, at, details in decisions.filter(with_details | late).values_list(
         "id", "slot", "reason", "created_at", "details"
     ):
+        if slot is None:
+            continue
         details = details if isinstance(details, dict) else {}
         missing = tuple(details.get("missing") or ()) if reason in ("not_ready", "not_ready_expired") else ()
         records[slot] = planned.Recorded(reason, at, decision_id=pk, missing=missing)
@@ -120,6 +124,8 @@ def rule_history_read(rule: TriggerRule | None, *, since: datetime, now: datetim
         .values_list("id", "slot", "source", "state", "trigger_at", "biz_key")
     )
     for pk, slot, source, state, at, key in runs:
+        if slot is None:  # slot__gt above
+            continue
         outcome = planned.CATCHUP if source == TaskRun.Source.CATCHUP else planned.RUN
         records[slot] = planned.Recorded(outcome, at, run_id=pk, state=state, biz_key=key)
 

@@ -16,11 +16,11 @@ from typing import Any
 from django.db import transaction
 
 from harness_site.audit.models import AuditEntry
-from harness_site.audit.services import audit_record
+from harness_site.audit.services import actor_name, audit_record
 from runs.models import Decision, TaskRun
 from tasks.models import TriggerRule
 from tasks.rules import schedule
-from tasks.triggers.operator import DEFAULT_BACKFILL_SPACING, MAX_BACKFILL_RUNS, RuleActionError, _name, rule_fire
+from tasks.triggers.operator import DEFAULT_BACKFILL_SPACING, MAX_BACKFILL_RUNS, RuleActionError, rule_fire
 from tasks.triggers.work import rule_render_key
 
 # Why a chosen slot is not re-run (codes; the admin words them).
@@ -204,7 +204,7 @@ def slots_rerun(
             assert item.rule_id is not None and item.slot is not None  # refused otherwise
             claim = rule_fire(
                 rule=plan.rules[item.rule_id],
-                actor=_name(actor),
+                actor=actor_name(actor),
                 now=now,
                 slot=item.slot,
                 source=TaskRun.Source.BACKFILL,

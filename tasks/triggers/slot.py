@@ -147,8 +147,11 @@ def catchup_last_start(rule: TriggerRule, *, now: datetime, spacing: timedelta) 
 
 
 def _hold(rule, slot, verdict: evaluation.Verdict, *, source: str, now: datetime, hold: SlotHold | None) -> None:
+    recheck_at = verdict.recheck_at
+    if recheck_at is None:  # evaluation gives every HOLD verdict its re-check instant
+        raise ValueError(f"a hold ({verdict.reason}) without a re-check instant")
     if hold is not None:
-        store().hold_recheck(hold.pk, recheck_at=verdict.recheck_at, checks=hold.checks + 1, details=verdict.details)
+        store().hold_recheck(hold.pk, recheck_at=recheck_at, checks=hold.checks + 1, details=verdict.details)
         return
     # False: another tick holds this slot already; it will be re-checked once.
     store().hold_record(
@@ -157,7 +160,7 @@ def _hold(rule, slot, verdict: evaluation.Verdict, *, source: str, now: datetime
             slot=slot,
             reason=verdict.reason,
             source=source,
-            recheck_at=verdict.recheck_at,
+            recheck_at=recheck_at,
             deadline=verdict.deadline,
             details=verdict.details,
             created_at=now,

@@ -210,7 +210,13 @@ def work_for_event(
     try:
         object_key = (
             keys.render(
-                rule.object_key_template, rule=rule.name, slot="", business_date=business_date, params=params, **dates
+                rule.object_key_template,
+                rule=rule.name,
+                slot="",
+                business_date=business_date,
+                params=params,
+                previous_business_date=dates["previous_business_date"],
+                next_business_date=dates["next_business_date"],
             )
             if rule.object_key_template
             else ""

@@ -12,7 +12,7 @@ from django.urls import reverse
 from django.utils import timezone
 
 from deadletters.alert_health import urgent_log_only, urgent_undeliverable
-from deadletters.alerts import alert_deliver_due
+from deadletters.alert_queue import alert_deliver_due
 from deadletters.models import Alert, AlertChannel
 from tests.support.desk import make_failed_run
 

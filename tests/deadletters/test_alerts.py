@@ -13,9 +13,9 @@ from django.test.utils import CaptureQueriesContext
 from django.urls import reverse
 
 from deadletters import alert_rules as rules
+from deadletters.alert_queue import alert_deliver_due
 from deadletters.alerts import (
     alert_check_scheduler,
-    alert_deliver_due,
     alert_record,
     alert_retry,
     alert_send_test,
@@ -497,7 +497,7 @@ def test_the_log_channel_writes_the_alert(caplog):
 
 
 def test_it_prunes_finished_alerts_after_the_retention_but_never_a_pending_one(receiver):
-    from deadletters.alerts import ALERT_RETENTION, alert_prune
+    from deadletters.alert_queue import ALERT_RETENTION, alert_prune
 
     webhook(receiver)
     receiver.status = 500
@@ -526,7 +526,7 @@ def test_a_lost_worker_alerts_like_a_failed_attempt():
 
 
 def test_the_periodic_check_requeues_due_retries_and_lost_first_tries_only(receiver):
-    from deadletters.alerts import ALERT_REDISPATCH_AFTER, alert_redispatch_due
+    from deadletters.alert_queue import ALERT_REDISPATCH_AFTER, alert_redispatch_due
 
     webhook(receiver)
     dead_letter(failed_run())

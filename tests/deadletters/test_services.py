@@ -11,7 +11,8 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection, transaction
 
-from deadletters.alerts import alert_deliver_due, alert_final_failure
+from deadletters.alert_queue import alert_deliver_due
+from deadletters.alerts import alert_final_failure
 from deadletters.models import Alert, AlertChannel, DeadLetter
 from deadletters.services import deadletter_open
 from runs.engine.claims import Work, run_claim

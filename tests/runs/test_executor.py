@@ -13,7 +13,7 @@ import pytest
 from django.db import connection
 from django.utils import timezone
 
-from deadletters.alerts import alert_deliver_due
+from deadletters.alert_queue import alert_deliver_due
 from deadletters.models import AlertChannel, DeadLetter
 from deadletters.services import deadletter_open
 from runs.engine.claims import run_claim

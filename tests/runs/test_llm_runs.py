@@ -12,7 +12,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.utils import timezone
 
-from deadletters.alerts import alert_deliver_due
+from deadletters.alert_queue import alert_deliver_due
 from deadletters.models import AlertChannel, DeadLetter
 from runs.engine.approvals import approval_expire_due, proposal_approve, proposal_reject
 from runs.engine.claims import Work, run_claim

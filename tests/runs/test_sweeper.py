@@ -9,7 +9,7 @@ from types import SimpleNamespace
 import pytest
 from django.db import connection
 
-from deadletters.alerts import alert_deliver_due
+from deadletters.alert_queue import alert_deliver_due
 from deadletters.models import AlertChannel, DeadLetter
 from harness_site.broker import QueueProbe
 from runs.engine.claims import run_claim

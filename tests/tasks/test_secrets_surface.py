@@ -23,7 +23,7 @@ from django.core.exceptions import FieldDoesNotExist
 from django.db import connection
 from django.urls import NoReverseMatch, reverse
 
-from deadletters.alerts import alert_deliver_due
+from deadletters.alert_queue import alert_deliver_due
 from deadletters.models import Alert, AlertChannel, DeadLetter
 from runs.engine.claims import Work, run_claim
 from runs.engine.executor import run_execute

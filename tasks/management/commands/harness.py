@@ -5,7 +5,7 @@ import getpass
 import json
 import secrets
 import sys
-from datetime import timedelta
+from datetime import datetime, timedelta
 from pathlib import Path
 
 from django.conf import settings
@@ -129,7 +129,7 @@ class Command(GuardCommandsMixin, BaseCommand):
             f"{done['working_days']} make-up working day(s); every {done['country']} calendar reads them"
         )
 
-    def _import(self, text: str, *, by: str, reason: str, allow: bool = False) -> None:
+    def _import(self, text: str | bytes, *, by: str, reason: str, allow: bool = False) -> None:
         try:
             result = services.rule_import(text, now=timezone.now(), actor=by, reason=reason, allow=allow)
         except services.RuleImportDangerous as exc:
@@ -236,12 +236,12 @@ class Command(GuardCommandsMixin, BaseCommand):
         except RuleActionError as exc:
             raise CommandError(str(exc)) from None
         for n, item in enumerate(plan.to_run):
-            self.stdout.write(f"run     {item.slot.isoformat()}  {item.biz_key}  due in {spacing * n} s")
+            self.stdout.write(f"run     {_instant(item.slot)}  {item.biz_key}  due in {spacing * n} s")
         for item in plan.items:
             if item.refused:
                 run = f" run {item.run_id} ({item.run_state})" if item.run_id else ""
                 hint = "; replay it: the run's Retry now" if item.run_state == "failed" else ""
-                self.stdout.write(f"refused {item.slot.isoformat()}  {item.refused}{run}{hint}")
+                self.stdout.write(f"refused {_instant(item.slot)}  {item.refused}{run}{hint}")
         if not yes:
             self.stdout.write(f"{len(plan.to_run)} slot(s) would run; nothing created. Add --yes to run them.")
             return
@@ -274,6 +274,10 @@ class Command(GuardCommandsMixin, BaseCommand):
         )
         for error in result.errors:
             self.stderr.write(error)
+
+
+def _instant(at: datetime | None) -> str:
+    return at.isoformat() if at is not None else "-"
 
 
 def _stdin_bytes() -> bytes | str:

@@ -9,7 +9,8 @@ from django.db import IntegrityError, transaction
 from django.urls import reverse
 from django.utils import timezone
 
-from deadletters.alerts import alert_deliver_due, alert_send_test
+from deadletters.alert_queue import alert_deliver_due
+from deadletters.alerts import alert_send_test
 from deadletters.models import Alert, AlertChannel
 from tests.support.desk import make_failed_run
 from tests.support.zh_complete import assert_zh_complete
