@@ -13,7 +13,7 @@ from django.utils.html import format_html
 from django.utils.translation import gettext_lazy as _
 from django.utils.translation import ngettext
 
-from harness_site.desk import has_perm_method, quiet_flag
+from harness_site.desk import ReadOnlyAdminMixin, has_perm_method, quiet_flag
 from harness_site.templatetags.harness import ago_html, key_html, when_html
 from runs.admin.desk import (  # also registers the live run leases desk
     CatchupApprovalMixin,
@@ -75,19 +75,6 @@ class QuickRunFilter(admin.SimpleListFilter):
         return queryset
 
 
-class ReadOnlyAdmin(admin.ModelAdmin):
-    """Records are written by services only; the admin shows them."""
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
-
 class AttemptInline(admin.TabularInline):
     model = Attempt
     extra = 0
@@ -110,7 +97,7 @@ class AttemptInline(admin.TabularInline):
 
 
 @admin.register(TaskRun)
-class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
+class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     # Fits 1440 px beside the filters: one time column (labelled), the duration instead of two more.
     list_display = (
         "id",
@@ -222,7 +209,7 @@ class TaskRunAdmin(CatchupApprovalMixin, RunDeskMixin, ReadOnlyAdmin):
 
 
 @admin.register(Decision)
-class DecisionAdmin(ReadOnlyAdmin):
+class DecisionAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Why a slot or a trigger did not run; a shed or coalesced trigger has its biz_key, not a slot."""
 
     list_display = ("rule", "slot", "biz_key", "reason", "survivor_link", "hits", "created_at", "explain_link")
@@ -301,7 +288,7 @@ class BackpressureAdmin(admin.ModelAdmin):
 
 
 @admin.register(SlotHold)
-class SlotHoldAdmin(ReadOnlyAdmin):
+class SlotHoldAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Slots waiting for readiness or buffered behind a run; each becomes a run or a decision."""
 
     list_display = ("rule", "slot", "reason", "recheck_at", "deadline", "checks", "created_at")
@@ -309,18 +296,18 @@ class SlotHoldAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Lease)
-class LeaseAdmin(LeaseDeskMixin, ReadOnlyAdmin):
+class LeaseAdmin(LeaseDeskMixin, ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("key", "owner", "token", "acquired_at", "expires_at")
     search_fields = ("key", "owner")
 
 
 @admin.register(SchedulerTick)
-class SchedulerTickAdmin(ReadOnlyAdmin):
+class SchedulerTickAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("name", "last_tick_at", "last_claimed", "last_dedupe_hits", "history_since")
 
 
 @admin.register(SchedulerOutage)
-class SchedulerOutageAdmin(ReadOnlyAdmin):
+class SchedulerOutageAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Spans with no scheduler tick for longer than the slot grace (runs/engine/outages.py)."""
 
     list_display = ("name", "started_at", "ended_at")
@@ -328,7 +315,7 @@ class SchedulerOutageAdmin(ReadOnlyAdmin):
 
 
 @admin.register(SlotObjective)
-class SlotObjectiveAdmin(ReadOnlyAdmin):
+class SlotObjectiveAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Each slot's freshness objective, as the objective pass last saw it (runs/engine/objectives.py)."""
 
     list_display = ("rule", "slot", "deadline", "status", "cause_text", "lateness_seconds", "acknowledged_by")
@@ -351,7 +338,7 @@ class SlotObjectiveAdmin(ReadOnlyAdmin):
 
 
 @admin.register(Incident)
-class IncidentAdmin(ReadOnlyAdmin):
+class IncidentAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Incidents of the harness itself (runs/engine/incidents.py); each one's page is what it cost, on one axis."""
 
     list_display = ("__str__", "kind", "subject", "started_at", "ended_at", "duration", "missed")

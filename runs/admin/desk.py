@@ -16,6 +16,7 @@ from django.utils.translation import gettext_lazy
 
 from harness_site.desk import (
     OptionalReasonForm,
+    ReadOnlyAdminMixin,
     ReasonForm,
     confirm_bulk,
     confirm_object,
@@ -254,7 +255,7 @@ def _lease_summary(run: TaskRun) -> list[str]:
 
 
 @admin.register(RunLease)
-class RunLeaseAdmin(admin.ModelAdmin):
+class RunLeaseAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     """Live run leases: running runs, their holder, how long held, when the lease expires."""
 
     list_display = ("id", "biz_key", "rule_name", "lease_owner", "held_for", "lease_expires_at", "expires_in", "fence")
@@ -271,15 +272,6 @@ class RunLeaseAdmin(admin.ModelAdmin):
             .filter(state=TaskRun.State.RUNNING)
             .annotate(held_since=Max("attempt_set__started_at"))
         )
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     @admin.display(description=gettext_lazy("held for"))
     def held_for(self, run) -> str:

@@ -6,6 +6,7 @@ from django.utils import timezone
 from django.utils.translation import gettext as _
 from django.utils.translation import gettext_lazy
 
+from harness_site.desk import ReadOnlyAdminMixin
 from runs.engine.approvals import proposal_approve, proposal_reject
 from runs.models import ActionProposal, ExternalCall, RunStep
 
@@ -53,7 +54,7 @@ class ActionProposalInline(_ReadOnlyInline):
 
 
 @admin.register(ExternalCall)
-class ExternalCallAdmin(admin.ModelAdmin):
+class ExternalCallAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = (
         "id",
         "run",
@@ -72,18 +73,9 @@ class ExternalCallAdmin(admin.ModelAdmin):
     search_fields = ("=run__id", "input_sha256")
     date_hierarchy = "started_at"
 
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
-
 
 @admin.register(ActionProposal)
-class ActionProposalAdmin(admin.ModelAdmin):
+class ActionProposalAdmin(ReadOnlyAdminMixin, admin.ModelAdmin):
     list_display = ("id", "run", "action", "risk", "status", "proposed_at", "expires_at", "decided_by", "decided_at")
     list_filter = ("status", "risk", "action")
     search_fields = ("=run__id", "run__biz_key", "action")
@@ -101,15 +93,6 @@ class ActionProposalAdmin(admin.ModelAdmin):
         "note",
     )
     actions = ["approve", "reject"]
-
-    def has_add_permission(self, request) -> bool:
-        return False
-
-    def has_change_permission(self, request, obj=None) -> bool:
-        return False
-
-    def has_delete_permission(self, request, obj=None) -> bool:
-        return False
 
     def has_decide_permission(self, request) -> bool:
         return request.user.has_perm("runs.decide_actionproposal")
