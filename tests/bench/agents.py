@@ -1,7 +1,7 @@
 """Runs that wait on a model: how many workers hold in flight, on how many connections.
 
     .venv/bin/python tests/bench/agents.py [--cases 100x1,1000x1,1000x5] [--seconds 10] [--pool-max 10]
-                                            [--skill model|sleep] [--private-postgres]
+                                            [--skill model,bare,sleep,bare-sleep] [--rounds 3] [--private-postgres]
 
 PostgreSQL + Redis (DATABASE_URL, CELERY_BROKER_URL; the database is created and migrated if needed,
 the broker's Redis database flushed). With --private-postgres the bench starts a PostgreSQL server of
@@ -12,8 +12,12 @@ A case NxK starts K workers in the threads pool with N threads each (HARNESS_DB_
 0 is one connection per thread) and claims N*K runs. With --skill model (the default) each run is the
 `llm_json` skill asking an agent whose provider is a fake model server on loopback (a real HTTP
 server, tests/support/fake_model.py) that answers after --seconds, through the agent client as a real
-skill would; --skill sleep is `harness.sleep`. The runs are claimed first and then dispatched in one
-go, so the drain measures the workers, not the claiming client (claim seconds are printed apart).
+skill would; --skill sleep is `harness.sleep`; bare and bare-sleep are their floors, plain Celery tasks
+(tests/bench/bench_tasks.py) making the same call or the same sleep, with no run. Several skills,
+comma-separated, are measured in turn within each of --rounds rounds, and a summary gives each one's
+worker CPU per run (min / median / max) and its ratio to its bare peer of the same round. The runs
+are claimed first and then dispatched in one go, so the drain measures the workers, not the claiming
+client (claim seconds are printed apart).
 Sampled every 0.25 s until all have finished: peak runs in flight, peak connections to the database
 (all but this process's), the workers' peak RSS (largest one), runs that failed, log lines where the
 database refused a connection, and the drain time (dispatch to last finish) as a ratio to the ideal
@@ -23,6 +27,7 @@ database refused a connection, and the drain time (dispatch to last finish) as a
 import argparse
 import os
 import re
+import statistics
 import sys
 import tempfile
 import time
@@ -50,10 +55,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument("--pool-max", default="10", help="HARNESS_DB_POOL_MAX per case, comma-separated (0: no pool)")
     p.add_argument(
         "--skill",
-        choices=("model", "sleep", "bare"),
         default="model",
-        help="bare: no harness, a plain Celery task making the same call (tests/bench/bench_tasks.py), the floor",
+        help="comma-separated, of model, sleep, bare, bare-sleep. bare: no harness, a plain Celery task making "
+        "the same call (tests/bench/bench_tasks.py), the floor; bare-sleep: the same for sleep",
     )
+    p.add_argument("--rounds", type=int, default=1, help="rounds, each measuring every skill in turn (default 1)")
     p.add_argument(
         "--pool", choices=("threads", "gevent"), default="threads", help="the workers' Celery pool (gevent: installed?)"
     )
@@ -123,18 +129,22 @@ def sessions() -> int:
         return cursor.fetchone()[0]
 
 
-def work(tag: str, i: int, args: argparse.Namespace):
+SKILLS = ("model", "sleep", "bare", "bare-sleep")
+BARE_PEER = {"model": "bare", "sleep": "bare-sleep"}
+
+
+def work(tag: str, i: int, args: argparse.Namespace, skill: str):
     from dataclasses import replace
 
     from tests.support.runs import api_work, run_policy
 
-    if args.skill == "sleep":
+    if skill == "sleep":
         return api_work(f"{tag}:{i}", skill="harness.sleep", params={"seconds": args.seconds})
     w = api_work(f"{tag}:{i}", skill="llm_json", params={"prompt": "Summarise run {i}.", "i": i})
     return replace(w, policy=run_policy({"max_attempts": 1}, agent=AGENT))
 
 
-def case(n: int, k: int, pool_max: int, args: argparse.Namespace, log_dir: Path, model_env: dict) -> dict:
+def case(n: int, k: int, pool_max: int, args: argparse.Namespace, log_dir: Path, model_env: dict, skill: str) -> dict:
     from django.db import connection, transaction
     from django.db.models import Max
     from django.utils import timezone
@@ -162,7 +172,7 @@ def case(n: int, k: int, pool_max: int, args: argparse.Namespace, log_dir: Path,
                     "--loglevel=WARNING",
                     f"--hostname=agents{w}@%h",
                     f"--queues={args.queues}",
-                    *(["--include=tests.bench.bench_tasks"] if args.skill == "bare" else []),
+                    *(["--include=tests.bench.bench_tasks"] if skill.startswith("bare") else []),
                 ),
                 log_dir,
             )
@@ -181,13 +191,13 @@ def case(n: int, k: int, pool_max: int, args: argparse.Namespace, log_dir: Path,
         watched = [*(p.popen.pid for p in workers), *pids_of("--hostname=agents@")]
         time.sleep(2)
         cpu_before = sum(cpu_seconds(pid) for pid in watched)
-        if args.skill == "bare":
-            figures = bare_case(n * k, args, watched)
+        if skill.startswith("bare"):
+            figures = bare_case(n * k, args, watched, sleep=skill == "bare-sleep")
             cpu = sum(cpu_seconds(pid) for pid in watched) - cpu_before
             return {**figures, "cpu_ms_per_run": cpu * 1000 / (n * k)}
         now = timezone.now()
         started = time.monotonic()
-        ids = [run_claim(work(tag, i, args), now=now, dispatch=False).run.id for i in range(n * k)]
+        ids = [run_claim(work(tag, i, args, skill), now=now, dispatch=False).run.id for i in range(n * k)]
         claimed = time.monotonic() - started
         dispatched = timezone.now()
         with transaction.atomic():
@@ -224,18 +234,21 @@ def case(n: int, k: int, pool_max: int, args: argparse.Namespace, log_dir: Path,
             p.stop()
 
 
-def bare_case(total: int, args: argparse.Namespace, watched: list[int]) -> dict:
-    """The same calls as plain Celery tasks: in flight counted from the tasks' own Redis counters."""
+def bare_case(total: int, args: argparse.Namespace, watched: list[int], *, sleep: bool) -> dict:
+    """The same calls (or sleeps) as plain Celery tasks: in flight counted from the tasks' own Redis counters."""
     import redis
 
-    from tests.bench.bench_tasks import bench_call_model
+    from tests.bench.bench_tasks import bench_call_model, bench_sleep
 
     client = redis.Redis.from_url(args.broker_url)
     counter = f"bare:{time.time_ns()}"
-    url = os.environ["BENCH_MODEL_URL"] + "/chat/completions"
     dispatched = time.time()
     for _ in range(total):
-        bench_call_model.apply_async(args=(url, counter, total, args.seconds + 60), queue="celery")
+        if sleep:
+            bench_sleep.apply_async(args=(args.seconds, counter, total), queue="celery")
+        else:
+            url = os.environ["BENCH_MODEL_URL"] + "/chat/completions"
+            bench_call_model.apply_async(args=(url, counter, total, args.seconds + 60), queue="celery")
     peak = {"in_flight": 0, "connections": 0, "rss_mb": 0.0}
     deadline = time.monotonic() + args.timeout
     while time.monotonic() < deadline and client.get(f"{counter}:done") is None:
@@ -258,7 +271,7 @@ def bare_case(total: int, args: argparse.Namespace, watched: list[int]) -> dict:
 
 def model_server(args: argparse.Namespace) -> tuple[object | None, dict]:
     """The fake provider and the worker environment that grants the bench's key for its URL alone."""
-    if args.skill not in ("model", "bare"):
+    if not {"model", "bare"} & set(args.skills):
         return None, {}
     from tasks.models import Agent
     from tests.support.fake_model import FakeModelServer, Reply, json_completion
@@ -307,6 +320,9 @@ def main() -> None:
 
 
 def run(args: argparse.Namespace) -> None:
+    args.skills = [s.strip() for s in args.skill.split(",") if s.strip()]
+    if unknown := set(args.skills) - set(SKILLS):
+        sys.exit(f"--skill: unknown {sorted(unknown)}; choose from {', '.join(SKILLS)}")
     bench.configure_env(args)
     if not args.embedded:
         bench.ensure_database(args.database_url)
@@ -330,28 +346,56 @@ def run(args: argparse.Namespace) -> None:
         "model": f"llm_json, fake provider answering after {wait}",
         "bare": f"no harness: a plain Celery task calling the fake provider, answering after {wait}",
         "sleep": f"harness.sleep {wait}",
-    }[args.skill]
+        "bare-sleep": f"no harness: a plain Celery task sleeping {wait}",
+    }
     where = "SQLite + file broker, the Procfile's processes" if args.embedded else "threads-pool workers"
-    print(f"waiting runs: {what}; {where}; max_connections={ceiling}; cpus={os.cpu_count()}")
+    print(f"waiting runs: {'; '.join(what[s] for s in args.skills)}")
+    print(f"{where}; max_connections={ceiling}; cpus={os.cpu_count()}; {args.rounds} round(s)")
     print(
-        f"{'runs':>10} {'pool max':>8} {'in flight':>9} {'connections':>11} {'RSS MB':>7} {'succeeded':>9} "
-        f"{'failed':>6} {'refusals':>8} {'claim s':>7} {'CPU ms/run':>10} {'drain / ideal':>13}"
+        f"{'skill':>10} {'runs':>10} {'pool max':>8} {'in flight':>9} {'connections':>11} {'RSS MB':>7} "
+        f"{'succeeded':>9} {'failed':>6} {'refusals':>8} {'claim s':>7} {'CPU ms/run':>10} {'drain / ideal':>13}"
     )
+    results: dict[tuple[str, int, str], list[dict]] = {}
     try:
-        for spec in args.cases.split(","):
-            n, k = (int(x) for x in spec.split("x"))
-            for pool_max in (int(x) for x in args.pool_max.split(",")):
-                r = case(n, k, pool_max, args, log_dir, model_env)
-                print(
-                    f"{f'{n}x{k}':>10} {pool_max or '-':>8} {r['in_flight']:>9} {r['connections']:>11} "
-                    f"{r['rss_mb']:>7.0f} {r['succeeded']:>9} {r['failed'] + r['unfinished']:>6} {r['refusals']:>8} "
-                    f"{r['claim_s']:>7.1f} {r['cpu_ms_per_run']:>10.1f} {r['drain_ratio']:>13.2f}",
-                    flush=True,
-                )
+        for _round in range(args.rounds):
+            for spec in args.cases.split(","):
+                n, k = (int(x) for x in spec.split("x"))
+                for pool_max in (int(x) for x in args.pool_max.split(",")):
+                    for skill in args.skills:
+                        r = case(n, k, pool_max, args, log_dir, model_env, skill)
+                        results.setdefault((spec, pool_max, skill), []).append(r)
+                        print(
+                            f"{skill:>10} {f'{n}x{k}':>10} {pool_max or '-':>8} {r['in_flight']:>9} "
+                            f"{r['connections']:>11} {r['rss_mb']:>7.0f} {r['succeeded']:>9} "
+                            f"{r['failed'] + r['unfinished']:>6} {r['refusals']:>8} {r['claim_s']:>7.1f} "
+                            f"{r['cpu_ms_per_run']:>10.1f} {r['drain_ratio']:>13.2f}",
+                            flush=True,
+                        )
     finally:
         if server:
             server.stop()
+    summary(results)
     print(f"logs in {log_dir}")
+
+
+def summary(results: dict[tuple[str, int, str], list[dict]]) -> None:
+    """Per case and skill over the rounds: worker CPU per run and drain / ideal, min / median / max,
+    and each harness skill's ratio to its bare peer measured in the same round."""
+
+    def spread(values: list[float]) -> str:
+        return f"min {min(values):6.2f}  median {statistics.median(values):6.2f}  max {max(values):6.2f}"
+
+    print("\nsummary over rounds")
+    for (spec, pool_max, skill), rounds in results.items():
+        label = f"{skill} {spec} pool {pool_max or '-'}"
+        print(f"  {label:<32} CPU ms/run     {spread([r['cpu_ms_per_run'] for r in rounds])}")
+        print(f"  {'':<32} drain / ideal  {spread([r['drain_ratio'] for r in rounds])}")
+        peer = results.get((spec, pool_max, BARE_PEER.get(skill, "")))
+        if peer:
+            cpu = [r["cpu_ms_per_run"] / b["cpu_ms_per_run"] for r, b in zip(rounds, peer, strict=True)]
+            drain = [r["drain_ratio"] / b["drain_ratio"] for r, b in zip(rounds, peer, strict=True)]
+            print(f"  {'':<32} CPU / {BARE_PEER[skill]:<9}{spread(cpu)}   goal <= 1.5")
+            print(f"  {'':<32} drain / {BARE_PEER[skill]:<7}{spread(drain)}   goal <= 1.15")
 
 
 if __name__ == "__main__":

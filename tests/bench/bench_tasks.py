@@ -49,6 +49,17 @@ def bench_call_model(url: str, counter: str, target: int, timeout: float) -> Non
         client.set(f"{counter}:done", repr(time.time()), nx=True)
 
 
+@shared_task(name="bench.sleep", ignore_result=True)
+def bench_sleep(seconds: float, counter: str, target: int) -> None:
+    """Bare Celery's floor for a sleeping run (tests/bench/agents.py --skill bare-sleep): the sleep of
+    harness.sleep, and no run. Counts starts and ends in Redis."""
+    client = _redis()
+    client.incr(f"{counter}:started")
+    time.sleep(seconds)
+    if client.incr(counter) >= target:
+        client.set(f"{counter}:done", repr(time.time()), nx=True)
+
+
 def _count_in_file(path: str, target: int) -> None:
     """The embedded default has no Redis: one byte appended per execution (appends do not interleave);
     the first to see `target` bytes links its stamp into place (a link, unlike a write, is atomic)."""

@@ -96,9 +96,10 @@ def start_procrastinate(args, log_dir: Path) -> list:
     return [bench.Proc(f"procrastinate-{i}", [*argv, *worker], log_dir) for i in range(args.workers)]
 
 
-def bench_procrastinate(n: int, procs, timeout: float) -> float:
+def bench_procrastinate(n: int, procs, timeout: float) -> dict:
     """Jobs/s end to end: deferred one by one from this process (one INSERT each, as a caller would),
-    from the first defer to the last job's end."""
+    from the first defer to the last job's end; and defers/s, the rate of the deferring loop alone
+    (the peer of the harness's claims/s)."""
     import redis
     from django.conf import settings
 
@@ -110,10 +111,11 @@ def bench_procrastinate(n: int, procs, timeout: float) -> float:
         t0 = time.time()
         for _ in range(n):
             noop.defer(counter=counter, target=n)
+        t_defer = time.time()
     done = bench.wait_for(
         lambda: client.get(f"{counter}:done"), timeout=timeout, what="procrastinate jobs", procs=procs
     )
-    return n / (float(done) - t0)
+    return {"e2e": n / (float(done) - t0), "defer": n / (t_defer - t0)}
 
 
 _TICK = os.sysconf("SC_CLK_TCK")
@@ -160,19 +162,27 @@ class CpuMeter:
             cur.execute("SELECT pid FROM pg_stat_activity WHERE datname = current_database()")
             return [pid for (pid,) in cur.fetchall()]
 
-    def snapshot(self) -> dict[str, float]:
+    def snapshot(self) -> dict[str, dict[int, float]]:
+        """CPU seconds so far per side, per process (pid 0: this one)."""
         tree = [pid for proc in self.workers for pid in _process_tree(proc.popen.pid)]
         return {
-            "producer": time.process_time(),
-            "workers": sum(_cpu_seconds(pid) for pid in tree),
-            "postgres": sum(_cpu_seconds(pid) for pid in self._backends()),
+            "producer": {0: time.process_time()},
+            "workers": {pid: _cpu_seconds(pid) for pid in tree},
+            "postgres": {pid: _cpu_seconds(pid) for pid in self._backends()},
         }
 
     def measure(self, fn):
+        """CPU spent by each side while `fn` runs. Per process: one that started meanwhile counts from
+        zero, one that ended meanwhile is left out (its CPU is gone with it), so a backend that
+        closes never makes a side negative."""
         before = self.snapshot()
         result = fn()
         after = self.snapshot()
-        return result, {k: after[k] - before[k] for k in before}
+        used = {
+            side: sum(max(cpu - before[side].get(pid, 0.0), 0.0) for pid, cpu in after[side].items() if cpu)
+            for side in before
+        }
+        return result, used
 
 
 def goal_throughput(args, log_dir: Path, tag: str) -> None:
@@ -183,7 +193,7 @@ def goal_throughput(args, log_dir: Path, tag: str) -> None:
         bench.bench_harness(args.workers * 10, f"{tag}-warm", procs, args.timeout)
         if pq_procs:
             bench_procrastinate(args.workers * 10, pq_procs, timeout=60)
-        cel, har, pq, ratio, pq_ratio, vs_pq, claim = [], [], [], [], [], [], []
+        cel, har, pq, ratio, pq_ratio, vs_pq, claim, defer, claim_vs_defer = [], [], [], [], [], [], [], [], []
         cpu: dict[str, list[dict]] = {"bare Celery": [], "harness": [], "Procrastinate": []}
         meter = CpuMeter(procs + pq_procs)
         for r in range(args.rounds):
@@ -198,9 +208,11 @@ def goal_throughput(args, log_dir: Path, tag: str) -> None:
             if pq_procs:
                 p, used = meter.measure(lambda: bench_procrastinate(args.runs, pq_procs, args.timeout))
                 cpu["Procrastinate"].append(used)
-                pq.append(p)
-                pq_ratio.append(p / c)
-                vs_pq.append(h["e2e"] / p)
+                pq.append(p["e2e"])
+                defer.append(p["defer"])
+                pq_ratio.append(p["e2e"] / c)
+                vs_pq.append(h["e2e"] / p["e2e"])
+                claim_vs_defer.append(h["claim"] / p["defer"])
         statements = bench.statement_counts(tag)
     finally:
         for proc in reversed(procs + pq_procs):
@@ -214,10 +226,12 @@ def goal_throughput(args, log_dir: Path, tag: str) -> None:
     line("harness claims (run_claim + dispatch)", claim, "claims/s")
     if pq_procs:
         line("Procrastinate no-op, end to end", pq, "jobs/s")
+        line("Procrastinate defers", defer, "defers/s")
     line("ratio harness / bare Celery", ratio, "x", "goal >= 0.5")
     if pq_procs:
         line("ratio Procrastinate / bare Celery", pq_ratio, "x")
         line("ratio harness / Procrastinate", vs_pq, "x", "goal >= 1")
+        line("ratio claims / Procrastinate defers", claim_vs_defer, "x", "goal >= 1")
     elif not args.embedded:
         print("  (Procrastinate not installed: pip install -r requirements-bench.txt for its column)")
     print("  CPU per task/run/job, ms (median over rounds): producer + workers + PostgreSQL backends = total")
@@ -228,6 +242,10 @@ def goal_throughput(args, log_dir: Path, tag: str) -> None:
                 f"    {name:<16} {med['producer']:6.2f} + {med['workers']:6.2f} + {med['postgres']:6.2f}"
                 f" = {sum(med.values()):6.2f}"
             )
+    if cpu["Procrastinate"]:
+        # Each round's harness total over the Procrastinate total of the same round.
+        totals = [sum(h.values()) / sum(p.values()) for h, p in zip(cpu["harness"], cpu["Procrastinate"], strict=True)]
+        line("ratio CPU per run harness / Procrastinate", totals, "x", "goal <= 1")
     print(
         f"  SQL statements incl. BEGIN/SAVEPOINT/COMMIT: claim {statements['claim']},"
         f" execution {statements['execute']} ({statements['execute_status']})"
