@@ -388,14 +388,14 @@ def summary(results: dict[tuple[str, int, str], list[dict]]) -> None:
     print("\nsummary over rounds")
     for (spec, pool_max, skill), rounds in results.items():
         label = f"{skill} {spec} pool {pool_max or '-'}"
-        print(f"  {label:<32} CPU ms/run     {spread([r['cpu_ms_per_run'] for r in rounds])}")
-        print(f"  {'':<32} drain / ideal  {spread([r['drain_ratio'] for r in rounds])}")
+        print(f"  {label:<32} {'CPU ms/run':<18} {spread([r['cpu_ms_per_run'] for r in rounds])}")
+        print(f"  {'':<32} {'drain / ideal':<18} {spread([r['drain_ratio'] for r in rounds])}")
         peer = results.get((spec, pool_max, BARE_PEER.get(skill, "")))
         if peer:
             cpu = [r["cpu_ms_per_run"] / b["cpu_ms_per_run"] for r, b in zip(rounds, peer, strict=True)]
             drain = [r["drain_ratio"] / b["drain_ratio"] for r, b in zip(rounds, peer, strict=True)]
-            print(f"  {'':<32} CPU / {BARE_PEER[skill]:<9}{spread(cpu)}   goal <= 1.5")
-            print(f"  {'':<32} drain / {BARE_PEER[skill]:<7}{spread(drain)}   goal <= 1.15")
+            print(f"  {'':<32} {'CPU / ' + BARE_PEER[skill]:<18} {spread(cpu)}   goal <= 1.5")
+            print(f"  {'':<32} {'drain / ' + BARE_PEER[skill]:<18} {spread(drain)}   goal <= 1.15")
 
 
 if __name__ == "__main__":
