@@ -15,6 +15,7 @@ reclaims the slots of killed workers (a slot expires with the run lease it is ti
 """
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
@@ -22,8 +23,8 @@ from django.db import transaction
 from django.db.models import Min, Q
 
 from runs.engine.dispatch import run_dispatch_on_commit
-from runs.engine.store import Admit, Waiting, store
-from runs.models import PoolKey, PoolSlot, PoolWaiter, TaskRun
+from runs.engine.store import Admit, NotPlain, Waiting, store
+from runs.models import Attempt, PoolKey, PoolSlot, PoolWaiter, TaskRun
 from tasks.models import GLOBAL_POOL, Pool
 from tasks.rules.flow import Bucket, FairGroup, Take, bucket_take, fair_order, pool_key_render
 from tasks.rules.keys import KeyTemplateError
@@ -114,6 +115,34 @@ def _limited(pool: Pool) -> bool:
 # already in. Where the store can (its plain_admission; PostgreSQL: runs/engine/store/queries.sql, fragment
 # plain_admission), the lease claim does that in its own statement; anything else (a limit, a pause,
 # a key template, slots already there, no global pool) is pool_admit's, under the pool row locks.
+
+
+def run_admit(
+    run: TaskRun, *, worker: str, clock: Callable[[], datetime], ttl: timedelta, plain: bool
+) -> tuple[Attempt | None, Admission | None]:
+    """The executor's steps 4 and 5: a slot in every pool the run draws from, and the run lease.
+
+    (attempt, admission) when the run is ours to start. An attempt of None: not started; the
+    admission says why (its refusal: wait for the pool) and is the caller's to give back; None for
+    it means nothing was taken (not claimable). Decides which way: `plain` (the store admits in
+    the claim, and run_take found no pool that limits something) tries the lease claim's own
+    statement first; a pool that limits something (NotPlain, nothing written) goes to pool_admit,
+    under the pool row locks.
+    """
+    if plain:
+        try:
+            attempt = store().lease_claim(run, worker=worker, now=clock(), plain=True)
+            return attempt, None if attempt is None else Admission(run.id, run.fence)
+        except NotPlain:
+            pass  # a pool limits something: admission decides, under the pool row locks
+    # Admission and the lease claim commit together: one transaction, and the slots are taken
+    # under the same pool row locks as before (Pool rows first, then the run row, as pool_wake).
+    with transaction.atomic():
+        admission = pool_admit(run, worker=worker, now=clock(), ttl=ttl)
+        if not admission.admitted:  # refused, or a duplicate message (another worker starts it)
+            return None, admission
+        # Compare-and-set on the state, attempt count and fence just read: None, another worker won.
+        return store().lease_claim(run, worker=worker, now=clock(), plain=False), admission
 
 
 def _key(pool: Pool, values: dict[str, str]) -> str:
