@@ -20,10 +20,11 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Min, Q
+from django.db.models import Min, Q, QuerySet
 
 from runs.engine.dispatch import run_dispatch_on_commit
 from runs.engine.store import Admit, NotPlain, Waiting, store
+from runs.engine.store.protocol import PoolPair
 from runs.models import Attempt, PoolKey, PoolSlot, PoolWaiter, TaskRun
 from tasks.models import GLOBAL_POOL, Pool
 from tasks.rules.flow import Bucket, FairGroup, Take, bucket_take, fair_order, pool_key_render
@@ -250,7 +251,9 @@ def _rate_queue_end(pool: Pool, key: str, retry_at: datetime, *, run_id: int, no
     return retry_at + timedelta(seconds=ahead.count() * spacing)
 
 
-def _waiting(run: TaskRun, pool: Pool, keys: dict, pools: list[Pool], refusal: Refusal, *, now: datetime) -> Waiting:
+def _waiting(
+    run: TaskRun, pool: Pool, keys: dict[int, str], pools: list[Pool], refusal: Refusal, *, now: datetime
+) -> Waiting:
     """The refusal as recorded: a concurrency waiter is woken by a release (run_after is only the
     safety net); a rate or paused waiter is due when its token or pause ends."""
     return Waiting(
@@ -278,7 +281,7 @@ def pool_release(*, run_id: int, fence: int, now: datetime, worker: str | None =
     return pool_wake_freed(store().slots_release(run_id=run_id, fence=fence, worker=worker), now=now)
 
 
-def pool_wake_freed(waiting: list, *, now: datetime) -> int:
+def pool_wake_freed(waiting: list[PoolPair], *, now: datetime) -> int:
     """Hand freed slots that runs wait for (their (pool, key) pairs) to the next of them."""
     return sum(pool_wake(pool_id=p, key=k, now=now) for p, k in waiting)
 
@@ -324,7 +327,7 @@ def pool_wake(*, pool_id: int, key: str, now: datetime) -> int:
     return len(ids)
 
 
-def _pick(waiting, order: list[str]) -> list[int]:
+def _pick(waiting: QuerySet[PoolWaiter], order: list[str]) -> list[int]:
     """The oldest waiter of each key in `order`, in turn (a key listed twice gives its next one)."""
     per_key: dict[str, list[int]] = {}
     for fair_key in dict.fromkeys(order):
