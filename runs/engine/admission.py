@@ -15,15 +15,17 @@ reclaims the slots of killed workers (a slot expires with the run lease it is ti
 """
 
 import logging
+from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
 from django.db import transaction
-from django.db.models import Min, Q
+from django.db.models import Min, Q, QuerySet
 
 from runs.engine.dispatch import run_dispatch_on_commit
-from runs.engine.store import Admit, Waiting, store
-from runs.models import PoolKey, PoolSlot, PoolWaiter, TaskRun
+from runs.engine.store import Admit, NotPlain, Waiting, store
+from runs.engine.store.protocol import PoolPair
+from runs.models import Attempt, PoolKey, PoolSlot, PoolWaiter, TaskRun
 from tasks.models import GLOBAL_POOL, Pool
 from tasks.rules.flow import Bucket, FairGroup, Take, bucket_take, fair_order, pool_key_render
 from tasks.rules.keys import KeyTemplateError
@@ -114,6 +116,34 @@ def _limited(pool: Pool) -> bool:
 # already in. Where the store can (its plain_admission; PostgreSQL: runs/engine/store/queries.sql, fragment
 # plain_admission), the lease claim does that in its own statement; anything else (a limit, a pause,
 # a key template, slots already there, no global pool) is pool_admit's, under the pool row locks.
+
+
+def run_admit(
+    run: TaskRun, *, worker: str, clock: Callable[[], datetime], ttl: timedelta, plain: bool
+) -> tuple[Attempt | None, Admission | None]:
+    """The executor's steps 4 and 5: a slot in every pool the run draws from, and the run lease.
+
+    (attempt, admission) when the run is ours to start. An attempt of None: not started; the
+    admission says why (its refusal: wait for the pool) and is the caller's to give back; None for
+    it means nothing was taken (not claimable). Decides which way: `plain` (the store admits in
+    the claim, and run_take found no pool that limits something) tries the lease claim's own
+    statement first; a pool that limits something (NotPlain, nothing written) goes to pool_admit,
+    under the pool row locks.
+    """
+    if plain:
+        try:
+            attempt = store().lease_claim(run, worker=worker, now=clock(), plain=True)
+            return attempt, None if attempt is None else Admission(run.id, run.fence)
+        except NotPlain:
+            pass  # a pool limits something: admission decides, under the pool row locks
+    # Admission and the lease claim commit together: one transaction, and the slots are taken
+    # under the same pool row locks as before (Pool rows first, then the run row, as pool_wake).
+    with transaction.atomic():
+        admission = pool_admit(run, worker=worker, now=clock(), ttl=ttl)
+        if not admission.admitted:  # refused, or a duplicate message (another worker starts it)
+            return None, admission
+        # Compare-and-set on the state, attempt count and fence just read: None, another worker won.
+        return store().lease_claim(run, worker=worker, now=clock(), plain=False), admission
 
 
 def _key(pool: Pool, values: dict[str, str]) -> str:
@@ -221,7 +251,9 @@ def _rate_queue_end(pool: Pool, key: str, retry_at: datetime, *, run_id: int, no
     return retry_at + timedelta(seconds=ahead.count() * spacing)
 
 
-def _waiting(run: TaskRun, pool: Pool, keys: dict, pools: list[Pool], refusal: Refusal, *, now: datetime) -> Waiting:
+def _waiting(
+    run: TaskRun, pool: Pool, keys: dict[int, str], pools: list[Pool], refusal: Refusal, *, now: datetime
+) -> Waiting:
     """The refusal as recorded: a concurrency waiter is woken by a release (run_after is only the
     safety net); a rate or paused waiter is due when its token or pause ends."""
     return Waiting(
@@ -249,7 +281,7 @@ def pool_release(*, run_id: int, fence: int, now: datetime, worker: str | None =
     return pool_wake_freed(store().slots_release(run_id=run_id, fence=fence, worker=worker), now=now)
 
 
-def pool_wake_freed(waiting: list, *, now: datetime) -> int:
+def pool_wake_freed(waiting: list[PoolPair], *, now: datetime) -> int:
     """Hand freed slots that runs wait for (their (pool, key) pairs) to the next of them."""
     return sum(pool_wake(pool_id=p, key=k, now=now) for p, k in waiting)
 
@@ -295,7 +327,7 @@ def pool_wake(*, pool_id: int, key: str, now: datetime) -> int:
     return len(ids)
 
 
-def _pick(waiting, order: list[str]) -> list[int]:
+def _pick(waiting: QuerySet[PoolWaiter], order: list[str]) -> list[int]:
     """The oldest waiter of each key in `order`, in turn (a key listed twice gives its next one)."""
     per_key: dict[str, list[int]] = {}
     for fair_key in dict.fromkeys(order):

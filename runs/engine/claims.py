@@ -6,6 +6,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
+from typing import Any
 
 from django.db import IntegrityError, transaction
 
@@ -44,7 +45,7 @@ class Work:
     skill: str
     source: str
     triggered_by: str
-    payload: dict = field(hash=False)
+    payload: dict[str, Any] = field(hash=False)
     rule: TriggerRule | None = None  # None: a run from the API or a test, with no rule behind it
     policy: RunPolicy = field(default_factory=RunPolicy)  # the rule's, as it was at trigger time
     identity: str = ""
@@ -190,7 +191,10 @@ def run_claim(work: Work, *, now: datetime, dispatch: bool = True, state: str | 
     return ClaimResult(run=run, created=True, replaced=tuple(replaced))
 
 
-def _run_fields(work: Work, *, payload: dict, now: datetime, state: str | None, coalesces: bool, dispatched: bool):
+def _run_fields(
+    work: Work, *, payload: dict[str, Any], now: datetime, state: str | None, coalesces: bool, dispatched: bool
+) -> dict[str, Any]:
+    """The new run's fields (TaskRun's keyword arguments)."""
     rule = work.rule
     return {
         "biz_key": work.biz_key,

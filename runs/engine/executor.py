@@ -10,14 +10,14 @@ import threading
 from collections.abc import Callable
 from datetime import datetime, timedelta
 
-from django.db import OperationalError, transaction
+from django.db import OperationalError
 
 from harness_site import tracing
 from runs.engine import outcome
-from runs.engine.admission import Admission, pool_admit, pool_release
+from runs.engine.admission import Admission, pool_release, run_admit
 from runs.engine.calls import SkillRuntime
-from runs.engine.leases import LeaseRenewer, fenced, object_gate_enter, object_gate_exit, run_lease_claim, run_lease_ttl
-from runs.engine.store import NotPlain, database, store
+from runs.engine.leases import LeaseRenewer, fenced, object_gate_enter, object_gate_exit
+from runs.engine.store import database, store
 from runs.models import Attempt, TaskRun
 from tasks.skills.errors import classify
 from tasks.skills.identities import identity_require
@@ -60,23 +60,25 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
     tracing.run_bind(run)  # its trace and fields on every span and log line below
     gate = admission = None
     released = False
-    ttl = run_lease_ttl(run)
+    ttl = timedelta(seconds=run.lease_ttl_seconds)  # the rule's, copied into the run at claim
     try:
         if attempt is not None:
             admission = Admission(run.id, run.fence)
         else:
             if outcome.run_cancel_late(run, now=clock()):
                 return ExecuteOutcome(run_id, "start_window_passed")
-            gate = object_gate_enter(run=run, worker=worker, clock=clock)
+            gate = object_gate_enter(run=run, worker=worker, ttl=ttl, clock=clock)
             if gate is not None and gate.held is None:
                 return ExecuteOutcome(run_id, "object_busy")
             # Plain admission only where run_take did not find a pool that limits something.
-            attempt, admission, refused = _admit_and_claim(
+            attempt, admission = run_admit(
                 run, worker=worker, clock=clock, ttl=ttl, plain=taken.plain is not False and store().plain_admission
             )
-            if refused is not None:
-                return refused
-            assert attempt is not None, "_admit_and_claim returns an attempt whenever it refuses nothing"
+            if attempt is None:
+                refusal = admission.refusal if admission is not None else None
+                if refusal is not None:
+                    return ExecuteOutcome(run_id, "pool_wait", str(refusal))
+                return ExecuteOutcome(run_id, "not_claimable")
         # Started lazily: its thread exists only once the first renewal (ttl/3) is due.
         renewer = LeaseRenewer(run_id=run.id, fence=run.fence, ttl=ttl, clock=clock, expires_at=run.lease_expires_at)
         renewer.start()
@@ -95,9 +97,9 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
             return done
         if isinstance(error, RunParked):  # waiting for a human or a budget window, not a failure
             return outcome.run_park(run, attempt, error, now=now)
-        return outcome.run_attempt_failed(
-            run, attempt, classify(error), now=now, draw=rand(), retry_after=_retry_after(error)
-        )
+        # A server's Retry-After travels on the exception (tasks.agents.client.ModelError); the outcome decides.
+        hint = getattr(error, "retry_after", None)
+        return outcome.run_attempt_failed(run, attempt, classify(error), now=now, draw=rand(), retry_after=hint)
     finally:
         if admission is not None and admission.admitted and not released:
             # Every outcome (success, retry wait, failure, park, fenced, not claimed) frees the slots:
@@ -105,33 +107,6 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
             pool_release(run_id=run_id, fence=admission.fence, now=clock(), worker=worker)
         if gate is not None:  # the run names an object
             object_gate_exit(gate, now=clock())
-
-
-def _admit_and_claim(
-    run: TaskRun, *, worker: str, clock: Clock, ttl: timedelta, plain: bool
-) -> tuple[Attempt | None, Admission | None, ExecuteOutcome | None]:
-    """Steps 4 and 5: (attempt, admission, None) when the run is ours to start, else the outcome
-    that says why not (with the admission, if one was taken, for the caller to give back)."""
-    if plain:
-        try:
-            attempt = run_lease_claim(run, worker=worker, now=clock(), plain=True)
-            if attempt is None:
-                return None, None, ExecuteOutcome(run.id, "not_claimable")
-            return attempt, Admission(run.id, run.fence), None
-        except NotPlain:
-            pass  # a pool limits something: admission decides, under the pool row locks
-    # Admission and the lease claim commit together: one transaction, and the slots are taken
-    # under the same pool row locks as before (Pool rows first, then the run row, as pool_wake).
-    with transaction.atomic():
-        admission = pool_admit(run, worker=worker, now=clock(), ttl=ttl)
-        if admission.elsewhere:  # a duplicate message: another worker is starting this attempt
-            return None, admission, ExecuteOutcome(run.id, "not_claimable")
-        if not admission.admitted:
-            return None, admission, ExecuteOutcome(run.id, "pool_wait", str(admission.refusal))
-        attempt = run_lease_claim(run, worker=worker, now=clock())
-    if attempt is None:
-        return None, admission, ExecuteOutcome(run.id, "not_claimable")
-    return attempt, admission, None
 
 
 @tracing.traced(
@@ -184,8 +159,3 @@ def _call_skill(
             exc_info=not isinstance(exc, SkillError | RunParked),
         )
         return None, exc
-
-
-def _retry_after(error: BaseException) -> float | None:
-    value = getattr(error, "retry_after", None)
-    return float(value) if isinstance(value, int | float) else None

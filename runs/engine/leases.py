@@ -23,26 +23,12 @@ from django.db import DatabaseError, transaction
 from harness_site.forks import background_writes
 from runs.engine.dispatch import run_dispatch_on_commit
 from runs.engine.store import Held, database, store
-from runs.models import Attempt, RunStep, TaskRun
+from runs.models import RunStep, TaskRun
 from tasks.skills.sdk import ErrorKind, SkillError
 
 log = logging.getLogger("harness.leases")
 
-
-def lease_acquire(*, key: str, owner: str, ttl: timedelta, now: datetime, run_id: int | None = None) -> Held | None:
-    """Take the lease for `ttl` if it is free or expired; None when someone else holds it. The
-    fencing token is bumped in the same statement that takes the lease."""
-    return store().keyed_lease_acquire(key=key, owner=owner, expires_at=now + ttl, now=now, run_id=run_id)
-
-
-def lease_renew(*, held: Held, ttl: timedelta, now: datetime) -> Held | None:
-    """Extend the lease by `ttl` while it is still ours (same owner and token); None means it was lost."""
-    return store().keyed_lease_renew(held, expires_at=now + ttl, now=now)
-
-
-def lease_release(*, held: Held) -> bool:
-    """Give the lease back; False if it had already been taken by someone else (nothing changed)."""
-    return store().keyed_lease_release(held)
+Clock = Callable[[], datetime]
 
 
 def object_lease_key(object_key: str) -> str:
@@ -67,18 +53,21 @@ class ObjectGate:
     renewal: "KeyRenewal | None" = None
 
 
-def object_gate_enter(*, run: TaskRun, worker: str, clock) -> ObjectGate | None:
-    """Before executing a run with an object key, take that object's lease.
+def object_gate_enter(*, run: TaskRun, worker: str, ttl: timedelta, clock: Clock) -> ObjectGate | None:
+    """Before executing a run with an object key, take that object's lease (for the run lease's `ttl`).
 
     None: the run names no object (nothing to serialize). A gate whose `held` is None: another run
     of the object holds the lease, so this run was pushed back (run_after) for a later dispatch.
     """
     if not run.object_key:
         return None
-    run_id, object_key, ttl = run.id, run.object_key, run_lease_ttl(run)
+    run_id, object_key = run.id, run.object_key
     now = clock()
     owner = f"{worker}:run:{run_id}:{uuid.uuid4().hex[:8]}"
-    held = lease_acquire(key=object_lease_key(object_key), owner=owner, ttl=ttl, now=now, run_id=run_id)
+    # The fencing token is bumped in the statement that takes the lease; None: someone else holds it.
+    held = store().keyed_lease_acquire(
+        key=object_lease_key(object_key), owner=owner, expires_at=now + ttl, now=now, run_id=run_id
+    )
     gate = ObjectGate(run_id=run_id, object_key=object_key, held=held)
     if held is None:
         # Compare-and-set on a claimable run only: a run executing elsewhere is left alone.
@@ -95,7 +84,7 @@ def object_gate_exit(gate: ObjectGate | None, *, now: datetime) -> None:
         return
     if gate.renewal is not None:
         gate.renewal.stop()
-    lease_release(held=gate.held)
+    store().keyed_lease_release(gate.held)  # False (taken meanwhile): nothing to give back
     # object_next_waiting: served by run_object_idx.
     next_ids = list(
         TaskRun.objects.filter(object_key=gate.object_key, state__in=TaskRun.CLAIMABLE, run_after__lte=now)
@@ -108,35 +97,12 @@ def object_gate_exit(gate: ObjectGate | None, *, now: datetime) -> None:
 
 # --- The run lease: on the TaskRun row itself, so the fence check and the result write are one row. ---
 
-Clock = Callable[[], datetime]
-
 
 class LeaseLost(SkillError):
     """This attempt no longer holds the run's lease: another worker may be executing it."""
 
     def __init__(self, message: str = "the run's lease was lost to another worker"):
         super().__init__(ErrorKind.LEASE_LOST, message)
-
-
-def run_lease_ttl(run: TaskRun) -> timedelta:
-    """The lease length the run was triggered with (its rule's policy, copied into the run at claim)."""
-    return timedelta(seconds=run.lease_ttl_seconds)
-
-
-def run_lease_claim(run: TaskRun, *, worker: str, now: datetime, plain: bool = False) -> Attempt | None:
-    """Take the run's lease and start its next attempt; None when the run is not ours to execute.
-
-    Compare-and-set on the state, attempt count and fence just read: 0 rows means another worker
-    got there first, the run is not due, or it changed meanwhile. On success `run` is updated in
-    memory (fence + 1, attempts + 1), so the attempt needs no second read of the row.
-
-    `plain` (where the store admits in the claim: PostgreSQL): admit the run in the claim's own
-    statement when every pool it draws from limits nothing, taking their slots. Raises NotPlain,
-    with nothing written, when one does (pool_admit decides instead).
-    """
-    if run.state not in TaskRun.CLAIMABLE or run.run_after > now:
-        return None
-    return store().lease_claim(run, worker=worker, now=now, plain=plain)
 
 
 @contextmanager

@@ -77,18 +77,21 @@ def run_succeed(
 
 
 def run_attempt_failed(
-    run: TaskRun,
-    attempt: Attempt,
-    error: ClassifiedError,
-    *,
-    now: datetime,
-    draw: float,
-    retry_after: float | None = None,
+    run: TaskRun, attempt: Attempt, error: ClassifiedError, *, now: datetime, draw: float, retry_after: object = None
 ) -> ExecuteOutcome:
-    """A worker's attempt failed: retry later or fail for good, by the run's policy (fenced)."""
+    """A worker's attempt failed with `error`: retry later or fail for good, by the run's policy (fenced).
+
+    `retry_after`: what the raised exception said of a server's Retry-After (seconds); a number is
+    the floor of the delay (runs.engine.retry), anything else is ignored.
+    """
     with transaction.atomic():
         decision = run_record_failure(
-            run, error=error, now=now, draw=draw, retry_after=retry_after, attempt_number=attempt.number
+            run,
+            error=error,
+            now=now,
+            draw=draw,
+            retry_after=float(retry_after) if isinstance(retry_after, int | float) else None,
+            attempt_number=attempt.number,
         )
         if decision is None:
             return attempt_mark_fenced(attempt, now=now)
@@ -118,6 +121,7 @@ def run_record_failure(
     retry waits in the database (run_after) and records its alert; a final failure goes through
     `run_fail`, the one place that writes FAILED.
     """
+    record = _record(error)
     policy = run.retry_policy()
     first_failure_at = run.first_failure_at or now
     decision = decide_retry(
@@ -131,7 +135,7 @@ def run_record_failure(
     )
     failure = Failure(
         run_id=run.id,
-        error=_record(error),
+        error=record,
         first_failure_at=first_failure_at,
         now=now,
         fence=run.fence,
@@ -149,7 +153,7 @@ def run_record_failure(
             number=attempt_number,
             outcome=attempt_outcome or (Attempt.Outcome.RETRY if decision.retry else Attempt.Outcome.FAILED),
             now=now,
-            error=_record(error),
+            error=record,
             only_from=attempt_only_from,
         )
     )

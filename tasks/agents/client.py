@@ -101,7 +101,7 @@ class ModelCallError(SkillError):
     ):
         super().__init__(kind, message)
         self.status = status
-        self.retry_after = retry_after  # read by runs.engine.executor._retry_after
+        self.retry_after = retry_after  # read by runs.engine.executor.run_execute
         self.raw_output = raw_output[:MAX_RAW_OUTPUT]  # attached to the dead-letter ticket
 
 

@@ -26,6 +26,7 @@ from deadletters.services import deadletter_open
 from runs.desk.selectors import scheduler_health
 from runs.engine.claims import Work, run_claim
 from runs.engine.executor import run_execute
+from runs.engine.store import store
 from runs.models import SchedulerTick, TaskRun
 from tasks.models import TriggerRule
 from tasks.skills.errors import classify
@@ -511,12 +512,11 @@ def test_it_prunes_finished_alerts_after_the_retention_but_never_a_pending_one(r
 
 
 def test_a_lost_worker_alerts_like_a_failed_attempt():
-    from runs.engine.leases import run_lease_claim
     from runs.engine.sweeper import sweep
 
     run = make_run({}, {"max_attempts": 3, "lease_ttl_seconds": 60})
     TaskRun.objects.filter(id=run.id).update(skill="harness.noop")
-    assert run_lease_claim(TaskRun.objects.get(id=run.id), worker="A", now=T0) is not None
+    assert store().lease_claim(TaskRun.objects.get(id=run.id), worker="A", now=T0, plain=False) is not None
 
     assert sweep(now=T0 + timedelta(seconds=61)).expired == 1
 

@@ -12,9 +12,9 @@ from django.db import connection
 from runs.engine.admission import HANDOFF_TTL, pool_admit, pool_release
 from runs.engine.claims import Work, run_claim
 from runs.engine.executor import run_execute
-from runs.engine.leases import LeaseRenewer, run_lease_claim
+from runs.engine.leases import LeaseRenewer
 from runs.engine.operations import run_lease_force_release
-from runs.engine.store import NotPlain
+from runs.engine.store import NotPlain, store
 from runs.engine.sweeper import sweep
 from runs.models import Attempt, PoolSlot, PoolWaiter, TaskRun
 from tasks.models import GLOBAL_POOL, Pool
@@ -94,7 +94,7 @@ def hold(run: TaskRun, at: datetime = T0):
     """A run that is executing elsewhere: admitted and under its lease (a worker mid-skill)."""
     admission = pool_admit(run, worker="elsewhere", now=at, ttl=TTL)
     assert admission.admitted
-    assert run_lease_claim(run, worker="elsewhere", now=at) is not None
+    assert store().lease_claim(run, worker="elsewhere", now=at, plain=False) is not None
     return admission
 
 
@@ -391,7 +391,7 @@ def test_a_plain_claim_writes_nothing_when_admission_has_something_to_decide(cha
         Pool.objects.filter(name=GLOBAL_POOL).delete()
 
     with pytest.raises(NotPlain):
-        run_lease_claim(fresh(run), worker="w1", now=T0, plain=True)
+        store().lease_claim(fresh(run), worker="w1", now=T0, plain=True)
 
     after = fresh(run)
     assert (after.state, after.fence, after.attempts, after.lease_owner) == ("pending", 0, 0, "")
@@ -403,10 +403,10 @@ def test_a_plain_claim_writes_nothing_when_admission_has_something_to_decide(cha
 def test_a_plain_claim_of_a_run_taken_meanwhile_writes_nothing():
     run = claim(daily_report(name="plain"), 1)
     stale = fresh(run)  # what a duplicate message's worker read
-    assert run_lease_claim(fresh(run), worker="w1", now=T0, plain=True) is not None
+    assert store().lease_claim(fresh(run), worker="w1", now=T0, plain=True) is not None
 
     with pytest.raises(NotPlain):  # its slots are there: pool_admit finds them the first worker's
-        run_lease_claim(stale, worker="w2", now=T0, plain=True)
+        store().lease_claim(stale, worker="w2", now=T0, plain=True)
     assert pool_admit(stale, worker="w2", now=T0, ttl=TTL).elsewhere
 
     assert set(PoolSlot.objects.filter(run=run).values_list("worker", "fence")) == {("w1", 1)}

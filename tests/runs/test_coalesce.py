@@ -16,8 +16,8 @@ from runs.engine.admission import pool_wake
 from runs.engine.approvals import catchup_approve
 from runs.engine.claims import MAX_COALESCE_TURNS, run_claim
 from runs.engine.executor import run_execute
-from runs.engine.leases import run_lease_claim
 from runs.engine.operations import OperationError, run_retry_now
+from runs.engine.store import store
 from runs.models import Decision, PoolSlot, PoolWaiter, TaskRun
 from tasks.models import Pool, TriggerRule, TriggerSource
 from tasks.triggers.events import event_intake
@@ -100,7 +100,7 @@ def test_a_resend_of_the_replaced_trigger_stays_a_dedupe_hit_and_is_told_so():
 def test_a_run_that_already_started_is_not_replaced():
     rule = coalescing_rule()
     first = send(rule, 1)
-    assert run_lease_claim(TaskRun.objects.get(pk=first.run_id), worker="w1", now=NOW) is not None
+    assert store().lease_claim(TaskRun.objects.get(pk=first.run_id), worker="w1", now=NOW, plain=False) is not None
 
     second = send(rule, 2)
 

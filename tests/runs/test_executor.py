@@ -18,7 +18,8 @@ from deadletters.models import AlertChannel, DeadLetter
 from deadletters.services import deadletter_open
 from runs.engine.claims import run_claim
 from runs.engine.executor import run_execute
-from runs.engine.leases import LeaseLost, fenced, run_lease_claim
+from runs.engine.leases import LeaseLost, fenced
+from runs.engine.store import store
 from runs.engine.sweeper import sweep
 from runs.models import Attempt, TaskRun
 from tasks.models import DiagnosticRecord
@@ -257,7 +258,7 @@ def test_it_does_not_claim_a_run_before_its_run_after():
 
 def test_it_does_not_claim_a_run_another_worker_holds():
     run = make_run("harness.noop")
-    assert run_lease_claim(TaskRun.objects.get(id=run.id), worker="A", now=T0) is not None
+    assert store().lease_claim(TaskRun.objects.get(id=run.id), worker="A", now=T0, plain=False) is not None
     held = fresh(run)
     assert (held.state, held.lease_owner, held.lease_expires_at) == ("running", "A", T0 + timedelta(seconds=60))
 
@@ -342,7 +343,7 @@ def test_a_worker_whose_lease_was_taken_cannot_commit():
 
 def test_fenced_refuses_a_write_once_the_fence_has_moved():
     run = make_run("harness.noop")
-    assert run_lease_claim(TaskRun.objects.get(id=run.id), worker="A", now=T0) is not None
+    assert store().lease_claim(TaskRun.objects.get(id=run.id), worker="A", now=T0, plain=False) is not None
 
     def write(fence: int) -> None:
         with fenced(run_id=run.id, fence=fence):

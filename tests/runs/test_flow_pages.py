@@ -12,7 +12,7 @@ from runs.desk.selectors import flow_saturation, pool_pressure
 from runs.engine.admission import pool_admit
 from runs.engine.claims import Work, run_claim
 from runs.engine.executor import run_execute
-from runs.engine.leases import run_lease_claim
+from runs.engine.store import store
 from runs.models import Decision, SchedulerTick, TaskRun
 from tasks.models import GLOBAL_POOL, Pool
 from tasks.rules import keys
@@ -56,7 +56,7 @@ def busy_pool(now=T0):
     rule.pools.set([one])
     holder = claim(rule, 0, now=now)
     assert pool_admit(holder, worker="w", now=now, ttl=TTL).admitted
-    run_lease_claim(holder, worker="w", now=now)
+    store().lease_claim(holder, worker="w", now=now, plain=False)
     waiting = [claim(rule, i, slot=now + timedelta(minutes=i), now=now) for i in (1, 2)]
     for i, run in enumerate(waiting):
         assert (

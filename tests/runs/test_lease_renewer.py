@@ -12,8 +12,9 @@ from django.utils import timezone
 
 from runs.engine.claims import Work, run_claim
 from runs.engine.executor import run_execute
-from runs.engine.leases import LeaseRenewer, _renewals, run_lease_claim
+from runs.engine.leases import LeaseRenewer, _renewals
 from runs.engine.operations import run_lease_force_release
+from runs.engine.store import store
 from runs.models import Attempt, TaskRun
 from tasks.models import DiagnosticRecord
 from tests.support.runs import run_policy
@@ -32,7 +33,7 @@ def make_run(*, seconds: float, ttl: float) -> TaskRun:
 
 def test_the_renewer_flags_a_lease_whose_fence_moved():
     run = make_run(seconds=0, ttl=1)
-    assert run_lease_claim(run, worker="A", now=timezone.now()) is not None
+    assert store().lease_claim(run, worker="A", now=timezone.now(), plain=False) is not None
     renewer = LeaseRenewer(run_id=run.id, fence=run.fence, ttl=timedelta(seconds=0.6), clock=timezone.now)
     renewer.start()
     try:
@@ -73,7 +74,7 @@ def test_a_pass_that_meets_a_run_finished_meanwhile_reports_no_lost_lease(caplog
     outcome committed), and the pass's statement no longer finds it running: that is the end of a
     lease, not a lost one, and says nothing (60 agent runs logged 7 false "lease lost" lines so)."""
     run = make_run(seconds=0, ttl=60)
-    assert run_lease_claim(run, worker="A", now=timezone.now()) is not None
+    assert store().lease_claim(run, worker="A", now=timezone.now(), plain=False) is not None
     renewer = LeaseRenewer(run_id=run.id, fence=run.fence, ttl=timedelta(seconds=60), clock=timezone.now)
     renewer.start()
     renewer.stop()  # the executor stops renewing before it writes the outcome

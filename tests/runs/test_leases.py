@@ -1,4 +1,5 @@
-"""Keyed leases with fencing tokens: compare-and-set acquire, renew and release (runs/engine/leases.py)."""
+"""Keyed leases with fencing tokens: compare-and-set acquire, renew and release (the run store's
+keyed_lease_* operations, as runs/engine/leases.py uses them for object leases)."""
 
 import threading
 from datetime import UTC, datetime, timedelta
@@ -6,11 +7,20 @@ from datetime import UTC, datetime, timedelta
 import pytest
 from django.db import connection
 
-from runs.engine.leases import lease_acquire, lease_release, lease_renew, object_lease_key
+from runs.engine.leases import object_lease_key
+from runs.engine.store import Held, store
 from runs.models import Lease
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 TTL = timedelta(seconds=30)
+
+
+def lease_acquire(*, key: str, owner: str, ttl: timedelta, now: datetime) -> Held | None:
+    return store().keyed_lease_acquire(key=key, owner=owner, expires_at=now + ttl, now=now, run_id=None)
+
+
+def lease_renew(*, held: Held, ttl: timedelta, now: datetime) -> Held | None:
+    return store().keyed_lease_renew(held, expires_at=now + ttl, now=now)
 
 
 @pytest.mark.django_db
@@ -27,9 +37,9 @@ def test_a_fenced_out_holder_can_neither_renew_nor_release():
     a = lease_acquire(key="k", owner="a", ttl=TTL, now=T0)
     b = lease_acquire(key="k", owner="b", ttl=TTL, now=T0 + TTL)
     assert lease_renew(held=a, ttl=TTL, now=T0 + TTL) is None
-    assert lease_release(held=a) is False
+    assert store().keyed_lease_release(a) is False
     assert Lease.objects.get(key="k").owner == "b"
-    assert lease_release(held=b) is True
+    assert store().keyed_lease_release(b) is True
     c = lease_acquire(key="k", owner="c", ttl=TTL, now=T0 + TTL)
     assert c is not None and c.token == 3
 

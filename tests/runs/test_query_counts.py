@@ -17,7 +17,8 @@ from deadletters.models import Alert
 from harness_site.broker import DISPATCHED_HEADER, RUN_HEADER, SENT_AT_HEADER
 from runs.engine import executor
 from runs.engine.claims import Work, run_claim
-from runs.engine.leases import LeaseRenewer, _renewals, run_lease_claim
+from runs.engine.leases import LeaseRenewer, _renewals
+from runs.engine.store import store
 from runs.models import Decision, TaskRun
 from tasks.models import TriggerRule
 from tasks.triggers.scheduler import scheduler_tick
@@ -140,7 +141,7 @@ def test_one_renewal_pass_renews_every_lease_the_process_holds_in_one_statement(
     renewers = []
     for i in range(50):
         run = run_claim(work(f"q:renew:{i}"), now=now, dispatch=False).run
-        assert run_lease_claim(run, worker="w", now=now) is not None
+        assert store().lease_claim(run, worker="w", now=now, plain=False) is not None
         renewers.append(LeaseRenewer(run_id=run.id, fence=run.fence, ttl=timedelta(seconds=60), clock=lambda: now))
 
     with CaptureQueriesContext(connection) as queries:

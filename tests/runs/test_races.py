@@ -22,7 +22,8 @@ from runs.engine.admission import pool_call_take
 from runs.engine.calls import model_call
 from runs.engine.claims import Work, run_claim
 from runs.engine.executor import run_execute
-from runs.engine.leases import LeaseRenewer, run_lease_claim
+from runs.engine.leases import LeaseRenewer
+from runs.engine.store import store
 from runs.models import ExternalCall, PoolKey, PoolSlot, PoolWaiter, TaskRun
 from tasks.models import GLOBAL_POOL, Agent, Pool
 from tasks.rules import keys
@@ -235,7 +236,7 @@ def test_the_lease_renewer_renews_while_every_pooled_connection_is_borrowed():
     leases it exists to keep run out (the agent worker's end-to-end test lost 60-70 of 500 so)."""
     rule = daily_report(name="race", skill="harness.noop")
     (run,) = claim_runs(rule, 1)
-    assert run_lease_claim(run, worker="w", now=timezone.now()) is not None
+    assert store().lease_claim(run, worker="w", now=timezone.now(), plain=False) is not None
     first_expiry = run.lease_expires_at
 
     def expiry() -> datetime:  # read on this thread's borrowed connection, kept between queries

@@ -11,8 +11,9 @@ from django.db import connection, transaction
 from django.db.models import F
 
 from runs.engine.claims import run_claim
-from runs.engine.leases import LeaseLost, run_lease_claim
+from runs.engine.leases import LeaseLost
 from runs.engine.steps import run_step
+from runs.engine.store import store
 from runs.models import RunStep, TaskRun
 from tasks.models import DiagnosticRecord
 from tasks.skills.sdk import SkillContext
@@ -28,7 +29,7 @@ JOIN_SECONDS = 30
 @pytest.fixture
 def run() -> TaskRun:
     run = run_claim(api_work("steps:1", skill="harness.noop"), now=T0, dispatch=False).run
-    assert run_lease_claim(run, worker="w1", now=T0) is not None
+    assert store().lease_claim(run, worker="w1", now=T0, plain=False) is not None
     return run
 
 
@@ -142,7 +143,7 @@ def test_a_step_meeting_the_sweeper_as_it_moves_the_fence_waits_for_its_commit_a
     """The fence check and the checkpoint are one statement (a read step) or open the write step's
     transaction: either waits for the sweeper's uncommitted fence, then sees it moved."""
     run = run_claim(api_work("steps:race", skill="harness.noop"), now=T0, dispatch=False).run
-    assert run_lease_claim(run, worker="w1", now=T0) is not None
+    assert store().lease_claim(run, worker="w1", now=T0, plain=False) is not None
     moved, commit = threading.Event(), threading.Event()
     outcome: list[str] = []
 

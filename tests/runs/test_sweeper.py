@@ -14,7 +14,7 @@ from deadletters.models import AlertChannel, DeadLetter
 from harness_site.broker import QueueProbe
 from runs.engine.claims import run_claim
 from runs.engine.executor import run_execute
-from runs.engine.leases import run_lease_claim
+from runs.engine.store import store
 from runs.engine.sweeper import redispatch_after, sweep
 from runs.models import Attempt, TaskRun
 from tests.support.runs import api_work
@@ -85,7 +85,7 @@ def make_run(*, skill="harness.noop", params=None, policy=None, biz_key="sweep:2
 def held_by(worker: str, **kwargs) -> TaskRun:
     """A run claimed by `worker` at T0 whose worker then went silent (no renewal, no outcome)."""
     run = make_run(dispatch=False, **kwargs)
-    assert run_lease_claim(TaskRun.objects.get(id=run.id), worker=worker, now=T0) is not None
+    assert store().lease_claim(TaskRun.objects.get(id=run.id), worker=worker, now=T0, plain=False) is not None
     return TaskRun.objects.get(id=run.id)
 
 

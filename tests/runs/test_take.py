@@ -1,6 +1,6 @@
 """The run store's run_take: the worker's first statement reads the run and, when nothing stands
 in its way, claims it too. Claimed: exactly what the read-then-claim path writes (state, fence,
-attempts, lease, the attempt row, a slot in each pool), and the lease as long as run_lease_ttl says.
+attempts, lease, the attempt row, a slot in each pool), and the lease as long as the run's lease_ttl_seconds says.
 Not claimed: the row as it is, nothing written, for the executor's full path.
 """
 
@@ -12,7 +12,6 @@ from django.test.utils import CaptureQueriesContext
 
 from runs.engine.claims import Work, run_claim
 from runs.engine.executor import run_execute
-from runs.engine.leases import run_lease_claim, run_lease_ttl
 from runs.engine.store import store
 from runs.models import Attempt, PoolSlot, TaskRun
 from tasks.models import GLOBAL_POOL, Agent, Pool
@@ -91,7 +90,7 @@ def test_a_plain_run_is_read_and_claimed_in_one_statement():
 def test_it_writes_what_the_read_then_claim_path_writes():
     by_take, by_claim = claim("take:a"), claim("take:b")
     store().run_take(by_take.id, worker="w1", now=T0)
-    assert run_lease_claim(TaskRun.objects.get(id=by_claim.id), worker="w1", now=T0, plain=True) is not None
+    assert store().lease_claim(TaskRun.objects.get(id=by_claim.id), worker="w1", now=T0, plain=True) is not None
 
     fields = ["state", "fence", "attempts", "lease_owner", "lease_expires_at", "start_at", "executed_by"]
     a, b = (TaskRun.objects.filter(id=r.id).values(*fields).get() for r in (by_take, by_claim))
@@ -108,13 +107,13 @@ def test_it_writes_what_the_read_then_claim_path_writes():
     "policy",
     [None, {}, *({"lease_ttl_seconds": v} for v in (None, 30, 2.5))],
 )
-def test_the_lease_is_as_long_as_run_lease_ttl_says(policy):
+def test_the_lease_is_as_long_as_the_run_lease_ttl_says(policy):
     run = claim(f"take:ttl:{policy}", policy=None if policy is None else run_policy(policy))
     taken = store().run_take(run.id, worker="w1", now=T0)
     assert taken.attempt is not None
-    assert taken.run.lease_expires_at - T0 == run_lease_ttl(taken.run)
+    assert taken.run.lease_expires_at - T0 == timedelta(seconds=taken.run.lease_ttl_seconds)
     if not (policy or {}).get("lease_ttl_seconds"):
-        assert run_lease_ttl(taken.run) == timedelta(seconds=DEFAULT_LEASE_TTL_SECONDS)
+        assert taken.run.lease_ttl_seconds == DEFAULT_LEASE_TTL_SECONDS
 
 
 LIMITED_POOLS = {
