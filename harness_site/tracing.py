@@ -21,7 +21,7 @@ import os
 import secrets
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from typing import Any
+from typing import Any, ParamSpec, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -181,18 +181,23 @@ def span(
         _fields.reset(token)
 
 
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
 def traced(
     name: str,
     *,
-    attributes: Callable[..., dict] | None = None,
+    attributes: Callable[..., dict[str, Any]] | None = None,
     trace_of: Callable[..., str] | None = None,
     new_trace: Callable[..., bool] | bool = False,
-) -> Callable:
-    """Decorate a function with `span(name)`; the callables take the function's arguments."""
+) -> Callable[[Callable[_P, _R]], Callable[_P, _R]]:
+    """Decorate a function with `span(name)`; the callables take the function's arguments. The
+    decorated function keeps its signature for the type checker."""
 
-    def wrap(fn: Callable) -> Callable:
+    def wrap(fn: Callable[_P, _R]) -> Callable[_P, _R]:
         @functools.wraps(fn)
-        def inner(*args, **kwargs):
+        def inner(*args: _P.args, **kwargs: _P.kwargs) -> _R:
             with span(
                 name,
                 trace_id=trace_of(*args, **kwargs) if trace_of else None,

@@ -2,11 +2,22 @@
 leaves no audit row, and an action that commits always has one."""
 
 from datetime import datetime
+from typing import TYPE_CHECKING, Any, TypeAlias
+
+from django.db.models import Model
 
 from harness_site.audit.models import AuditEntry
 
+if TYPE_CHECKING:  # the auth models are not imported at run time for a name
+    from django.contrib.auth.base_user import AbstractBaseUser
+    from django.contrib.auth.models import AnonymousUser
 
-def actor_name(actor: object) -> str:
+# Who acts: the request's user (an admin page, the API), or a name (a command's `--by`, a token's
+# label, "sweeper"); None where no one is named (recorded as "None", as before).
+Actor: TypeAlias = "AbstractBaseUser | AnonymousUser | str | None"
+
+
+def actor_name(actor: Actor) -> str:
     """Who acted, as the audit log and the run's records name them: a user's username, else the
     name itself (a command's `--by`, a token's label)."""
     username = getattr(actor, "get_username", None)
@@ -14,7 +25,14 @@ def actor_name(actor: object) -> str:
 
 
 def audit_record(
-    *, actor, action: str, target, now: datetime, reason: str = "", details: dict | None = None, label: str = ""
+    *,
+    actor: Actor,
+    action: str,
+    target: Model,
+    now: datetime,
+    reason: str = "",
+    details: dict[str, Any] | None = None,
+    label: str = "",
 ) -> AuditEntry:
     """One audit row. `actor` is a user or a name; `target` a model instance (rule, run, lease, ticket)."""
     return AuditEntry.objects.create(
@@ -39,5 +57,7 @@ TARGET_TYPES = {
 }
 
 
-def _target_type(target) -> str:
-    return TARGET_TYPES.get(target._meta.model_name, target._meta.model_name)
+def _target_type(target: Model) -> str:
+    name = target._meta.model_name
+    assert name is not None  # set on every concrete model (an instance is never abstract)
+    return TARGET_TYPES.get(name, name)

@@ -16,7 +16,7 @@ from django.utils.translation import ngettext
 
 from deadletters.alert_health import able_channels
 from runs.desk.selectors import scheduler_health
-from runs.engine.workers import worker_health, workers_older_than_schema
+from runs.engine.workers import WorkerRow, worker_health, workers_older_than_schema
 from tasks import sentences
 from tasks.models.calendar import calendar_gaps
 from tasks.rules import lint
@@ -26,7 +26,7 @@ from tasks.rules.reasons import Reason
 CONSUMING = frozenset({"ok", "restarted"})
 
 
-def queues_without_worker(workers: list[dict]) -> list[str]:
+def queues_without_worker(workers: list[WorkerRow]) -> list[str]:
     """The task queues no consuming worker reads (every one of them with no worker at all)."""
     served = {q for w in workers if w["status"] in CONSUMING and not w["stopping"] for q in w["queue_list"]}
     return sorted(q for q in settings.CELERY_TASK_QUEUES if q not in served)

@@ -14,7 +14,7 @@ from django.db import transaction
 from django.db.models import QuerySet
 
 from harness_site.audit.models import AuditEntry
-from harness_site.audit.services import audit_record
+from harness_site.audit.services import Actor, actor_name, audit_record
 from runs.engine.dispatch import run_dispatch_on_commit
 from runs.engine.outcome import run_fail
 from runs.engine.store import Gate, store
@@ -27,18 +27,14 @@ APPROVAL_EXPIRED_KIND = "approval_expired"
 EXPIRE_BATCH = 500
 
 
-def _actor_name(actor) -> str:
-    return getattr(actor, "get_username", lambda: str(actor))()
-
-
-def proposal_approve(*, proposal_id: int, actor, now: datetime, note: str = "") -> bool:
+def proposal_approve(*, proposal_id: int, actor: Actor, now: datetime, note: str = "") -> bool:
     """Approve a pending, unexpired proposal and make its run due now. False if it was already
     decided, expired, or its run is no longer waiting (nothing is changed then)."""
     with transaction.atomic():
         # Compare-and-set: a row count of 0 means someone decided first (or it expired).
         won = ActionProposal.objects.filter(
             id=proposal_id, status=ActionProposal.Status.PENDING, expires_at__gt=now
-        ).update(status=ActionProposal.Status.APPROVED, decided_by=_actor_name(actor), decided_at=now, note=note)
+        ).update(status=ActionProposal.Status.APPROVED, decided_by=actor_name(actor), decided_at=now, note=note)
         if not won:
             return False
         proposal = ActionProposal.objects.select_related("run").get(id=proposal_id)
@@ -57,21 +53,21 @@ def proposal_approve(*, proposal_id: int, actor, now: datetime, note: str = "") 
         )
         run_dispatch_on_commit(run_ids=[proposal.run_id], now=now)
     log.info(
-        "proposal %s (%s, run %s) approved by %s", proposal_id, proposal.action, proposal.run_id, _actor_name(actor)
+        "proposal %s (%s, run %s) approved by %s", proposal_id, proposal.action, proposal.run_id, actor_name(actor)
     )
     return True
 
 
-def proposal_reject(*, proposal_id: int, actor, now: datetime, note: str = "") -> bool:
+def proposal_reject(*, proposal_id: int, actor: Actor, now: datetime, note: str = "") -> bool:
     """Reject a pending proposal and cancel its run. False if it was already decided."""
     with transaction.atomic():
         won = ActionProposal.objects.filter(id=proposal_id, status=ActionProposal.Status.PENDING).update(
-            status=ActionProposal.Status.REJECTED, decided_by=_actor_name(actor), decided_at=now, note=note
+            status=ActionProposal.Status.REJECTED, decided_by=actor_name(actor), decided_at=now, note=note
         )
         if not won:
             return False
         proposal = ActionProposal.objects.select_related("run").get(id=proposal_id)
-        message = f"action {proposal.action!r} rejected by {_actor_name(actor)}" + (f": {note}" if note else "")
+        message = f"action {proposal.action!r} rejected by {actor_name(actor)}" + (f": {note}" if note else "")
         store().reject(proposal.run_id, now=now, message=message, kind="rejected")
         audit_record(
             actor=actor,
@@ -136,11 +132,11 @@ def _gated(ids: list[int]) -> QuerySet[TaskRun]:
     )
 
 
-def _gate(run_ids: list[int], *, actor, now: datetime) -> Gate:
-    return Gate(run_ids=tuple(run_ids), sources=GATED_SOURCES, approved_by=_actor_name(actor), now=now)
+def _gate(run_ids: list[int], *, actor: Actor, now: datetime) -> Gate:
+    return Gate(run_ids=tuple(run_ids), sources=GATED_SOURCES, approved_by=actor_name(actor), now=now)
 
 
-def catchup_approve(*, run_ids: list[int], actor, now: datetime) -> int:
+def catchup_approve(*, run_ids: list[int], actor: Actor, now: datetime) -> int:
     """Release runs the scheduler held (a catch-up burst, an uncertain calendar day); each rule's runs
     are paced again from `now` in slot order, by its catch-up spacing.
     Returns how many were released (a run approved meanwhile by someone else is not counted)."""
@@ -171,9 +167,9 @@ def catchup_approve(*, run_ids: list[int], actor, now: datetime) -> int:
     return released
 
 
-def catchup_reject(*, run_ids: list[int], actor, now: datetime) -> int:
+def catchup_reject(*, run_ids: list[int], actor: Actor, now: datetime) -> int:
     """Cancel runs the scheduler held; the slot keeps its (cancelled) run, so it stays accounted for."""
-    name = _actor_name(actor)
+    name = actor_name(actor)
     with transaction.atomic():
         runs = list(_gated(run_ids).select_related("rule").order_by("id"))
         gate = _gate([r.id for r in runs], actor=actor, now=now)

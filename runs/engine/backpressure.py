@@ -10,11 +10,12 @@ row and flips with a compare-and-set, so all processes agree and hysteresis hold
 import logging
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import Any
 
 from django.conf import settings
 
 from harness_site.audit.models import AuditEntry
-from harness_site.audit.services import audit_record
+from harness_site.audit.services import Actor, audit_record
 from runs.models import Backpressure, TaskRun
 from tasks.models import Pool, TriggerRule
 from tasks.models.pool import GLOBAL_POOL
@@ -33,7 +34,7 @@ class Pressure:
     low_watermark: int | None
     shedding_since: datetime | None
 
-    def as_details(self) -> dict:
+    def as_details(self) -> dict[str, Any]:
         return {
             "pool": self.pool,
             "pending": self.pending,
@@ -153,7 +154,9 @@ def _gauge(row: Backpressure, *, now: datetime) -> _Gauge:
     return gauge
 
 
-def watermarks_set(*, row: Backpressure, actor, now: datetime, reason: str = "", before: dict | None = None) -> None:
+def watermarks_set(
+    *, row: Backpressure, actor: Actor, now: datetime, reason: str = "", before: dict[str, Any] | None = None
+) -> None:
     """Save an operator's watermark edit with an audit row; intake reads it within the cache time."""
     row.save()
     after = {"high_watermark": row.high_watermark, "low_watermark": row.low_watermark}

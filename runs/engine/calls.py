@@ -6,7 +6,7 @@ import json
 import time
 from collections.abc import Callable
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, TypedDict
 
 from django.db import transaction
 
@@ -51,7 +51,7 @@ class SkillRuntime:
         "gen_ai.request.model": agent.model,
     },
 )
-def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model") -> tuple[ModelReply, int]:
+def model_call(ctx: SkillContext, agent: Agent, prompt: str, *, step: str = "call_model") -> tuple[ModelReply, int]:
     """Call `agent` for run `ctx` and record the call; returns the reply and the ExternalCall id.
 
     The call's row is written "sent" before the request (by the budget's count, or just before it)
@@ -125,7 +125,7 @@ def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model
     return reply, record.id
 
 
-def budget_take(agent, record: ExternalCall, *, now: datetime) -> None:
+def budget_take(agent: Agent, record: ExternalCall, *, now: datetime) -> None:
     """Before a call: raise BudgetWait when the agent's hourly budget is spent; else, for an agent
     with a budget, count the call at once by inserting its row. The count and the insert run under a
     lock on the agent's row, so of many threads and workers asking at once exactly as many as the
@@ -146,7 +146,7 @@ def budget_take(agent, record: ExternalCall, *, now: datetime) -> None:
         raise
 
 
-def provider_pace(ctx: SkillContext, agent, *, now: datetime) -> None:
+def provider_pace(ctx: SkillContext, agent: Agent, *, now: datetime) -> None:
     """Before a call: wait (ProviderWait) while the agent's pool is paused by its provider, or until
     its next rate token; every model call of every run using the agent draws from that pool."""
     pool = agent.pool
@@ -170,9 +170,22 @@ def agent_spend(*, agent_id: int, now: datetime) -> Spend:
     return store().agent_spend(agent_id=agent_id, start=start, end=end)
 
 
-def agent_budget_list(*, now: datetime) -> list[dict]:
+class AgentBudget(TypedDict):
+    """An agent's spend against its budget in the current window (agent_budget_list)."""
+
+    agent: str
+    provider: str
+    calls: int
+    max_calls_per_hour: int | None
+    tokens: int
+    max_tokens_per_hour: int | None
+    exhausted: bool
+    resets_at: datetime
+
+
+def agent_budget_list(*, now: datetime) -> list[AgentBudget]:
     """Spend against budget for every agent, for the dashboard and the agent admin."""
-    rows = []
+    rows: list[AgentBudget] = []
     for agent in Agent.objects.order_by("name"):
         spend = agent_spend(agent_id=agent.id, now=now)
         decision = budget_decide(

@@ -10,7 +10,7 @@ from django.utils.translation import gettext as _
 from deadletters.models import DeadLetter
 from deadletters.services import deadletter_mark_replayed
 from harness_site.audit.models import AuditEntry
-from harness_site.audit.services import audit_record
+from harness_site.audit.services import Actor, actor_name, audit_record
 from runs.engine.dispatch import run_dispatch_on_commit
 from runs.engine.store import ForceRelease, Replay, store
 from runs.models import Lease, TaskRun
@@ -24,7 +24,7 @@ class OperationError(ValueError):
     """An action that cannot be done, with the reason to show the operator."""
 
 
-def run_retry_now(*, run_id: int, actor, now: datetime, reason: str = "", ticket_id: int | None = None) -> bool:
+def run_retry_now(*, run_id: int, actor: Actor, now: datetime, reason: str = "", ticket_id: int | None = None) -> bool:
     """Make a waiting or failed run due now: the one replay, from the run page or the dead-letter desk.
 
     The run keeps its biz_key, so the unique constraint keeps holding (invariant 6). A failed run's
@@ -82,7 +82,7 @@ def run_retry_now(*, run_id: int, actor, now: datetime, reason: str = "", ticket
     return True
 
 
-def run_cancel(*, run_id: int, actor, now: datetime, reason: str = "") -> bool:
+def run_cancel(*, run_id: int, actor: Actor, now: datetime, reason: str = "") -> bool:
     """Cancel a run that has not started or is waiting to retry. False: not in such a state."""
     with transaction.atomic():
         run = TaskRun.objects.filter(id=run_id, state__in=CANCELLABLE_STATES).first()
@@ -102,7 +102,7 @@ def run_cancel(*, run_id: int, actor, now: datetime, reason: str = "") -> bool:
     return True
 
 
-def run_lease_force_release(*, run_id: int, actor, now: datetime, reason: str) -> bool:
+def run_lease_force_release(*, run_id: int, actor: Actor, now: datetime, reason: str) -> bool:
     """Take a running run's lease away: back to waiting_retry, due now, fence bumped.
 
     The fence bump is what makes this safe: the old holder's result write checks the fence in the
@@ -114,7 +114,7 @@ def run_lease_force_release(*, run_id: int, actor, now: datetime, reason: str) -
         run = TaskRun.objects.filter(id=run_id, state=TaskRun.State.RUNNING).first()
         if run is None:
             return False
-        message = f"lease of {run.lease_owner or '?'} force-released by {_name(actor)}: {reason}"
+        message = f"lease of {run.lease_owner or '?'} force-released by {actor_name(actor)}: {reason}"
         # Its running attempt is fenced and its pool slots go with the lease, as on expiry (the
         # next sweep hands them on). False: finished or renewed under a new fence meanwhile.
         release = ForceRelease(
@@ -138,7 +138,7 @@ def run_lease_force_release(*, run_id: int, actor, now: datetime, reason: str) -
     return True
 
 
-def lease_force_release(*, lease_id: int, actor, now: datetime, reason: str) -> bool:
+def lease_force_release(*, lease_id: int, actor: Actor, now: datetime, reason: str) -> bool:
     """Expire a key lease (rule or object) now and bump its token, so the old holder is fenced out.
     A run it names that is still running is released too. False: the lease is already free."""
     if not (reason or "").strip():
@@ -164,7 +164,3 @@ def lease_force_release(*, lease_id: int, actor, now: datetime, reason: str) -> 
         if lease.run_id:
             run_lease_force_release(run_id=lease.run_id, actor=actor, now=now, reason=reason)
     return True
-
-
-def _name(actor) -> str:
-    return getattr(actor, "get_username", lambda: str(actor))()

@@ -15,6 +15,7 @@ pid, and its old row would otherwise be listed for ever.
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import TypedDict
 
 from django.conf import settings
 
@@ -145,11 +146,48 @@ def worker_status(worker: WorkerHeartbeat, *, now: datetime) -> str:
     return "ok"
 
 
-def worker_health(*, now: datetime) -> dict:
+class WorkerRow(TypedDict):
+    """One worker as /healthz and the dashboard show it."""
+
+    name: str
+    status: str  # ok, not consuming, not responding, restarted
+    queues: str
+    queue_list: list[str]
+    pool: str
+    concurrency: int
+    active: int
+    waiting: int
+    accepted: int
+    last_heartbeat_age_seconds: float
+    last_progress_age_seconds: float
+    stopping: bool
+    db_pool: dict[str, int] | None  # pool_report's copy
+    db_wait_seconds: float
+
+
+class WorkerHealth(TypedDict):
+    """worker_health's answer: `ok` and why not (`reason` with names, `code` without), and every worker."""
+
+    ok: bool
+    reason: str
+    code: str  # ok, worker_not_consuming, worker_not_responding
+    workers: list[WorkerRow]
+
+
+class OlderWorker(TypedDict):
+    """A worker whose code is older than the schema (workers_older_than_schema)."""
+
+    name: str
+    release: str
+    schema: str
+    detail: str
+
+
+def worker_health(*, now: datetime) -> WorkerHealth:
     """Every worker known within WORKER_FORGET_AFTER with its status, for /healthz and the dashboard.
     `reason` names the first worker that is not ok ("" when all are); `code` says the same without
     its name ("ok", "worker_not_consuming", "worker_not_responding")."""
-    rows = []
+    rows: list[WorkerRow] = []
     workers = list(WorkerHeartbeat.objects.filter(beat_at__gte=now - WORKER_FORGET_AFTER).order_by("name"))
     # A node (celery hostname) started again under a new pid that reports: the old one was restarted.
     restarted: dict[str, datetime] = {}
@@ -188,13 +226,13 @@ def worker_health(*, now: datetime) -> dict:
     return {"ok": not bad, "reason": reason, "code": code, "workers": rows}
 
 
-def workers_older_than_schema(*, now: datetime) -> list[dict]:
+def workers_older_than_schema(*, now: datetime) -> list[OlderWorker]:
     """The workers reporting within WORKER_FORGET_AFTER whose code is older than the schema: each
     with `name`, `release` (its migrations where the schema is past them), `schema` (the schema's)
     and `detail` ("agents@host:1 runs release runs.0019_x; the schema is at runs.0020_y"). They keep
     working (migrations are expand-only, docs/upgrading.md); restart them on the new release."""
     schema = schema_migrations()
-    older = []
+    older: list[OlderWorker] = []
     for w in WorkerHeartbeat.objects.filter(beat_at__gte=now - WORKER_FORGET_AFTER).order_by("name"):
         past = behind(w.migrations, schema)
         if not past:

@@ -294,6 +294,7 @@ def _accept(source: TriggerSource, payload: dict, *, attempt: _Attempt, now: dat
     )
     if answered is not None:
         return answered
+    assert claim.run is not None  # a shed claim (no run) was answered above
     if claim.replaced:
         replaced = [{"run_id": r.id, "biz_key": r.biz_key} for r in claim.replaced]
         return IntakeResult(202, ACCEPTED, "", claim.run.id, biz_key, extra={"replaced": replaced})

@@ -192,6 +192,7 @@ def schedule_once(
     with transaction.atomic():
         claim = run_claim(work, now=now)
         if claim.created:
+            assert claim.run is not None  # created: a run was inserted
             audit_record(
                 actor=actor,
                 action=AuditEntry.Action.RUN_SCHEDULE_ONCE,

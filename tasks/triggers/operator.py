@@ -50,6 +50,7 @@ def rule_run_now(
             claim = rule_fire(
                 rule=rule, actor=actor_name(actor), now=now, slot=slot, biz_key=biz_key or None, trial=trial
             )
+            assert claim.run is not None  # never shed: work_for_operator skips intake flow control
             audit_record(
                 actor=actor,
                 action=AuditEntry.Action.RULE_TRIAL if trial else AuditEntry.Action.RULE_RUN_NOW,

@@ -180,6 +180,7 @@ def _fail_slot(rule, slot, *, source: str, details: dict, now: datetime, result,
     if claimed.outcome != ClaimOutcome.CREATED:
         return
     run = claimed.run
+    assert run is not None  # created: a run was inserted
     message = "dependencies not ready at fire time: " + ", ".join(details.get("missing", []))
     error = ClassifiedError(kind=ErrorKind.STATE_PRECONDITION, message=message, digest="not-ready")
     # Not yet committed, so no worker can have taken it: it fails from pending, never started.

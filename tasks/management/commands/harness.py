@@ -216,6 +216,7 @@ class Command(GuardCommandsMixin, BaseCommand):
                     f"--slot {slot!r}: give an ISO 8601 instant with offset, e.g. 2026-12-01T09:00:00+08:00"
                 )
         claim = rule_fire(rule=obj, actor=actor, now=timezone.now(), slot=at)
+        assert claim.run is not None  # never shed: work_for_operator skips intake flow control
         verb = "created" if claim.created else "already exists (dedupe hit counted)"
         self.stdout.write(f"run {claim.run.id} {verb}: {claim.run.biz_key}")
 
