@@ -8,7 +8,9 @@ The built-in log gets every alert as soon as the event commits; email, webhook a
 """
 
 import logging
+from collections.abc import Mapping
 from datetime import date, datetime
+from typing import Any
 
 from django.db import IntegrityError, transaction
 
@@ -228,7 +230,7 @@ def _rule_link(rule_name: str, *, rule_id: int | None = None) -> str:
     return admin_link("admin:tasks_triggerrule_change", rule_id)
 
 
-def alert_check_scheduler(*, health: dict, now: datetime, link: str | None = None) -> Alert | None:
+def alert_check_scheduler(*, health: Mapping[str, Any], now: datetime, link: str | None = None) -> Alert | None:
     """Alert once per stall, from the scheduler's health figures (runs.desk.selectors.scheduler_health).
 
     The stall is named by the last tick it follows, so a check every minute while it lasts finds its

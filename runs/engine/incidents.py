@@ -17,11 +17,13 @@ alerts recorded in it and operator actions (audit entries) from its start to ACT
 
 import logging
 from collections import defaultdict
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
+from typing import Any, TypedDict, TypeVar
 
 from django.db import IntegrityError, transaction
-from django.db.models import Count, F, Q
+from django.db.models import Count, F, Model, Q, QuerySet
 
 from deadletters import alert_rules
 from deadletters.alerts import admin_link, alert_check_scheduler, alert_record
@@ -51,10 +53,10 @@ class Problem:
     detail: str
 
 
-def incident_problems(figures: dict, *, now: datetime) -> list[Problem]:
+def incident_problems(figures: Mapping[str, Any], *, now: datetime) -> list[Problem]:
     """What is down now, from health_figures (pure): a stalled scheduler (since its last tick; one that
     never ticked is starting, as the stall alert says) and each queue no consuming worker reads."""
-    found = []
+    found: list[Problem] = []
     if figures["code"] == "scheduler_stalled" and figures.get("last_tick_at") is not None:
         found.append(Problem(Incident.Kind.SCHEDULER, SCHEDULER, figures["last_tick_at"], figures["reason"]))
     for queue in figures.get("queues_without_worker", ()):
@@ -68,7 +70,7 @@ class SyncResult:
     closed: list[int] = field(default_factory=list)
 
 
-def incident_sync(*, figures: dict, now: datetime) -> SyncResult:
+def incident_sync(*, figures: Mapping[str, Any], now: datetime) -> SyncResult:
     """Open an incident for each problem the figures show that has none open, and close each open one
     whose problem is gone (a scheduler outage ends at the first tick after it). Idempotent: a problem
     already open, or opened by another pass meanwhile, opens nothing; a close is a compare-and-set."""
@@ -149,7 +151,7 @@ def incident_close(incident: Incident, *, ended_at: datetime, now: datetime) -> 
     return True
 
 
-def _summary(cost: "Cost") -> dict:
+def _summary(cost: "Cost") -> dict[str, int]:
     return {
         "missed": cost.missed,
         "caught_up": cost.caught_up,
@@ -169,7 +171,7 @@ def _open(p: Problem, *, now: datetime) -> Incident | None:
         return None
 
 
-def _payload(incident: Incident, *, title: str) -> dict:
+def _payload(incident: Incident, *, title: str) -> dict[str, Any]:
     return {
         "title": title,
         "error_kind": f"incident_{incident.kind}",
@@ -187,13 +189,14 @@ def incident_link(incident: Incident) -> str:
     return admin_link("admin:runs_incident_change", incident.id)
 
 
-def incident_unfolded(decisions: list) -> list:
+def incident_unfolded(decisions: list[Decision]) -> list[Decision]:
     """Those of `decisions` whose alert is not folded into an incident: a missed slot inside a
     scheduler outage is the outage's, paged once by it. One query, only when a missed slot is there."""
     missed = [d for d in decisions if d.reason == Decision.Reason.MISSED and d.slot is not None]
     if not missed:
         return decisions
-    first, last = min(d.slot for d in missed), max(d.slot for d in missed)
+    slots = [d.slot for d in missed if d.slot is not None]  # every one (filtered above): said to the type checker
+    first, last = min(slots), max(slots)
     spans = list(
         Incident.objects.filter(kind=Incident.Kind.SCHEDULER, started_at__lte=last)
         .filter(Q(ended_at=None) | Q(ended_at__gte=first))
@@ -202,8 +205,13 @@ def incident_unfolded(decisions: list) -> list:
     if not spans:
         return decisions
 
-    def folded(d) -> bool:
-        return d in missed and any(start <= d.slot and (end is None or d.slot <= end) for start, end in spans)
+    def folded(d: Decision) -> bool:
+        slot = d.slot
+        return (
+            d in missed
+            and slot is not None
+            and any(start <= slot and (end is None or slot <= end) for start, end in spans)
+        )
 
     return [d for d in decisions if not folded(d)]
 
@@ -213,16 +221,27 @@ def incident_unfolded(decisions: list) -> list:
 MISSED_LIST_LIMIT = 500  # the page's selectable missed slots (a re-run takes at most this many too)
 
 
+class RuleCost(TypedDict):
+    """One rule's share of an incident's cost: its slots missed, caught up, and otherwise decided."""
+
+    name: str
+    missed: int
+    caught_up: int
+    other: int
+
+
 @dataclass
 class Cost:
     missed: int = 0
     caught_up: int = 0
-    # rule id -> {"name", "missed": n, "caught_up": n, "other": n}, by name
-    rules: dict[int, dict] = field(default_factory=dict)
+    rules: dict[int, RuleCost] = field(default_factory=dict)  # by rule id, ordered by name
     alerts: int = 0
 
 
-def _slots_in(qs, incident: Incident, until: datetime):
+_M = TypeVar("_M", bound=Model)
+
+
+def _slots_in(qs: QuerySet[_M], incident: Incident, until: datetime) -> QuerySet[_M]:
     # Decisions and runs are written at or after their slot: the created/trigger time bounds the scan.
     return qs.filter(slot__gt=incident.started_at, slot__lte=until)
 
@@ -234,7 +253,7 @@ def incident_cost(incident: Incident, *, until: datetime) -> Cost:
     database, whatever the number of slots."""
     start = incident.started_at
     cost = Cost()
-    rules: dict[int, dict] = defaultdict(lambda: {"name": "", "missed": 0, "caught_up": 0, "other": 0})
+    rules: defaultdict[int, RuleCost] = defaultdict(lambda: {"name": "", "missed": 0, "caught_up": 0, "other": 0})
     decided = (
         _slots_in(Decision.objects.filter(created_at__gte=start), incident, until)  # decision_created_idx
         .values("rule_id", "rule__name")
@@ -245,7 +264,8 @@ def incident_cost(incident: Incident, *, until: datetime) -> Cost:
         .order_by()
     )
     for row in decided:
-        rules[row["rule_id"]].update(name=row["rule__name"], missed=row["missed"], other=row["other"])
+        rule = rules[row["rule_id"]]
+        rule["name"], rule["missed"], rule["other"] = row["rule__name"], row["missed"], row["other"]
         cost.missed += row["missed"]
     late = (
         _slots_in(TaskRun.objects.filter(trigger_at__gte=start, rule__isnull=False), incident, until)  # run_recent_idx
@@ -255,10 +275,11 @@ def incident_cost(incident: Incident, *, until: datetime) -> Cost:
         .annotate(n=Count("id"))
         .order_by()
     )
-    for row in late:
-        rules[row["rule_id"]]["caught_up"] = row["n"]
-        rules[row["rule_id"]]["name"] = rules[row["rule_id"]]["name"] or row["rule_name"]
-        cost.caught_up += row["n"]
+    for run_row in late:
+        rule = rules[run_row["rule_id"]]
+        rule["caught_up"] = run_row["n"]
+        rule["name"] = rule["name"] or run_row["rule_name"]
+        cost.caught_up += run_row["n"]
     cost.rules = dict(sorted(rules.items(), key=lambda kv: kv[1]["name"]))
     cost.alerts = Alert.objects.filter(channel=None, created_at__gte=start, created_at__lte=until).count()
     return cost

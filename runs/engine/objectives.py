@@ -24,12 +24,14 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any, TypeAlias
 from zoneinfo import ZoneInfo
 
 from django.conf import settings
-from django.db.models import Exists, F, OuterRef, Window
+from django.db.models import Exists, F, OuterRef, QuerySet, Window
 from django.db.models.functions import RowNumber
 from django.utils import translation
 
@@ -81,6 +83,12 @@ ALERT_SEVERITY = {
 }
 
 
+# A rule's business-day calendar (None: every day is a business day).
+CalendarFor: TypeAlias = Callable[[TriggerRule], obj.Calendar | None]
+# Alerts to record, by kind: (dedupe key, payload) each.
+AlertEvents: TypeAlias = dict[str, list[tuple[str, dict[str, Any]]]]
+
+
 def objective_period() -> timedelta:
     return timedelta(seconds=settings.HARNESS["OBJECTIVE_SECONDS"])
 
@@ -105,7 +113,7 @@ def objective_pass_due(*, now: datetime) -> bool:
     return created
 
 
-def objective_sweep(*, now: datetime, calendar_for=None) -> PassResult | None:
+def objective_sweep(*, now: datetime, calendar_for: CalendarFor | None = None) -> PassResult | None:
     """One pass if one is due (None: not due). `calendar_for(rule)` gives a rule's business-day
     calendar (None: every day is a business day)."""
     if not objective_pass_due(now=now):
@@ -113,7 +121,7 @@ def objective_sweep(*, now: datetime, calendar_for=None) -> PassResult | None:
     return objective_evaluate(now=now, calendar_for=calendar_for)
 
 
-def objective_evaluate(*, now: datetime, calendar_for=None) -> PassResult:
+def objective_evaluate(*, now: datetime, calendar_for: CalendarFor | None = None) -> PassResult:
     """Evaluate every open slot of every rule with an objective at `now`; record and alert.
 
     1. Read the rules and, for all at once, what their recent slots hold.
@@ -127,11 +135,12 @@ def objective_evaluate(*, now: datetime, calendar_for=None) -> PassResult:
     facts = _read_facts(rules, since=since, now=now)
     calendars = _calendars(rules.values()) if calendar_for is None else {}
     rows: list[SlotObjective] = []
-    alerts: dict[str, list[tuple[str, dict]]] = defaultdict(list)
+    alerts: AlertEvents = defaultdict(list)
     for rule_id, rule in rules.items():
         spec = rule.objective_spec()
         assert spec is not None
-        calendar = calendar_for(rule) if calendar_for else calendars.get(rule.business_calendar_id)
+        calendar_id = rule.business_calendar_id
+        calendar = calendar_for(rule) if calendar_for else calendars.get(calendar_id) if calendar_id else None
         estimate = facts.estimates.get(rule_id)
         for slot in sorted(facts.slots[rule_id]):
             old = facts.rows.get((rule_id, slot))
@@ -170,7 +179,7 @@ def objective_evaluate(*, now: datetime, calendar_for=None) -> PassResult:
     )
 
 
-def _calendars(rules) -> dict:
+def _calendars(rules: Iterable[TriggerRule]) -> dict[int, obj.Calendar]:
     """The business calendars the rules run by, each built once for all its rules (one query for
     the calendars, one per calendar for its overrides: bounded by calendars, not by rules)."""
     ids = {r.business_calendar_id for r in rules if r.business_calendar_id}
@@ -217,7 +226,15 @@ _RUN_FIELDS = (
 )
 
 
-def _row(rule, slot, status: obj.ObjectiveStatus, *, old, state: obj.SlotState, now: datetime) -> SlotObjective:
+def _row(
+    rule: TriggerRule,
+    slot: datetime,
+    status: obj.ObjectiveStatus,
+    *,
+    old: SlotObjective | None,
+    state: obj.SlotState,
+    now: datetime,
+) -> SlotObjective:
     # Closed: the outcome is final (finished, will not run, or breached long enough ago).
     final = status.status in CLOSING or (
         status.status == obj.BREACHED
@@ -241,7 +258,7 @@ def _row(rule, slot, status: obj.ObjectiveStatus, *, old, state: obj.SlotState, 
     )
 
 
-def _alerts_for(rule, row: SlotObjective, *, old, into: dict) -> None:
+def _alerts_for(rule: TriggerRule, row: SlotObjective, *, old: SlotObjective | None, into: AlertEvents) -> None:
     """At risk once per slot, breached once per slot, recovered when an at-risk slot ends met. An
     acknowledged slot alerts no more. A slot held by a stalled scheduler is the scheduler alert's: it
     is marked as alerted for both, and sends nothing now or later (one page per incident)."""
@@ -267,7 +284,7 @@ def _alerts_for(rule, row: SlotObjective, *, old, into: dict) -> None:
     into[kind].append((f"{kind}:{rule.name}:{row.slot.isoformat()}", objective_alert_payload(rule, row, kind=kind)))
 
 
-def objective_alert_payload(rule, row: SlotObjective, *, kind: str) -> dict:
+def objective_alert_payload(rule: TriggerRule, row: SlotObjective, *, kind: str) -> dict[str, Any]:
     """What an objective alert carries: figures (the slot and deadline as instants with the rule's zone,
     the cause as data), so that delivery words it in each channel's language (deadletters.alert_texts);
     the English title and reason are for the log and for readers of the raw payload."""
@@ -307,7 +324,7 @@ class _Facts:
     paused_by: dict[int, str]
     scheduler_down_since: datetime | None = None  # the last tick, when the scheduler is stalled
 
-    def state(self, rule, slot: datetime, *, now: datetime) -> obj.SlotState:
+    def state(self, rule: TriggerRule, slot: datetime, *, now: datetime) -> obj.SlotState:
         """The pure SlotState of one slot from the records read."""
         key = (rule.id, slot)
         run = self.runs.get(key)
@@ -519,7 +536,7 @@ def objective_prune(*, now: datetime) -> int:
 # --- causes as stored data -------------------------------------------------------------------
 
 
-def cause_text(data: dict, *, lang: str | None = None) -> str:
+def cause_text(data: dict[str, Any], *, lang: str | None = None) -> str:
     """The stored cause in words: the active language, or `lang`."""
     reason = sentences.reason_load(data)
     if lang is None:
@@ -528,7 +545,7 @@ def cause_text(data: dict, *, lang: str | None = None) -> str:
         return sentences.say(reason)
 
 
-def objective_acknowledge(*, rows, actor: str, now: datetime) -> int:
+def objective_acknowledge(*, rows: QuerySet[SlotObjective], actor: str, now: datetime) -> int:
     """Acknowledge slot objectives: on-call has it, no more alerts for those slots. Returns how many
     were acknowledged now (an acknowledged row stays as it was)."""
     return rows.filter(acknowledged_at__isnull=True).update(acknowledged_by=actor[:150], acknowledged_at=now)

@@ -15,9 +15,10 @@ percentile_cont, on PostgreSQL and SQLite alike, in time that does not grow with
 
 import math
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
+from typing import Any, TypeAlias, TypeVar
 
 from django.core.exceptions import EmptyResultSet
 from django.db import transaction
@@ -47,6 +48,11 @@ BIN_RATIO = 1.05
 _LOG_RATIO = math.log(BIN_RATIO)
 ROW_FIELDS = ("trigger_at", "state", "dedupe_hits", "is_trial", "start_at", "finish_at", "source")
 EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+# One run as ROW_FIELDS reads it.
+RunRow: TypeAlias = tuple[datetime, str, int, bool, datetime | None, datetime | None, str]
+# A values_list(*ROW_FIELDS) of runs.
+RunRows: TypeAlias = "QuerySet[TaskRun, RunRow]"
+_K = TypeVar("_K")
 
 
 def bin_of(seconds: float) -> int:
@@ -71,11 +77,11 @@ class Summary:
     """Runs by state, their dedupe hits and trials; delay (first start - trigger, backfills left out:
     paced on purpose) and latency (finish - trigger, succeeded runs) as histograms {bin: runs}."""
 
-    states: Counter = field(default_factory=Counter)
+    states: Counter[str] = field(default_factory=Counter)
     hits: int = 0
     trials: int = 0
-    delay: Counter = field(default_factory=Counter)
-    latency: Counter = field(default_factory=Counter)
+    delay: Counter[int] = field(default_factory=Counter)
+    latency: Counter[int] = field(default_factory=Counter)
 
     def add(self, other: "Summary") -> None:
         self.states.update(other.states)
@@ -84,7 +90,7 @@ class Summary:
         self.delay.update(other.delay)
         self.latency.update(other.latency)
 
-    def as_json(self) -> dict:
+    def as_json(self) -> dict[str, Any]:
         return {
             "states": dict(self.states),
             "hits": self.hits,
@@ -94,7 +100,7 @@ class Summary:
         }
 
     @classmethod
-    def from_json(cls, data: dict) -> "Summary":
+    def from_json(cls, data: dict[str, Any]) -> "Summary":
         return cls(
             states=Counter(data.get("states", {})),
             hits=data.get("hits", 0),
@@ -104,9 +110,9 @@ class Summary:
         )
 
 
-def summarize(rows: Iterable[tuple], *, key) -> dict:
+def summarize(rows: Iterable[RunRow], *, key: Callable[[datetime], _K]) -> dict[_K, Summary]:
     """Summaries of runs (ROW_FIELDS tuples), grouped by key(trigger_at)."""
-    out: dict = {}
+    out: dict[_K, Summary] = {}
     for trigger_at, state, hits, is_trial, start_at, finish_at, source in rows:
         k = key(trigger_at)
         s = out.get(k)
@@ -122,7 +128,7 @@ def summarize(rows: Iterable[tuple], *, key) -> dict:
     return out
 
 
-def histogram_percentile(hist: Counter, q: float) -> float | None:
+def histogram_percentile(hist: Counter[int], q: float) -> float | None:
     """The q-quantile as percentile_cont computes it (between the values of ranks floor and ceil
     of (n-1)·q, linearly), each value placed within its bin as if the bin's runs were spread
     evenly across it: so within BIN_RATIO of percentile_cont. None: no runs."""
@@ -201,7 +207,7 @@ def _bin_sql(x: str) -> str:
     return f"CASE WHEN {x} < {BIN_BASE!r} THEN 0 ELSE 1 + floor(ln({x} / {BIN_BASE!r}) / ln({BIN_RATIO!r}))::int END"
 
 
-def _summaries(rows: QuerySet) -> tuple[dict[datetime, Summary], int, datetime | None]:
+def _summaries(rows: RunRows) -> tuple[dict[datetime, Summary], int, datetime | None]:
     """summarize(rows, key=bucket_of), the runs read, and the oldest bucket among them (None: no
     runs). PostgreSQL summarises in SQL (a few rows per bucket come back instead of every run);
     `rows` is a values_list of ROW_FIELDS, sliced or not."""
@@ -217,7 +223,7 @@ def _summarize_in_postgres(buckets: list[datetime]) -> dict[datetime, Summary]:
     return _summarize_in_postgres_rows(TaskRun.objects.filter(_ranges_q(buckets)).values_list(*ROW_FIELDS))[0]
 
 
-def _summarize_in_postgres_rows(rows: QuerySet) -> tuple[dict[datetime, Summary], int, datetime | None]:
+def _summarize_in_postgres_rows(rows: RunRows) -> tuple[dict[datetime, Summary], int, datetime | None]:
     """_summaries in SQL, by the same rules as summarize."""
     try:
         inner, inner_params = rows.query.sql_with_params()
