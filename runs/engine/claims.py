@@ -6,7 +6,7 @@ from contextlib import contextmanager, nullcontext
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from enum import StrEnum
-from typing import Any
+from typing import Any, Protocol
 
 from django.db import IntegrityError, transaction
 
@@ -228,6 +228,14 @@ class ClaimCounts:
     claimed: int = 0
     dedupe_hits: int = 0
     decisions: int = 0
+
+
+class ClaimTally(Protocol):
+    """Where a slot's claim is counted: ClaimCounts, or a tick's result (which also counts rules)."""
+
+    claimed: int
+    dedupe_hits: int
+    decisions: int
 
 
 class ClaimBatch:

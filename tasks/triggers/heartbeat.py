@@ -2,13 +2,13 @@
 
 from datetime import datetime, timedelta
 
-from runs.engine.claims import ClaimBatch
+from runs.engine.claims import ClaimBatch, ClaimTally
 from runs.models import TaskRun
 from tasks.models import TriggerRule
 from tasks.triggers.slot import slot_handle
 
 
-def heartbeat_tick(rule: TriggerRule, *, now: datetime, result, batch: ClaimBatch | None = None) -> None:
+def heartbeat_tick(rule: TriggerRule, *, now: datetime, result: ClaimTally, batch: ClaimBatch | None = None) -> None:
     """A heartbeat rule is due: no ping arrived within period + grace. Fire it once, then again every
     period while the silence lasts; a ping moves next_fire_at forward (rule_ping)."""
     slot = rule.next_fire_at

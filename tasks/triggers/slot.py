@@ -10,13 +10,14 @@ import logging
 import random
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db import transaction
 from django.db.models import Max
 
 from deadletters.alerts import alert_decisions, alert_slot_expired
 from harness_site import tracing
-from runs.engine.claims import ClaimBatch, ClaimOutcome, run_claim
+from runs.engine.claims import ClaimBatch, ClaimOutcome, ClaimTally, run_claim
 from runs.engine.incidents import incident_unfolded
 from runs.engine.outcome import run_fail
 from runs.engine.store import store
@@ -69,7 +70,7 @@ def slot_handle(
     *,
     source: str,
     now: datetime,
-    result,
+    result: ClaimTally,
     run_after: datetime | None = None,
     approval: bool = False,
     hold: SlotHold | None = None,
@@ -139,14 +140,17 @@ def catchup_last_start(rule: TriggerRule, *, now: datetime, spacing: timedelta) 
     if not spacing:
         return None
     # Served by run_rule_recent_idx (rule first).
-    return (
+    last: datetime | None = (
         TaskRun.objects.filter(rule=rule, source=TaskRun.Source.CATCHUP, run_after__gt=now - spacing)
         .exclude(state__in=(TaskRun.State.AWAITING_APPROVAL, TaskRun.State.CANCELLED))
         .aggregate(last=Max("run_after"))["last"]
     )
+    return last
 
 
-def _hold(rule, slot, verdict: evaluation.Verdict, *, source: str, now: datetime, hold: SlotHold | None) -> None:
+def _hold(
+    rule: TriggerRule, slot: datetime, verdict: evaluation.Verdict, *, source: str, now: datetime, hold: SlotHold | None
+) -> None:
     recheck_at = verdict.recheck_at
     if recheck_at is None:  # evaluation gives every HOLD verdict its re-check instant
         raise ValueError(f"a hold ({verdict.reason}) without a re-check instant")
@@ -173,7 +177,16 @@ def _release(hold: SlotHold | None) -> None:
         store().hold_release(hold.pk)
 
 
-def _fail_slot(rule, slot, *, source: str, details: dict, now: datetime, result, batch: ClaimBatch | None) -> None:
+def _fail_slot(
+    rule: TriggerRule,
+    slot: datetime,
+    *,
+    source: str,
+    details: dict[str, Any],
+    now: datetime,
+    result: ClaimTally,
+    batch: ClaimBatch | None,
+) -> None:
     """Readiness policy "fail": the slot becomes a failed run with a dead-letter ticket, so it is
     visible on the desk and replayable (with the same biz_key) once the data is there."""
     claimed = slot_claim(rule, slot, source=source, now=now, result=result, dispatch=False, batch=batch)
@@ -187,7 +200,7 @@ def _fail_slot(rule, slot, *, source: str, details: dict, now: datetime, result,
     run_fail(run, error=error, reason="readiness policy is fail", now=now, from_states=(TaskRun.State.PENDING,))
 
 
-def holds_process(*, now: datetime, result) -> int:
+def holds_process(*, now: datetime, result: ClaimTally) -> int:
     """Re-check every hold that is due. Holds are taken with SKIP LOCKED so concurrent ticks split them."""
     done = 0
     while True:
@@ -207,7 +220,7 @@ def holds_process(*, now: datetime, result) -> int:
             return done
 
 
-def _recheck(hold: SlotHold, *, now: datetime, result) -> None:
+def _recheck(hold: SlotHold, *, now: datetime, result: ClaimTally) -> None:
     rule = hold.rule
     if not rule.enabled:
         _release(hold)
@@ -281,13 +294,13 @@ def slot_claim(
     *,
     source: str,
     now: datetime,
-    result,
+    result: ClaimTally,
     run_after: datetime | None = None,
     state: str | None = None,
     dispatch: bool = True,
     batch: ClaimBatch | None = None,
     spread_used: Spread | None = None,
-    calendar: dict | None = None,
+    calendar: dict[str, Any] | None = None,
     held: list[str] | None = None,
 ) -> SlotClaimed:
     """Claim the slot's run and say what became of it: created (with the run), a dedupe hit, shed
@@ -319,12 +332,23 @@ def slot_claim(
     return SlotClaimed(outcome, claim.run if claim.created else None)
 
 
-def _invalid_rule(rule, slot, exc: Exception, *, now, result, batch: ClaimBatch | None) -> None:
+def _invalid_rule(
+    rule: TriggerRule, slot: datetime, exc: Exception, *, now: datetime, result: ClaimTally, batch: ClaimBatch | None
+) -> None:
     details = {"error": error_text(exc)}
     slot_decide(rule, slot, reason=Decision.Reason.INVALID_RULE, details=details, now=now, result=result, batch=batch)
 
 
-def slot_decide(rule, slot, *, reason, details, now, result, batch: ClaimBatch | None = None) -> None:
+def slot_decide(
+    rule: TriggerRule,
+    slot: datetime,
+    *,
+    reason: str,
+    details: dict[str, Any],
+    now: datetime,
+    result: ClaimTally,
+    batch: ClaimBatch | None = None,
+) -> None:
     """Record why the slot did not run (invariant 3): one decision per (rule, slot). With the
     tick's claim batch it is written with the batch's decisions, which count it."""
     decision = Decision(rule=rule, slot=slot, reason=reason, details=details, created_at=now)
