@@ -7,6 +7,7 @@ sentence each with the page that explains it. A fact is gone as soon as its figu
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.conf import settings
 from django.urls import reverse
@@ -32,7 +33,7 @@ def queues_without_worker(workers: list[WorkerRow]) -> list[str]:
     return sorted(q for q in settings.CELERY_TASK_QUEUES if q not in served)
 
 
-def health_figures(*, now: datetime) -> dict:
+def health_figures(*, now: datetime) -> dict[str, Any]:
     """The database's view of the harness, for /healthz and the banner: the scheduler's figures
     (runs.desk.selectors.scheduler_health: ok, reason, code, ...), `workers`, `queues_without_worker`,
     `alerts_log_only` (no enabled channel can deliver), `calendars_without_data` and
@@ -66,7 +67,7 @@ class Fact:
     link: str  # that link's words
 
 
-def banner_facts(figures: dict, *, now: datetime) -> list[Fact]:
+def banner_facts(figures: dict[str, Any], *, now: datetime) -> list[Fact]:
     """What is wrong with the harness itself, worst first, one sentence each ([] when nothing is)."""
     facts = []
     dashboard = reverse("harness-dashboard")
@@ -133,7 +134,7 @@ def banner_facts(figures: dict, *, now: datetime) -> list[Fact]:
     return facts
 
 
-def calendar_sentence(gap: dict) -> str:
+def calendar_sentence(gap: dict[str, Any]) -> str:
     """What a calendar running out of data means for its rules: past its data a calendar counts
     every weekday as a business day, unless the law still fixes the holidays (mainland China) and
     the calendar's policy decides the days a notice would move."""

@@ -7,6 +7,7 @@ per bucket), and keeps the rules that cost most.
 
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
 from django.db.models import Count, F, Q
 
@@ -57,7 +58,7 @@ def cell_state(*, missed: int, late: int, ran: int, other: int) -> str:
     return ""
 
 
-def grid_build(window: Window) -> dict:
+def grid_build(window: Window) -> dict[str, Any]:
     """Rows of (rule name, [cell state per bucket], missed total), GRID_ROWS at most, most missed first."""
     edges = window.edges()
     buckets = [Q(slot__gte=edges[i], slot__lt=edges[i + 1]) for i in range(COLUMNS)]
@@ -83,7 +84,7 @@ def grid_build(window: Window) -> dict:
         )
         .order_by()
     )
-    counts: dict[int, dict] = {}
+    counts: dict[int, dict[str, Any]] = {}
     for row in decided:
         counts[row["rule_id"]] = {"name": row["rule__name"], **row}
     for run_row in ran:

@@ -1,6 +1,7 @@
 """What an incident's page shows, read in a fixed number of queries (tests/runs/test_incident_page.py)."""
 
 from datetime import datetime
+from typing import Any
 
 from django.urls import reverse
 
@@ -14,7 +15,7 @@ from runs.models import Incident
 RERUN_ACTION = "rerun_slots"
 
 
-def incident_page(incident: Incident, *, now: datetime, zoom: str | None = None) -> dict:
+def incident_page(incident: Incident, *, now: datetime, zoom: str | None = None) -> dict[str, Any]:
     """Start, end, duration, what it cost per rule, its missed slots (selectable), alerts, operator
     actions, and the rules on one time axis at `zoom`."""
     until = incident.ended_at or now

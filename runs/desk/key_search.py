@@ -6,8 +6,9 @@ from tasks.rules.keys.search_candidates, so a raw key and its stored, escaped fo
 """
 
 import re
+from typing import TypeVar
 
-from django.db.models import Q, QuerySet, Value
+from django.db.models import Model, Q, QuerySet, Value
 from django.db.models.functions import StrIndex, Upper
 from django.db.models.lookups import GreaterThan
 
@@ -43,7 +44,10 @@ def contains(field: str, text: str) -> Q:
     return q
 
 
-def key_search(queryset: QuerySet, raw: str, *, field: str = "biz_key") -> tuple[QuerySet, bool]:
+_M = TypeVar("_M", bound=Model)
+
+
+def key_search(queryset: QuerySet[_M], raw: str, *, field: str = "biz_key") -> tuple[QuerySet[_M], bool]:
     """(matches, whole): the rows whose key is one of the candidates, found through the key's index
     (whole=True); otherwise every row whose key contains one of them, any case (whole=False; on
     PostgreSQL the trigram index serves the runs: see contains). An empty text matches nothing."""

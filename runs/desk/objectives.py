@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from zoneinfo import ZoneInfo
 
-from django.db.models import F, Window
+from django.db.models import F, QuerySet, Window
 from django.db.models.functions import RowNumber
 
 from runs.engine.objectives import cause_text
@@ -93,7 +93,7 @@ def objective_counts(*, rule_ids: list[int] | None = None) -> dict[str, int]:
     return dict(counts)
 
 
-def objective_filter_rules(queryset, status: str):
+def objective_filter_rules(queryset: QuerySet[TriggerRule], status: str) -> QuerySet[TriggerRule]:
     """Rules whose current objective status (objective_status_for_rules) is `status`: for the rule
     list's filter. Reads the open rows, then each rule's last closed row, like the selector."""
     ids = list(queryset.exclude(objective="").values_list("id", flat=True))

@@ -1,8 +1,9 @@
 """Read-only queries for the admin, the commands and /healthz."""
 
 from datetime import datetime, timedelta
+from typing import Any, TypedDict
 
-from django.db.models import Count, Min
+from django.db.models import Count, Min, QuerySet
 from django.utils.translation import gettext as _
 
 from deadletters.models import DeadLetter
@@ -14,7 +15,7 @@ from runs.models import Decision, PoolSlot, PoolWaiter, SchedulerTick, TaskRun
 from tasks.models import Pool, TriggerRule
 
 
-def scheduler_health(*, now: datetime) -> dict:
+def scheduler_health(*, now: datetime) -> dict[str, Any]:
     """The scheduler's health for /healthz and the stall alert.
 
     Not ok when no tick ran for the stall period, or as soon as a due slot has waited longer than
@@ -55,7 +56,12 @@ def scheduler_health(*, now: datetime) -> dict:
     }
 
 
-def oldest_unclaimed_slot(*, now: datetime) -> dict | None:
+class UnclaimedSlot(TypedDict):
+    rule: str  # its name
+    at: datetime  # its next_fire_at
+
+
+def oldest_unclaimed_slot(*, now: datetime) -> UnclaimedSlot | None:
     """The oldest due slot of an enabled rule not yet claimed (rule_due_idx), or None."""
     row = (
         TriggerRule.objects.filter(enabled=True, next_fire_at__lte=now)
@@ -63,17 +69,18 @@ def oldest_unclaimed_slot(*, now: datetime) -> dict | None:
         .values_list("name", "next_fire_at")
         .first()
     )
-    return {"rule": row[0], "at": row[1]} if row else None
+    # next_fire_at__lte matched, so it is set: the check says so to the type checker.
+    return {"rule": row[0], "at": row[1]} if row and row[1] is not None else None
 
 
-def run_list_recent(*, limit: int = 50, rule_name: str | None = None):
+def run_list_recent(*, limit: int = 50, rule_name: str | None = None) -> QuerySet[TaskRun]:
     qs = TaskRun.objects.order_by("-trigger_at", "-id")
     if rule_name:
         qs = qs.filter(rule_name=rule_name)
     return qs[:limit]
 
 
-def run_timeline(run: TaskRun, *, now: datetime) -> dict:
+def run_timeline(run: TaskRun, *, now: datetime) -> dict[str, Any]:
     """Everything the run page shows, in reading order (a handful of queries). Execution time is the
     attempts' running time; the time spent waiting for a human (approvals, a ticket's replay) is apart."""
     attempts = list(run.attempt_set.order_by("number"))
@@ -122,7 +129,7 @@ def run_timeline(run: TaskRun, *, now: datetime) -> dict:
     }
 
 
-def duration_text(delta) -> str:
+def duration_text(delta: timedelta | None) -> str:
     """A duration for reading: 1.234s, 2.5 min, 3.0 h, 2.0 days."""
     if delta is None:
         return "-"
@@ -141,7 +148,7 @@ SHED_REASONS = ("shed", "coalesced")
 PRESSURE_WINDOW = timedelta(hours=1)
 
 
-def pool_pressure(*, now: datetime, top: int = 5) -> list[dict]:
+def pool_pressure(*, now: datetime, top: int = 5) -> list[dict[str, Any]]:
     """Each pool's limit, in use, waiting (per key, top N), shed and coalesced in the last hour, and
     its oldest waiting run. Five queries, whatever the number of pools, keys or runs."""
     pools = list(Pool.objects.order_by("name"))
@@ -193,7 +200,7 @@ def pool_pressure(*, now: datetime, top: int = 5) -> list[dict]:
     return rows
 
 
-def flow_saturation(*, now: datetime) -> dict:
+def flow_saturation(*, now: datetime) -> dict[str, Any]:
     """For /healthz and the dashboard: pools at their limit (on some key), paused pools, and how many
     runs wait for a pool. Saturation is pressure, not a fault: it never makes /healthz fail. Two queries."""
     saturated, paused = set(), set()
@@ -222,7 +229,7 @@ def flow_saturation(*, now: datetime) -> dict:
     }
 
 
-def run_wait_explain(run: TaskRun, *, now: datetime) -> dict | None:
+def run_wait_explain(run: TaskRun, *, now: datetime) -> dict[str, Any] | None:
     """Why a run that has not started is waiting for a pool, or None: which pool (and key), and
     in use / limit, the next rate token, or the provider's pause."""
     if run.state not in TaskRun.CLAIMABLE:
