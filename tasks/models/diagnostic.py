@@ -1,7 +1,12 @@
 """The diagnostic side-effect table of the harness.record skill."""
 
+from typing import TYPE_CHECKING
+
 from django.db import models
 from django.utils.translation import gettext_lazy as _
+
+if TYPE_CHECKING:
+    from tasks.skills.sdk import SkillContext
 
 
 class DiagnosticRecord(models.Model):
@@ -23,3 +28,18 @@ class DiagnosticRecord(models.Model):
 
     def __str__(self) -> str:
         return f"{self.biz_key} (fence {self.fence})"
+
+    @classmethod
+    def record(cls, ctx: "SkillContext") -> dict[str, int]:
+        """The one writer (the skill and the action): who ran, under which fence, at the run's clock."""
+        row = cls.objects.create(
+            run_id=ctx.run_id,
+            biz_key=ctx.biz_key,
+            rule_name=ctx.rule_name,
+            slot=ctx.slot,
+            fence=ctx.fence,
+            attempt=ctx.attempt,
+            worker=ctx.worker,
+            created_at=ctx.current_time(),
+        )
+        return {"record_id": row.id}

@@ -60,27 +60,13 @@ def effective_risk(registered: str, requested: str | None) -> str:
     return max(registered, requested, key=RISKS.index)
 
 
-def _record(ctx: SkillContext, args: dict[str, Any]) -> dict:
-    row = DiagnosticRecord.objects.create(
-        run_id=ctx.run_id,
-        biz_key=ctx.biz_key,
-        rule_name=ctx.rule_name,
-        slot=ctx.slot,
-        fence=ctx.fence,
-        attempt=ctx.attempt,
-        worker=ctx.worker,
-        created_at=ctx.current_time(),
-    )
-    return {"record_id": row.id}
-
-
 @action("harness.record", risk="low")
 def record(ctx: SkillContext, args: dict[str, Any]) -> dict:
     """Write one DiagnosticRecord (low risk): duplicates are countable."""
-    return _record(ctx, args)
+    return DiagnosticRecord.record(ctx)
 
 
 @action("harness.record_guarded", risk="high")
 def record_guarded(ctx: SkillContext, args: dict[str, Any]) -> dict:
     """Write one DiagnosticRecord after a human approves (high risk): to try the approval desk."""
-    return _record(ctx, args)
+    return DiagnosticRecord.record(ctx)

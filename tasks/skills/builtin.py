@@ -46,20 +46,7 @@ def record(ctx: SkillContext) -> dict:
         ctx.check_lease()
         time.sleep(min(0.1, max(deadline - time.monotonic(), 0)))
 
-    def write() -> dict:
-        row = DiagnosticRecord.objects.create(
-            run_id=ctx.run_id,
-            biz_key=ctx.biz_key,
-            rule_name=ctx.rule_name,
-            slot=ctx.slot,
-            fence=ctx.fence,
-            attempt=ctx.attempt,
-            worker=ctx.worker,
-            created_at=ctx.current_time(),
-        )
-        return {"record_id": row.id}
-
-    return ctx.step("record", write, write=True)
+    return ctx.step("record", lambda: DiagnosticRecord.record(ctx), write=True)
 
 
 def _number(params: dict, name: str, *, default: float) -> float:
