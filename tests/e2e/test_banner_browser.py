@@ -19,6 +19,7 @@ from tests.support.processes import wait_for
 SCREENS = [("en-US", LAPTOP), ("en-US", PHONE), ("zh-CN", LAPTOP), ("zh-CN", PHONE)]
 STALLED = {"en": "The scheduler has not ticked for", "zh": "调度器已"}
 FACTS = "#system-banner li[data-code]"
+HEADER = "return document.getElementById('status-harness').innerHTML"  # the status board's own line
 OUTAGE = 120  # seconds: a loaded machine's worker and beat take a while to start and to notice
 
 pytestmark = BROWSER_MARKS
@@ -76,8 +77,7 @@ def test_the_banner_says_the_scheduler_is_down_on_every_page_while_beat_is_stopp
         assert scroll <= client, f"{lang} {width}: {scroll} > {client}"
         if page == reverse("harness-status"):
             # The board's live region refreshes on its own cycle, so its header may trail the banner by one.
-            header = "return document.getElementById('status-harness').innerHTML"
-            until(browser, lambda d: "scheduler" in d.execute_script(header), "the status header's line", OUTAGE)
+            until(browser, lambda d: "scheduler" in d.execute_script(HEADER), "the status header's line", OUTAGE)
         _shot(browser, f"banner-stalled-{lang}-{width}")
 
     harness.beat("beat2")
