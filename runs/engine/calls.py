@@ -33,11 +33,19 @@ class SkillRuntime:
     ) -> Any:
         return propose_action(ctx, action, args, step=step, risk=risk)
 
-    def call_model(self, ctx: SkillContext, agent: str, prompt: str, *, step: str) -> tuple[ModelReply, int]:
+    def call_model(
+        self,
+        ctx: SkillContext,
+        agent: str,
+        prompt: str,
+        *,
+        step: str,
+        check: Callable[[ModelReply], None] | None = None,
+    ) -> tuple[ModelReply, int]:
         found = store().agent_read(agent)
         if found is None:
             raise SkillError(ErrorKind.INVALID_PARAM, f"no agent named {agent!r}")
-        return model_call(ctx, found, prompt, step=step)
+        return model_call(ctx, found, prompt, step=step, check=check)
 
     def mark_output(self, call_id: int, *, valid: bool) -> None:
         call_mark_output(call_id, valid=valid)
@@ -51,11 +59,21 @@ class SkillRuntime:
         "gen_ai.request.model": agent.model,
     },
 )
-def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model") -> tuple[ModelReply, int]:
+def model_call(
+    ctx: SkillContext,
+    agent,
+    prompt: str,
+    *,
+    step: str = "call_model",
+    check: Callable[[ModelReply], None] | None = None,
+) -> tuple[ModelReply, int]:
     """Call `agent` for run `ctx` and record the call; returns the reply and the ExternalCall id.
 
     The call's row is written "sent" before the request (by the budget's count, or just before it)
-    and completed after, so a call in flight when the worker dies stays on record.
+    and completed after, so a call in flight when the worker dies stays on record. With `check`, the
+    skill's validation of the reply runs before that write, which then records whether the output
+    passed (output_valid; one statement, not a second one from mark_output); what `check` raises
+    comes out of this call once the record is written.
 
     Raises BudgetWait (before calling) when the agent's hourly budget is spent, ProviderWait when its
     provider's pool is paused or out of tokens, and ModelCallError (after recording the failed call)
@@ -109,6 +127,10 @@ def model_call(ctx: SkillContext, agent, prompt: str, *, step: str = "call_model
         record.status = reply.status
         record.prompt_tokens = reply.prompt_tokens
         record.completion_tokens = reply.completion_tokens
+        if check is not None:
+            record.output_valid = False  # unless check() returns: whatever it raises, the output failed
+            check(reply)
+            record.output_valid = True
     finally:
         record.latency_ms = round((time.monotonic() - started) * 1000)
         # Completed whatever happens next: the call was made (and maybe paid for) even if the lease is lost.
