@@ -12,7 +12,7 @@ from django.db import transaction
 
 from harness_site import tracing
 from runs.engine.admission import pool_call_take, pool_pause
-from runs.engine.steps import propose_action, run_step
+from runs.engine.steps import Checkpoints, propose_action, run_step
 from runs.engine.store import database, store
 from runs.models import ExternalCall, TaskRun
 from tasks.agents.budgets import Spend, budget_decide, budget_window
@@ -23,15 +23,19 @@ from tasks.skills.sdk import BudgetWait, ErrorKind, ProviderWait, SkillContext, 
 
 
 class SkillRuntime:
-    """The executor's runtime behind every SkillContext: checkpoints, proposals, recorded calls."""
+    """The executor's runtime behind every SkillContext: checkpoints, proposals, recorded calls.
+    One per attempt: it keeps the attempt's view of the run's checkpoints (runs.engine.steps)."""
+
+    def __init__(self) -> None:
+        self.checkpoints = Checkpoints()
 
     def step(self, ctx: SkillContext, name: str, fn: Callable[[], Any], *, write: bool) -> Any:
-        return run_step(ctx, name, fn, write=write)
+        return run_step(ctx, name, fn, write=write, checkpoints=self.checkpoints)
 
     def propose(
         self, ctx: SkillContext, action: str, args: dict[str, Any], *, step: str | None, risk: str | None
     ) -> Any:
-        return propose_action(ctx, action, args, step=step, risk=risk)
+        return propose_action(ctx, action, args, step=step, risk=risk, checkpoints=self.checkpoints)
 
     def call_model(
         self,

@@ -130,4 +130,3 @@ def _output(reply: Any, schema: dict | None) -> Any:
                 raw_output=reply.content,
             )
     return output
-
