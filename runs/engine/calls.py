@@ -12,7 +12,7 @@ from django.db import transaction
 
 from harness_site import tracing
 from runs.engine.admission import pool_call_take, pool_pause
-from runs.engine.steps import propose_action, run_step
+from runs.engine.steps import Checkpoints, propose_action, run_step
 from runs.engine.store import database, store
 from runs.models import ExternalCall, TaskRun
 from tasks.agents.budgets import Spend, budget_decide, budget_window
@@ -23,21 +23,33 @@ from tasks.skills.sdk import BudgetWait, ErrorKind, ProviderWait, SkillContext, 
 
 
 class SkillRuntime:
-    """The executor's runtime behind every SkillContext: checkpoints, proposals, recorded calls."""
+    """The executor's runtime behind every SkillContext: checkpoints, proposals, recorded calls.
+    One per attempt: it keeps the attempt's view of the run's checkpoints (runs.engine.steps)."""
+
+    def __init__(self) -> None:
+        self.checkpoints = Checkpoints()
 
     def step(self, ctx: SkillContext, name: str, fn: Callable[[], Any], *, write: bool) -> Any:
-        return run_step(ctx, name, fn, write=write)
+        return run_step(ctx, name, fn, write=write, checkpoints=self.checkpoints)
 
     def propose(
         self, ctx: SkillContext, action: str, args: dict[str, Any], *, step: str | None, risk: str | None
     ) -> Any:
-        return propose_action(ctx, action, args, step=step, risk=risk)
+        return propose_action(ctx, action, args, step=step, risk=risk, checkpoints=self.checkpoints)
 
-    def call_model(self, ctx: SkillContext, agent: str, prompt: str, *, step: str) -> tuple[ModelReply, int]:
+    def call_model(
+        self,
+        ctx: SkillContext,
+        agent: str,
+        prompt: str,
+        *,
+        step: str,
+        check: Callable[[ModelReply], None] | None = None,
+    ) -> tuple[ModelReply, int]:
         found = store().agent_read(agent)
         if found is None:
             raise SkillError(ErrorKind.INVALID_PARAM, f"no agent named {agent!r}")
-        return model_call(ctx, found, prompt, step=step)
+        return model_call(ctx, found, prompt, step=step, check=check)
 
     def mark_output(self, call_id: int, *, valid: bool) -> None:
         call_mark_output(call_id, valid=valid)
@@ -51,11 +63,21 @@ class SkillRuntime:
         "gen_ai.request.model": agent.model,
     },
 )
-def model_call(ctx: SkillContext, agent: Agent, prompt: str, *, step: str = "call_model") -> tuple[ModelReply, int]:
+def model_call(
+    ctx: SkillContext,
+    agent: Agent,
+    prompt: str,
+    *,
+    step: str = "call_model",
+    check: Callable[[ModelReply], None] | None = None,
+) -> tuple[ModelReply, int]:
     """Call `agent` for run `ctx` and record the call; returns the reply and the ExternalCall id.
 
     The call's row is written "sent" before the request (by the budget's count, or just before it)
-    and completed after, so a call in flight when the worker dies stays on record.
+    and completed after, so a call in flight when the worker dies stays on record. With `check`, the
+    skill's validation of the reply runs before that write, which then records whether the output
+    passed (output_valid; one statement, not a second one from mark_output); what `check` raises
+    comes out of this call once the record is written.
 
     Raises BudgetWait (before calling) when the agent's hourly budget is spent, ProviderWait when its
     provider's pool is paused or out of tokens, and ModelCallError (after recording the failed call)
@@ -109,6 +131,10 @@ def model_call(ctx: SkillContext, agent: Agent, prompt: str, *, step: str = "cal
         record.status = reply.status
         record.prompt_tokens = reply.prompt_tokens
         record.completion_tokens = reply.completion_tokens
+        if check is not None:
+            record.output_valid = False  # unless check() returns: whatever it raises, the output failed
+            check(reply)
+            record.output_valid = True
     finally:
         record.latency_ms = round((time.monotonic() - started) * 1000)
         # Completed whatever happens next: the call was made (and maybe paid for) even if the lease is lost.

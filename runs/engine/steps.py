@@ -31,34 +31,67 @@ def step_done(ctx: SkillContext, name: str) -> RunStep | None:
     return store().step_read(ctx.run_id, name)
 
 
+class Checkpoints:
+    """One attempt's view of its run's checkpoints: every one read in one statement at the
+    attempt's first read step, then kept up to date with the checkpoints the attempt writes itself,
+    so a skill of N read steps costs one read, not N. Only the attempt holding the run's fence writes
+    a checkpoint, so none appears behind this attempt's back while it holds the lease; once it has
+    lost the lease its own checkpoint write is refused (LeaseLost), whatever this view says."""
+
+    def __init__(self) -> None:
+        self._by_name: dict[str, RunStep] | None = None
+
+    def get(self, ctx: SkillContext, name: str) -> RunStep | None:
+        if self._by_name is None:
+            self._by_name = store().steps_read(ctx.run_id)
+        return self._by_name.get(name)
+
+    def add(self, step: RunStep) -> None:
+        if self._by_name is not None:
+            self._by_name.setdefault(step.name, step)
+
+
 @tracing.traced(
     "run.step", attributes=lambda ctx, name, *_a, write=False, **_k: {"harness.step": name, "harness.write": write}
 )
-def run_step(ctx: SkillContext, name: str, fn: Callable[[], Any], *, write: bool = False) -> Any:
+def run_step(
+    ctx: SkillContext,
+    name: str,
+    fn: Callable[[], Any],
+    *,
+    write: bool = False,
+    checkpoints: Checkpoints | None = None,
+) -> Any:
     """Run step `name` of this run once and checkpoint its output; return the checkpoint if it exists.
 
     A write step in a dry run is not run: it is recorded as skipped and returns None.
     Raises LeaseLost if this attempt no longer holds the run: nothing is written.
+    `checkpoints`: the attempt's view of them (the executor's runtime keeps one per attempt); None
+    reads this step's afresh. A write step looks its checkpoint up inside its own transaction.
     """
     if write and not ctx.dry_run:
         with fenced_step(run_id=ctx.run_id, fence=ctx.fence, name=name, lost=ctx.lease_lost) as done:
             if done is not None:
                 return _resumed(ctx, done)
             output = fn()
-            store().step_insert(_step(ctx, name, output))
+            step = _step(ctx, name, output)
+            store().step_insert(step)
+        if checkpoints is not None:
+            checkpoints.add(step)
         return output
     database.connection_refresh()  # a step may follow minutes of work: replace a connection the server dropped
-    done = step_done(ctx, name)
+    done = checkpoints.get(ctx, name) if checkpoints is not None else step_done(ctx, name)
     if done is not None:
         return _resumed(ctx, done)
     if write:
-        _checkpoint(ctx, name, None, skipped=True)
+        step = _checkpoint(ctx, name, None, skipped=True)
         ctx.logger.info("run %s: dry run, write step %s skipped", ctx.run_id, name)
-        return None
-    database.connection_release()  # a read step may wait (a model call): hold no pooled connection meanwhile
-    output = fn()
-    _checkpoint(ctx, name, output)
-    return output
+    else:
+        database.connection_release()  # a read step may wait (a model call): hold no pooled connection meanwhile
+        step = _checkpoint(ctx, name, fn())
+    if checkpoints is not None:
+        checkpoints.add(step)
+    return step.output
 
 
 def _resumed(ctx: SkillContext, done: RunStep) -> Any:
@@ -66,13 +99,15 @@ def _resumed(ctx: SkillContext, done: RunStep) -> Any:
     return done.output
 
 
-def _checkpoint(ctx: SkillContext, name: str, output: Any, *, skipped: bool = False) -> None:
+def _checkpoint(ctx: SkillContext, name: str, output: Any, *, skipped: bool = False) -> RunStep:
     """The step's checkpoint alone, under the fence (one statement where the store can)."""
     if ctx.lease_lost():
         raise LeaseLost()
     database.connection_refresh()  # after a read step's wait
-    if not store().step_checkpoint(_step(ctx, name, output, skipped=skipped), fence=ctx.fence):
+    step = _step(ctx, name, output, skipped=skipped)
+    if not store().step_checkpoint(step, fence=ctx.fence):
         raise LeaseLost()
+    return step
 
 
 def _step(ctx: SkillContext, name: str, output: Any, *, skipped: bool = False) -> RunStep:
@@ -88,7 +123,13 @@ def _step(ctx: SkillContext, name: str, output: Any, *, skipped: bool = False) -
 
 
 def propose_action(
-    ctx: SkillContext, action: str, args: dict[str, Any], *, step: str | None = None, risk: str | None = None
+    ctx: SkillContext,
+    action: str,
+    args: dict[str, Any],
+    *,
+    step: str | None = None,
+    risk: str | None = None,
+    checkpoints: Checkpoints | None = None,
 ) -> Any:
     """Run `action` once for this run, as step `step` (default "action:<name>").
 
@@ -108,7 +149,7 @@ def propose_action(
             who = f" by {proposal.decided_by}" if proposal.decided_by else ""
             raise SkillError(ErrorKind.STATE_PRECONDITION, f"action {action!r} was {proposal.status}{who}")
         args = proposal.args
-    return run_step(ctx, step, lambda: handler.fn(ctx, args), write=True)
+    return run_step(ctx, step, lambda: handler.fn(ctx, args), write=True, checkpoints=checkpoints)
 
 
 def _approval_ttl(ctx: SkillContext) -> timedelta:

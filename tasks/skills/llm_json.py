@@ -105,24 +105,28 @@ def _fetch_input(ctx: SkillContext) -> dict:
 
 def _call_model(ctx: SkillContext, spec: dict) -> Any:
     prompt = render_prompt(ctx.params.get("prompt") or DEFAULT_PROMPT, prompt_values(ctx))
-    reply, call_id = ctx.call_model(spec["agent"], prompt, step="call_model")
+    schema = spec.get("output_schema")
+    checked: list[Any] = []
+    # Checked before the call's result is written, so that write records whether the output passed.
+    ctx.call_model(spec["agent"], prompt, step="call_model", check=lambda reply: checked.append(_output(reply, schema)))
+    return checked[0]
+
+
+def _output(reply: Any, schema: dict | None) -> Any:
+    """The reply's JSON, valid against `schema` (None: any JSON); else model_invalid_output."""
     try:
         output = json.loads(reply.content)
     except ValueError as exc:
-        ctx.mark_output(call_id, valid=False)
         raise ModelCallError(
             ErrorKind.MODEL_INVALID_OUTPUT, f"model output is not JSON: {exc}", raw_output=reply.content
         ) from None
-    schema = spec.get("output_schema")
     if schema is not None:
         error = best_match(Draft202012Validator(schema).iter_errors(output))
         if error is not None:
-            ctx.mark_output(call_id, valid=False)
             where = "/".join(str(p) for p in error.absolute_path) or "(top level)"
             raise ModelCallError(
                 ErrorKind.MODEL_INVALID_OUTPUT,
                 f"model output fails the rule's schema at {where}: {error.message}",
                 raw_output=reply.content,
             )
-    ctx.mark_output(call_id, valid=True)
     return output

@@ -92,7 +92,9 @@ class SkillRuntime(Protocol):
         self, ctx: "SkillContext", action: str, args: dict[str, Any], *, step: str | None, risk: str | None
     ) -> Any: ...
 
-    def call_model(self, ctx: "SkillContext", agent: str, prompt: str, *, step: str) -> tuple[Any, int]: ...
+    def call_model(
+        self, ctx: "SkillContext", agent: str, prompt: str, *, step: str, check: Callable[[Any], None] | None = None
+    ) -> tuple[Any, int]: ...
 
     def mark_output(self, call_id: int, *, valid: bool) -> None: ...
 
@@ -156,10 +158,16 @@ class SkillContext:
         """Run a registered action once: low risk at once, medium/high after a human approves."""
         return self.runtime.propose(self, action, args, step=step, risk=risk)
 
-    def call_model(self, agent: str, prompt: str, *, step: str) -> tuple[Any, int]:
+    def call_model(
+        self, agent: str, prompt: str, *, step: str, check: Callable[[Any], None] | None = None
+    ) -> tuple[Any, int]:
         """Call the named agent and record the call; returns the reply and the call record's id.
-        Raises BudgetWait when the agent's budget is spent, ModelCallError when the call fails."""
-        return self.runtime.call_model(self, agent, prompt, step=step)
+        Raises BudgetWait when the agent's budget is spent, ModelCallError when the call fails.
+
+        `check(reply)`, if given, validates the reply before the call's result is written: it raises
+        (a ModelCallError of kind model_invalid_output) to refuse it, and the record says whether the
+        output passed in the same write as the result, instead of a mark_output after it."""
+        return self.runtime.call_model(self, agent, prompt, step=step, check=check)
 
     def mark_output(self, call_id: int, *, valid: bool) -> None:
         """Record whether a model call's output passed validation."""

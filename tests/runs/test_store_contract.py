@@ -366,6 +366,23 @@ def test_a_step_checkpoint_is_written_only_while_the_fence_holds_and_read_back_a
 
 
 @pytestmark_db
+def test_every_checkpoint_of_a_run_is_read_in_one_go_by_name(backend):
+    run = claim("c:steps-read")
+    other = claim("c:steps-read-other")
+    backend.lease_claim(run, worker="w1", now=T0, plain=False)
+    backend.lease_claim(other, worker="w1", now=T0, plain=False)
+    assert backend.steps_read(run.id) == {}
+    assert backend.step_checkpoint(checkpoint(run, "fetch", {"a": [1, "b"]}), fence=run.fence)
+    assert backend.step_checkpoint(checkpoint(run, "call", "text", attempt=2), fence=run.fence)
+    assert backend.step_checkpoint(checkpoint(other, "fetch", 3), fence=other.fence)
+    found = backend.steps_read(run.id)
+    assert sorted(found) == ["call", "fetch"]
+    assert (found["fetch"].output, found["fetch"].attempt, found["fetch"].completed_at) == ({"a": [1, "b"]}, 1, T0)
+    assert (found["call"].output, found["call"].attempt, found["call"].run_id) == ("text", 2, run.id)
+    assert found["fetch"].pk == backend.step_read(run.id, "fetch").pk
+
+
+@pytestmark_db
 def test_a_write_step_reads_its_checkpoint_and_the_fence_in_its_transaction(backend):
     run = claim("c:write-step")
     backend.lease_claim(run, worker="w1", now=T0, plain=False)

@@ -675,6 +675,14 @@ def step_read(run_id: int, name: str) -> RunStep | None:
     return RunStep.objects.filter(run_id=run_id, name=name).order_by("id").first()
 
 
+def steps_read(run_id: int) -> dict[str, RunStep]:
+    """Every checkpoint of the run, by step name (an attempt reads them once: runs.engine.steps)."""
+    found: dict[str, RunStep] = {}
+    for step in RunStep.objects.filter(run_id=run_id).order_by("id"):
+        found.setdefault(step.name, step)
+    return found
+
+
 def step_fence(*, run_id: int, fence: int, name: str) -> tuple[RunStep | None, bool]:
     """Inside a write step's transaction: the step's checkpoint (None: not done), and whether
     `fence` still holds the run, locked until commit as in fence_holds (False once done: a done

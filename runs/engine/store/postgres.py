@@ -370,6 +370,16 @@ class PostgresStore:
             row = cur.fetchone()
             return _step(_names("step_read", cur), row) if row is not None else None
 
+    def steps_read(self, run_id: int) -> dict[str, RunStep]:
+        with _execute("steps_read", {"run_id": run_id}) as cur:
+            rows = cur.fetchall()
+            names = _names("steps_read", cur) if rows else ()
+        found: dict[str, RunStep] = {}
+        for row in rows:
+            step = _step(names, row)
+            found.setdefault(step.name, step)
+        return found
+
     def step_fence(self, *, run_id: int, fence: int, name: str) -> tuple[RunStep | None, bool]:
         with _execute("step_fence", {"run_id": run_id, "fence": fence, "name": name}) as cur:
             row = cur.fetchone()

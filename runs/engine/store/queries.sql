@@ -216,6 +216,10 @@ SELECT {freed_waiting}
 -- A run's checkpoint of one step; no row: not done yet (runstep_unique_name).
 SELECT {step_row} FROM runs_runstep WHERE run_id = %(run_id)s AND name = %(name)s
 
+-- steps_read --
+-- Every checkpoint of a run, read once by an attempt at its first read step (runstep_unique_name).
+SELECT {step_row} FROM runs_runstep WHERE run_id = %(run_id)s ORDER BY id
+
 -- step_fence --
 -- Inside a write step's transaction, one statement: the step's checkpoint (NULL columns: not done)
 -- and whether the attempt's fence still holds the run, with the run's row locked until commit (as

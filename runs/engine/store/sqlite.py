@@ -76,6 +76,7 @@ class SqliteStore:
 
     # --- steps ---
     step_read = staticmethod(orm.step_read)
+    steps_read = staticmethod(orm.steps_read)
     step_fence = staticmethod(orm.step_fence)
     step_insert = staticmethod(orm.step_insert)
     step_checkpoint = staticmethod(orm.step_checkpoint)
