@@ -240,20 +240,9 @@ def _summarize_in_postgres(buckets: list[datetime]) -> dict[datetime, Summary]:
 
 def _summarize_in_postgres_ranges(ranges: list[Range], limit: int | None) -> Summaries:
     """_summaries in SQL (reports.sql, rollup_summaries), by the same rules as summarize."""
-    params = {
-        "starts": [start for start, _ in ranges],
-        "ends": [end for _, end in ranges],
-        "limit": limit,
-        "epoch": EPOCH,
-        "bucket_seconds": BUCKET.total_seconds(),
-        "bin_base": BIN_BASE,
-        "bin_ratio": BIN_RATIO,
-        "succeeded": TaskRun.State.SUCCEEDED,
-        "backfill": TaskRun.Source.BACKFILL,
-    }
     out: dict[datetime, Summary] = {}
     read, oldest = 0, None
-    for b, kind, key, n, hits, trials in database.report("rollup_summaries", params):
+    for b, kind, key, n, hits, trials in database.report("rollup_summaries", summaries_params(ranges, limit)):
         if kind == "n":
             read, oldest = n, (EPOCH + BUCKET * b if b is not None else None)
             continue
@@ -265,6 +254,21 @@ def _summarize_in_postgres_ranges(ranges: list[Range], limit: int | None) -> Sum
         else:
             (s.delay if kind == "d" else s.latency)[int(key)] += n
     return out, read, oldest
+
+
+def summaries_params(ranges: list[Range], limit: int | None) -> dict[str, object]:
+    """rollup_summaries' parameters: the ranges as two arrays, the bucket and bin sizes, the states."""
+    return {
+        "starts": [start for start, _ in ranges],
+        "ends": [end for _, end in ranges],
+        "limit": limit,
+        "epoch": EPOCH,
+        "bucket_seconds": BUCKET.total_seconds(),
+        "bin_base": BIN_BASE,
+        "bin_ratio": BIN_RATIO,
+        "succeeded": TaskRun.State.SUCCEEDED,
+        "backfill": TaskRun.Source.BACKFILL,
+    }
 
 
 @dataclass
