@@ -144,26 +144,10 @@ def _start_peaks(now: datetime):
 
 
 def _latency():
-    # 3. Both histograms in one pass over started runs, each difference computed once per row.
+    # 3. Both histograms in one pass over started runs, each difference computed once per row
+    # (reports.sql, run_latency: native date arithmetic on each backend, to the millisecond).
     # Backfills are paced on purpose, so their delay says nothing about the queue (as on the dashboard).
-    # Seconds between two instants, native on each backend (runs.engine.store), to the millisecond: Django's
-    # own duration arithmetic calls a Python function per row on SQLite.
-    delay = database.seconds_between("start_at", "trigger_at")
-    latency = database.seconds_between("finish_at", "trigger_at")
-    buckets = [f"SUM(CASE WHEN d <= {float(b)!r} THEN 1 ELSE 0 END)" for b in QUEUE_DELAY_BUCKETS]
-    buckets += [f"SUM(CASE WHEN l <= {float(b)!r} THEN 1 ELSE 0 END)" for b in LATENCY_BUCKETS]
-    # MATERIALIZED: computed once per row, not once per bucket (SQLite would otherwise inline it).
-    sql = f"""
-        WITH started AS MATERIALIZED (
-            SELECT {delay} AS d,
-                   CASE WHEN state = %s AND finish_at IS NOT NULL THEN {latency} END AS l
-            FROM {TaskRun._meta.db_table}
-            WHERE start_at IS NOT NULL AND source <> %s
-        )
-        SELECT COUNT(d), COALESCE(SUM(d), 0), COUNT(l), COALESCE(SUM(l), 0), {", ".join(buckets)}
-        FROM started
-    """
-    [row] = database.rows(sql, [TaskRun.State.SUCCEEDED, TaskRun.Source.BACKFILL])
+    [row] = database.report("run_latency", latency_params())
     d_n, d_sum, l_n, l_sum, *counts = row
     n_delay = len(QUEUE_DELAY_BUCKETS)
     yield _histogram(
@@ -182,6 +166,16 @@ def _latency():
         count=l_n,
         total=l_sum,
     )
+
+
+def latency_params() -> dict[str, object]:
+    """run_latency's parameters: the states it reads and each histogram bound, in order."""
+    return {
+        "succeeded": TaskRun.State.SUCCEEDED,
+        "backfill": TaskRun.Source.BACKFILL,
+        **{f"delay_{i}": float(b) for i, b in enumerate(QUEUE_DELAY_BUCKETS)},
+        **{f"latency_{i}": float(b) for i, b in enumerate(LATENCY_BUCKETS)},
+    }
 
 
 def _histogram(name, documentation, bounds, counts, *, count: int, total) -> HistogramMetricFamily:

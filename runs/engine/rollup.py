@@ -20,9 +20,8 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeAlias, TypeVar
 
-from django.core.exceptions import EmptyResultSet
 from django.db import transaction
-from django.db.models import Q, QuerySet
+from django.db.models import Q
 
 from runs.engine.store import database
 from runs.models import RunRollup, TaskRun
@@ -48,10 +47,12 @@ BIN_RATIO = 1.05
 _LOG_RATIO = math.log(BIN_RATIO)
 ROW_FIELDS = ("trigger_at", "state", "dedupe_hits", "is_trial", "start_at", "finish_at", "source")
 EPOCH = datetime(2000, 1, 1, tzinfo=UTC)
+# The end of the open range of the LIVE buckets (runs triggered from `last` on).
+OPEN_END = datetime(9999, 12, 31, tzinfo=UTC)
+# [start, end) of trigger_at.
+Range: TypeAlias = tuple[datetime, datetime]
 # One run as ROW_FIELDS reads it.
 RunRow: TypeAlias = tuple[datetime, str, int, bool, datetime | None, datetime | None, str]
-# A values_list(*ROW_FIELDS) of runs.
-RunRows: TypeAlias = "QuerySet[TaskRun, RunRow]"
 _K = TypeVar("_K")
 
 
@@ -110,6 +111,10 @@ class Summary:
         )
 
 
+# Summaries by bucket, the runs read, and the oldest bucket among them (None: no runs).
+Summaries: TypeAlias = tuple[dict[datetime, Summary], int, datetime | None]
+
+
 def summarize(rows: Iterable[RunRow], *, key: Callable[[datetime], _K]) -> dict[_K, Summary]:
     """Summaries of runs (ROW_FIELDS tuples), grouped by key(trigger_at)."""
     out: dict[_K, Summary] = {}
@@ -161,17 +166,28 @@ def rolled_buckets(now: datetime) -> tuple[datetime, datetime]:
     return first, bucket_of(now) - LIVE + BUCKET
 
 
-def _ranges_q(buckets: Iterable[datetime]) -> Q:
-    """trigger_at within any of the buckets, consecutive ones merged (run_recent_idx)."""
-    q, start, end = Q(pk__in=[]), None, None
-    for b in sorted(buckets):
-        if end == b:
-            end = b + BUCKET
+def _ranges(buckets: Iterable[datetime]) -> list[Range]:
+    """The buckets as [start, end) ranges of trigger_at, consecutive ones merged (run_recent_idx)."""
+    return _merged((b, b + BUCKET) for b in buckets)
+
+
+def _merged(ranges: Iterable[Range]) -> list[Range]:
+    """Ranges sorted, those that touch or overlap merged: disjoint, so no run is read twice."""
+    out: list[Range] = []
+    for start, end in sorted(ranges):
+        if start >= end:
             continue
-        if start is not None:
-            q |= Q(trigger_at__gte=start, trigger_at__lt=end)
-        start, end = b, b + BUCKET
-    if start is not None:
+        if out and start <= out[-1][1]:
+            out[-1] = (out[-1][0], max(out[-1][1], end))
+        else:
+            out.append((start, end))
+    return out
+
+
+def _ranges_q(ranges: Iterable[Range]) -> Q:
+    """trigger_at within any of the ranges."""
+    q = Q(pk__in=[])
+    for start, end in ranges:
         q |= Q(trigger_at__gte=start, trigger_at__lt=end)
     return q
 
@@ -189,7 +205,7 @@ def rollup_refresh(*, now: datetime) -> int:
         RunRollup.objects.filter(bucket__lt=first).delete()
         if not todo:
             return 0
-        found, _read, _oldest = _summaries(TaskRun.objects.filter(_ranges_q(todo)).values_list(*ROW_FIELDS))
+        found, _read, _oldest = _summaries(_ranges(todo))
         RunRollup.objects.bulk_create(
             [
                 RunRollup(bucket=b, summary=found.get(b, Summary()).as_json(), refreshed_at=now)
@@ -202,51 +218,31 @@ def rollup_refresh(*, now: datetime) -> int:
     return len(set(todo))
 
 
-def _bin_sql(x: str) -> str:
-    # bin_of, in SQL: the same doubles, the same floor.
-    return f"CASE WHEN {x} < {BIN_BASE!r} THEN 0 ELSE 1 + floor(ln({x} / {BIN_BASE!r}) / ln({BIN_RATIO!r}))::int END"
-
-
-def _summaries(rows: RunRows) -> tuple[dict[datetime, Summary], int, datetime | None]:
-    """summarize(rows, key=bucket_of), the runs read, and the oldest bucket among them (None: no
-    runs). PostgreSQL summarises in SQL (a few rows per bucket come back instead of every run);
-    `rows` is a values_list of ROW_FIELDS, sliced or not."""
+def _summaries(ranges: list[Range], *, limit: int | None = None) -> Summaries:
+    """summarize(runs, key=bucket_of) of the runs triggered within the ranges (disjoint), the newest
+    `limit` of them (None: all); the runs read, and the oldest bucket among them (None: no runs).
+    PostgreSQL summarises in SQL (a few rows per bucket come back instead of every run)."""
+    if not ranges:
+        return {}, 0, None
     if database.summarizes_in_sql():
-        return _summarize_in_postgres_rows(rows)
-    found = list(rows)
+        return _summarize_in_postgres_ranges(ranges, limit)
+    rows = TaskRun.objects.filter(_ranges_q(ranges)).values_list(*ROW_FIELDS)
+    found = list(rows if limit is None else rows.order_by("-trigger_at")[:limit])
     oldest = min((bucket_of(r[0]) for r in found), default=None)
     return summarize(found, key=bucket_of), len(found), oldest
 
 
 def _summarize_in_postgres(buckets: list[datetime]) -> dict[datetime, Summary]:
     """The buckets' summaries computed by PostgreSQL (tests/runs/test_rollup.py compares them with Python's)."""
-    return _summarize_in_postgres_rows(TaskRun.objects.filter(_ranges_q(buckets)).values_list(*ROW_FIELDS))[0]
+    ranges = _ranges(buckets)
+    return _summarize_in_postgres_ranges(ranges, None)[0] if ranges else {}
 
 
-def _summarize_in_postgres_rows(rows: RunRows) -> tuple[dict[datetime, Summary], int, datetime | None]:
-    """_summaries in SQL, by the same rules as summarize."""
-    try:
-        inner, inner_params = rows.query.sql_with_params()
-    except EmptyResultSet:  # no bucket asked for
-        return {}, 0, None
-    sql = f"""
-        WITH r0 AS ({inner}), r AS (
-          SELECT floor(extract(epoch FROM trigger_at - %s) / %s)::bigint AS b, state, dedupe_hits, is_trial,
-                 CASE WHEN start_at IS NOT NULL AND source <> 'backfill'
-                      THEN extract(epoch FROM start_at - trigger_at)::float8 END AS d,
-                 CASE WHEN start_at IS NOT NULL AND source <> 'backfill' AND state = 'succeeded'
-                           AND finish_at IS NOT NULL
-                      THEN extract(epoch FROM finish_at - trigger_at)::float8 END AS l
-          FROM r0
-        )
-        SELECT b, 's', state, count(*), sum(dedupe_hits), count(*) FILTER (WHERE is_trial) FROM r GROUP BY b, state
-        UNION ALL SELECT b, 'd', ({_bin_sql("d")})::text, count(*), 0, 0 FROM r WHERE d IS NOT NULL GROUP BY 1, 3
-        UNION ALL SELECT b, 'l', ({_bin_sql("l")})::text, count(*), 0, 0 FROM r WHERE l IS NOT NULL GROUP BY 1, 3
-        UNION ALL SELECT min(b), 'n', '', count(*), 0, 0 FROM r
-    """
+def _summarize_in_postgres_ranges(ranges: list[Range], limit: int | None) -> Summaries:
+    """_summaries in SQL (reports.sql, rollup_summaries), by the same rules as summarize."""
     out: dict[datetime, Summary] = {}
     read, oldest = 0, None
-    for b, kind, key, n, hits, trials in database.rows(sql, [*inner_params, EPOCH, BUCKET.total_seconds()]):
+    for b, kind, key, n, hits, trials in database.report("rollup_summaries", summaries_params(ranges, limit)):
         if kind == "n":
             read, oldest = n, (EPOCH + BUCKET * b if b is not None else None)
             continue
@@ -258,6 +254,21 @@ def _summarize_in_postgres_rows(rows: RunRows) -> tuple[dict[datetime, Summary],
         else:
             (s.delay if kind == "d" else s.latency)[int(key)] += n
     return out, read, oldest
+
+
+def summaries_params(ranges: list[Range], limit: int | None) -> dict[str, object]:
+    """rollup_summaries' parameters: the ranges as two arrays, the bucket and bin sizes, the states."""
+    return {
+        "starts": [start for start, _ in ranges],
+        "ends": [end for _, end in ranges],
+        "limit": limit,
+        "epoch": EPOCH,
+        "bucket_seconds": BUCKET.total_seconds(),
+        "bin_base": BIN_BASE,
+        "bin_ratio": BIN_RATIO,
+        "succeeded": TaskRun.State.SUCCEEDED,
+        "backfill": TaskRun.Source.BACKFILL,
+    }
 
 
 @dataclass
@@ -284,9 +295,8 @@ def rollup_read(*, now: datetime) -> RollupRead:
         rolled[bucket] = Summary.from_json(summary)
         oldest_refresh = refreshed_at if oldest_refresh is None else min(oldest_refresh, refreshed_at)
     missing = [b for b in (first + BUCKET * i for i in range(int((last - first) / BUCKET))) if b not in rolled]
-    live = Q(trigger_at__gte=since, trigger_at__lt=first) | Q(trigger_at__gte=last) | _ranges_q(missing)
-    rows = TaskRun.objects.filter(live, trigger_at__gte=since).order_by("-trigger_at").values_list(*ROW_FIELDS)
-    found, read, oldest = _summaries(rows[: LIVE_ROWS + 1])
+    live = _merged([(since, first), *_ranges(missing), (last, OPEN_END)])
+    found, read, oldest = _summaries(live, limit=LIVE_ROWS + 1)
     unread = 0
     if read > LIVE_ROWS and oldest is not None:
         # The oldest bucket read may be cut short: it and every older bucket the rollup did not serve are left out.

@@ -1,10 +1,12 @@
-"""This thread's database connection, and the report reads whose SQL differs by database: not run
+"""This thread's database connection, and the report reads (named in reports.sql): not run
 writes (those are the run store's, runs.engine.store.protocol), but the same package, because only
 runs.engine.store touches django.db's connection (an import-linter contract in pyproject.toml says so).
 """
 
 import threading
 import time
+from functools import cache
+from pathlib import Path
 from typing import Any
 
 from django.db import DEFAULT_DB_ALIAS, connections, models
@@ -113,18 +115,34 @@ def summarizes_in_sql() -> bool:
     return is_postgres()
 
 
-def rows(sql: str, params: list[Any] | dict[str, Any]) -> list[tuple[Any, ...]]:
-    """A read-only report query (runs.desk.metrics, runs.engine.rollup), on this thread's connection."""
+REPORTS_FILE = Path(__file__).with_name("reports.sql")
+
+
+@cache
+def reports() -> dict[str, str]:
+    """The report statements of reports.sql by name, with their variants ("name.postgresql")."""
+    return postgres.parse_queries(REPORTS_FILE.read_text())
+
+
+def report_sql(name: str, vendor: str | None = None) -> str:
+    """The statement `name` for `vendor` (this connection's by default): its variant for that
+    database, else its plain form. KeyError: reports.sql names no such report for that database."""
+    found = reports()
+    vendor = vendor or _db().vendor
+    if f"{name}.{vendor}" in found:
+        return found[f"{name}.{vendor}"]
+    if name in found:
+        return found[name]
+    raise KeyError(f"reports.sql has no report {name!r} for {vendor}")
+
+
+def report(name: str, params: dict[str, Any]) -> list[tuple[Any, ...]]:
+    """The rows of the read-only report `name` of reports.sql (runs.desk.metrics, runs.engine.rollup),
+    on this thread's connection. Only a name: no caller runs SQL of its own."""
+    sql = report_sql(name)
     with _db().cursor() as cur:
         cur.execute(sql, params)
         return [tuple(row) for row in cur.fetchall()]
-
-
-def seconds_between(later: str, earlier: str) -> str:
-    """SQL for the seconds from column `earlier` to `later`, as a float."""
-    if is_postgres():
-        return f"EXTRACT(EPOCH FROM ({later} - {earlier}))::float8"
-    return f"ROUND((julianday({later}) - julianday({earlier})) * 86400.0, 3)"
 
 
 def biz_key_unique_valid() -> bool:

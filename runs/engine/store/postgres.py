@@ -36,7 +36,8 @@ from tasks.agents.budgets import Spend
 from tasks.models import GLOBAL_POOL, Agent, TriggerRule
 
 QUERIES_FILE = Path(__file__).with_name("queries.sql")
-_BLOCK = re.compile(r"^-- (fragment )?([a-z_]+) --$", re.MULTILINE)
+# A name may carry a database ("-- name.postgresql --"): reports.sql has per-vendor variants.
+_BLOCK = re.compile(r"^-- (fragment )?([a-z_]+(?:\.[a-z]+)?) --$", re.MULTILINE)
 
 
 def parse_queries(text: str) -> dict[str, str]:
