@@ -16,7 +16,7 @@ from tasks.triggers.plan import rule_plan
 from tests.e2e.helpers import START_TIMEOUT, recording_rule, wait_ticking
 from tests.support.processes import wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.one_pass("sqlite")]
+pytestmark = [pytest.mark.e2e, pytest.mark.one_pass("postgresql")]
 
 GRACE_SECONDS = 2
 

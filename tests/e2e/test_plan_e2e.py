@@ -18,7 +18,7 @@ from tasks.triggers.scheduler import scheduler_tick
 from tests.e2e.helpers import RUN_TIMEOUT, START_TIMEOUT, freeze, recording_rule, wait_ticking
 from tests.support.processes import wait_for
 
-pytestmark = [pytest.mark.e2e, pytest.mark.one_pass("sqlite")]
+pytestmark = [pytest.mark.e2e, pytest.mark.one_pass("postgresql")]
 
 PERIOD = 4  # seconds between slots: short, so the whole story takes well under a minute
 GRACE_SECONDS = 2
