@@ -87,6 +87,10 @@ def run_step(
         step = _checkpoint(ctx, name, None, skipped=True)
         ctx.logger.info("run %s: dry run, write step %s skipped", ctx.run_id, name)
     else:
+        # The attempt's view of the checkpoints cannot see a newer attempt's: one that knows its lease is
+        # gone starts no read step (a model call), whose checkpoint it could not write anyway.
+        if ctx.lease_lost():
+            raise LeaseLost()
         database.connection_release()  # a read step may wait (a model call): hold no pooled connection meanwhile
         step = _checkpoint(ctx, name, fn())
     if checkpoints is not None:

@@ -99,6 +99,15 @@ def test_a_write_step_does_nothing_once_its_lease_was_taken(run):
     assert not DiagnosticRecord.objects.filter(run_id=run.id).exists()
 
 
+def test_an_attempt_that_knows_its_lease_is_lost_starts_no_read_step(run):
+    # A read step may be a model call: an attempt whose lease is gone must not make it (its view of
+    # the checkpoints, read once per attempt, cannot see a newer attempt's).
+    calls = []
+    with pytest.raises(LeaseLost):
+        run_step(context(run, lost=True), "call_model", lambda: calls.append(1))
+    assert calls == []
+
+
 @pytest.mark.parametrize("write", [False, True])
 def test_a_lost_lease_flag_refuses_the_checkpoint_before_the_fence_moved(run, write):
     with pytest.raises(LeaseLost):
