@@ -5,10 +5,12 @@ from django.conf import settings
 from django.db import connections
 from django.test.utils import setup_databases, teardown_databases
 from django.utils import translation
+from pytest_django.fixtures import _set_suffix_to_test_databases
 
 from tests.support import test_databases
 from tests.support.processes import Harness
 from tests.support.receiver import start_receiver
+from tests.support.settings import lane
 
 
 def pytest_addoption(parser):
@@ -154,6 +156,15 @@ def pytest_report_header(config):
 
 
 @pytest.fixture(scope="session")
+def django_db_modify_db_settings_tox_suffix() -> None:
+    """In place of pytest-django's suffix for tox environments (unused here): the lane's, so that the two
+    sessions of one backend that `./harness test` runs at once never share a test database
+    (tests/support/settings.py). The xdist worker's suffix follows it: test_test_e2e_gw0."""
+    if lane():
+        _set_suffix_to_test_databases(suffix=lane())
+
+
+@pytest.fixture(scope="session")
 def django_db_setup(request, django_test_environment, django_db_blocker, django_db_modify_db_settings):
     """pytest-django's, except that an xdist worker copies a template migrated once per run instead
     of migrating its own database (tests/support/test_databases.py). Always a fresh database:
@@ -164,8 +175,9 @@ def django_db_setup(request, django_test_environment, django_db_blocker, django_
         if worker:
             conn = connections["default"]
             old_name, own_name = conn.settings_dict["NAME"], conn.settings_dict["TEST"]["NAME"]
+            # Every lane copies the one template of the run: the first to get there migrates it.
             test_databases.worker_database_create(
-                base_name=own_name.removesuffix(f"_{worker}"),
+                base_name=own_name.removesuffix(f"_{worker}").removesuffix(f"_{lane()}" if lane() else ""),
                 own_name=own_name,
                 run_key=test_databases.run_key(request.config),
                 verbosity=verbosity,

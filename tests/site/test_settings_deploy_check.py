@@ -90,8 +90,10 @@ def test_a_bad_proxy_header_stops_the_start_up(value):
 
 def test_the_lint_step_of_harness_test_runs_check_deploy_with_the_readmes_variables():
     script = (ROOT / "harness").read_text()
-    lint = script.split("cmd_test()", 1)[1].split("\n}\n", 1)[0]
+    checks = script.split("\nchecks()", 1)[1].split("\n}\n", 1)[0]
+    test = script.split("\ncmd_test()", 1)[1].split("\n}\n", 1)[0]
 
-    assert "check --deploy --fail-level WARNING" in lint
+    assert "check --deploy --fail-level WARNING" in checks
+    assert "labelled lint checks" in test  # the test command runs them
     for name, value in security_variables().items():
         assert f"{name}={value}" in script, name

@@ -8,6 +8,11 @@ test must never take another test's messages. So each xdist worker gets
   * a Redis database of its own: the configured number minus N (redis://…/15 -> 15 for gw0, 14 for gw1).
 The values are written to os.environ *before* harness_site.settings reads them, so that the worker,
 beat and manage.py processes a test starts (tests/support/processes.py) inherit exactly the same ones.
+
+`./harness test` runs two pytest sessions of one backend at once (the tests without real processes
+beside the end-to-end ones), so a session's lane (TEST_LANE: unset, or "e2e") is part of every name
+above: its databases end in `_e2e_gwN`, its broker folders are `e2e-gwN`, and its Redis databases
+are four further down (redis://…/15 -> 11 for gw0 of the e2e lane).
 """
 
 import os
@@ -23,16 +28,29 @@ def _redis_url_for(url: str, offset: int) -> str:
     base = int(parts.path.strip("/") or 0)
     number = base - offset
     if number < 0:
-        raise RuntimeError(f"{url}: not enough Redis databases below {base} for pytest-xdist worker {offset}")
+        raise RuntimeError(f"{url}: not enough Redis databases below {base} for offset {offset}")
     return urlunsplit(parts._replace(path=f"/{number}"))
+
+
+# The lanes a backend's sessions may run in at once, and how far down each one's Redis databases start
+# (room for four pytest-xdist workers a lane).
+LANES = {"": 0, "e2e": 4}
+
+
+def lane(environ=os.environ) -> str:
+    name = environ.get("TEST_LANE", "")
+    if name not in LANES:
+        raise RuntimeError(f"TEST_LANE={name!r}: not a lane ({', '.join(repr(k) for k in LANES)})")
+    return name
 
 
 def _isolate(environ) -> None:
     worker = environ.get("PYTEST_XDIST_WORKER", "")  # "gw0", "gw1", ... in an xdist worker; unset otherwise
+    own = lane(environ)
     base_dir = environ.get("HARNESS_BROKER_DIR") or str(ROOT / "var" / "test-broker")
-    environ["HARNESS_BROKER_DIR"] = str(Path(base_dir) / (worker or "main"))
-    if worker:
-        offset = int(worker.removeprefix("gw"))
+    environ["HARNESS_BROKER_DIR"] = str(Path(base_dir) / "-".join(filter(None, (own, worker or "main"))))
+    offset = LANES[own] + (int(worker.removeprefix("gw")) if worker else 0)
+    if offset:
         for name in ("CELERY_BROKER_URL", "REDIS_URL"):
             url = environ.get(name, "")
             if url.startswith(("redis://", "rediss://")):
