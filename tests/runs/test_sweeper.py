@@ -39,6 +39,9 @@ class FakeCelery:
     """The Celery app at the boundary runs.engine.dispatch uses: a producer taken from the pool once per
     batch, and "execute run R" messages sent by name through it. Records the run ids sent."""
 
+    # No queue known: each message declares its queue, Celery's default (runs/engine/dispatch.py).
+    amqp = SimpleNamespace(queues={})
+
     def __init__(self) -> None:
         self.sent: list[int] = []
         self._producer: object | None = None
