@@ -133,6 +133,16 @@ class History:
     # The schedule was set (edited) at `since`: earlier records belong to another schedule.
     schedule_set: bool = False
 
+    @cached_property
+    def decided_until(self) -> datetime | None:
+        """How far a tick is known to have decided: its row's last tick, or the newest recorded slot
+        when that is later. A tick commits its slots' runs before it records itself, and a plan read
+        between the two must not call the newest slot undecided."""
+        newest = max(self.records, default=None)
+        if newest is not None and (self.last_tick is None or newest > self.last_tick):
+            return newest
+        return self.last_tick
+
 
 @dataclass(frozen=True)
 class Replayed:
@@ -265,7 +275,7 @@ def replay(
     ends = {end for _start, end, _on_time in outages} | {end for _start, end in history.outages}
     ticked = [start for start, _end in history.outages]
     proven = sorted(history.records)
-    records, last_tick = history.records, history.last_tick
+    records, last_tick = history.records, history.decided_until
     out: dict[datetime, Replayed] = {}
     by_tick: dict[datetime, list[datetime]] = {}
     before = Reason.of(UNKNOWN_BEFORE_SCHEDULE if history.schedule_set else UNKNOWN_BEFORE_RECORDS, since=history.since)
@@ -355,7 +365,7 @@ def _guarded(
             # The holds are re-checked every `recheck` from the first look, up to the deadline.
             steps = math.ceil(max((ready - seen) / g.recheck, 0))
             check = min(seen + g.recheck * steps, deadline)
-        if history.last_tick is None or check > history.last_tick:
+        if history.decided_until is None or check > history.decided_until:
             return WAITING, None, None
         verdict = evaluation.evaluate_slot(g, slot, now=check, facts=evaluation.Facts(missing=missing(check)))
     if verdict.reason in ("not_ready", "not_ready_expired") and unknown and not recorded_missing:
@@ -407,7 +417,7 @@ def _unproven(slot: datetime, proven: list[datetime], history: History) -> tuple
     """The recorded slots either side of a slot no record proves a tick saw: (after, before)."""
     k = bisect_left(proven, slot)
     after = proven[k - 1] if k else history.since
-    before = proven[k] if k < len(proven) else (history.last_tick or slot)
+    before = proven[k] if k < len(proven) else (history.decided_until or slot)
     return after, before
 
 
@@ -432,7 +442,7 @@ def past(old: RuleSide, new: RuleSide, history: History, *, now: datetime, days:
     old_slots = set(_span(old.spec, now, days)[0]) if old.spec else set()
     new_slots = _span(new.spec, now, days)[0] if new.spec else []
     rows = replay(new, history, until=now, since=since, slots=new_slots, old_slots=old_slots)
-    last_tick = history.last_tick
+    last_tick = history.decided_until
     for slot in old_slots.difference(rows):
         if history.pauses and _paused(history, slot):
             unrecorded = PAUSED

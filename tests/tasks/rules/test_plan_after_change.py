@@ -78,6 +78,17 @@ def test_slots_after_the_last_tick_are_pending_on_both_sides():
     assert all((r.current, r.new) == (plan.PENDING, plan.PENDING) for r in rows if r.slot > behind)
 
 
+def test_a_slot_recorded_after_the_tick_row_was_read_is_decided_not_pending():
+    """A tick commits its slots' runs before it records itself: a plan read between the two sees the
+    newest run and a last tick from before it. The run proves a tick reached its slot (CI saw a plan
+    of no change differ there, "run" against "pending", on a loaded machine)."""
+    stale = u(2026, 11, 29, 12)  # the tick row, read before the tick that claimed the 30th recorded itself
+    h = plan.History(since=RETIMED_AT, last_tick=stale, records=RECORDS, grace=GRACE, ticks_since=RETIMED_AT)
+    rows = plan.past(side(AT_10), side(AT_10), h, now=NOW, days=14)
+    assert [(r.slot, r.current, r.new) for r in rows if r.differs] == []
+    assert next(r for r in rows if r.slot == u(2026, 11, 30, 2)).new == plan.RUN
+
+
 # An outage from Nov 28 09:30 to 13:30 Shanghai (01:30 to 05:30 UTC): the 09:00 slot ran on time,
 # and no slot of the rule as it is fell inside, so only the scheduler's tick history shows it.
 DOWN = (u(2026, 11, 28, 1, 30), u(2026, 11, 28, 5, 30))
