@@ -10,9 +10,9 @@ The values are written to os.environ *before* harness_site.settings reads them, 
 beat and manage.py processes a test starts (tests/support/processes.py) inherit exactly the same ones.
 
 `./harness test` runs two pytest sessions of one backend at once (the tests without real processes
-beside the end-to-end ones), so a session's lane (TEST_LANE: unset, or "e2e") is part of every name
-above: its databases end in `_e2e_gwN`, its broker folders are `e2e-gwN`, and its Redis databases
-are four further down (redis://…/15 -> 11 for gw0 of the e2e lane).
+beside the end-to-end ones), so a session's lane (TEST_LANE: "unit" or "e2e") is part of every name
+above: the end-to-end lane's databases end in `_e2e_gwN`, its broker folders are `e2e-gwN`, and its
+Redis databases are four further down (redis://…/15 -> 11 for gw0 of the e2e lane).
 """
 
 import os
@@ -32,9 +32,10 @@ def _redis_url_for(url: str, offset: int) -> str:
     return urlunsplit(parts._replace(path=f"/{number}"))
 
 
-# The lanes a backend's sessions may run in at once, and how far down each one's Redis databases start
-# (room for four pytest-xdist workers a lane).
-LANES = {"": 0, "e2e": 4}
+# The lanes a backend's sessions may run in at once ("": a pytest run of its own), and how far down
+# each one's Redis databases start (room for four pytest-xdist workers a lane).
+LANE_WORKERS = 4
+LANES = {"": 0, "unit": 0, "e2e": LANE_WORKERS}
 
 
 def lane(environ=os.environ) -> str:
@@ -49,11 +50,14 @@ def _isolate(environ) -> None:
     own = lane(environ)
     base_dir = environ.get("HARNESS_BROKER_DIR") or str(ROOT / "var" / "test-broker")
     environ["HARNESS_BROKER_DIR"] = str(Path(base_dir) / "-".join(filter(None, (own, worker or "main"))))
-    offset = LANES[own] + (int(worker.removeprefix("gw")) if worker else 0)
+    number = int(worker.removeprefix("gw")) if worker else 0
+    offset = LANES[own] + number
     if offset:
         for name in ("CELERY_BROKER_URL", "REDIS_URL"):
             url = environ.get(name, "")
             if url.startswith(("redis://", "rediss://")):
+                if own and number >= LANE_WORKERS:  # it would take the next lane's
+                    raise RuntimeError(f"{url}: at most {LANE_WORKERS} pytest-xdist workers a lane on Redis")
                 environ[name] = _redis_url_for(url, offset)
 
 
