@@ -79,7 +79,7 @@ LONGEST_FIRST = (
     "tests/e2e/test_upgrade_n1_e2e.py::",
     "tests/e2e/test_objectives_e2e.py::",
     "tests/deadletters/test_alerts_e2e.py::test_a_receiver_that_was_down",
-    # Tests without real processes that take seconds: first in their phase.
+    # Tests without real processes that take seconds: first in their lane.
     "tests/api/test_schemathesis.py::test_schemathesis_finds_no_5xx",
     "tests/runs/test_status.py::test_the_status_page_is_a_fixed_number_of_queries_for_a_thousand_rules",
     "tests/runs/test_incident_page.py::test_the_page_and_its_grid_are_a_fixed_number_of_queries",
@@ -176,8 +176,9 @@ def django_db_setup(request, django_test_environment, django_db_blocker, django_
             conn = connections["default"]
             old_name, own_name = conn.settings_dict["NAME"], conn.settings_dict["TEST"]["NAME"]
             # Every lane copies the one template of the run: the first to get there migrates it.
+            suffix = "_".join(filter(None, (lane(), worker)))
             test_databases.worker_database_create(
-                base_name=own_name.removesuffix(f"_{worker}").removesuffix(f"_{lane()}" if lane() else ""),
+                base_name=own_name.removesuffix(f"_{suffix}"),
                 own_name=own_name,
                 run_key=test_databases.run_key(request.config),
                 verbosity=verbosity,

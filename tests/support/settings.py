@@ -11,8 +11,8 @@ beat and manage.py processes a test starts (tests/support/processes.py) inherit 
 
 `./harness test` runs two pytest sessions of one backend at once (the tests without real processes
 beside the end-to-end ones), so a session's lane (TEST_LANE: "unit" or "e2e") is part of every name
-above: the end-to-end lane's databases end in `_e2e_gwN`, its broker folders are `e2e-gwN`, and its
-Redis databases are four further down (redis://…/15 -> 11 for gw0 of the e2e lane).
+above: a lane's databases end in `_<lane>_gwN` and its broker folders are `<lane>-gwN`, and the
+end-to-end lane's Redis databases are four further down (redis://…/15 -> 11 for its gw0).
 """
 
 import os
