@@ -125,7 +125,7 @@ def roles_ensure() -> None:
 
 def _groups_install(Group, Permission, *, strict: bool = True) -> None:
     # Every permission the roles name, in one query (the tests make role users by the thousand).
-    wanted = {tuple(dotted.split(".")) for codenames in GROUPS.values() for dotted in codenames}
+    wanted = {_pair(dotted) for codenames in GROUPS.values() for dotted in codenames}
     found = {
         (p.content_type.app_label, p.codename): p
         for p in Permission.objects.select_related("content_type").filter(
@@ -136,9 +136,14 @@ def _groups_install(Group, Permission, *, strict: bool = True) -> None:
         group, _ = Group.objects.get_or_create(name=name)
         perms = []
         for dotted in codenames:
-            perm = found.get(tuple(dotted.split(".")))
+            perm = found.get(_pair(dotted))
             if perm is None and strict:
                 raise Permission.DoesNotExist(f"role {name!r}: permission {dotted!r} does not exist")
             if perm is not None:
                 perms.append(perm)
         group.permissions.set(perms)
+
+
+def _pair(dotted: str) -> tuple[str, str]:
+    app_label, codename = dotted.split(".")
+    return app_label, codename
