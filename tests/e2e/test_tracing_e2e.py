@@ -76,9 +76,18 @@ def test_a_real_worker_logs_json_lines_in_the_runs_trace_and_sends_it_to_the_pro
     assert any("called gpt-test" in line["message"] for line in mine), mine
     assert {line["trace_id"] for line in mine} == {run.trace_id}
     assert {line["biz_key"] for line in mine} == {run.biz_key}
-    # Celery's own line for the task is in the trace too: the worker read the message's header.
-    task_lines = [line for line in lines if "runs.execute" in line["message"] and "succeeded" in line["message"]]
-    assert task_lines and {line["trace_id"] for line in task_lines} == {run.trace_id}, task_lines
+    # Celery's own line for the task is in the trace too: the worker read the message's header. Celery
+    # writes it after the task returned, so after the run's outcome committed: wait for it.
+    task_lines = wait_for(
+        lambda: [
+            line
+            for line in (json.loads(raw) for raw in worker.log().splitlines() if raw.startswith("{"))
+            if "runs.execute" in line["message"] and "succeeded" in line["message"]
+        ],
+        timeout=RUN_TIMEOUT,
+        what="Celery's line for the task",
+    )
+    assert {line["trace_id"] for line in task_lines} == {run.trace_id}, task_lines
 
 
 def test_a_queue_producers_traceparent_is_the_runs_trace(harness):
