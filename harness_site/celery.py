@@ -2,7 +2,6 @@ import gc
 import logging
 import logging.config
 import os
-import threading
 import time
 
 from celery import Celery
@@ -87,18 +86,14 @@ def _otel_in_pool_process(**_kwargs) -> None:
     tracing.otel_configure(celery=True)
 
 
-_start_up_frozen = threading.Event()
-
-
 @worker_before_create_process.connect
 def _freeze_start_up_objects(**_kwargs) -> None:
     # The prefork pool runs a full gc.collect() before each fork (celery/celery#2927), which walks
     # every object the start-up made: about 85 ms per pool process here. Frozen, they are left out of
     # that walk and of the children's collections, whose pages then stay shared with the parent.
     # Once, before the first fork: what the parent makes later may be garbage a freeze would keep.
-    if not _start_up_frozen.is_set():
+    if gc.get_freeze_count() == 0:
         gc.freeze()
-        _start_up_frozen.set()
 
 
 @before_task_publish.connect

@@ -7,16 +7,14 @@ import gc
 import pytest
 from celery.signals import worker_before_create_process
 
-from harness_site import celery as harness_celery
+import harness_site.celery  # noqa: F401 - connects the worker's signal handlers
 
 
 @pytest.fixture
 def unfrozen():
     gc.unfreeze()
-    harness_celery._start_up_frozen.clear()
     yield
     gc.unfreeze()
-    harness_celery._start_up_frozen.clear()
 
 
 def test_the_first_fork_freezes_the_start_up_objects_and_a_later_one_nothing_more(unfrozen):
