@@ -30,19 +30,26 @@ class SilentServer:
 
     def __init__(self) -> None:
         self._listener = socket.create_server(("127.0.0.1", 0))
+        self._listener.settimeout(0.1)
         self.port = self._listener.getsockname()[1]
         self._held: list[socket.socket] = []
-        threading.Thread(target=self._accept, name="silent-server", daemon=True).start()
+        self._closing = threading.Event()
+        self._thread = threading.Thread(target=self._accept, name="silent-server", daemon=True)
+        self._thread.start()
 
     def _accept(self) -> None:
-        while True:
+        while not self._closing.is_set():
             try:
                 conn, _addr = self._listener.accept()
-            except OSError:  # closed
-                return
+            except TimeoutError:
+                continue
             self._held.append(conn)  # kept open, never read, never written
 
     def close(self) -> None:
+        # The thread ends before the descriptor is freed: a thread still in accept() on a closed
+        # listener reads whichever socket is given that number next.
+        self._closing.set()
+        self._thread.join()
         self._listener.close()
         for conn in self._held:
             conn.close()
