@@ -24,10 +24,11 @@ from tasks.skills.sdk import BudgetWait, ErrorKind, ProviderWait, SkillContext, 
 
 class SkillRuntime:
     """The executor's runtime behind every SkillContext: checkpoints, proposals, recorded calls.
-    One per attempt: it keeps the attempt's view of the run's checkpoints (runs.engine.steps)."""
+    One per attempt: it keeps the attempt's view of the run's checkpoints (runs.engine.steps);
+    `checkpoints_none`: the run is known to have none yet."""
 
-    def __init__(self) -> None:
-        self.checkpoints = Checkpoints()
+    def __init__(self, *, checkpoints_none: bool = False) -> None:
+        self.checkpoints = Checkpoints(none=checkpoints_none)
 
     def step(self, ctx: SkillContext, name: str, fn: Callable[[], Any], *, write: bool) -> Any:
         return run_step(ctx, name, fn, write=write, checkpoints=self.checkpoints)

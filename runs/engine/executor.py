@@ -53,6 +53,8 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
     # and pools that all limit nothing (its agent's provider pool among them).
     taken = store().run_take(run_id, worker=worker, now=clock())
     run, attempt = taken.run, taken.attempt
+    # Known only where the same statement claimed the run: a first attempt then reads no checkpoints.
+    checkpoints_none = attempt is not None and taken.checkpoints is False
     # The store returns an attempt only with its run, so a missing run is not ours either.
     if run is None or (attempt is None and (run.state not in TaskRun.CLAIMABLE or run.run_after > clock())):
         # Not due: it must not take an object lease, a pool slot or a rate token meanwhile.
@@ -86,7 +88,9 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
         # writes borrows one, and the outcome takes one again.
         database.connection_release()
         try:
-            result, error = _call_skill(run, attempt, worker, clock, lost=renewer.lost)
+            result, error = _call_skill(
+                run, attempt, worker, clock, lost=renewer.lost, checkpoints_none=checkpoints_none
+            )
         finally:
             renewer.stop()
         database.connection_refresh()  # the skill may have run for minutes; its connection may be gone
@@ -119,7 +123,7 @@ def run_execute(*, run_id: int, worker: str, clock: Clock, rand: Callable[[], fl
     },
 )
 def _call_skill(
-    run: TaskRun, attempt: Attempt, worker: str, clock: Clock, *, lost: threading.Event
+    run: TaskRun, attempt: Attempt, worker: str, clock: Clock, *, lost: threading.Event, checkpoints_none: bool
 ) -> tuple[object, BaseException | None]:
     logger = logging.getLogger(f"harness.skill.{run.skill}")
     ctx = SkillContext(
@@ -138,7 +142,7 @@ def _call_skill(
         payload=run.payload,
         fenced=lambda: fenced(run_id=run.id, fence=run.fence, lost=lost),
         lease_lost=lost.is_set,
-        runtime=SkillRuntime(),
+        runtime=SkillRuntime(checkpoints_none=checkpoints_none),
     )
     try:
         # Least privilege (invariant 8): the executing identity's allow-list is checked at run time too.

@@ -36,10 +36,12 @@ class Checkpoints:
     attempt's first read step, then kept up to date with the checkpoints the attempt writes itself,
     so a skill of N read steps costs one read, not N. Only the attempt holding the run's fence writes
     a checkpoint, so none appears behind this attempt's back while it holds the lease; once it has
-    lost the lease its own checkpoint write is refused (LeaseLost), whatever this view says."""
+    lost the lease its own checkpoint write is refused (LeaseLost), whatever this view says.
+    `none`: the statement that claimed the run found it has no checkpoint (a first attempt): nothing
+    to read."""
 
-    def __init__(self) -> None:
-        self._by_name: dict[str, RunStep] | None = None
+    def __init__(self, *, none: bool = False) -> None:
+        self._by_name: dict[str, RunStep] | None = {} if none else None
 
     def get(self, ctx: SkillContext, name: str) -> RunStep | None:
         if self._by_name is None:

@@ -1,7 +1,8 @@
 """Runs that wait on a model: how many workers hold in flight, on how many connections.
 
     .venv/bin/python tests/bench/agents.py [--cases 100x1,1000x1,1000x5] [--seconds 10] [--pool-max 10]
-                                            [--skill model,bare,sleep,bare-sleep] [--rounds 3] [--private-postgres]
+                                            [--skill model,bare,sleep,bare-sleep,bare-sql] [--statements 4]
+                                            [--rounds 3] [--private-postgres]
 
 PostgreSQL + Redis (DATABASE_URL, CELERY_BROKER_URL; the database is created and migrated if needed,
 the broker's Redis database flushed). With --private-postgres the bench starts a PostgreSQL server of
@@ -13,7 +14,9 @@ A case NxK starts K workers in the threads pool with N threads each (HARNESS_DB_
 `llm_json` skill asking an agent whose provider is a fake model server on loopback (a real HTTP
 server, tests/support/fake_model.py) that answers after --seconds, through the agent client as a real
 skill would; --skill sleep is `harness.sleep`; bare and bare-sleep are their floors, plain Celery tasks
-(tests/bench/bench_tasks.py) making the same call or the same sleep, with no run. Several skills,
+(tests/bench/bench_tasks.py) making the same call or the same sleep, with no run. bare-sql is bare's
+call with --statements one-row statements around it on the worker's pooled connection: the floor of a
+run that records itself in that many statements (its ratio to bare is printed too). Several skills,
 comma-separated, are measured in turn within each of --rounds rounds, and a summary gives each one's
 worker CPU per run (min / median / max) and its ratio to its bare peer of the same round. The runs
 are claimed first and then dispatched in one go, so the drain measures the workers, not the claiming
@@ -56,9 +59,11 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--skill",
         default="model",
-        help="comma-separated, of model, sleep, bare, bare-sleep. bare: no harness, a plain Celery task making "
-        "the same call (tests/bench/bench_tasks.py), the floor; bare-sleep: the same for sleep",
+        help="comma-separated, of model, sleep, bare, bare-sleep, bare-sql. bare: no harness, a plain Celery task "
+        "making the same call (tests/bench/bench_tasks.py), the floor; bare-sleep: the same for sleep; bare-sql: "
+        "bare with --statements one-row statements around the call",
     )
+    p.add_argument("--statements", type=int, default=4, help="bare-sql's statements per task (default 4)")
     p.add_argument("--rounds", type=int, default=1, help="rounds, each measuring every skill in turn (default 1)")
     p.add_argument(
         "--pool", choices=("threads", "gevent"), default="threads", help="the workers' Celery pool (gevent: installed?)"
@@ -129,8 +134,8 @@ def sessions() -> int:
         return cursor.fetchone()[0]
 
 
-SKILLS = ("model", "sleep", "bare", "bare-sleep")
-BARE_PEER = {"model": "bare", "sleep": "bare-sleep"}
+SKILLS = ("model", "sleep", "bare", "bare-sleep", "bare-sql")
+BARE_PEER = {"model": "bare", "sleep": "bare-sleep", "bare-sql": "bare"}
 
 
 def work(tag: str, i: int, args: argparse.Namespace, skill: str):
@@ -192,7 +197,7 @@ def case(n: int, k: int, pool_max: int, args: argparse.Namespace, log_dir: Path,
         time.sleep(2)
         cpu_before = sum(cpu_seconds(pid) for pid in watched)
         if skill.startswith("bare"):
-            figures = bare_case(n * k, args, watched, sleep=skill == "bare-sleep")
+            figures = bare_case(n * k, args, watched, skill=skill)
             cpu = sum(cpu_seconds(pid) for pid in watched) - cpu_before
             return {**figures, "cpu_ms_per_run": cpu * 1000 / (n * k)}
         now = timezone.now()
@@ -234,20 +239,23 @@ def case(n: int, k: int, pool_max: int, args: argparse.Namespace, log_dir: Path,
             p.stop()
 
 
-def bare_case(total: int, args: argparse.Namespace, watched: list[int], *, sleep: bool) -> dict:
+def bare_case(total: int, args: argparse.Namespace, watched: list[int], *, skill: str) -> dict:
     """The same calls (or sleeps) as plain Celery tasks: in flight counted from the tasks' own Redis counters."""
     import redis
 
-    from tests.bench.bench_tasks import bench_call_model, bench_sleep
+    from tests.bench.bench_tasks import bench_call_model, bench_call_model_statements, bench_sleep
 
     client = redis.Redis.from_url(args.broker_url)
     counter = f"bare:{time.time_ns()}"
     dispatched = time.time()
     for _ in range(total):
-        if sleep:
+        url = os.environ.get("BENCH_MODEL_URL", "") + "/chat/completions"
+        if skill == "bare-sleep":
             bench_sleep.apply_async(args=(args.seconds, counter, total), queue="celery")
+        elif skill == "bare-sql":
+            call = (url, counter, total, args.seconds + 60, args.statements)
+            bench_call_model_statements.apply_async(args=call, queue="celery")
         else:
-            url = os.environ["BENCH_MODEL_URL"] + "/chat/completions"
             bench_call_model.apply_async(args=(url, counter, total, args.seconds + 60), queue="celery")
     peak = {"in_flight": 0, "connections": 0, "rss_mb": 0.0}
     deadline = time.monotonic() + args.timeout
@@ -271,7 +279,7 @@ def bare_case(total: int, args: argparse.Namespace, watched: list[int], *, sleep
 
 def model_server(args: argparse.Namespace) -> tuple[object | None, dict]:
     """The fake provider and the worker environment that grants the bench's key for its URL alone."""
-    if not {"model", "bare"} & set(args.skills):
+    if not {"model", "bare", "bare-sql"} & set(args.skills):
         return None, {}
     from tasks.models import Agent
     from tests.support.fake_model import FakeModelServer, Reply, json_completion
@@ -347,6 +355,7 @@ def run(args: argparse.Namespace) -> None:
         "bare": f"no harness: a plain Celery task calling the fake provider, answering after {wait}",
         "sleep": f"harness.sleep {wait}",
         "bare-sleep": f"no harness: a plain Celery task sleeping {wait}",
+        "bare-sql": f"bare with {args.statements} one-row statements around the call",
     }
     where = "SQLite + file broker, the Procfile's processes" if args.embedded else "threads-pool workers"
     print(f"waiting runs: {'; '.join(what[s] for s in args.skills)}")

@@ -1,5 +1,5 @@
 """Bare Celery tasks, the baselines of the benchmarks: a no-op (tests/bench/benchmark.py) and a model
-call (tests/bench/agents.py --skill bare).
+call (tests/bench/agents.py --skill bare, and with statements around it, --skill bare-sql).
 
 The worker imports this module with ``--include tests.bench.bench_tasks`` (importable because the
 worker's cwd is the project root).
@@ -13,8 +13,10 @@ from functools import cache
 import redis
 from celery import shared_task
 from django.conf import settings
+from django.db import connection
 
 from harness_site.celery import app
+from runs.engine.store import database
 from tasks.agents.client import http_client
 
 
@@ -47,6 +49,31 @@ def bench_call_model(url: str, counter: str, target: int, timeout: float) -> Non
     json.loads(json.loads(response.text)["choices"][0]["message"]["content"])
     if client.incr(counter) >= target:
         client.set(f"{counter}:done", repr(time.time()), nx=True)
+
+
+@shared_task(name="bench.call_model_statements", ignore_result=True)
+def bench_call_model_statements(url: str, counter: str, target: int, timeout: float, statements: int) -> None:
+    """The floor of a recorded run (tests/bench/agents.py --skill bare-sql): bench.call_model's call
+    with `statements` one-row statements on the worker's database connection, half before the call
+    and half after, the pooled connection given back for the wait as a run gives it back; no run,
+    no step, no model. What a run's statements cost a threads worker, apart from what they write."""
+    client = _redis()
+    client.incr(f"{counter}:started")
+    _statements(statements // 2)
+    body = {"model": "fake", "messages": [{"role": "user", "content": "Summarise."}]}
+    response = http_client().post(url, json=body, headers={"Authorization": "Bearer sk-bench"}, timeout=timeout)
+    json.loads(json.loads(response.text)["choices"][0]["message"]["content"])
+    _statements(statements - statements // 2)
+    if client.incr(counter) >= target:
+        client.set(f"{counter}:done", repr(time.time()), nx=True)
+
+
+def _statements(n: int) -> None:
+    for _ in range(n):
+        with connection.cursor() as cursor:
+            cursor.execute("SELECT 1")
+            cursor.fetchone()
+    database.connection_release()
 
 
 @shared_task(name="bench.sleep", ignore_result=True)

@@ -31,15 +31,15 @@ SCHEMA = {"type": "object", "required": ["summary"], "properties": {"summary": {
 # captured). PostgreSQL: a plain run is the prebuilt read-and-claim and the success. A write step
 # adds its fenced transaction (BEGIN, the checkpoint's look-up with the fence check, the row, the
 # checkpoint, COMMIT). llm_json (an agent without a budget or a pool that limits it: claimed as a
-# plain run) adds two read steps (one look-up of all the run's checkpoints for both, and a fenced
-# checkpoint each), the agent's read, the call's record (written "sent" before the request,
+# plain run) adds two read steps (a fenced checkpoint each; the claim said the run has none to look
+# up), the agent's read, the call's record (written "sent" before the request,
 # completed after with its output's validity), and a write step. SQLite writes admission, the
 # lease and each checkpoint's fence check through the ORM.
 STATEMENTS = {
-    "postgresql": {"plain": 2, "steps": 7, "model": 13},
+    "postgresql": {"plain": 2, "steps": 7, "model": 12},
     "sqlite": {"plain": 18, "steps": 24, "model": 37},
 }
-CHECKOUTS = {"plain": 2, "steps": 2, "model": 5}
+CHECKOUTS = {"plain": 2, "steps": 2, "model": 4}
 
 
 @pytest.fixture

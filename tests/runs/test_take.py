@@ -13,7 +13,7 @@ from django.test.utils import CaptureQueriesContext
 from runs.engine.claims import Work, run_claim
 from runs.engine.executor import run_execute
 from runs.engine.store import store
-from runs.models import Attempt, PoolSlot, TaskRun
+from runs.models import Attempt, PoolSlot, RunStep, TaskRun
 from tasks.models import GLOBAL_POOL, Agent, Pool
 from tasks.rules import keys
 from tasks.rules.policy import DEFAULT_LEASE_TTL_SECONDS
@@ -187,3 +187,13 @@ def test_the_executor_still_runs_a_run_that_takes_the_full_path(obstacle):
     stored = TaskRun.objects.get(id=run.id)
     assert (stored.state, stored.fence, stored.attempts) == ("succeeded", 1, 1)
     assert not PoolSlot.objects.filter(run=run).exists()
+
+
+@pytest.mark.parametrize("claimable", [True, False])
+def test_it_says_whether_the_run_has_a_checkpoint_so_a_first_attempt_reads_none(claimable):
+    fresh, resumed = claim(f"take:fresh:{claimable}"), claim(f"take:resumed:{claimable}")
+    RunStep.objects.create(run=resumed, name="fetch", attempt=1, output={}, digest="d", completed_at=T0)
+    if not claimable:  # read, not claimed: the executor's full path still knows
+        TaskRun.objects.filter(id__in=[fresh.id, resumed.id]).update(object_key="invoice-3")
+    taken = {run: store().run_take(run.id, worker="w1", now=T0) for run in (fresh, resumed)}
+    assert [(t.attempt is not None, t.checkpoints) for t in taken.values()] == [(claimable, False), (claimable, True)]

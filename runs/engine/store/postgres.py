@@ -295,13 +295,13 @@ class PostgresStore:
             row = cur.fetchone()
             if row is None:
                 return Taken(None)
-            run = _run(_names("run_take", cur)[2:], row[2:])
-        attempt_id, plain = row[0], row[1]
+            run = _run(_names("run_take", cur)[3:], row[3:])
+        attempt_id, plain, checkpoints = row[0], row[1], row[2]
         if attempt_id is None:
-            return Taken(run, plain=plain)
+            return Taken(run, plain=plain, checkpoints=checkpoints)
         attempt = Attempt(id=attempt_id, run=run, number=run.attempts, fence=run.fence, worker=worker, started_at=now)
         attempt._state.adding, attempt._state.db = False, _db().alias
-        return Taken(run, attempt, plain)
+        return Taken(run, attempt, plain, checkpoints)
 
     def lease_claim(self, run: TaskRun, *, worker: str, now: datetime, plain: bool) -> Attempt | None:
         changes = claim_changes(run, worker=worker, now=now)

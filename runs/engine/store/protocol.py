@@ -17,11 +17,13 @@ from tasks.models import Agent, TriggerRule
 @dataclass(frozen=True)
 class Taken:
     """A run as read by the worker: with the attempt started when the same statement claimed it
-    (`plain`: whether every pool it draws from limits nothing; None when not asked)."""
+    (`plain`: whether every pool it draws from limits nothing; `checkpoints`: whether the run has
+    any step checkpoint; each None when not asked)."""
 
     run: TaskRun | None
     attempt: Attempt | None = None
     plain: bool | None = None
+    checkpoints: bool | None = None
 
 
 class NotPlain(Exception):

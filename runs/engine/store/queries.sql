@@ -128,8 +128,9 @@ SELECT id, {run_columns} FROM runs_taskrun WHERE id = %(run_id)s
 -- Read the run and, when nothing stands in its way, claim it in the same statement: claimable and
 -- due, no object (the object gate comes first), no start window (run_cancel_late checks it), and
 -- every pool it draws from limits nothing (its agent's provider pool among them). Returns the
--- attempt's id (NULL: not claimed), whether the admission was plain, and the run row (as claimed,
--- or as read when not claimed). Compare-and-set: no row claimed means another worker got there first.
+-- attempt's id (NULL: not claimed), whether the admission was plain, whether the run has any step
+-- checkpoint (a first attempt then reads none), and the run row (as claimed, or as read when not
+-- claimed). Compare-and-set: no row claimed means another worker got there first.
 WITH {plain_admission},
 claimed AS (
     UPDATE runs_taskrun r
@@ -144,10 +145,12 @@ claimed AS (
 ),
 {attempt_started},
 {plain_slots}
-SELECT (SELECT id FROM attempt) AS attempt_id, (SELECT plain FROM admit) AS plain, id, {run_columns}
+SELECT (SELECT id FROM attempt) AS attempt_id, (SELECT plain FROM admit) AS plain,
+       EXISTS (SELECT 1 FROM runs_runstep WHERE run_id = %(run_id)s) AS checkpoints, id, {run_columns}
   FROM claimed
  UNION ALL
-SELECT NULL, (SELECT plain FROM admit), id, {run_columns}
+SELECT NULL, (SELECT plain FROM admit), EXISTS (SELECT 1 FROM runs_runstep WHERE run_id = %(run_id)s), id,
+       {run_columns}
   FROM runs_taskrun
  WHERE id = %(run_id)s AND NOT EXISTS (SELECT 1 FROM claimed)
 
