@@ -41,13 +41,15 @@ _BLOCK = re.compile(r"^-- (fragment )?([a-z_]+(?:\.[a-z]+)?) --$", re.MULTILINE)
 
 
 def parse_queries(text: str) -> dict[str, str]:
-    """The named statements of a queries file, with their fragments included. Comment lines go."""
+    """The named statements of a queries file, with their fragments included. Comment lines and
+    indentation go: psycopg keeps its parse of a statement only up to a length (its
+    MAX_CACHED_STATEMENT_LENGTH), and indentation is a tenth of the longest."""
     parts = _BLOCK.split(text)
     fragments: dict[str, str] = {}
     statements: dict[str, str] = {}
     for i in range(1, len(parts), 3):
         fragment, name, body = parts[i], parts[i + 1], parts[i + 2]
-        body = "\n".join(line for line in body.splitlines() if not line.lstrip().startswith("--")).strip()
+        body = "\n".join(line.strip() for line in body.splitlines() if not line.lstrip().startswith("--")).strip()
         (fragments if fragment else statements)[name] = body
     for name, body in statements.items():
         for fragment, text_ in fragments.items():
