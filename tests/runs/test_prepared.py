@@ -16,7 +16,7 @@ from django.utils import timezone
 from runs.engine import executor
 from runs.engine.claims import Work, run_claim
 from runs.engine.store import StatementsStale, store
-from runs.engine.store.postgres import _execute, queries
+from runs.engine.store.postgres import _execute, _prepared_cursor_classes, queries
 from runs.jobs import DB_UNAVAILABLE, run_execute_task
 from runs.models import TaskRun
 
@@ -62,6 +62,26 @@ def test_the_claim_and_execute_statements_are_prepared_once_and_then_reused():
     # The log still shows each statement with its values, as for the ORM's statements.
     assert any(q["sql"].startswith(HOT["claim"]) and "'prep:2'" in q["sql"] for q in queries.captured_queries)
     assert TaskRun.objects.get(biz_key="prep:2").state == TaskRun.State.SUCCEEDED
+
+
+@pytest.mark.django_db(transaction=True)  # it reconnects
+def test_a_claim_and_an_execution_open_no_cursor_of_their_own(monkeypatch):
+    """Every named statement on a connection runs on the one cursor it keeps: a cursor per statement
+    cost psycopg its adapters and column loaders each time. A new connection keeps a new one."""
+    cursor_class = _prepared_cursor_classes()[0]
+    opened = []
+    monkeypatch.setattr(
+        cursor_class,
+        "__init__",
+        lambda self, *a, **k: (opened.append(1), super(cursor_class, self).__init__(*a, **k))[1],
+    )
+    assert claim_and_execute("prep:kept:1") == "succeeded"
+    before = len(opened)
+    assert claim_and_execute("prep:kept:2") == "succeeded"
+    assert len(opened) == before  # three statements, no cursor opened
+    connection.close()
+    assert claim_and_execute("prep:kept:3") == "succeeded"  # a reconnected connection keeps its own
+    assert len(opened) == before + 1
 
 
 def test_with_prepared_statements_off_nothing_is_prepared_and_runs_still_succeed():

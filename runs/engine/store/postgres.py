@@ -72,7 +72,9 @@ _ONLY_WHEN_ASKED = 2**31 - 1
 
 def _cursor() -> CursorWrapper:
     """A cursor on this thread's connection for a named statement: server-side prepared, inside
-    Django's wrapper (query logging, execute wrappers, error translation)."""
+    Django's wrapper (query logging, execute wrappers, error translation). One such cursor serves
+    every statement on a connection, and closing the wrapper leaves it open: a cursor of its own per
+    statement cost psycopg its adapters and its column loaders again each time."""
     db = _db()
     if not settings.HARNESS["PREPARED_STATEMENTS"]:
         return db.cursor()
@@ -80,14 +82,24 @@ def _cursor() -> CursorWrapper:
     db.ensure_connection()
     db.validate_thread_sharing()
     pg = db.connection
-    if pg.prepare_threshold is None:
-        pg.prepare_threshold = _ONLY_WHEN_ASKED
-    prepared, debug = _prepared_cursor_classes()
-    return debug(prepared(pg), db) if db.queries_logged else db.make_cursor(prepared(pg))
+    prepared, kept_wrapper, kept_debug = _prepared_cursor_classes()
+    # Kept by Django's wrapper of this thread's connection, with the connection it was opened on: a
+    # connection drawn anew (from a pool, after a reconnect) gets its own. Not kept by the psycopg
+    # connection, which would then hold a cursor holding it: a cycle only the collector frees.
+    owner, kept = getattr(db, _KEPT, (None, None))
+    if kept is None or owner is not pg or kept.closed:
+        if pg.prepare_threshold is None:
+            pg.prepare_threshold = _ONLY_WHEN_ASKED
+        kept = prepared(pg)
+        setattr(db, _KEPT, (pg, kept))
+    return kept_debug(kept, db) if db.queries_logged else kept_wrapper(kept, db)
+
+
+_KEPT = "harness_kept_cursor"
 
 
 @cache
-def _prepared_cursor_classes() -> tuple[type[Any], type[Any]]:
+def _prepared_cursor_classes() -> tuple[type[Any], type[CursorWrapper], type[CursorWrapper]]:
     from django.db.backends.postgresql.base import CursorDebugWrapper, ServerBindingCursor  # psycopg: PostgreSQL only
 
     class PreparedCursor(ServerBindingCursor):
@@ -105,7 +117,15 @@ def _prepared_cursor_classes() -> tuple[type[Any], type[Any]]:
                 sql = self.db.ops.compose_sql(sql, params)
             return super().debug_sql(sql, params, False, many)
 
-    return PreparedCursor, PreparedDebugWrapper
+    class KeptWrapper(CursorWrapper):
+        def close(self) -> None:
+            """The connection's kept cursor outlives the statement (closed with its connection)."""
+
+    class KeptDebugWrapper(PreparedDebugWrapper):
+        def close(self) -> None:
+            """As KeptWrapper's."""
+
+    return PreparedCursor, KeptWrapper, KeptDebugWrapper
 
 
 class StatementsStale(OperationalError):
