@@ -84,3 +84,28 @@ def test_the_banner_says_the_scheduler_is_down_on_every_page_while_beat_is_stopp
     for browser, lang, width, _page in browsers:
         until(browser, lambda d: not _codes(d), "the banner gone once beat ticks again", OUTAGE)
         _shot(browser, f"banner-gone-{lang}-{width}")
+
+
+def test_the_next_page_opens_with_the_banner_in_place_and_does_not_move_under_a_click(make_browser, live_server):
+    """The banner is fetched after a page loads (its figures probe the broker, which must not hold up
+    the page). On the next page of the tab it is in place from the first paint, so the page does not
+    jump down when the fetch lands, under a click about to land on a ticket."""
+    from selenium.webdriver.common.by import By
+
+    make_user("omar", "On-call")  # no scheduler tick: the banner has something to say
+    browser = make_browser(PHONE)
+    login(browser, live_server, "omar")
+    browser.get(live_server.url + reverse("harness-status"))
+    until(browser, lambda d: _codes_now(d), "the banner's facts")
+    facts = _codes_now(browser)
+    # The next page, read as soon as the browser has it, before the banner's own fetch can answer.
+    browser.execute_cdp_cmd("Network.enable", {})
+    browser.execute_cdp_cmd("Network.setBlockedURLs", {"urls": ["*" + reverse("harness-system-banner") + "*"]})
+    browser.get(live_server.url + reverse("admin:runs_taskrun_changelist"))
+    assert _codes_now(browser) == facts  # its fetch blocked: what the tab last showed, from the first paint
+    assert browser.find_element(By.ID, "system-banner").size["height"] > 0
+
+
+def _codes_now(browser) -> list[str]:
+    """The banner's fact codes read in one script call: a refresh cannot swap the banner in between."""
+    return browser.execute_script(f"return Array.from(document.querySelectorAll('{FACTS}')).map(li => li.dataset.code)")
