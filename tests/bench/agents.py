@@ -247,9 +247,9 @@ def bare_case(total: int, args: argparse.Namespace, watched: list[int], *, skill
 
     client = redis.Redis.from_url(args.broker_url)
     counter = f"bare:{time.time_ns()}"
+    url = os.environ.get("BENCH_MODEL_URL", "") + "/chat/completions"
     dispatched = time.time()
     for _ in range(total):
-        url = os.environ.get("BENCH_MODEL_URL", "") + "/chat/completions"
         if skill == "bare-sleep":
             bench_sleep.apply_async(args=(args.seconds, counter, total), queue="celery")
         elif skill == "bare-sql":

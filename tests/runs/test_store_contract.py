@@ -16,6 +16,7 @@ from pathlib import Path
 
 import pytest
 from django.db import DEFAULT_DB_ALIAS, IntegrityError, connections, transaction
+from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH  # psycopg's own figure, not a copy
 
 from runs.engine.claims import Work, run_claim
 from runs.engine.store import (
@@ -118,8 +119,6 @@ def test_every_statement_is_short_enough_for_psycopgs_parse_cache():
     """psycopg converts a statement's %(name)s placeholders with a regex on every execution unless
     the text is at most MAX_CACHED_STATEMENT_LENGTH bytes, when it keeps the conversion: a longer
     one (the worker's take, the hottest statement) costs that parse on every run."""
-    from psycopg._queries import MAX_CACHED_STATEMENT_LENGTH  # psycopg's own figure, not a copy
-
     over = {
         name: len(text.encode()) for name, text in queries().items() if len(text.encode()) > MAX_CACHED_STATEMENT_LENGTH
     }

@@ -70,6 +70,10 @@ def queries() -> dict[str, str]:
 _ONLY_WHEN_ASKED = 2**31 - 1
 
 
+# The attribute of Django's connection wrapper holding (psycopg connection, its kept cursor).
+_KEPT = "harness_kept_cursor"
+
+
 def _cursor() -> CursorWrapper:
     """A cursor on this thread's connection for a named statement: server-side prepared, inside
     Django's wrapper (query logging, execute wrappers, error translation). One such cursor serves
@@ -93,9 +97,6 @@ def _cursor() -> CursorWrapper:
         kept = prepared(pg)
         setattr(db, _KEPT, (pg, kept))
     return kept_debug(kept, db) if db.queries_logged else kept_wrapper(kept, db)
-
-
-_KEPT = "harness_kept_cursor"
 
 
 @cache
