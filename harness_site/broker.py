@@ -39,6 +39,7 @@ from queue import Empty
 from time import monotonic
 
 from kombu.transport import filesystem, virtual
+from kombu.transport import redis as kombu_redis
 from kombu.utils.encoding import bytes_to_str, str_to_bytes
 from kombu.utils.json import dumps, loads
 from kombu.utils.objects import cached_property
@@ -330,6 +331,46 @@ class QueueProbe:
     held: dict[int, float | None] = field(default_factory=dict)
 
 
+# --- Redis: one client per connection pool ---------------------------------------------------------
+
+_KEPT = "_harness_kept_client"
+
+
+def kept_client(channel):
+    """`channel`'s redis-py client for its (synchronous) connection pool, made once and kept. kombu
+    builds a new client for every command it sends outside the event loop: each publish, and for
+    every message a worker receives its record among the unacknowledged and its acknowledgement.
+    redis-py copies its ~170 response callbacks into each new client, which cost a worker's main
+    process a tenth of a millisecond per message. A client holds no connection of its own (each
+    command borrows one from the pool; a pipeline is made per use), so one serves every caller and
+    thread. A new pool (kombu makes one after a connection error) gets a new client."""
+    pool = channel.pool
+    kept = getattr(channel, _KEPT, None)
+    if kept is None or kept[0] is not pool:
+        kept = (pool, channel.Client(connection_pool=pool))
+        setattr(channel, _KEPT, kept)
+    return kept[1]
+
+
+class RedisChannel(kombu_redis.Channel):
+    """kombu's Redis channel, with its synchronous client kept (`kept_client`)."""
+
+    def _create_client(self, asynchronous=False):
+        if asynchronous:  # the event loop's client (BRPOP), which kombu already keeps
+            return super()._create_client(asynchronous=True)
+        return kept_client(self)
+
+    def _disconnect_pools(self):
+        setattr(self, _KEPT, None)
+        super()._disconnect_pools()
+
+
+class RedisTransport(kombu_redis.Transport):
+    """The transport for redis:// brokers (settings.py): kombu's, with `RedisChannel`."""
+
+    Channel = RedisChannel
+
+
 class _PushesInOnePipeline:
     """A Redis client whose LPUSHes wait in one pipeline; anything else goes straight to the client."""
 
@@ -347,20 +388,15 @@ class _PushesInOnePipeline:
 @contextlib.contextmanager
 def publish_in_one_round_trip(producer) -> Iterator[None]:
     """Messages published through `producer` inside reach Redis in one round trip, on one client,
-    when the block ends. kombu's Redis channel makes a new client and a round trip for every
-    message (its `_put` goes through `conn_or_acquire()`): about half a tick's cost per due slot.
+    when the block ends. kombu's Redis channel sends each message in a round trip of its own (its
+    `_put` goes through `conn_or_acquire()`): about half a tick's cost per due slot.
     The file broker and other transports publish as before. An error at the end raises: the rows
     are committed, so a message that did not arrive is a lost hint the sweeper sends again."""
     channel = getattr(producer, "channel", None)
     if channel is None or not (hasattr(channel, "conn_or_acquire") and hasattr(channel, "unacked_key")):
         yield
         return
-    # One client per channel, kept: building a redis-py client (its ~80 response callbacks) cost more
-    # CPU than the push it sends; pipelines from it are per call and share the channel's pool.
-    client = getattr(channel, "_harness_push_client", None)
-    if client is None:
-        client = channel._harness_push_client = channel._create_client()
-    pushes = _PushesInOnePipeline(client)
+    pushes = _PushesInOnePipeline(kept_client(channel))
 
     @contextlib.contextmanager
     def conn_or_acquire(client=None):

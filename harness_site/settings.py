@@ -330,6 +330,10 @@ if CELERY_BROKER_URL.startswith("filesystem://"):
         # Broadcast/pidbox files too, so nothing lands in the working directory.
         "control_folder": str(BROKER_DIR / "control"),
     }
+elif CELERY_BROKER_URL.startswith("redis://"):
+    # kombu's Redis transport, with one client kept per connection pool (harness_site/broker.py).
+    # rediss:// keeps kombu's own: kombu sets its TLS defaults by the scheme's name.
+    CELERY_BROKER_TRANSPORT = "harness_site.broker:RedisTransport"
 CELERY_TIMEZONE = "UTC"
 CELERY_ENABLE_UTC = True
 CELERY_TASK_IGNORE_RESULT = True
