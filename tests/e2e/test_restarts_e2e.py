@@ -1,6 +1,7 @@
-"""Broker and database restarts with runs in flight (invariants 1-3): every process survives and
-recovers on its own, every slot ends in one run or one decision, no side effect happens twice,
-nothing is left stuck. The Redis and PostgreSQL servers here are the test's own, restarted by it."""
+"""Broker and database restarts with runs in flight (invariants 1-3): every process (a prefork and
+a threads-pool worker, and beat) survives and recovers on its own, every slot ends in one run or one
+decision, no side effect happens twice, nothing is left stuck. The Redis and PostgreSQL servers here
+are the test's own, restarted by it."""
 
 import json
 import time
@@ -49,7 +50,9 @@ def test_workers_and_beat_survive_a_redis_and_a_postgres_restart_with_runs_in_fl
     assert imported.returncode == 0, imported.stderr
     procs = [
         harness.worker("w1", concurrency=2, extra_env=env),
-        harness.worker("w2", concurrency=2, extra_env=env),
+        # A threads-pool worker too (the Procfile's agents worker): its threads share the broker
+        # channel's one Redis client (harness_site/broker.py kept_client) through the restart.
+        harness.worker("w2", concurrency=2, extra_env=env, args=("--pool=threads",)),
         harness.beat("beat1", extra_env=env),
     ]
     wait_for(lambda: _running(pg) > 0, timeout=60, what="a run in flight")
@@ -109,3 +112,6 @@ def test_workers_and_beat_survive_a_redis_and_a_postgres_restart_with_runs_in_fl
     succeeded = {b for _, b, state, _ in runs if state == "succeeded"}
     assert set(records) == succeeded and set(records.values()) == {1}
     assert states["succeeded"] >= 10
+    # Both kinds of worker took part (executed_by is "<name>@<host>:<pid>").
+    executors = {name.split("@")[0] for (name,) in pg.rows("SELECT DISTINCT executed_by FROM runs_taskrun")}
+    assert {"w1", "w2"} <= executors, executors
