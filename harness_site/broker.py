@@ -1,6 +1,7 @@
-"""Celery's file-system transport, made safe for several processes on one machine.
+"""Celery's file-system transport, made safe for several processes on one machine; on Redis,
+kombu's channel with one client kept per connection pool (`RedisChannel`); and looks into a queue.
 
-Three changes to stock kombu (5.6):
+Three changes to stock kombu's file-system transport (5.6):
 
 1. Atomic writes. Stock kombu creates the message file and then writes into it, so a worker polling
    at that instant can read an empty file, die with "Unrecoverable error: JSONDecodeError" and lose the
