@@ -17,9 +17,9 @@ skill would; --skill sleep is `harness.sleep`; bare and bare-sleep are their flo
 (tests/bench/bench_tasks.py) making the same call or the same sleep, with no run. bare-sql is bare's
 call with --statements one-row statements around it on the worker's pooled connection: the floor of a
 run that records itself in that many statements (its ratio to bare is printed too). Several skills,
-comma-separated, are measured in turn within each of --rounds rounds, and a summary gives each one's
-worker CPU per run (min / median / max) and its ratio to its bare peer of the same round. The runs
-are claimed first and then dispatched in one go, so the drain measures the workers, not the claiming
+comma-separated, are measured in turn within each of --rounds rounds (each round starting one skill
+further along), and a summary gives each one's worker CPU per run (min / median / max) and its ratio
+to its bare peer of the same round. The runs are claimed first and then dispatched in one go, so the drain measures the workers, not the claiming
 client (claim seconds are printed apart).
 Sampled every 0.25 s until all have finished: peak runs in flight, peak connections to the database
 (all but this process's), the workers' peak RSS (largest one), runs that failed, log lines where the
@@ -366,11 +366,13 @@ def run(args: argparse.Namespace) -> None:
     )
     results: dict[tuple[str, int, str], list[dict]] = {}
     try:
-        for _round in range(args.rounds):
+        for round_ in range(args.rounds):
+            # Each round starts one skill further along, so no skill always runs first or last.
+            turn = round_ % len(args.skills)
             for spec in args.cases.split(","):
                 n, k = (int(x) for x in spec.split("x"))
                 for pool_max in (int(x) for x in args.pool_max.split(",")):
-                    for skill in args.skills:
+                    for skill in args.skills[turn:] + args.skills[:turn]:
                         r = case(n, k, pool_max, args, log_dir, model_env, skill)
                         results.setdefault((spec, pool_max, skill), []).append(r)
                         print(

@@ -7,8 +7,10 @@ the broker's Redis database is flushed). Prints, for every figure, min / median 
 rounds; asserts nothing and is not part of the test suite.
 
   1. Throughput: bare Celery no-op tasks/s and harness.noop runs/s end to end (claim, dispatch,
-     execute, outcome), same broker and worker concurrency, rounds interleaved (celery, harness,
-     celery, ...). Ratio harness / Celery (goal >= 0.5).
+     execute, outcome), same broker and worker concurrency, and Procrastinate no-op jobs/s on the
+     same PostgreSQL; each round runs the phases in turn, starting one further along than the round
+     before (celery, harness, Procrastinate; harness, Procrastinate, celery; ...). Ratios harness /
+     Celery (goal >= 0.5) and harness / Procrastinate (goal >= 1), CPU per run, statements.
   2. Tick: one in-process scheduler tick with --tick-slots due interval rules: due slots
      materialized per second (goal >= 1,000). Fixed cost: a tick with one due rule among 100 rules,
      then among --rules-max rules (goal: within 1.5x). No worker runs meanwhile (messages wait).
@@ -196,18 +198,27 @@ def goal_throughput(args, log_dir: Path, tag: str) -> None:
         cel, har, pq, ratio, pq_ratio, vs_pq, claim, defer, claim_vs_defer = [], [], [], [], [], [], [], [], []
         cpu: dict[str, list[dict]] = {"bare Celery": [], "harness": [], "Procrastinate": []}
         meter = CpuMeter(procs + pq_procs)
+        phases = {
+            "bare Celery": lambda r: bench.bench_celery(args.runs, procs, args.timeout),
+            "harness": lambda r: bench.bench_harness(args.runs, f"{tag}-r{r}", procs, args.timeout),
+        }
+        if pq_procs:
+            phases["Procrastinate"] = lambda r: bench_procrastinate(args.runs, pq_procs, args.timeout)
+        names = list(phases)
         for r in range(args.rounds):
-            c, used = meter.measure(lambda: bench.bench_celery(args.runs, procs, args.timeout)["e2e"])
-            cpu["bare Celery"].append(used)
-            h, used = meter.measure(lambda r=r: bench.bench_harness(args.runs, f"{tag}-r{r}", procs, args.timeout))
-            cpu["harness"].append(used)
+            # Each round starts with the next one: a phase's position (the tables and the queue the
+            # one before left, the machine's warmth) favours none of them over the rounds.
+            got = {}
+            for name in names[r % len(names) :] + names[: r % len(names)]:
+                got[name], used = meter.measure(lambda name=name, r=r: phases[name](r))
+                cpu[name].append(used)
+            c, h = got["bare Celery"]["e2e"], got["harness"]
             cel.append(c)
             har.append(h["e2e"])
             claim.append(h["claim"])
             ratio.append(h["e2e"] / c)
             if pq_procs:
-                p, used = meter.measure(lambda: bench_procrastinate(args.runs, pq_procs, args.timeout))
-                cpu["Procrastinate"].append(used)
+                p = got["Procrastinate"]
                 pq.append(p["e2e"])
                 defer.append(p["defer"])
                 pq_ratio.append(p["e2e"] / c)
