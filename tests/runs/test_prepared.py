@@ -5,6 +5,7 @@ turns it off, and that a rollback (which makes psycopg drop every prepared state
 """
 
 import logging
+from datetime import UTC, timedelta
 
 import psycopg
 import pytest
@@ -12,6 +13,7 @@ from django.conf import settings
 from django.db import connection, transaction
 from django.test.utils import CaptureQueriesContext, override_settings
 from django.utils import timezone
+from psycopg.pq import Format
 
 from runs.engine import executor
 from runs.engine.claims import Work, run_claim
@@ -172,3 +174,19 @@ def test_a_run_whose_statements_stay_stale_is_handed_back_with_one_line(monkeypa
     lines = [r.getMessage() for r in caplog.records if r.name == "harness.executor"]
     assert lines == [f"run {run.id} handed back: prepared statements stale (run_take: prepared statement stale twice)"]
     assert all(r.exc_info is None for r in caplog.records)
+
+
+def test_the_kept_cursor_reads_the_instants_the_orm_reads_with_psycopgs_c_loader():
+    """Timestamps on the kept cursor are loaded by psycopg's C loader, not Django's Python subclass
+    of psycopg's Python one (a fifth of a take's CPU), and are the same aware UTC instants."""
+    run = run_claim(work("prep:tz"), now=timezone.now(), dispatch=False).run
+    instants = ["2026-03-29 00:59:59.999999+00", "2026-03-29 01:30:00+01", "2026-10-25 01:30:00-05"]
+    for text in instants:
+        TaskRun.objects.filter(pk=run.pk).update(run_after=text)
+        orm = TaskRun.objects.get(pk=run.pk).run_after
+        read = store().run_read(run.pk).run_after
+        assert read == orm and read.tzinfo is UTC and read.utcoffset() == timedelta(0), (text, read, orm)
+    loader = _execute("run_read", {"run_id": run.pk}).cursor.adapters.get_loader(
+        psycopg.postgres.types["timestamptz"].oid, Format.TEXT
+    )
+    assert loader.__module__.startswith(("psycopg_binary", "psycopg_c")), loader
