@@ -4,7 +4,7 @@ at once), then execute each as a worker would (runs.engine.executor.run_execute)
 went: the top functions by own time, and own time by package (Django, psycopg, the harness, ...).
 Not part of the suite.
 
-    .venv/bin/python tests/bench/profile_worker.py [--runs 500] [--skill harness.noop|llm_json]
+    .venv/bin/python tests/bench/profile_worker.py [--runs 500] [--skill harness.noop|llm_json] [--no-profile]
 
 Needs DATABASE_URL (PostgreSQL for the figures that matter); rows are left for inspection.
 """
@@ -40,6 +40,11 @@ def main() -> None:
     p.add_argument("--top", type=int, default=15)
     p.add_argument("--skill", choices=("harness.noop", "llm_json"), default="harness.noop")
     p.add_argument("--save", help="also write the profile here (pstats), to read by cumulative time")
+    p.add_argument(
+        "--no-profile",
+        action="store_true",
+        help="no profiler: only this thread's CPU per execution, to compare two versions (A/B)",
+    )
     args = p.parse_args()
     server = None
     if args.skill == "llm_json":
@@ -96,6 +101,16 @@ def main() -> None:
     executor.run_execute(run_id=ids.pop(), worker="profile", clock=timezone.now)  # warm
     # CPU time of this thread, not wall: the worker is CPU-bound on a busy machine; waits on the server
     # (and the fake model server's own thread, in this process) are not ours.
+    if args.no_profile:
+        c0, t0 = time.thread_time(), time.perf_counter()
+        for run_id in ids:
+            executor.run_execute(run_id=run_id, worker="profile", clock=timezone.now)
+        cpu, elapsed = time.thread_time() - c0, time.perf_counter() - t0
+        print(
+            f"{len(ids)} executions in process: {elapsed / len(ids) * 1000:.2f} ms each (wall), "
+            f"{cpu / len(ids) * 1000:.3f} ms CPU each (this thread, no profiler)"
+        )
+        return
     profiler = cProfile.Profile(time.thread_time)
     t0 = time.perf_counter()
     profiler.enable()
