@@ -1,8 +1,8 @@
 """Runs that wait on a model: how many workers hold in flight, on how many connections.
 
     .venv/bin/python tests/bench/agents.py [--cases 100x1,1000x1,1000x5] [--seconds 10] [--pool-max 10]
-                                            [--skill model,bare,sleep,bare-sleep,bare-sql] [--statements 4]
-                                            [--rounds 3] [--private-postgres]
+                                            [--skill model,bare,sleep,bare-sleep,bare-sql,bare-sleep-sql]
+                                            [--statements 4] [--rounds 3] [--private-postgres]
 
 PostgreSQL + Redis (DATABASE_URL, CELERY_BROKER_URL; the database is created and migrated if needed,
 the broker's Redis database flushed). With --private-postgres the bench starts a PostgreSQL server of
@@ -16,10 +16,11 @@ server, tests/support/fake_model.py) that answers after --seconds, through the a
 skill would; --skill sleep is `harness.sleep`; bare and bare-sleep are their floors, plain Celery tasks
 (tests/bench/bench_tasks.py) making the same call or the same sleep, with no run. bare-sql is bare's
 call with --statements one-row statements around it on the worker's pooled connection: the floor of a
-run that records itself in that many statements (its ratio to bare is printed too). Several skills,
-comma-separated, are measured in turn within each of --rounds rounds (each round starting one skill
-further along), and a summary gives each one's worker CPU per run (min / median / max) and its ratio
-to its bare peer of the same round. The runs are claimed first and then dispatched in one go, so the drain measures the workers, not the claiming
+run that records itself in that many statements (its ratio to bare is printed too); bare-sleep-sql is
+the same around bare-sleep's sleep. Several skills, comma-separated, are measured in turn within each
+of --rounds rounds (each round starting one skill further along), and a summary gives each one's
+worker CPU per run (min / median / max) and its ratio to its bare peer of the same round. The runs
+are claimed first and then dispatched in one go, so the drain measures the workers, not the claiming
 client (claim seconds are printed apart).
 Sampled every 0.25 s until all have finished: peak runs in flight, peak connections to the database
 (all but this process's), the workers' peak RSS (largest one), runs that failed, log lines where the
@@ -59,11 +60,14 @@ def parse_args() -> argparse.Namespace:
     p.add_argument(
         "--skill",
         default="model",
-        help="comma-separated, of model, sleep, bare, bare-sleep, bare-sql. bare: no harness, a plain Celery task "
-        "making the same call (tests/bench/bench_tasks.py), the floor; bare-sleep: the same for sleep; bare-sql: "
-        "bare with --statements one-row statements around the call",
+        help="comma-separated, of model, sleep, bare, bare-sleep, bare-sql, bare-sleep-sql. bare: no harness, a "
+        "plain Celery task making the same call (tests/bench/bench_tasks.py), the floor; bare-sleep: the same for "
+        "sleep; bare-sql and bare-sleep-sql: bare and bare-sleep with --statements one-row statements around the "
+        "call or the sleep",
     )
-    p.add_argument("--statements", type=int, default=4, help="bare-sql's statements per task (default 4)")
+    p.add_argument(
+        "--statements", type=int, default=4, help="bare-sql's and bare-sleep-sql's statements per task (default 4)"
+    )
     p.add_argument("--rounds", type=int, default=1, help="rounds, each measuring every skill in turn (default 1)")
     p.add_argument(
         "--pool", choices=("threads", "gevent"), default="threads", help="the workers' Celery pool (gevent: installed?)"
@@ -134,8 +138,8 @@ def sessions() -> int:
         return cursor.fetchone()[0]
 
 
-SKILLS = ("model", "sleep", "bare", "bare-sleep", "bare-sql")
-BARE_PEER = {"model": "bare", "sleep": "bare-sleep", "bare-sql": "bare"}
+SKILLS = ("model", "sleep", "bare", "bare-sleep", "bare-sql", "bare-sleep-sql")
+BARE_PEER = {"model": "bare", "sleep": "bare-sleep", "bare-sql": "bare", "bare-sleep-sql": "bare-sleep"}
 
 
 def work(tag: str, i: int, args: argparse.Namespace, skill: str):
@@ -243,7 +247,12 @@ def bare_case(total: int, args: argparse.Namespace, watched: list[int], *, skill
     """The same calls (or sleeps) as plain Celery tasks: in flight counted from the tasks' own Redis counters."""
     import redis
 
-    from tests.bench.bench_tasks import bench_call_model, bench_call_model_statements, bench_sleep
+    from tests.bench.bench_tasks import (
+        bench_call_model,
+        bench_call_model_statements,
+        bench_sleep,
+        bench_sleep_statements,
+    )
 
     client = redis.Redis.from_url(args.broker_url)
     counter = f"bare:{time.time_ns()}"
@@ -252,6 +261,8 @@ def bare_case(total: int, args: argparse.Namespace, watched: list[int], *, skill
     for _ in range(total):
         if skill == "bare-sleep":
             bench_sleep.apply_async(args=(args.seconds, counter, total), queue="celery")
+        elif skill == "bare-sleep-sql":
+            bench_sleep_statements.apply_async(args=(args.seconds, counter, total, args.statements), queue="celery")
         elif skill == "bare-sql":
             call = (url, counter, total, args.seconds + 60, args.statements)
             bench_call_model_statements.apply_async(args=call, queue="celery")
@@ -356,6 +367,7 @@ def run(args: argparse.Namespace) -> None:
         "sleep": f"harness.sleep {wait}",
         "bare-sleep": f"no harness: a plain Celery task sleeping {wait}",
         "bare-sql": f"bare with {args.statements} one-row statements around the call",
+        "bare-sleep-sql": f"bare-sleep with {args.statements} one-row statements around the sleep",
     }
     where = "SQLite + file broker, the Procfile's processes" if args.embedded else "threads-pool workers"
     print(f"waiting runs: {'; '.join(what[s] for s in args.skills)}")

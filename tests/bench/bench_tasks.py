@@ -87,6 +87,20 @@ def bench_sleep(seconds: float, counter: str, target: int) -> None:
         client.set(f"{counter}:done", repr(time.time()), nx=True)
 
 
+@shared_task(name="bench.sleep_statements", ignore_result=True)
+def bench_sleep_statements(seconds: float, counter: str, target: int, statements: int) -> None:
+    """The floor of a sleeping run that records itself (tests/bench/agents.py --skill bare-sleep-sql):
+    bench.sleep's sleep with `statements` one-row statements around it, as bench.call_model_statements
+    puts them around the call."""
+    client = _redis()
+    client.incr(f"{counter}:started")
+    _statements(statements // 2)
+    time.sleep(seconds)
+    _statements(statements - statements // 2)
+    if client.incr(counter) >= target:
+        client.set(f"{counter}:done", repr(time.time()), nx=True)
+
+
 def _count_in_file(path: str, target: int) -> None:
     """The embedded default has no Redis: one byte appended per execution (appends do not interleave);
     the first to see `target` bytes links its stamp into place (a link, unlike a write, is atomic)."""
