@@ -178,7 +178,7 @@ def test_a_run_whose_statements_stay_stale_is_handed_back_with_one_line(monkeypa
 
 def test_the_kept_cursor_reads_the_instants_the_orm_reads_with_psycopgs_c_loader():
     """Timestamps on the kept cursor are loaded by psycopg's C loader, not Django's Python subclass
-    of psycopg's Python one (a fifth of a take's CPU), and are the same aware UTC instants."""
+    of psycopg's Python one (a seventh of a take's CPU), and are the same aware UTC instants."""
     run = run_claim(work("prep:tz"), now=timezone.now(), dispatch=False).run
     instants = ["2026-03-29 00:59:59.999999+00", "2026-03-29 01:30:00+01", "2026-10-25 01:30:00-05"]
     for text in instants:

@@ -99,7 +99,7 @@ def _cursor() -> CursorWrapper:
             from psycopg.types.datetime import TimestamptzLoader  # psycopg: PostgreSQL only
 
             # psycopg's own loader, which psycopg swaps for its C one; Django's (a Python subclass,
-            # never swapped) cost a fifth of a take. Both read the instant; this one in the
+            # never swapped) cost a seventh of a take. Both read the instant; this one in the
             # session's zone, which Django sets to its own, UTC.
             kept.adapters.register_loader("timestamptz", TimestamptzLoader)
         setattr(db, _KEPT, (pg, kept))
