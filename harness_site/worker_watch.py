@@ -72,9 +72,10 @@ def on_worker_init(sender=None, **_kwargs) -> None:
     if sender is None:
         return
     _refuse_unmigrated()
+    name = f"{sender.hostname}:{os.getpid()}"
     try:
         worker_starting(
-            name=f"{sender.hostname}:{os.getpid()}",
+            name=name,
             hostname=sender.hostname,
             pid=os.getpid(),
             stall_seconds=settings.HARNESS["WORKER_STALL_SECONDS"],
@@ -82,6 +83,8 @@ def on_worker_init(sender=None, **_kwargs) -> None:
         )
     except Exception as exc:  # the database may still be starting: the heartbeat reports later
         log.warning("worker start report failed: %s: %s", type(exc).__name__, str(exc)[:200])
+    else:
+        log.info("worker %s reported as started; its pool starts next", name)
     finally:
         connection.close()  # the main thread forks the pool next: no connection of its own crosses
 
