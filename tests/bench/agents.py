@@ -247,22 +247,16 @@ def bare_case(total: int, args: argparse.Namespace, watched: list[int], *, skill
     """The same calls (or sleeps) as plain Celery tasks: in flight counted from the tasks' own Redis counters."""
     import redis
 
-    from tests.bench.bench_tasks import (
-        bench_call_model,
-        bench_call_model_statements,
-        bench_sleep,
-        bench_sleep_statements,
-    )
+    from tests.bench.bench_tasks import bench_call_model, bench_call_model_statements, bench_sleep
 
     client = redis.Redis.from_url(args.broker_url)
     counter = f"bare:{time.time_ns()}"
     url = os.environ.get("BENCH_MODEL_URL", "") + "/chat/completions"
     dispatched = time.time()
     for _ in range(total):
-        if skill == "bare-sleep":
-            bench_sleep.apply_async(args=(args.seconds, counter, total), queue="celery")
-        elif skill == "bare-sleep-sql":
-            bench_sleep_statements.apply_async(args=(args.seconds, counter, total, args.statements), queue="celery")
+        if skill in ("bare-sleep", "bare-sleep-sql"):
+            statements = args.statements if skill == "bare-sleep-sql" else 0
+            bench_sleep.apply_async(args=(args.seconds, counter, total, statements), queue="celery")
         elif skill == "bare-sql":
             call = (url, counter, total, args.seconds + 60, args.statements)
             bench_call_model_statements.apply_async(args=call, queue="celery")

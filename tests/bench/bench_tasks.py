@@ -69,6 +69,8 @@ def bench_call_model_statements(url: str, counter: str, target: int, timeout: fl
 
 
 def _statements(n: int) -> None:
+    if not n:  # bare-sleep touches no connection
+        return
     for _ in range(n):
         with connection.cursor() as cursor:
             cursor.execute("SELECT 1")
@@ -77,21 +79,11 @@ def _statements(n: int) -> None:
 
 
 @shared_task(name="bench.sleep", ignore_result=True)
-def bench_sleep(seconds: float, counter: str, target: int) -> None:
+def bench_sleep(seconds: float, counter: str, target: int, statements: int = 0) -> None:
     """Bare Celery's floor for a sleeping run (tests/bench/agents.py --skill bare-sleep): the sleep of
-    harness.sleep, and no run. Counts starts and ends in Redis."""
-    client = _redis()
-    client.incr(f"{counter}:started")
-    time.sleep(seconds)
-    if client.incr(counter) >= target:
-        client.set(f"{counter}:done", repr(time.time()), nx=True)
-
-
-@shared_task(name="bench.sleep_statements", ignore_result=True)
-def bench_sleep_statements(seconds: float, counter: str, target: int, statements: int) -> None:
-    """The floor of a sleeping run that records itself (tests/bench/agents.py --skill bare-sleep-sql):
-    bench.sleep's sleep with `statements` one-row statements around it, as bench.call_model_statements
-    puts them around the call."""
+    harness.sleep, and no run. With `statements` (--skill bare-sleep-sql), that many one-row
+    statements around the sleep, as bench.call_model_statements puts them around the call: the floor
+    of a sleeping run that records itself. Counts starts and ends in Redis."""
     client = _redis()
     client.incr(f"{counter}:started")
     _statements(statements // 2)

@@ -123,7 +123,9 @@ def test_healthz_says_ok_through_a_worker_killed_and_started_again_by_its_runner
     # the first one some 40 ms later, too soon for a poll to be sure to see it.)
     restarted = runner.log().split(f"worker {second.name} reported as started", 1)
     assert len(restarted) == 2, "the new process did not report as it started"
-    assert " ready." in restarted[1] and " ready." not in restarted[0].rsplit("exited (-9)", 1)[-1]
+    before_report, after_report = restarted
+    since_kill = before_report.rsplit("exited (-9)", 1)[-1]  # the new process's lines before its report
+    assert " ready." not in since_kill and " ready." in after_report
     assert len(samples) >= 8
     assert not failing(samples), failing(samples)
 
